@@ -1,0 +1,26 @@
+"""precision_lab: bit-exact emulation of low-precision number formats.
+
+>>> import precision_lab as pl
+>>> pl.get_format("e4m3").max
+448.0
+>>> float(pl.round_to(0.3, "bf16"))
+0.30078125
+"""
+
+from .codec import decode, encode
+from .formats import FORMATS, FloatFormat, IntFormat, get_format, known_formats
+from .rounding import ROUNDING_MODES, round_to
+
+__all__ = [
+    "FORMATS",
+    "ROUNDING_MODES",
+    "FloatFormat",
+    "IntFormat",
+    "decode",
+    "encode",
+    "get_format",
+    "known_formats",
+    "round_to",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,451 @@
+"""Number formats: floating-point and integer formats as frozen dataclasses, and their registry.
+
+A :class:`FloatFormat` is described by its parameters (exponent and mantissa widths, bias, which
+codes are NaN, whether it has infinities, subnormals, a zero and a sign bit); everything else
+(``max``, ``eps``, ``values()`` ...) is derived from them, in the spirit of :func:`numpy.finfo`.
+
+>>> fmt = get_format("e4m3")
+>>> fmt.max, fmt.smallest_normal, fmt.smallest_subnormal, fmt.bits
+(448.0, 0.015625, 0.001953125, 8)
+>>> get_format("float8_e5m2").max
+57344.0
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+__all__ = [
+    "FORMATS",
+    "FloatFormat",
+    "Format",
+    "IntFormat",
+    "get_format",
+    "known_formats",
+]
+
+NanStyle = Literal["ieee", "fn", "fnuz", "none"]
+_NAN_STYLES = ("ieee", "fn", "fnuz", "none")
+
+
+@dataclass(frozen=True)
+class FloatFormat:
+    """A binary floating-point format ``eXmY``.
+
+    Parameters
+    ----------
+    exponent_bits, mantissa_bits:
+        Widths of the exponent and trailing-significand fields.
+    bias:
+        Exponent bias; ``None`` means the IEEE default ``2**(exponent_bits - 1) - 1``.
+    nan:
+        Which codes are NaN. ``"ieee"``: all-ones exponent with a non-zero mantissa (and the
+        all-ones exponent with a zero mantissa is infinity). ``"fn"``: only the all-ones code
+        (S.111..1) is NaN, every other code is finite (OCP E4M3, e8m0). ``"fnuz"``: only the
+        negative-zero code is NaN (there is no -0). ``"none"``: no NaN (OCP FP6/FP4).
+    has_inf:
+        Whether the format has infinities (only with ``nan="ieee"``).
+    has_subnormals:
+        Whether exponent-field 0 holds subnormal numbers; without them the only value below the
+        smallest normal is zero.
+    has_zero:
+        ``False`` for exponent-only scale formats such as e8m0, where exponent-field 0 is the
+        smallest normal number ``2**-bias``.
+    signed:
+        Whether there is a sign bit.
+    name:
+        Display name (not part of equality).
+
+    >>> half = FloatFormat(5, 10, name="my_fp16")
+    >>> half.max, half.emin, half.emax, half.eps
+    (65504.0, -14, 15, 0.0009765625)
+    >>> FloatFormat(4, 3, nan="fn", has_inf=False) == get_format("e4m3")
+    True
+    """
+
+    exponent_bits: int
+    mantissa_bits: int
+    bias: int | None = None
+    nan: NanStyle = "ieee"
+    has_inf: bool = True
+    has_subnormals: bool = True
+    has_zero: bool = True
+    signed: bool = True
+    name: str | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        e, m = self.exponent_bits, self.mantissa_bits
+        if not isinstance(e, int) or isinstance(e, bool) or e < 1:
+            raise ValueError(f"exponent_bits must be an integer >= 1, got {e!r}")
+        if not isinstance(m, int) or isinstance(m, bool) or m < 0:
+            raise ValueError(f"mantissa_bits must be an integer >= 0, got {m!r}")
+        if self.nan not in _NAN_STYLES:
+            raise ValueError(f"nan must be one of {_NAN_STYLES}, got {self.nan!r}")
+        if self.has_inf and self.nan != "ieee":
+            raise ValueError(
+                f"has_inf=True needs nan='ieee' (inf uses its codes), got nan={self.nan!r}"
+            )
+        if self.nan == "ieee" and not self.has_inf:
+            raise ValueError(
+                "nan='ieee' reserves the all-ones exponent for inf and NaN: set has_inf=True"
+            )
+        if self.nan == "ieee" and m == 0:
+            raise ValueError("nan='ieee' needs mantissa_bits >= 1 (NaN needs a non-zero mantissa)")
+        if self.nan == "fnuz" and not self.signed:
+            raise ValueError("nan='fnuz' puts NaN on the negative-zero code and needs signed=True")
+        if not self.has_zero and (self.has_subnormals or self.signed):
+            raise ValueError(
+                "has_zero=False (e8m0 style) needs has_subnormals=False and signed=False"
+            )
+        if self.bits > 64:
+            raise ValueError(f"a format is at most 64 bits wide, got {self.bits} bits")
+        if self.bias is None:
+            object.__setattr__(self, "bias", (1 << (e - 1)) - 1)
+        # every value must be a float64 so the rounding core can hold it exactly
+        if self.emax > 1023 or self.emin - (m if self.has_subnormals else 0) < -1074 or m > 52:
+            raise ValueError(
+                f"format e{e}m{m} with bias {self.bias} has values outside float64 "
+                "(emax <= 1023, smallest value >= 2**-1074 and mantissa_bits <= 52 are needed)"
+            )
+        if self.max_code_magnitude < 0:
+            raise ValueError(f"format e{e}m{m} with nan={self.nan!r} has no finite non-zero value")
+
+    # ----- layout --------------------------------------------------------------------------
+    @property
+    def bits(self) -> int:
+        """Total width in bits."""
+        return self.exponent_bits + self.mantissa_bits + int(self.signed)
+
+    @property
+    def precision(self) -> int:
+        """Significand precision in bits, the hidden bit included."""
+        return self.mantissa_bits + 1
+
+    @property
+    def is_float(self) -> bool:
+        return True
+
+    @property
+    def has_nan(self) -> bool:
+        return self.nan != "none"
+
+    @property
+    def has_negative_zero(self) -> bool:
+        return self.signed and self.has_zero and self.nan != "fnuz"
+
+    @property
+    def code_dtype(self) -> np.dtype:
+        """Unsigned integer dtype of codes: uint8 for formats of 8 bits or fewer."""
+        for dt in (np.uint8, np.uint16, np.uint32, np.uint64):
+            if self.bits <= np.dtype(dt).itemsize * 8:
+                return np.dtype(dt)
+        raise AssertionError  # pragma: no cover  (bits <= 64 is checked)
+
+    @property
+    def sign_code(self) -> int:
+        """The code bit that holds the sign (0 for unsigned formats)."""
+        return (1 << (self.bits - 1)) if self.signed else 0
+
+    @property
+    def max_code_magnitude(self) -> int:
+        """The largest finite magnitude code (sign bit clear)."""
+        e, m = self.exponent_bits, self.mantissa_bits
+        top = (1 << (e + m)) - 1
+        if self.nan == "ieee":
+            return (((1 << e) - 2) << m) | ((1 << m) - 1)
+        if self.nan == "fn":
+            return top - 1
+        return top
+
+    # ----- exponents -------------------------------------------------------------------------
+    @property
+    def emin(self) -> int:
+        """Exponent of the smallest normal number."""
+        assert self.bias is not None
+        return (1 if self.has_zero else 0) - self.bias
+
+    @property
+    def emax(self) -> int:
+        """Exponent of the largest finite number."""
+        assert self.bias is not None
+        return (self.max_code_magnitude >> self.mantissa_bits) - self.bias
+
+    # ----- values ----------------------------------------------------------------------------
+    def _magnitude(self, code: int) -> float:
+        m = self.mantissa_bits
+        exp_field, frac = code >> m, code & ((1 << m) - 1)
+        if exp_field == 0 and self.has_zero:
+            return math.ldexp(frac, self.emin - m)
+        assert self.bias is not None
+        return math.ldexp((1 << m) | frac, exp_field - self.bias - m)
+
+    @property
+    def max(self) -> float:
+        """Largest finite value."""
+        return self._magnitude(self.max_code_magnitude)
+
+    @property
+    def min(self) -> float:
+        """Most negative finite value (the smallest value for unsigned formats)."""
+        return -self.max if self.signed else self.smallest_normal
+
+    @property
+    def smallest_normal(self) -> float:
+        return math.ldexp(1.0, self.emin)
+
+    @property
+    def smallest_subnormal(self) -> float:
+        """Smallest positive value (the smallest normal when there are no subnormals)."""
+        if self.has_subnormals and self.mantissa_bits > 0:
+            return math.ldexp(1.0, self.emin - self.mantissa_bits)
+        return self.smallest_normal
+
+    @property
+    def eps(self) -> float:
+        """Distance from 1 to the next larger value: ``2**-mantissa_bits``."""
+        return math.ldexp(1.0, -self.mantissa_bits)
+
+    @property
+    def unit_roundoff(self) -> float:
+        """Unit roundoff u = eps/2 of round-to-nearest."""
+        return math.ldexp(1.0, -self.mantissa_bits - 1)
+
+    @property
+    def dynamic_range_decades(self) -> float:
+        """log10(max / smallest positive value)."""
+        return math.log10(self.max) - math.log10(self.smallest_subnormal)
+
+    def values(self) -> np.ndarray:
+        """Every finite value, sorted ascending, as float64 (formats of at most 16 bits).
+
+        >>> get_format("e2m1").values()[7:]
+        array([0. , 0.5, 1. , 1.5, 2. , 3. , 4. , 6. ])
+        """
+        if self.bits > 16:
+            raise ValueError(
+                f"values() enumerates formats of at most 16 bits, {self} has {self.bits}"
+            )
+        return _values(self)
+
+    def ulp(self, x: float | np.ndarray) -> np.ndarray:
+        """Spacing of the format's values at ``|x|`` (the quantum of the binade holding x).
+
+        >>> float(get_format("e4m3").ulp(300.0))
+        32.0
+        """
+        a = np.abs(np.asarray(x, dtype=np.float64))
+        with np.errstate(divide="ignore"):
+            e = np.floor(np.log2(np.where(a > 0, a, 1.0)))
+        e = np.clip(e, self.emin, self.emax)
+        return np.ldexp(1.0, (e - self.mantissa_bits).astype(np.int64))
+
+    def next_up(self, x: float | np.ndarray) -> np.ndarray:
+        """Smallest value of the format strictly greater than x (x rounded up first if off-grid).
+
+        >>> float(get_format("e4m3").next_up(1.0))
+        1.125
+        """
+        return _step(self, x, +1)
+
+    def next_down(self, x: float | np.ndarray) -> np.ndarray:
+        """Largest value of the format strictly less than x.
+
+        >>> float(get_format("e4m3").next_down(1.0))
+        0.9375
+        """
+        return _step(self, x, -1)
+
+    def __str__(self) -> str:
+        return self.name or f"e{self.exponent_bits}m{self.mantissa_bits}"
+
+
+@dataclass(frozen=True)
+class IntFormat:
+    """A two's-complement (or unsigned) integer format.
+
+    >>> fmt = get_format("int8")
+    >>> fmt.min, fmt.max, fmt.bits
+    (-128, 127, 8)
+    """
+
+    bits: int
+    signed: bool = True
+    name: str | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.bits, int) or not 1 <= self.bits <= 32:
+            raise ValueError(f"bits must be an integer in 1..32, got {self.bits!r}")
+
+    @property
+    def is_float(self) -> bool:
+        return False
+
+    @property
+    def max(self) -> int:
+        return (1 << (self.bits - 1)) - 1 if self.signed else (1 << self.bits) - 1
+
+    @property
+    def min(self) -> int:
+        return -(1 << (self.bits - 1)) if self.signed else 0
+
+    smallest_normal = 1
+    smallest_subnormal = 1
+    eps = 1
+    unit_roundoff = 0.5
+    emin = 0
+    has_inf = False
+    has_nan = False
+
+    @property
+    def emax(self) -> int:
+        return self.max.bit_length() - 1
+
+    @property
+    def code_dtype(self) -> np.dtype:
+        for dt in (np.uint8, np.uint16, np.uint32):
+            if self.bits <= np.dtype(dt).itemsize * 8:
+                return np.dtype(dt)
+        raise AssertionError  # pragma: no cover
+
+    @property
+    def dynamic_range_decades(self) -> float:
+        return math.log10(self.max)
+
+    def values(self) -> np.ndarray:
+        """Every value, ascending, as float64."""
+        if self.bits > 16:
+            raise ValueError(
+                f"values() enumerates formats of at most 16 bits, {self} has {self.bits}"
+            )
+        return np.arange(self.min, self.max + 1, dtype=np.float64)
+
+    def __str__(self) -> str:
+        return self.name or f"{'' if self.signed else 'u'}int{self.bits}"
+
+
+Format = FloatFormat | IntFormat
+
+
+def _values(fmt: FloatFormat) -> np.ndarray:
+    from .codec import decode
+
+    codes = np.arange(1 << fmt.bits, dtype=np.uint64).astype(fmt.code_dtype)
+    v = decode(codes, fmt).astype(np.float64)
+    return np.unique(v[np.isfinite(v)])
+
+
+def _step(fmt: FloatFormat, x: float | np.ndarray, direction: int) -> np.ndarray:
+    from .rounding import round_to
+
+    a = np.asarray(x, dtype=np.float64)
+    mode = "up" if direction > 0 else "down"
+    r = round_to(a, fmt, rounding=mode, overflow="ieee")
+    on_grid = r == a
+    # from a grid value, go one step: nudge by a tiny amount and round in the same direction
+    tiny = np.nextafter(a, np.inf * direction)
+    r2 = round_to(tiny, fmt, rounding=mode, overflow="ieee")
+    return np.where(on_grid, r2, r)
+
+
+def _f(e: int, m: int, name: str, **kw: object) -> FloatFormat:
+    return FloatFormat(e, m, name=name, **kw)  # type: ignore[arg-type]
+
+
+_FINITE: dict[str, object] = {"nan": "none", "has_inf": False}
+_FN: dict[str, object] = {"nan": "fn", "has_inf": False}
+_FNUZ: dict[str, object] = {"nan": "fnuz", "has_inf": False}
+
+#: The named formats of DESIGN.md (and a few more that ml_dtypes has).
+FORMATS: dict[str, FloatFormat | IntFormat] = {
+    "fp64": _f(11, 52, "fp64"),
+    "fp32": _f(8, 23, "fp32"),
+    "tf32": _f(8, 10, "tf32"),
+    "fp16": _f(5, 10, "fp16"),
+    "bf16": _f(8, 7, "bf16"),
+    "e4m3": _f(4, 3, "e4m3", **_FN),
+    "e5m2": _f(5, 2, "e5m2"),
+    "e4m3fnuz": _f(4, 3, "e4m3fnuz", bias=8, **_FNUZ),
+    "e5m2fnuz": _f(5, 2, "e5m2fnuz", bias=16, **_FNUZ),
+    "e4m3b11fnuz": _f(4, 3, "e4m3b11fnuz", bias=11, **_FNUZ),
+    "e4m3ieee": _f(4, 3, "e4m3ieee"),
+    "e3m4": _f(3, 4, "e3m4"),
+    "e2m3": _f(2, 3, "e2m3", **_FINITE),
+    "e3m2": _f(3, 2, "e3m2", **_FINITE),
+    "e2m1": _f(2, 1, "e2m1", **_FINITE),
+    "e8m0": _f(8, 0, "e8m0", has_subnormals=False, has_zero=False, signed=False, **_FN),
+    "int8": IntFormat(8, True, "int8"),
+    "uint8": IntFormat(8, False, "uint8"),
+    "int4": IntFormat(4, True, "int4"),
+    "uint4": IntFormat(4, False, "uint4"),
+}
+
+#: Other names accepted by :func:`get_format` (ml_dtypes, numpy and common spellings).
+ALIASES: dict[str, str] = {
+    "float64": "fp64",
+    "double": "fp64",
+    "float32": "fp32",
+    "single": "fp32",
+    "float16": "fp16",
+    "half": "fp16",
+    "bfloat16": "bf16",
+    "tensorfloat32": "tf32",
+    "float8_e4m3fn": "e4m3",
+    "e4m3fn": "e4m3",
+    "fp8_e4m3": "e4m3",
+    "float8_e5m2": "e5m2",
+    "fp8_e5m2": "e5m2",
+    "float8_e4m3fnuz": "e4m3fnuz",
+    "float8_e5m2fnuz": "e5m2fnuz",
+    "float8_e4m3b11fnuz": "e4m3b11fnuz",
+    "float8_e4m3": "e4m3ieee",
+    "float8_e3m4": "e3m4",
+    "float6_e2m3fn": "e2m3",
+    "fp6_e2m3": "e2m3",
+    "float6_e3m2fn": "e3m2",
+    "fp6_e3m2": "e3m2",
+    "float4_e2m1fn": "e2m1",
+    "fp4_e2m1": "e2m1",
+    "fp4": "e2m1",
+    "float8_e8m0fnu": "e8m0",
+    "e8m0fnu": "e8m0",
+}
+
+
+def known_formats() -> list[str]:
+    """Names accepted by :func:`get_format` (registry names first, then aliases)."""
+    return list(FORMATS) + list(ALIASES)
+
+
+def get_format(fmt: str | FloatFormat | IntFormat | np.dtype | type) -> FloatFormat | IntFormat:
+    """Look a format up by name (or pass a format through).
+
+    Accepts registry names (``"e4m3"``), ml_dtypes/numpy names (``"float8_e4m3fn"``,
+    ``"bfloat16"``), numpy/ml_dtypes dtypes, and ``FloatFormat``/``IntFormat`` instances.
+
+    >>> get_format("bfloat16").mantissa_bits
+    7
+    >>> get_format("fp7")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown format 'fp7'; known formats: fp64, fp32, tf32, fp16, bf16, ...
+    """
+    if isinstance(fmt, FloatFormat | IntFormat):
+        return fmt
+    if not isinstance(fmt, str):
+        try:
+            fmt = np.dtype(fmt).name
+        except TypeError:
+            raise TypeError(
+                "fmt must be a format name, FloatFormat, IntFormat or dtype, "
+                f"got {type(fmt).__name__}"
+            ) from None
+    key = fmt.strip().lower()
+    key = ALIASES.get(key, key)
+    if key in FORMATS:
+        return FORMATS[key]
+    names = ", ".join(known_formats())
+    raise ValueError(f"unknown format {fmt!r}; known formats: {names}")

@@ -1,0 +1,473 @@
+"""The rounding core: round any float array onto a format's grid, bit-exactly.
+
+Everything else in precision_lab (codecs, quantization, GEMM, scalers, training) calls
+:func:`round_to`; nothing re-implements rounding.
+
+How it works. Inputs are viewed as unsigned integers (float32 -> uint32, float64 -> uint64; other
+float dtypes are first widened exactly). For results in the format's normal range, rounding is an
+integer add-and-mask on the magnitude bits, so the carry into the exponent is free and the input is
+rounded once, from its exact value. Results in the format's subnormal range are a fixed quantum
+``q = 2**(emin - mantissa_bits)`` and are rounded as ``k * q`` with exact float64 arithmetic;
+overflow, infinities and NaN are patched afterwards on the (rare) elements that need it. Arrays are
+processed in cache-sized chunks, spread over the CPU cores (numpy releases the GIL).
+
+Stochastic rounding of an element with exact discarded fraction ``f`` (in units of the result's
+quantum, ``0 <= f < 1``) rounds away from zero iff ``floor(f * 2**64) + R >= 2**64``, where ``R`` is
+the element's 64-bit counter-based random word (see :mod:`precision_lab._random`) with its low
+``64 - random_bits`` bits cleared. So the probability is ``f`` truncated to ``random_bits`` bits,
+as in hardware stochastic rounding, and is exact for the default ``random_bits=None`` (64 bits).
+
+>>> import numpy as np
+>>> round_to(np.float64(1.0625 + 2**-40), "e4m3")
+array(1.125)
+>>> round_to(np.array([464.0, 464.0001, -0.0], dtype=np.float32), "e4m3")
+array([448., nan, -0.], dtype=float32)
+>>> round_to(np.array([61440.0], dtype=np.float32), "e5m2", rounding="rtz")
+array([57344.], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from ._random import check_seed, random_words
+from .formats import FloatFormat, IntFormat, get_format
+
+__all__ = [
+    "OVERFLOW_MODES",
+    "ROUNDING_MODES",
+    "SUBNORMAL_MODES",
+    "as_float_array",
+    "check_rounding",
+    "round_to",
+]
+
+ROUNDING_MODES = (
+    "nearest_even",
+    "nearest_away",
+    "toward_zero",
+    "up",
+    "down",
+    "odd",
+    "stochastic",
+)
+_MODE_ALIASES = {
+    "rne": "nearest_even",
+    "rna": "nearest_away",
+    "rtz": "toward_zero",
+    "rup": "up",
+    "rdn": "down",
+    "rto": "odd",
+    "sr": "stochastic",
+    "nearest": "nearest_even",
+}
+OVERFLOW_MODES = ("ieee", "saturate")
+SUBNORMAL_MODES = ("keep", "flush")
+
+#: elements per chunk: the temporaries of one chunk stay in the core's L2 cache
+CHUNK = 1 << 15
+
+_ML_FLOATS = {
+    np.dtype(getattr(ml_dtypes, n))
+    for n in dir(ml_dtypes)
+    if n.startswith(("float8", "float6", "float4", "bfloat16"))
+}
+
+
+def check_rounding(rounding: str) -> str:
+    """Canonical name of a rounding mode (aliases ``rne rna rtz rup rdn rto sr`` accepted).
+
+    >>> check_rounding("rtz")
+    'toward_zero'
+    """
+    if isinstance(rounding, str):
+        key = rounding.strip().lower()
+        key = _MODE_ALIASES.get(key, key)
+        if key in ROUNDING_MODES:
+            return key
+    raise ValueError(
+        f"rounding must be one of {', '.join(ROUNDING_MODES)} "
+        f"(or {', '.join(_MODE_ALIASES)}), got {rounding!r}"
+    )
+
+
+def check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if isinstance(value, str) and value in allowed:
+        return value
+    raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+
+
+def check_random_bits(random_bits: int | None) -> int:
+    if random_bits is None:
+        return 64
+    if isinstance(random_bits, bool) or not isinstance(random_bits, int | np.integer):
+        raise TypeError(f"random_bits must be an int in 1..64 or None, got {random_bits!r}")
+    if not 1 <= random_bits <= 64:
+        raise ValueError(f"random_bits must be in 1..64 (None for exact), got {random_bits}")
+    return int(random_bits)
+
+
+def as_float_array(x: Any, name: str = "x") -> np.ndarray:
+    """``x`` as a native-byte-order float16/32/64 or ml_dtypes array; TypeError otherwise.
+
+    >>> as_float_array([1, 2])
+    Traceback (most recent call last):
+    ...
+    TypeError: x must hold floating-point numbers, got an array of int64 ...
+    """
+    a = np.asarray(x)
+    dt = a.dtype
+    if dt in _ML_FLOATS:
+        return a.astype(np.float32)
+    if dt.kind != "f" or dt.itemsize > 8:
+        what = "complex numbers" if dt.kind == "c" else dt.name
+        raise TypeError(
+            f"{name} must hold floating-point numbers, got an array of {what} "
+            "(expected float16, float32, float64 or an ml_dtypes float)"
+        )
+    if not dt.isnative:
+        a = a.astype(dt.newbyteorder("="))
+    return a
+
+
+def _fits_float32(fmt: FloatFormat) -> bool:
+    return (
+        fmt.mantissa_bits <= 23
+        and fmt.max <= float(np.finfo(np.float32).max)
+        and fmt.smallest_subnormal >= 2.0**-149
+    )
+
+
+def working_dtype(in_dtype: np.dtype, fmt: FloatFormat | IntFormat) -> np.dtype:
+    """Result dtype of :func:`round_to`: float64 for float64 input or formats beyond float32."""
+    if in_dtype == np.float64:
+        return np.dtype(np.float64)
+    if isinstance(fmt, IntFormat):
+        return np.dtype(np.float32) if fmt.bits <= 24 else np.dtype(np.float64)
+    return np.dtype(np.float32) if _fits_float32(fmt) else np.dtype(np.float64)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Constants of one rounding job, in the integer view of the working dtype."""
+
+    fmt: FloatFormat
+    mode: str
+    overflow: str
+    flush: bool
+    F: type  # working float type
+    U: type  # matching unsigned type
+    W: int  # word width
+    s: int  # bits dropped in the format's normal range
+    threshold: int  # below these bits, the exact float64 path (_low_bits)
+    maxbits: int  # bits of fmt.max
+    qexp: int  # quantum exponent below the smallest normal
+    sign: int
+    abs_mask: int
+    inf_bits: int
+    nan_bits: int  # canonical quiet NaN (positive)
+
+
+@lru_cache(maxsize=256)
+def _plan(fmt: FloatFormat, wdt: str, mode: str, overflow: str, flush: bool) -> _Plan:
+    F = np.dtype(wdt).type
+    U = np.uint32 if F is np.float32 else np.uint64
+    W = 32 if F is np.float32 else 64
+    P = 23 if W == 32 else 52
+
+    def bits(v: float) -> int:
+        return int(np.array(v, dtype=F).view(U))
+
+    s = max(P - fmt.mantissa_bits, 0)
+    work_min_normal = float(np.finfo(F).smallest_normal)
+    sub_m = fmt.mantissa_bits if fmt.has_subnormals else 0
+    return _Plan(
+        fmt=fmt,
+        mode=mode,
+        overflow=overflow,
+        flush=flush,
+        F=F,
+        U=U,
+        W=W,
+        s=s,
+        threshold=bits(max(fmt.smallest_normal, work_min_normal)),
+        maxbits=bits(fmt.max),
+        qexp=fmt.emin - sub_m,
+        sign=1 << (W - 1),
+        abs_mask=(1 << (W - 1)) - 1,
+        inf_bits=bits(math.inf),
+        nan_bits=bits(math.nan) & ((1 << (W - 1)) - 1),
+    )
+
+
+def _round_quantum(
+    mag: np.ndarray, neg: np.ndarray, qexp: int | np.ndarray, mode: str, rw: np.ndarray | None
+) -> np.ndarray:
+    """Round finite magnitudes ``mag`` (float64, >= 0) to integer multiples ``k`` of ``2**qexp``.
+
+    Returns ``k`` as float64 integers. ``neg`` tells the sign for the directed modes.
+    """
+    v = np.ldexp(mag, -qexp)
+    if mode == "nearest_even":
+        return np.rint(v)
+    f = np.floor(v)
+    if mode == "toward_zero":
+        return f
+    if mode == "nearest_away":
+        return f + (v - f >= 0.5)
+    if mode in ("up", "down"):
+        away = ~neg if mode == "up" else neg
+        return np.where(away, np.ceil(v), f)
+    if mode == "odd":
+        return f + ((v != f) & (np.fmod(f, 2.0) == 0.0))
+    assert rw is not None
+    frac64 = np.floor(np.ldexp(v - f, 64)).astype(np.uint64)
+    up = (frac64 != 0) & (rw >= np.uint64(0) - frac64)
+    return f + up
+
+
+def _random_for(plan_rbits: int, seed: int, n: int, start: int) -> np.ndarray:
+    rw = random_words(seed, n, start)
+    if plan_rbits < 64:
+        rw &= np.uint64(((1 << 64) - 1) ^ ((1 << (64 - plan_rbits)) - 1))
+    return rw
+
+
+def _special(p: _Plan, u: np.ndarray, neg: np.ndarray) -> np.ndarray:
+    """Full result bits (sign included) for inputs that are NaN/inf or overflow the format."""
+    fmt = p.fmt
+    nan_keeps_sign = fmt.nan in ("ieee", "fn") and fmt.signed
+    sign_bits = np.where(neg, p.U(p.sign), p.U(0))
+    is_nan = u > p.inf_bits
+    is_inf = u == p.inf_bits
+    if p.overflow == "saturate":
+        to_inf = np.zeros(u.shape, dtype=bool)
+    elif p.mode in ("nearest_even", "nearest_away", "stochastic"):
+        to_inf = np.ones(u.shape, dtype=bool)
+    elif p.mode == "up":
+        to_inf = ~neg
+    elif p.mode == "down":
+        to_inf = neg.copy()
+    else:  # toward_zero, odd
+        to_inf = np.zeros(u.shape, dtype=bool)
+    to_inf |= is_inf & (p.overflow == "ieee")
+    if fmt.has_inf:
+        big = np.where(to_inf, p.U(p.inf_bits), p.U(p.maxbits))
+        big_sign = sign_bits
+    elif fmt.has_nan:
+        big = np.where(to_inf, p.U(p.nan_bits), p.U(p.maxbits))
+        big_sign = sign_bits if nan_keeps_sign else np.where(to_inf, p.U(0), sign_bits)
+    else:
+        big, big_sign = np.full(u.shape, p.maxbits, dtype=p.U), sign_bits
+    nan_sign = sign_bits if nan_keeps_sign else p.U(0)
+    return np.where(is_nan, p.U(p.nan_bits) | nan_sign, big | big_sign)
+
+
+def _round_float_chunk(p: _Plan, xc: np.ndarray, out: np.ndarray, rw: np.ndarray | None) -> None:
+    """Round one contiguous chunk ``xc`` into ``out`` (working dtype, same length)."""
+    U, s, mode = p.U, p.s, p.mode
+    wc = xc if xc.dtype == p.F else xc.astype(p.F)
+    bits = wc.view(U)
+    r = out.view(U)
+    u = bits & U(p.abs_mask)
+    sign = bits ^ u
+    if s == 0 or mode == "toward_zero":
+        np.bitwise_and(u, U(~((1 << s) - 1) & ((1 << p.W) - 1)), out=r)
+    else:
+        mask = U((1 << s) - 1)
+        notmask = U(((1 << p.W) - 1) ^ ((1 << s) - 1))
+        if mode == "nearest_even":
+            np.right_shift(u, U(s), out=r)
+            r &= U(1)
+            r += U((1 << (s - 1)) - 1)
+            r += u
+        elif mode == "nearest_away":
+            np.add(u, U(1 << (s - 1)), out=r)
+        elif mode in ("up", "down"):
+            np.right_shift(sign, U(p.W - 1), out=r)  # 1 for negative
+            if mode == "up":
+                r ^= U(1)
+            r *= mask
+            r += u
+        elif mode == "odd":
+            np.bitwise_and(u, mask, out=r)
+            inexact = (r != 0).view(np.uint8).astype(U)
+            np.bitwise_and(u, notmask, out=r)
+            r |= inexact << U(s)
+        else:  # stochastic
+            assert rw is not None
+            top = (rw >> np.uint64(32)).astype(U) if p.W == 32 else rw
+            np.right_shift(top, U(p.W - s), out=r)
+            r += u
+        r &= notmask
+    low = u < U(p.threshold)
+    if low.any():
+        idx = np.flatnonzero(low)
+        r[idx] = _low_bits(p, u[idx], sign[idx] != 0, None if rw is None else rw[idx])
+    over = r > U(p.maxbits)
+    if p.fmt.nan == "fnuz" or not p.fmt.signed:
+        sign &= np.where(r == 0, U(0), U(p.sign))  # no negative zero
+    if not p.fmt.signed:
+        over |= sign != 0
+    if over.any():
+        idx = np.flatnonzero(over)
+        neg = sign[idx] != 0
+        if p.fmt.signed:
+            full = _special(p, u[idx], neg)
+        else:  # unsigned: negative inputs are NaN too
+            full = np.where(neg, U(p.nan_bits), _special(p, u[idx], neg))
+        r[idx] = full
+        sign[idx] = 0
+    r |= sign
+
+
+def _low_bits(p: _Plan, u: np.ndarray, neg: np.ndarray, rw: np.ndarray | None) -> np.ndarray:
+    """Magnitude bits of results for inputs below ``p.threshold``, in exact float64 arithmetic.
+
+    These are inputs below the format's smallest normal (fixed quantum ``2**p.qexp``) and, for
+    formats whose normal range reaches below the working dtype's (e8m0 from float32), inputs that
+    are subnormal in the working dtype (quantum from their own binade).
+    """
+    fmt = p.fmt
+    mag = u.view(p.F).astype(np.float64)
+    e = np.frexp(mag)[1] - 1
+    qexp = np.where(e >= fmt.emin, e - fmt.mantissa_bits, p.qexp)
+    k = _round_quantum(mag, neg, qexp, p.mode, rw)
+    val = np.ldexp(k, qexp)
+    if not fmt.has_zero:  # e8m0: positive values below 2**emin go to 2**emin; zero is NaN
+        val = np.where(mag == 0, np.nan, np.maximum(val, fmt.smallest_normal))
+    if p.flush:
+        val[val < fmt.smallest_normal] = 0.0
+    return val.astype(p.F).view(p.U)
+
+
+def _round_int_chunk(
+    fmt: IntFormat, mode: str, xc: np.ndarray, out: np.ndarray, rw: np.ndarray | None
+) -> None:
+    a = xc.astype(np.float64)
+    neg = np.signbit(a)
+    finite = np.isfinite(a)
+    mag = np.where(finite, np.abs(a), 0.0)
+    k = _round_quantum(mag, neg, 0, mode, rw)
+    val = np.where(neg, -k, k) + 0.0  # integers have no negative zero
+    val = np.where(finite, val, np.where(np.isnan(a), np.nan, np.where(neg, -np.inf, np.inf)))
+    out[...] = np.clip(val, fmt.min, fmt.max)  # integers saturate; NaN stays NaN
+
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=os.cpu_count() or 1)
+    return _POOL
+
+
+def for_chunks(n: int, work: Any, chunk: int = CHUNK) -> None:
+    """Call ``work(start, stop)`` over ``range(n)`` in chunks, on all cores for large n."""
+    workers = os.cpu_count() or 1
+    if n <= 4 * chunk or workers == 1:
+        for i in range(0, n, chunk):
+            work(i, min(i + chunk, n))
+        return
+    per = -(-n // workers)
+    per = -(-per // chunk) * chunk
+
+    def run(lo: int) -> None:
+        for i in range(lo, min(lo + per, n), chunk):
+            work(i, min(i + chunk, n))
+
+    list(_pool().map(run, range(0, n, per)))
+
+
+def round_to(
+    x: Any,
+    fmt: str | FloatFormat | IntFormat,
+    *,
+    rounding: str = "nearest_even",
+    overflow: str = "ieee",
+    subnormals: str = "keep",
+    seed: int | None = None,
+    random_bits: int | None = None,
+) -> np.ndarray:
+    """Round ``x`` onto the grid of ``fmt``; the result holds the rounded values exactly.
+
+    Parameters
+    ----------
+    x:
+        Array-like of floats: float16, float32, float64 or an ml_dtypes float; any shape, strides or
+        byte order. It is never modified.
+    fmt:
+        A format name (``"e4m3"``, ``"bf16"``, ``"int8"``, ml_dtypes names ...) or a format object.
+    rounding:
+        ``nearest_even`` (default), ``nearest_away``, ``toward_zero``, ``up``, ``down``, ``odd`` or
+        ``stochastic`` (aliases ``rne rna rtz rup rdn rto sr``).
+    overflow:
+        ``"ieee"``: values beyond the largest finite value become inf (NaN in formats without inf,
+        such as e4m3) under the round-to-nearest modes, stochastic rounding and the directed mode
+        pointing outward, and ``±max`` under ``toward_zero``, ``odd`` and the inward directed mode;
+        ``"saturate"``: every overflow, infinities included, clamps to ``±max``. Formats with
+        neither inf nor NaN (e2m1, e2m3, e3m2) and integer formats always saturate.
+    subnormals:
+        ``"keep"``, or ``"flush"``: results that would be subnormal become zero (sign kept).
+    seed, random_bits:
+        For ``stochastic`` rounding: an int seed (``None`` draws one) and the number of random bits
+        (1..64; ``None`` for exact probabilities).
+
+    Returns
+    -------
+    numpy.ndarray of the input's shape: float64 for float64 input, else float32 when the format's
+    values fit in float32 (every format of 16 bits or fewer), else float64.
+
+    Special values. NaN stays NaN, keeping its sign where the format can hold it (not in fnuz
+    formats or formats without NaN: there the result is a positive NaN, which :func:`encode`
+    refuses for formats without NaN). ``-0.0`` stays ``-0.0`` except in formats without negative
+    zero. In the unsigned e8m0 scale format negative numbers and zero are NaN and positive numbers
+    below 2**-127 become 2**-127; its ties go to the even code under ``nearest_even``
+    (192 -> 128, as gfloat) and away under ``nearest_away`` (192 -> 256, as ml_dtypes, torch).
+
+    >>> round_to([0.1, 1e6, -1e6], "fp16")
+    array([0.09997559,        inf,       -inf])
+    >>> round_to([2.5, -2.5, 300.0], "int8", rounding="nearest_away")
+    array([   3.,   -3.,  127.])
+    >>> float(round_to(192.0, "e8m0")), float(round_to(192.0, "e8m0", rounding="rna"))
+    (128.0, 256.0)
+    """
+    f = get_format(fmt)
+    mode = check_rounding(rounding)
+    check_choice("overflow", overflow, OVERFLOW_MODES)
+    check_choice("subnormals", subnormals, SUBNORMAL_MODES)
+    rbits = check_random_bits(random_bits)
+    a = as_float_array(x)
+    wdt = working_dtype(a.dtype, f)
+    key = check_seed(seed) if mode == "stochastic" else 0
+    src = np.ascontiguousarray(a).reshape(-1)
+    out = np.empty(a.shape, dtype=wdt)
+    flat = out.reshape(-1)
+
+    if isinstance(f, IntFormat):
+
+        def work(lo: int, hi: int) -> None:
+            rw = _random_for(rbits, key, hi - lo, lo) if mode == "stochastic" else None
+            with np.errstate(all="ignore"):
+                _round_int_chunk(f, mode, src[lo:hi], flat[lo:hi], rw)
+
+    else:
+        p = _plan(f, wdt.name, mode, overflow, subnormals == "flush")
+
+        def work(lo: int, hi: int) -> None:
+            rw = _random_for(rbits, key, hi - lo, lo) if mode == "stochastic" else None
+            with np.errstate(all="ignore"):
+                _round_float_chunk(p, src[lo:hi], flat[lo:hi], rw)
+
+    for_chunks(src.size, work)
+    return out
