@@ -33,6 +33,7 @@ from .rounding import (
     check_random_bits,
     check_rounding,
     for_chunks,
+    is_device_array,
     round_to,
     working_dtype,
 )
@@ -114,6 +115,12 @@ def encode(
     check_choice("overflow", overflow, OVERFLOW_MODES)
     check_choice("subnormals", subnormals, SUBNORMAL_MODES)
     rbits = check_random_bits(random_bits)
+    if is_device_array(x):
+        from . import gpu
+
+        key = check_seed(seed) if mode == "stochastic" else 0
+        opts = {"overflow": overflow, "subnormals": subnormals, "seed": key, "random_bits": rbits}
+        return gpu.encode(x, f, rounding=mode, **opts)
     if isinstance(f, IntFormat):
         vals = round_to(x, f, rounding=mode, seed=seed, random_bits=random_bits)
         if np.isnan(vals).any():
@@ -205,6 +212,10 @@ def decode(codes: Any, fmt: str | FloatFormat | IntFormat) -> np.ndarray:
     ValueError: codes must be in 0..15 for e2m1 (a 4-bit format), got values up to 16
     """
     f = get_format(fmt)
+    if is_device_array(codes):
+        from . import gpu
+
+        return gpu.decode(codes, f)
     c = np.asarray(codes)
     if c.dtype.kind not in "ui":
         raise TypeError(f"codes must be an integer array, got {c.dtype.name}")

@@ -115,6 +115,11 @@ def check_random_bits(random_bits: int | None) -> int:
     return int(random_bits)
 
 
+def is_device_array(x: Any) -> bool:
+    """True for CuPy arrays, which the GPU backend (:mod:`precision_lab.gpu`) handles."""
+    return type(x).__module__.split(".")[0] == "cupy"
+
+
 def as_float_array(x: Any, name: str = "x") -> np.ndarray:
     """``x`` as a native-byte-order float16/32/64 or ml_dtypes array; TypeError otherwise.
 
@@ -447,9 +452,14 @@ def round_to(
     check_choice("overflow", overflow, OVERFLOW_MODES)
     check_choice("subnormals", subnormals, SUBNORMAL_MODES)
     rbits = check_random_bits(random_bits)
+    key = check_seed(seed) if mode == "stochastic" else 0
+    if is_device_array(x):
+        from . import gpu
+
+        opts = {"overflow": overflow, "subnormals": subnormals, "seed": key, "random_bits": rbits}
+        return gpu.round_to(x, f, rounding=mode, **opts)
     a = as_float_array(x)
     wdt = working_dtype(a.dtype, f)
-    key = check_seed(seed) if mode == "stochastic" else 0
     src = np.ascontiguousarray(a).reshape(-1)
     out = np.empty(a.shape, dtype=wdt)
     flat = out.reshape(-1)
