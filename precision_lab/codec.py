@@ -68,7 +68,7 @@ def _float_codes(p: _Plan, rb: np.ndarray) -> np.ndarray:
         idx = np.flatnonzero(low)
         v = mag[idx].view(p.F).astype(np.float64)
         e = np.frexp(v)[1] - 1
-        normal = e >= fmt.emin
+        normal = (e >= fmt.emin) & (v > 0)
         field = np.where(normal, e + fmt.bias, 0).astype(np.int64)
         sig = np.ldexp(v, np.where(normal, m - e, -p.qexp)) - np.where(normal, 1 << m, 0)
         code[idx] = ((field << m) + sig.astype(np.int64)).astype(U)

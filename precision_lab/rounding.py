@@ -325,10 +325,12 @@ def _round_float_chunk(p: _Plan, xc: np.ndarray, out: np.ndarray, rw: np.ndarray
     if over.any():
         idx = np.flatnonzero(over)
         neg = sign[idx] != 0
-        if p.fmt.signed:
-            full = _special(p, u[idx], neg)
-        else:  # unsigned: negative inputs are NaN too
-            full = np.where(neg, U(p.nan_bits), _special(p, u[idx], neg))
+        full = _special(p, u[idx], neg)
+        # NaN from the low path (zero in e8m0) and negative inputs of unsigned formats stay NaN
+        nan = (r[idx] > U(p.inf_bits)) & (u[idx] <= U(p.inf_bits))
+        if not p.fmt.signed:
+            nan |= neg
+        full[nan] = U(p.nan_bits)
         r[idx] = full
         sign[idx] = 0
     r |= sign
@@ -346,6 +348,18 @@ def _low_bits(p: _Plan, u: np.ndarray, neg: np.ndarray, rw: np.ndarray | None) -
     e = np.frexp(mag)[1] - 1
     qexp = np.where(e >= fmt.emin, e - fmt.mantissa_bits, p.qexp)
     k = _round_quantum(mag, neg, qexp, p.mode, rw)
+    if fmt.mantissa_bits == 0 and p.mode in ("nearest_even", "odd"):
+        # exponent-only formats: k is 1 or 2 in the normal range, and "even" is the parity of
+        # the code (exponent field), not of k
+        v = np.ldexp(mag, -qexp)
+        code_odd = (e + fmt.bias) % 2 == 1
+        pick = (
+            np.where(code_odd, 2.0, 1.0)
+            if p.mode == "nearest_even"
+            else np.where(code_odd, 1.0, 2.0)
+        )
+        tie_or_inexact = (v == 1.5) if p.mode == "nearest_even" else (v != np.floor(v))
+        k = np.where((e >= fmt.emin) & tie_or_inexact, pick, k)
     val = np.ldexp(k, qexp)
     if not fmt.has_zero:  # e8m0: positive values below 2**emin go to 2**emin; zero is NaN
         val = np.where(mag == 0, np.nan, np.maximum(val, fmt.smallest_normal))
