@@ -11,7 +11,7 @@ import bisect
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import lru_cache
+from functools import cache
 
 from precision_lab.formats import FloatFormat, IntFormat
 
@@ -36,7 +36,7 @@ class Grid:
     nan: bool
 
 
-@lru_cache(maxsize=None)
+@cache
 def grid(fmt: FloatFormat | IntFormat) -> Grid:
     assert isinstance(fmt, FloatFormat)
     e, m, bias = fmt.exponent_bits, fmt.mantissa_bits, fmt.bias
