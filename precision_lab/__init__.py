@@ -7,6 +7,7 @@
 0.30078125
 """
 
+from . import scaling
 from .codec import decode, encode
 from .formats import FORMATS, FloatFormat, IntFormat, get_format, known_formats
 from .rounding import ROUNDING_MODES, round_to
@@ -21,6 +22,7 @@ __all__ = [
     "get_format",
     "known_formats",
     "round_to",
+    "scaling",
 ]
 
 __version__ = "0.1.0"
