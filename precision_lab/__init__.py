@@ -10,17 +10,22 @@
 from . import scaling
 from .codec import decode, encode
 from .formats import FORMATS, FloatFormat, IntFormat, get_format, known_formats
+from .quantization import Calibration, calibrate, dequantize, quantize
 from .rounding import ROUNDING_MODES, round_to
 
 __all__ = [
     "FORMATS",
     "ROUNDING_MODES",
+    "Calibration",
     "FloatFormat",
     "IntFormat",
+    "calibrate",
     "decode",
+    "dequantize",
     "encode",
     "get_format",
     "known_formats",
+    "quantize",
     "round_to",
     "scaling",
 ]

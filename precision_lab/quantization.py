@@ -1,0 +1,667 @@
+"""Integer quantization (INT8, UINT8, INT4 ...): quantize, dequantize and calibrate.
+
+Affine quantization maps a float ``x`` to the integer
+
+    q = clamp(round(x / scale) + zero_point, qmin, qmax)
+
+with one ``scale``/``zero_point`` for the whole tensor or one per index along ``axis`` (per
+channel), as ``torch.quantize_per_tensor`` / ``torch.quantize_per_channel`` define it: round first
+(half to even by default), then add the zero point, then clamp. ``dequantize`` is
+``(q - zero_point) * scale``.
+
+**The quotient is rounded once, exactly.** ``round`` is applied to the exact real number
+``x / scale``, not to a float approximation of it: the quotient is formed in float64 in
+round-to-odd (a float64 division whose residual ``x - q * scale`` is computed exactly with
+Dekker's product), which holds enough information for any rounding of it to an integer to be the
+correct rounding of the exact quotient; the rounding itself is the core's
+:func:`~precision_lab.round_to` to an integer format. torch instead rounds
+``float32(x * float32(1 / float32(scale)))`` (fbgemm's reciprocal trick), which differs from the
+exact quotient in about one case in 10**3 near ties; ``division="torch"`` reproduces that
+quotient bit for bit (measured against torch 2.13 ``quantize_per_tensor``/``per_channel`` and
+``fake_quantize_per_tensor_affine``; with a non-zero zero point torch's x86 kernels add the zero
+point *before* rounding, so they differ from their own documented formula at ties).
+
+Dtype rules. ``quantize`` returns int8 for signed formats of at most 8 bits (int8, int4: an int4
+value is held in an int8), uint8 for unsigned ones (uint8, uint4), and int16/uint16, int32/uint32
+for wider formats. ``dequantize`` returns float32, correctly rounded from the exact product
+``(q - zero_point) * scale`` (so equal to torch's float32 product when the scale is a float32
+value), unless ``scale`` is a float64 NumPy array or ``numpy.float64`` scalar: then float64.
+Python floats count as float32-result scales (like NumPy's weak scalars); ``dtype=`` overrides.
+
+>>> import numpy as np
+>>> x = np.array([-1.0, -0.26, 0.0, 0.25, 0.5, 2.0], dtype=np.float32)
+>>> q = quantize(x, "int8", 2**-6)
+>>> q
+array([-64, -17,   0,  16,  32, 127], dtype=int8)
+>>> dequantize(q, 2**-6)
+array([-1.      , -0.265625,  0.      ,  0.25    ,  0.5     ,  1.984375], dtype=float32)
+>>> cal = calibrate(x, "int8")
+>>> float(cal.scale) * 127 >= 2.0, int(cal.zero_point)
+(True, 0)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .formats import IntFormat, get_format
+from .rounding import as_float_array, check_rounding, for_chunks, round_to
+
+__all__ = ["CALIBRATION_METHODS", "Calibration", "calibrate", "dequantize", "quantize"]
+
+CALIBRATION_METHODS = ("max", "percentile", "mse", "entropy")
+DIVISIONS = ("exact", "torch")
+
+#: integer format wide enough for every rounded quotient before the zero point and the clamp
+_WIDE = IntFormat(32, True, "int32")
+_SPLIT = 134217729.0  # 2**27 + 1, Veltkamp's splitting constant for float64
+
+
+# ----- argument checks -------------------------------------------------------------------------
+def _int_format(fmt: Any) -> IntFormat:
+    f = get_format(fmt)
+    if not isinstance(f, IntFormat):
+        raise ValueError(
+            f"fmt must be an integer format (int8, uint8, int4, uint4 or an IntFormat), got {f}; "
+            "float formats are reached with round_to or quantize_blocks"
+        )
+    return f
+
+
+def _q_dtype(fmt: IntFormat) -> np.dtype:
+    for bits, signed, unsigned in ((8, np.int8, np.uint8), (16, np.int16, np.uint16)):
+        if fmt.bits <= bits:
+            return np.dtype(signed if fmt.signed else unsigned)
+    return np.dtype(np.int32 if fmt.signed else np.uint32)
+
+
+def qrange(fmt: str | IntFormat, narrow_range: bool = False) -> tuple[int, int]:
+    """``(qmin, qmax)`` of an integer format; ``narrow_range`` drops the lowest code.
+
+    >>> qrange("int8"), qrange("int8", narrow_range=True), qrange("uint4")
+    ((-128, 127), (-127, 127), (0, 15))
+    """
+    f = _int_format(fmt)
+    return f.min + int(bool(narrow_range)), f.max
+
+
+def _check_axis(axis: Any, ndim: int) -> int | None:
+    if axis is None:
+        return None
+    if isinstance(axis, bool) or not isinstance(axis, int | np.integer):
+        raise TypeError(f"axis must be an int or None, got {axis!r}")
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"axis {axis} is out of range for an array with {ndim} dimension(s)")
+    return int(axis) % ndim
+
+
+def _per_axis(
+    value: Any, name: str, shape: tuple[int, ...], axis: int | None, kinds: str
+) -> np.ndarray:
+    """``value`` as an array broadcasting against ``shape`` (one entry, or one per axis index)."""
+    a = np.asarray(value)
+    if a.dtype.kind not in kinds:
+        want = "an integer" if kinds == "iu" else "a real number"
+        raise TypeError(f"{name} must be {want} or an array of them, got dtype {a.dtype.name}")
+    if axis is None:
+        if a.size != 1:
+            raise ValueError(
+                f"{name} has shape {a.shape} but axis=None needs a single {name}; "
+                "pass axis= for per-channel values"
+            )
+        return a.reshape(())
+    n = shape[axis]
+    if a.size == 1:
+        a = a.reshape(1)
+    if a.ndim != 1 or a.shape[0] != n:
+        raise ValueError(
+            f"{name} has shape {a.shape} but axis={axis} of x has length {n}: "
+            f"expected a single value or shape ({n},)"
+        )
+    out_shape = [1] * len(shape)
+    out_shape[axis] = a.shape[0]
+    return a.reshape(out_shape)
+
+
+def _scale(scale: Any, shape: tuple[int, ...], axis: int | None) -> np.ndarray:
+    s = _per_axis(scale, "scale", shape, axis, "fiu").astype(np.float64)
+    bad = ~(np.isfinite(s) & (s > 0))
+    if bad.any():
+        raise ValueError(f"scale must be finite and > 0, got {s[bad].flat[0]!r}")
+    return s
+
+
+def _zero_point(zero_point: Any, fmt: IntFormat, shape: tuple[int, ...], axis: int | None):
+    z = _per_axis(zero_point, "zero_point", shape, axis, "iu").astype(np.int64)
+    bad = (z < fmt.min) | (z > fmt.max)
+    if bad.any():
+        raise ValueError(
+            f"zero_point must lie in {fmt.min}..{fmt.max} for {fmt}, got {int(z[bad].flat[0])}"
+        )
+    return z
+
+
+# ----- exact arithmetic helpers ----------------------------------------------------------------
+def _two_product_error(a: np.ndarray, b: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """``a * b - p`` exactly, for ``p = fl(a * b)`` (Dekker; no overflow or underflow assumed)."""
+    ca, cb = _SPLIT * a, _SPLIT * b
+    ah = ca - (ca - a)
+    bh = cb - (cb - b)
+    al, bl = a - ah, b - bh
+    return ((ah * bh - p) + ah * bl + al * bh) + al * bl
+
+
+def _to_odd(v: np.ndarray, residual_sign: np.ndarray) -> np.ndarray:
+    """Round-to-odd from ``v = RN(exact)`` and the sign of ``exact - v`` (0 where exact).
+
+    Where ``v`` is inexact and even, the result is its neighbour on the side of the exact value
+    (one bit-pattern step; both neighbours of an even pattern are odd). ``v`` must be finite and
+    non-zero where the residual is non-zero.
+    """
+    v = np.asarray(v, dtype=np.float64)
+    u = v.view(np.uint64)
+    need = (residual_sign != 0) & ((u & np.uint64(1)) == 0)
+    grow = (residual_sign > 0) == (v > 0)  # the magnitude grows toward the exact value
+    step = need.astype(np.int64) * np.where(grow, 1, -1)
+    return (u.astype(np.int64) + step).view(np.float64)
+
+
+_SAFE = 2.0**900  # inside [2**-900, 2**900] Dekker's product neither overflows nor underflows
+
+
+def _odd_quotient(x: Any, s: Any) -> np.ndarray:
+    """float64 round-to-odd of the exact quotient ``x / s`` (``s > 0`` finite; broadcasts).
+
+    Rounding this value to an integer, in any deterministic mode, gives the rounding of the exact
+    quotient: round-to-odd at 53 bits keeps the sticky information the later rounding needs (the
+    float64 grid is at least 2 bits finer than the integers wherever ``|x / s| < 2**51``, and
+    beyond that the result saturates anyway). ``q = RN(x / s)`` is exact or not according to the
+    residual ``x - q * s``, which is computed exactly: ``q * s = p + err`` (Dekker's product) and
+    ``x - p`` is exact (Sterbenz). Chunked over the flat index (temporaries stay in cache).
+    """
+    xa = np.asarray(x, dtype=np.float64)
+    sa = np.asarray(s, dtype=np.float64)
+    shape = np.broadcast_shapes(xa.shape, sa.shape)
+    xf = np.broadcast_to(xa, shape).reshape(-1)
+    sf = sa.reshape(()) if sa.size == 1 else np.broadcast_to(sa, shape).reshape(-1)
+    out = np.empty(xf.size, dtype=np.float64)
+
+    def work(lo: int, hi: int) -> None:
+        sc = sf if sf.ndim == 0 else sf[lo:hi]
+        out[lo:hi] = _odd_quotient_flat(xf[lo:hi], np.broadcast_to(sc, (hi - lo,)))
+
+    with np.errstate(all="ignore"):
+        for_chunks(xf.size, work)
+    return out.reshape(shape)
+
+
+def _odd_quotient_flat(x: np.ndarray, s: np.ndarray) -> np.ndarray:
+    q = x / s
+    p = q * s
+    err = _two_product_error(q, s, p)
+    d = x - p
+    rs = (d > err).astype(np.int8) - (d < err).astype(np.int8)
+    ax, aq = np.abs(x), np.abs(q)
+    safe = (ax >= 1 / _SAFE) & (ax <= _SAFE) & (aq >= 1 / _SAFE) & (aq <= _SAFE)
+    safe &= (s >= 1 / _SAFE) & (s <= _SAFE)
+    special = (x == 0) | ~np.isfinite(x)  # q is exact (or inf/NaN)
+    safe |= special
+    rs[~safe | special] = 0
+    out = _to_odd(q, rs)
+    if not safe.all():
+        idx = np.flatnonzero(~safe)
+        out[idx] = _odd_quotient_scaled(x[idx], s[idx])
+    return out
+
+
+def _odd_quotient_scaled(x: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """:func:`_odd_quotient` for extreme magnitudes: the same on the frexp mantissas.
+
+    Quotients below 2**-1000 become ±2**-1000 (the same integer rounding in every deterministic
+    mode), so no subnormal float64 is ever formed; huge ones become ±inf (they saturate).
+    """
+    mx, ex = np.frexp(x)
+    ms, es = np.frexp(s)
+    q = mx / ms  # |q| in (1/2, 2): no overflow, no underflow
+    p = q * ms
+    err = _two_product_error(q, ms, p)
+    d = mx - p
+    rs = (d > err).astype(np.int8) - (d < err).astype(np.int8)
+    q_odd = _to_odd(q, rs)
+    k = np.clip(ex - es, -1000, 2000).astype(np.int64)
+    return np.ldexp(q_odd, k)
+
+
+def _torch_quotient(x: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """``float32(x) * float32(1 / float32(scale))`` in float32, as torch's CPU kernels compute."""
+    inv = np.float32(1.0) / s.astype(np.float32)
+    return x.astype(np.float32) * inv
+
+
+# ----- quantize / dequantize -------------------------------------------------------------------
+def quantize(
+    x: Any,
+    fmt: str | IntFormat,
+    scale: Any,
+    zero_point: Any = 0,
+    *,
+    axis: int | None = None,
+    rounding: str = "nearest_even",
+    narrow_range: bool = False,
+    seed: int | None = None,
+    random_bits: int | None = None,
+    division: str = "exact",
+) -> np.ndarray:
+    """Quantize floats to an integer format: ``clamp(round(x / scale) + zero_point, qmin, qmax)``.
+
+    Parameters
+    ----------
+    x:
+        Float array (float16/32/64 or an ml_dtypes float; integer arrays raise TypeError); never
+        modified. NaN raises ValueError (integers have no NaN); ±inf saturates.
+    fmt:
+        Integer format: ``"int8"``, ``"uint8"``, ``"int4"``, ``"uint4"`` or an ``IntFormat``.
+    scale, zero_point:
+        One value each (``axis=None``, per tensor), or one per index of ``x`` along ``axis``
+        (per channel; a single value broadcasts). ``scale`` must be finite and > 0; the zero point
+        an integer inside the format's range.
+    rounding:
+        Any rounding mode of :func:`~precision_lab.round_to`, applied to the exact quotient
+        ``x / scale`` before the zero point is added (stochastic rounding is keyed by ``seed`` and
+        the flat index of ``x``).
+    narrow_range:
+        Drop the lowest code (``-127..127`` for int8, ``1..255`` for uint8), as TensorRT and
+        TensorFlow's ``narrow_range`` do.
+    division:
+        ``"exact"`` (default) rounds the exact quotient; ``"torch"`` rounds torch's float32
+        quotient ``float32(x) * float32(1 / float32(scale))`` instead (bit-compatible with
+        ``torch.quantize_per_tensor`` for zero point 0, and with
+        ``torch.fake_quantize_per_tensor_affine`` for any zero point).
+
+    Returns
+    -------
+    Integer array of x's shape: int8/uint8 for formats of at most 8 bits (int4 values in int8),
+    int16/uint16 up to 16 bits, int32/uint32 beyond.
+
+    >>> quantize([0.3, -0.3, 1e9, -np.inf], "int8", 0.1)
+    array([   3,   -3,  127, -128], dtype=int8)
+    >>> x = np.float32(0.35)  # 0.3499999940..., just below 3.5 * 0.1
+    >>> int(quantize(x, "int8", 0.1)), int(quantize(x, "int8", 0.1, division="torch"))
+    (3, 4)
+    >>> quantize([1.25, 1.35], "uint8", 0.1, zero_point=128, rounding="toward_zero")
+    array([140, 141], dtype=uint8)
+    >>> quantize([[1.0, -1.0], [1.0, -1.0]], "int4", [0.25, 0.5], axis=0, narrow_range=True)
+    array([[ 4, -4],
+           [ 2, -2]], dtype=int8)
+    """
+    f = _int_format(fmt)
+    mode = check_rounding(rounding)
+    if division not in DIVISIONS:
+        raise ValueError(f"division must be one of {DIVISIONS}, got {division!r}")
+    a = as_float_array(x)
+    ax = _check_axis(axis, a.ndim)
+    s = _scale(scale, a.shape, ax)
+    z = _zero_point(zero_point, f, a.shape, ax)
+    qmin, qmax = qrange(f, narrow_range)
+    if np.isnan(a).any():
+        raise ValueError(f"x contains NaN, which {f} cannot represent")
+    with np.errstate(all="ignore"):
+        if division == "exact":
+            quotient = _odd_quotient(a.astype(np.float64), s)
+        else:
+            quotient = _torch_quotient(a, s)
+    quotient = np.broadcast_to(quotient, a.shape)
+    k = round_to(quotient, _WIDE, rounding=mode, seed=seed, random_bits=random_bits)
+    q = np.clip(k.astype(np.int64) + z, qmin, qmax)
+    return q.astype(_q_dtype(f))
+
+
+def _result_dtype(scale: Any, dtype: Any) -> np.dtype:
+    if dtype is not None:
+        dt = np.dtype(dtype)
+        if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
+            raise ValueError(f"dtype must be float32 or float64, got {dt.name}")
+        return dt
+    if isinstance(scale, np.ndarray | np.generic) and scale.dtype == np.float64:
+        return np.dtype(np.float64)
+    return np.dtype(np.float32)
+
+
+def dequantize(
+    q: Any,
+    scale: Any,
+    zero_point: Any = 0,
+    *,
+    axis: int | None = None,
+    dtype: Any = None,
+) -> np.ndarray:
+    """Floats from integer codes: ``(q - zero_point) * scale``, rounded once to the result dtype.
+
+    ``q`` must hold integers (TypeError otherwise). The result is float32 (the exact product
+    rounded to nearest even), or float64 when ``scale`` is a float64 NumPy array or
+    ``numpy.float64`` (or ``dtype=np.float64`` is passed). Exact products are guaranteed for
+    ``|q - zero_point| < 2**29``.
+
+    >>> dequantize(np.array([-128, 0, 127], dtype=np.int8), 0.5)
+    array([-64. ,   0. ,  63.5], dtype=float32)
+    >>> dequantize([10, 10], np.array([0.1, 0.2]), [0, 5], axis=0)
+    array([1., 1.])
+    """
+    c = np.asarray(q)
+    if c.dtype.kind not in "iu":
+        raise TypeError(f"q must be an integer array, got dtype {c.dtype.name}")
+    ax = _check_axis(axis, c.ndim)
+    s = _scale(scale, c.shape, ax)
+    z = _per_axis(zero_point, "zero_point", c.shape, ax, "iu").astype(np.int64)
+    out = _result_dtype(scale, dtype)
+    k = (c.astype(np.int64) - z).astype(np.float64)  # exact below 2**53
+    with np.errstate(all="ignore"):
+        p = k * s
+        if out == np.float64:
+            return np.asarray(p, dtype=np.float64)
+        err = _two_product_error(k, s, p)  # k * s - p, exactly
+        err = np.where(np.isfinite(err), err, 0.0)
+        odd = _to_odd(p, np.sign(err))
+    return round_to(np.asarray(odd, dtype=np.float64), "fp32").astype(np.float32)
+
+
+# ----- calibration -----------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class Calibration:
+    """Quantization parameters chosen by :func:`calibrate`.
+
+    Attributes
+    ----------
+    scale:
+        float32 array, shape ``()`` per tensor or ``(C,)`` per channel.
+    zero_point:
+        int32 array of the same shape (0 for symmetric signed formats).
+    amax:
+        The clipping threshold the method chose (float64; for asymmetric ``max`` calibration the
+        larger of ``-min`` and ``max``). Values with ``|x| <= amax`` are not clipped.
+    format, method, axis, symmetric, narrow_range:
+        What was asked for (``axis`` normalised to a non-negative int or None).
+    """
+
+    scale: np.ndarray
+    zero_point: np.ndarray
+    amax: np.ndarray
+    format: IntFormat
+    method: str
+    axis: int | None
+    symmetric: bool
+    narrow_range: bool
+
+    @property
+    def qmin(self) -> int:
+        return qrange(self.format, self.narrow_range)[0]
+
+    @property
+    def qmax(self) -> int:
+        return qrange(self.format, self.narrow_range)[1]
+
+    @property
+    def clip_min(self) -> np.ndarray:
+        """Smallest representable value, ``(qmin - zero_point) * scale`` (float64)."""
+        return (self.qmin - self.zero_point.astype(np.int64)) * self.scale.astype(np.float64)
+
+    @property
+    def clip_max(self) -> np.ndarray:
+        """Largest representable value, ``(qmax - zero_point) * scale`` (float64)."""
+        return (self.qmax - self.zero_point.astype(np.int64)) * self.scale.astype(np.float64)
+
+    def quantize(self, x: Any, **kwargs: Any) -> np.ndarray:
+        """:func:`quantize` with these parameters (keyword options pass through)."""
+        return quantize(
+            x,
+            self.format,
+            self.scale,
+            self.zero_point,
+            axis=self.axis,
+            narrow_range=self.narrow_range,
+            **kwargs,
+        )
+
+    def dequantize(self, q: Any, **kwargs: Any) -> np.ndarray:
+        """:func:`dequantize` with these parameters."""
+        return dequantize(q, self.scale, self.zero_point, axis=self.axis, **kwargs)
+
+
+def _scale_for(amax: float, levels: int) -> np.float32:
+    """The smallest float32 scale with ``amax / scale <= levels`` exactly (1.0 when amax == 0)."""
+    if amax == 0:
+        return np.float32(1.0)
+    s = round_to(np.float64(amax) / levels, "fp32", rounding="up").astype(np.float32)
+    s = np.maximum(s, np.float32(2.0**-149))
+    # the division above is rounded, so check exactly (round-to-odd keeps order with integers)
+    while _odd_quotient(np.float64(amax), np.float64(s)) > levels:
+        s = np.nextafter(s, np.float32(np.inf))
+    return np.float32(s)
+
+
+def _histogram(absx: np.ndarray, num_bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """pytorch-quantization's histogram of |x|: ``num_bins`` equal bins over ``[0, max|x|]``."""
+    return np.histogram(absx, bins=num_bins, range=(0.0, float(absx.max())))
+
+
+def _amax_percentile(hist: np.ndarray, edges: np.ndarray, percentile: float) -> float:
+    """pytorch-quantization ``_compute_amax_percentile``: the lower edge of the bin where the
+    cumulative fraction first reaches ``percentile / 100``."""
+    cdf = np.cumsum(hist / hist.sum())
+    idx = int(np.searchsorted(cdf, percentile / 100))
+    return float(edges[min(idx, len(edges) - 1)])
+
+
+def _amax_mse(
+    hist: np.ndarray, edges: np.ndarray, levels: int, qmin: int, start_bin: int, stride: int
+) -> float:
+    """pytorch-quantization ``_compute_amax_mse``: the bin centre ``c_i`` (i >= start_bin) that,
+    used as amax, minimises the histogram-weighted squared error of quantizing the centres."""
+    centers = (edges[1:] + edges[:-1]) / 2
+    cand = np.arange(start_bin, len(centers), stride)
+    if cand.size == 0:
+        return float(edges[-1])
+    amax = centers[cand]
+    scale = amax / levels
+    best, best_err = float(edges[-1]), np.inf
+    for lo in range(0, cand.size, 64):  # blocks of candidates keep temporaries small
+        sl = slice(lo, lo + 64)
+        k = round_to(_odd_quotient(centers[None, :], scale[sl, None]), _WIDE)
+        deq = np.clip(k, qmin, levels) * scale[sl, None]
+        mse = (((deq - centers[None, :]) ** 2) * hist[None, :]).mean(axis=1)
+        i = int(np.argmin(mse))
+        if mse[i] < best_err:  # first minimum wins, as np.argmin over all candidates
+            best, best_err = float(amax[sl][i]), float(mse[i])
+    return best
+
+
+def _amax_entropy(
+    hist: np.ndarray, edges: np.ndarray, nbins: int, start_bin: int, stride: int
+) -> float:
+    """pytorch-quantization ``_compute_amax_entropy`` (TensorRT's KL-divergence calibration).
+
+    For every candidate ``i`` (``start_bin..len(hist)`` step ``stride``): the reference
+    distribution P is ``hist[:i]`` with the outliers ``sum(hist[i:])`` folded into its last bin;
+    the candidate Q merges ``hist[:i]`` into ``nbins`` groups (``np.digitize`` on
+    ``linspace(0, i, nbins + 1)``), spreads each group's count evenly over its non-empty bins and
+    leaves empty bins empty. Both are normalised; the threshold is the right edge ``edges[i]`` of
+    the candidate with the smallest KL(P || Q), the largest such ``i`` on ties. As in
+    pytorch-quantization, the first bin's count is replaced by the second's before all this
+    (it damps the spike of exact zeros after a ReLU).
+    """
+    bins = hist.astype(np.float64)
+    bins[0] = bins[1]
+    tail = np.concatenate([np.cumsum(bins[::-1])[::-1], [0.0]])  # tail[i] = sum(bins[i:])
+    best_i, best_kl = -1, np.inf
+    for i in range(start_bin, len(bins) + 1, stride):
+        space = np.linspace(0, i, num=nbins + 1)
+        groups = np.digitize(np.arange(i), space) - 1
+        b = bins[:i]
+        nonzero = b != 0
+        sums = np.bincount(groups[nonzero], weights=b[nonzero], minlength=nbins)
+        counts = np.bincount(groups[nonzero], minlength=nbins)
+        avg = sums / np.maximum(counts, 1)
+        q = np.where(nonzero, avg[groups], 0.0)
+        p = b.copy()
+        p[-1] += tail[i]
+        p_sum, q_sum = p.sum(), q.sum()
+        if p_sum == 0 or q_sum == 0:
+            continue
+        p, q = p / p_sum, q / q_sum
+        pos = p > 0
+        kl = np.inf if np.any(pos & (q == 0)) else float(np.sum(p[pos] * np.log(p[pos] / q[pos])))
+        if kl <= best_kl:  # "<=": the largest i among equal divergences, as pytorch-quantization
+            best_i, best_kl = i, kl
+    return float(edges[best_i]) if best_i >= 0 else float(edges[-1])
+
+
+def calibrate(
+    x: Any,
+    fmt: str | IntFormat = "int8",
+    *,
+    method: str = "max",
+    axis: int | None = None,
+    symmetric: bool = True,
+    narrow_range: bool = False,
+    percentile: float = 99.99,
+    num_bins: int = 2048,
+    start_bin: int = 128,
+    stride: int = 1,
+) -> Calibration:
+    """Choose ``scale`` and ``zero_point`` for quantizing data like ``x`` to ``fmt``.
+
+    Methods (the clipping threshold ``amax``; histogram methods follow NVIDIA
+    pytorch-quantization's ``HistogramCalibrator``, on a histogram of ``|x|`` with ``num_bins``
+    equal bins over ``[0, max|x|]``):
+
+    - ``"max"``: ``amax = max|x|`` (asymmetric: the range ``[min(x, 0), max(x, 0)]``).
+    - ``"percentile"``: the lower edge of the histogram bin where the cumulative fraction of
+      ``|x|`` first reaches ``percentile`` percent.
+    - ``"mse"``: the bin centre (from ``start_bin`` on) minimising the histogram-weighted mean
+      squared error of quantize-dequantize (nearest even).
+    - ``"entropy"``: TensorRT's KL-divergence calibration (see ``_amax_entropy``): candidate
+      thresholds ``edges[i]`` for ``i`` from ``start_bin`` (128) to ``num_bins`` (2048), reference
+      distribution with the outliers folded into its last bin, quantized distribution merged into
+      ``qmax - zero_point + 1`` levels (128 for int8) and expanded back, minimal KL divergence.
+
+    Scales. Symmetric signed formats: zero point 0 and ``scale = amax / qmax`` (127 for int8,
+    also with ``narrow_range``; torch's MinMaxObserver divides by 127.5 instead and so clips
+    ``+max``). Symmetric unsigned formats: zero point at the middle code (128 for uint8, as torch
+    quint8) and ``scale = amax / (qmax - zero_point)``. Asymmetric (``max`` only): zero point
+    ``qmin - round(min / scale0)`` with ``scale0 = (max - min) / (qmax - qmin)``, then the
+    smallest scale that fits both ends around that zero point. Every scale is the smallest
+    float32 that fits, checked exactly, so ``max`` calibration never clips its calibration set
+    (under any rounding mode). ``amax == 0`` gives scale 1.
+
+    ``axis``: per-channel parameters, one per index along ``axis`` (statistics over the other
+    axes). ``x`` must be a non-empty finite float array.
+
+    >>> import numpy as np
+    >>> x = np.linspace(-2.0, 1.0, 7)
+    >>> c = calibrate(x, "int8")
+    >>> float(c.amax), float(c.scale), int(c.zero_point)
+    (2.0, 0.015748033300042152, 0)
+    >>> c = calibrate(x, "uint8", symmetric=False)
+    >>> int(c.zero_point), bool(c.clip_min <= -2.0), bool(c.clip_max >= 1.0)
+    (170, True, True)
+    """
+    f = _int_format(fmt)
+    if method not in CALIBRATION_METHODS:
+        raise ValueError(f"method must be one of {', '.join(CALIBRATION_METHODS)}, got {method!r}")
+    a = as_float_array(x)
+    if a.size == 0:
+        raise ValueError("x is empty: calibration needs data")
+    if not np.isfinite(a).all():
+        raise ValueError("x contains NaN or inf: calibration needs finite data")
+    ax = _check_axis(axis, a.ndim)
+    if not symmetric and method != "max":
+        raise ValueError(f"symmetric=False is supported with method='max' only, got {method!r}")
+    if method == "percentile" and not 0 < percentile <= 100:
+        raise ValueError(f"percentile must be in (0, 100], got {percentile!r}")
+    for name, v, lo in (
+        ("num_bins", num_bins, 1),
+        ("start_bin", start_bin, 1),
+        ("stride", stride, 1),
+    ):
+        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < lo:
+            raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
+    if method in ("mse", "entropy") and start_bin > num_bins:
+        raise ValueError(f"start_bin ({start_bin}) must not exceed num_bins ({num_bins})")
+
+    qmin, qmax = qrange(f, narrow_range)
+    if symmetric:
+        zp = 0 if f.signed else (qmin + qmax + 1) // 2
+        levels = min(qmax - zp, zp - qmin) if not f.signed else qmax
+    a64 = a.astype(np.float64)
+    if ax is None:
+        channels = [a64.reshape(-1)]
+    else:
+        channels = list(np.moveaxis(a64, ax, 0).reshape(a64.shape[ax], -1))
+
+    scales, zps, amaxes = [], [], []
+    for c in channels:
+        if symmetric:
+            absx = np.abs(c)
+            amax = _amax_of(
+                absx, method, levels, qmin - zp, percentile, num_bins, start_bin, stride
+            )
+            scales.append(_scale_for(amax, levels))
+            zps.append(zp)
+            amaxes.append(amax)
+        else:
+            s, z, amax = _asymmetric(float(c.min()), float(c.max()), qmin, qmax)
+            scales.append(s)
+            zps.append(z)
+            amaxes.append(amax)
+    shape: tuple[int, ...] = () if ax is None else (len(channels),)
+    return Calibration(
+        scale=np.array(scales, dtype=np.float32).reshape(shape),
+        zero_point=np.array(zps, dtype=np.int32).reshape(shape),
+        amax=np.array(amaxes, dtype=np.float64).reshape(shape),
+        format=f,
+        method=method,
+        axis=ax,
+        symmetric=bool(symmetric),
+        narrow_range=bool(narrow_range),
+    )
+
+
+def _amax_of(
+    absx: np.ndarray,
+    method: str,
+    levels: int,
+    qlow: int,
+    percentile: float,
+    num_bins: int,
+    start_bin: int,
+    stride: int,
+) -> float:
+    top = float(absx.max())
+    if method == "max" or top == 0:
+        return top
+    hist, edges = _histogram(absx, num_bins)
+    if method == "percentile":
+        return _amax_percentile(hist, edges, percentile)
+    if method == "mse":
+        return _amax_mse(hist, edges, levels, qlow, start_bin, stride)
+    return _amax_entropy(hist, edges, levels + 1, start_bin, stride)
+
+
+def _asymmetric(lo: float, hi: float, qmin: int, qmax: int) -> tuple[np.float32, int, float]:
+    lo, hi = min(lo, 0.0), max(hi, 0.0)
+    amax = max(-lo, hi)
+    if hi == lo:
+        return np.float32(1.0), min(max(0, qmin), qmax), amax
+    scale0 = (hi - lo) / (qmax - qmin)
+    k = round_to(_odd_quotient(np.float64(lo), np.float64(scale0)), _WIDE)
+    zp = int(np.clip(qmin - int(k), qmin, qmax))
+    # the smallest float32 scale that fits both ends around the (integer) zero point
+    scale = np.float32(0.0)
+    if hi > 0 and qmax > zp:
+        scale = max(scale, _scale_for(hi, qmax - zp))
+    if lo < 0 and zp > qmin:
+        scale = max(scale, _scale_for(-lo, zp - qmin))
+    return np.float32(scale), zp, amax
