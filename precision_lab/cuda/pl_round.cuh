@@ -1,0 +1,614 @@
+// pl_round.cuh: the rounding core of precision_lab in C++/CUDA.
+//
+// A port of precision_lab/rounding.py and precision_lab/codec.py that gives the same bits:
+// round a float32/float64 to a format's grid in every rounding mode (stochastic rounding with the
+// same counter-based random words as precision_lab/_random.py), encode values to codes and decode
+// codes to values. Every function is __host__ __device__: under nvcc/NVRTC it runs on the GPU,
+// and as plain C++ (no __CUDACC__) the test suite compiles it with the system compiler and checks
+// it bit for bit against the numpy core (tests/test_cuda_host.py).
+//
+// No standard header is needed under NVRTC (__CUDACC_RTC__). The arithmetic is integer or exact
+// double arithmetic (ldexp, frexp, floor, ceil, rint, fmod: exact on host and device); compile
+// without fast-math / flush-to-zero (nvcc: -ftz=false; g++: -ffp-contract=off, no -ffast-math).
+#ifndef PL_ROUND_CUH
+#define PL_ROUND_CUH
+
+#if defined(__CUDACC__)
+#define PL_HD __host__ __device__ __forceinline__
+#else
+#define PL_HD inline
+#endif
+
+#if !defined(__CUDACC_RTC__)
+#include <math.h>
+#include <string.h>
+#endif
+
+typedef unsigned int pl_u32;
+typedef unsigned long long pl_u64;
+typedef long long pl_i64;
+
+// ----- rounding modes, overflow, NaN styles (the order of rounding.ROUNDING_MODES) ----------------
+enum {
+  PL_RNE = 0,  // nearest_even
+  PL_RNA = 1,  // nearest_away
+  PL_RTZ = 2,  // toward_zero
+  PL_RUP = 3,  // up (toward +inf)
+  PL_RDN = 4,  // down (toward -inf)
+  PL_RTO = 5,  // odd
+  PL_SR = 6    // stochastic
+};
+enum { PL_NAN_IEEE = 0, PL_NAN_FN = 1, PL_NAN_FNUZ = 2, PL_NAN_NONE = 3 };
+enum { PL_HAS_INF = 1, PL_HAS_SUBNORMALS = 2, PL_HAS_ZERO = 4, PL_SIGNED = 8 };
+
+// A FloatFormat (formats.py) as plain data.
+struct pl_format {
+  int ebits;      // exponent_bits
+  int mbits;      // mantissa_bits
+  int bias;       // exponent bias (already resolved)
+  int nan_style;  // PL_NAN_*
+  int has_inf;
+  int has_subnormals;
+  int has_zero;
+  int is_signed;
+};
+
+PL_HD pl_format pl_make_format(int ebits, int mbits, int bias, int nan_style, int flags) {
+  pl_format f;
+  f.ebits = ebits;
+  f.mbits = mbits;
+  f.bias = bias;
+  f.nan_style = nan_style;
+  f.has_inf = (flags & PL_HAS_INF) != 0;
+  f.has_subnormals = (flags & PL_HAS_SUBNORMALS) != 0;
+  f.has_zero = (flags & PL_HAS_ZERO) != 0;
+  f.is_signed = (flags & PL_SIGNED) != 0;
+  return f;
+}
+
+// ----- bit casts ---------------------------------------------------------------------------------
+PL_HD pl_u32 pl_bits_of(float v) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(v);
+#else
+  pl_u32 u;
+  memcpy(&u, &v, sizeof u);
+  return u;
+#endif
+}
+PL_HD pl_u64 pl_bits_of(double v) {
+#if defined(__CUDA_ARCH__)
+  return (pl_u64)__double_as_longlong(v);
+#else
+  pl_u64 u;
+  memcpy(&u, &v, sizeof u);
+  return u;
+#endif
+}
+PL_HD float pl_f32_of(pl_u32 u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float v;
+  memcpy(&v, &u, sizeof v);
+  return v;
+#endif
+}
+PL_HD double pl_f64_of(pl_u64 u) {
+#if defined(__CUDA_ARCH__)
+  return __longlong_as_double((long long)u);
+#else
+  double v;
+  memcpy(&v, &u, sizeof v);
+  return v;
+#endif
+}
+PL_HD bool pl_isnan(double v) { return (pl_bits_of(v) & 0x7FFFFFFFFFFFFFFFULL) > 0x7FF0000000000000ULL; }
+PL_HD double pl_nan64() { return pl_f64_of(0x7FF8000000000000ULL); }
+PL_HD double pl_inf64() { return pl_f64_of(0x7FF0000000000000ULL); }
+
+// ----- the working float types (float32 and float64 viewed as unsigned integers) -----------------
+template <typename F>
+struct pl_traits;
+
+template <>
+struct pl_traits<float> {
+  typedef pl_u32 U;
+  enum { W = 32, P = 23, BIAS = 127 };
+  static PL_HD U bits(float v) { return pl_bits_of(v); }
+  static PL_HD float value(U u) { return pl_f32_of(u); }
+  static PL_HD U inf_bits() { return 0x7F800000u; }
+  static PL_HD U nan_bits() { return 0x7FC00000u; }  // numpy's float32 NaN (positive)
+  static PL_HD double min_normal() { return 1.1754943508222875e-38; }  // 2**-126
+  // an exactly representable double -> its float32 bits (a NaN becomes the canonical NaN)
+  static PL_HD U bits_from_double(double v) {
+    if (pl_isnan(v)) return nan_bits() | ((pl_bits_of(v) >> 63) ? 0x80000000u : 0u);
+    return pl_bits_of((float)v);
+  }
+};
+
+template <>
+struct pl_traits<double> {
+  typedef pl_u64 U;
+  enum { W = 64, P = 52, BIAS = 1023 };
+  static PL_HD U bits(double v) { return pl_bits_of(v); }
+  static PL_HD double value(U u) { return pl_f64_of(u); }
+  static PL_HD U inf_bits() { return 0x7FF0000000000000ULL; }
+  static PL_HD U nan_bits() { return 0x7FF8000000000000ULL; }
+  static PL_HD double min_normal() { return 2.2250738585072014e-308; }  // 2**-1022
+  static PL_HD U bits_from_double(double v) {
+    if (pl_isnan(v)) return nan_bits() | (pl_bits_of(v) & 0x8000000000000000ULL);
+    return pl_bits_of(v);
+  }
+};
+
+// ----- derived properties of a format (formats.FloatFormat) -------------------------------------
+PL_HD int pl_total_bits(const pl_format& f) { return f.ebits + f.mbits + (f.is_signed ? 1 : 0); }
+
+PL_HD pl_u64 pl_max_code_magnitude(const pl_format& f) {
+  const int e = f.ebits, m = f.mbits;
+  const pl_u64 top = (1ULL << (e + m)) - 1;
+  if (f.nan_style == PL_NAN_IEEE) return ((((1ULL << e) - 2) << m) | ((1ULL << m) - 1));
+  if (f.nan_style == PL_NAN_FN) return top - 1;
+  return top;
+}
+
+PL_HD int pl_emin(const pl_format& f) { return (f.has_zero ? 1 : 0) - f.bias; }
+
+PL_HD double pl_magnitude(const pl_format& f, pl_u64 code) {
+  const int m = f.mbits;
+  const pl_u64 exp_field = code >> m, frac = code & ((1ULL << m) - 1);
+  if (exp_field == 0 && f.has_zero) return ldexp((double)frac, pl_emin(f) - m);
+  return ldexp((double)((1ULL << m) | frac), (int)exp_field - f.bias - m);
+}
+
+PL_HD double pl_fmt_max(const pl_format& f) { return pl_magnitude(f, pl_max_code_magnitude(f)); }
+PL_HD double pl_smallest_normal(const pl_format& f) { return ldexp(1.0, pl_emin(f)); }
+PL_HD double pl_smallest_subnormal(const pl_format& f) {
+  if (f.has_subnormals && f.mbits > 0) return ldexp(1.0, pl_emin(f) - f.mbits);
+  return pl_smallest_normal(f);
+}
+
+// rounding.working_dtype: can float32 hold every value of the format?
+PL_HD bool pl_fits_float32(const pl_format& f) {
+  return f.mbits <= 23 && pl_fmt_max(f) <= 3.4028234663852886e38 &&
+         pl_smallest_subnormal(f) >= 1.401298464324817e-45;
+}
+
+// ----- counter-based random words: Philox4x64-10 (precision_lab/_random.py) ----------------------
+PL_HD pl_u64 pl_mulhi64(pl_u64 a, pl_u64 b) {
+#if defined(__CUDA_ARCH__)
+  return __umul64hi(a, b);
+#else
+  return (pl_u64)(((unsigned __int128)a * b) >> 64);
+#endif
+}
+
+// Philox4x64-10 of counter c (in place) under key (k0, k1).
+PL_HD void pl_philox4x64_10(pl_u64 c[4], pl_u64 k0, pl_u64 k1) {
+  for (int round = 0; round < 10; ++round) {
+    const pl_u64 m0 = 0xD2E7470EE14C6C93ULL, m1 = 0xCA5A826395121157ULL;
+    const pl_u64 hi0 = pl_mulhi64(m0, c[0]), lo0 = m0 * c[0];
+    const pl_u64 hi1 = pl_mulhi64(m1, c[2]), lo1 = m1 * c[2];
+    const pl_u64 n0 = hi1 ^ c[1] ^ k0, n2 = hi0 ^ c[3] ^ k1;
+    c[0] = n0;
+    c[1] = lo1;
+    c[2] = n2;
+    c[3] = lo0;
+    k0 += 0x9E3779B97F4A7C15ULL;
+    k1 += 0xBB67AE8584CAA73BULL;
+  }
+}
+
+// The random words of flat indices 4*group .. 4*group+3 for seed (seed_lo + 2**64 seed_hi), with
+// the low 64 - random_bits bits cleared (random_bits in 1..64).
+PL_HD void pl_random_group(pl_u64 group, pl_u64 seed_lo, pl_u64 seed_hi, int random_bits,
+                           pl_u64 w[4]) {
+  w[0] = group;
+  w[1] = 0;
+  w[2] = 0;
+  w[3] = 0;
+  pl_philox4x64_10(w, seed_lo, seed_hi);
+  const pl_u64 keep = random_bits >= 64 ? ~0ULL : ~((1ULL << (64 - random_bits)) - 1);
+  for (int j = 0; j < 4; ++j) w[j] &= keep;
+}
+
+// The random word of one flat index.
+PL_HD pl_u64 pl_random_word(pl_u64 index, pl_u64 seed_lo, pl_u64 seed_hi, int random_bits) {
+  pl_u64 w[4];
+  pl_random_group(index >> 2, seed_lo, seed_hi, random_bits, w);
+  return w[index & 3];
+}
+
+// ----- rounding to an integer multiple of 2**qexp (rounding._round_quantum) ----------------------
+// mag >= 0 finite; returns k as a double integer; rw: the element's (masked) random word.
+PL_HD double pl_round_quantum(double mag, bool neg, int qexp, int mode, pl_u64 rw) {
+  const double v = ldexp(mag, -qexp);
+  if (mode == PL_RNE) return rint(v);
+  const double f = floor(v);
+  switch (mode) {
+    case PL_RTZ:
+      return f;
+    case PL_RNA:
+      return f + (v - f >= 0.5 ? 1.0 : 0.0);
+    case PL_RUP:
+      return neg ? f : ceil(v);
+    case PL_RDN:
+      return neg ? ceil(v) : f;
+    case PL_RTO:
+      return f + ((v != f && fmod(f, 2.0) == 0.0) ? 1.0 : 0.0);
+    default: {  // stochastic: up iff floor(frac * 2**64) + R >= 2**64
+      const pl_u64 frac64 = (pl_u64)floor(ldexp(v - f, 64));
+      return f + ((frac64 != 0 && rw >= 0ULL - frac64) ? 1.0 : 0.0);
+    }
+  }
+}
+
+// ----- the plan of one rounding job (rounding._Plan) ---------------------------------------------
+template <typename F>
+struct pl_plan {
+  typedef typename pl_traits<F>::U U;
+  pl_format fmt;
+  int mode;
+  int saturate;  // overflow == "saturate"
+  int flush;     // subnormals == "flush"
+  int s;         // bits dropped in the format's normal range
+  int emin;
+  int qexp;  // quantum exponent below the smallest normal
+  U threshold;
+  U maxbits;
+  double smallest_normal;
+};
+
+template <typename F>
+PL_HD pl_plan<F> pl_make_plan(const pl_format& fmt, int mode, int saturate, int flush) {
+  typedef pl_traits<F> T;
+  pl_plan<F> p;
+  p.fmt = fmt;
+  p.mode = mode;
+  p.saturate = saturate;
+  p.flush = flush;
+  p.s = T::P > fmt.mbits ? T::P - fmt.mbits : 0;
+  p.emin = pl_emin(fmt);
+  p.qexp = p.emin - (fmt.has_subnormals ? fmt.mbits : 0);
+  p.smallest_normal = pl_smallest_normal(fmt);
+  const double thr = p.smallest_normal > T::min_normal() ? p.smallest_normal : T::min_normal();
+  p.threshold = T::bits_from_double(thr);
+  p.maxbits = T::bits_from_double(pl_fmt_max(fmt));
+  return p;
+}
+
+// Result bits (sign included) for NaN/inf inputs and overflow (rounding._special).
+template <typename F>
+PL_HD typename pl_traits<F>::U pl_special(const pl_plan<F>& p, typename pl_traits<F>::U u, bool neg) {
+  typedef pl_traits<F> T;
+  typedef typename T::U U;
+  const U signbit = (U)1 << (T::W - 1);
+  const pl_format& fmt = p.fmt;
+  const bool nan_keeps_sign =
+      (fmt.nan_style == PL_NAN_IEEE || fmt.nan_style == PL_NAN_FN) && fmt.is_signed;
+  const U sign_bits = neg ? signbit : (U)0;
+  const bool is_nan = u > T::inf_bits();
+  const bool is_inf = u == T::inf_bits();
+  bool to_inf;
+  if (p.saturate) {
+    to_inf = false;
+  } else if (p.mode == PL_RNE || p.mode == PL_RNA || p.mode == PL_SR) {
+    to_inf = true;
+  } else if (p.mode == PL_RUP) {
+    to_inf = !neg;
+  } else if (p.mode == PL_RDN) {
+    to_inf = neg;
+  } else {
+    to_inf = false;
+  }
+  if (is_inf && !p.saturate) to_inf = true;
+  U big, big_sign;
+  if (fmt.has_inf) {
+    big = to_inf ? T::inf_bits() : p.maxbits;
+    big_sign = sign_bits;
+  } else if (fmt.nan_style != PL_NAN_NONE) {
+    big = to_inf ? T::nan_bits() : p.maxbits;
+    big_sign = nan_keeps_sign ? sign_bits : (to_inf ? (U)0 : sign_bits);
+  } else {
+    big = p.maxbits;
+    big_sign = sign_bits;
+  }
+  const U nan_sign = nan_keeps_sign ? sign_bits : (U)0;
+  return is_nan ? (T::nan_bits() | nan_sign) : (big | big_sign);
+}
+
+// Magnitude bits of results for inputs below p.threshold, in exact double arithmetic
+// (rounding._low_bits).
+template <typename F>
+PL_HD typename pl_traits<F>::U pl_low_bits(const pl_plan<F>& p, typename pl_traits<F>::U u, bool neg,
+                                           pl_u64 rw) {
+  typedef pl_traits<F> T;
+  const pl_format& fmt = p.fmt;
+  const double mag = (double)T::value(u);
+  int e;
+  frexp(mag, &e);
+  e -= 1;
+  const int qexp = e >= p.emin ? e - fmt.mbits : p.qexp;
+  double k = pl_round_quantum(mag, neg, qexp, p.mode, rw);
+  if (fmt.mbits == 0 && e >= p.emin && (p.mode == PL_RNE || p.mode == PL_RTO)) {
+    // exponent-only formats: k is 1 or 2 in the normal range, and "even" is the parity of the
+    // code (exponent field), not of k
+    const double v = ldexp(mag, -qexp);
+    const bool code_odd = ((e + fmt.bias) & 1) != 0;
+    if (p.mode == PL_RNE) {
+      if (v == 1.5) k = code_odd ? 2.0 : 1.0;
+    } else if (v != floor(v)) {
+      k = code_odd ? 1.0 : 2.0;
+    }
+  }
+  double val = ldexp(k, qexp);
+  if (!fmt.has_zero) {  // e8m0: zero is NaN; positive values below 2**emin go to 2**emin
+    if (mag == 0.0) return T::nan_bits();
+    if (val < p.smallest_normal) val = p.smallest_normal;
+  }
+  if (p.flush && val < p.smallest_normal) val = 0.0;
+  return T::bits_from_double(val);
+}
+
+// Round the value with bits `bits` (working type F) to the format: the result's bits.
+// rw: the element's random word (masked to random_bits), used by stochastic rounding only.
+template <typename F>
+PL_HD typename pl_traits<F>::U pl_round_bits(const pl_plan<F>& p, typename pl_traits<F>::U bits,
+                                             pl_u64 rw) {
+  typedef pl_traits<F> T;
+  typedef typename T::U U;
+  const int W = T::W;
+  const U abs_mask = ((U)1 << (W - 1)) - 1;
+  const U u = bits & abs_mask;
+  const U sign = bits ^ u;
+  const int s = p.s;
+  U r;
+  if (s == 0) {
+    r = u;
+  } else {
+    const U mask = ((U)1 << s) - 1;
+    switch (p.mode) {
+      case PL_RTZ:
+        r = u;
+        break;
+      case PL_RNE:
+        r = ((u >> s) & 1) + (((U)1 << (s - 1)) - 1) + u;
+        break;
+      case PL_RNA:
+        r = u + ((U)1 << (s - 1));
+        break;
+      case PL_RUP:
+        r = u + (sign == 0 ? mask : (U)0);
+        break;
+      case PL_RDN:
+        r = u + (sign != 0 ? mask : (U)0);
+        break;
+      case PL_RTO:
+        r = (u & ~mask) | ((u & mask) != 0 ? ((U)1 << s) : (U)0);
+        break;
+      default: {  // stochastic: the top s bits of the random word
+        const U top = (U)(rw >> (64 - W));
+        r = u + (top >> (W - s));
+      }
+    }
+    r &= ~mask;
+  }
+  const bool neg = sign != 0;
+  if (u < p.threshold) r = pl_low_bits(p, u, neg, rw);
+  // overflow, inf and NaN
+  const bool over = u > p.maxbits && (u >= T::inf_bits() || r > p.maxbits);
+  U res = over ? pl_special(p, u, neg) : (r | sign);
+  bool nan = (res & abs_mask) > T::inf_bits();
+  if (!p.fmt.is_signed) {  // unsigned: negative inputs are NaN (-0.0 is 0 where there is a zero)
+    if (neg && !(u == 0 && p.fmt.has_zero)) nan = true;
+    if (nan) res = T::nan_bits();
+  }
+  if (p.fmt.nan_style == PL_NAN_FNUZ || !p.fmt.is_signed) {
+    if ((res & abs_mask) == 0) res = 0;  // no negative zero
+  }
+  if (nan && p.fmt.nan_style != PL_NAN_IEEE && p.fmt.nan_style != PL_NAN_FN) res = T::nan_bits();
+  return res;
+}
+
+template <typename F>
+PL_HD F pl_round_value(const pl_plan<F>& p, F x, pl_u64 rw) {
+  return pl_traits<F>::value(pl_round_bits(p, pl_traits<F>::bits(x), rw));
+}
+
+// ----- integer formats (rounding._round_int_chunk) -----------------------------------------------
+// x rounded to an integer of `bits` bits (saturating; NaN stays NaN), as a double.
+PL_HD double pl_round_int(double a, int bits, int is_signed, int mode, pl_u64 rw) {
+  const pl_u64 ab = pl_bits_of(a);
+  const bool neg = (ab >> 63) != 0;
+  const pl_u64 mag_bits = ab & 0x7FFFFFFFFFFFFFFFULL;
+  const bool finite = mag_bits < 0x7FF0000000000000ULL;
+  double val;
+  if (finite) {
+    const double k = pl_round_quantum(pl_f64_of(mag_bits), neg, 0, mode, rw);
+    val = (neg ? -k : k) + 0.0;  // integers have no negative zero
+  } else if (mag_bits > 0x7FF0000000000000ULL) {
+    return pl_nan64();
+  } else {
+    val = neg ? -pl_inf64() : pl_inf64();
+  }
+  const double lo = is_signed ? -ldexp(1.0, bits - 1) : 0.0;
+  const double hi = is_signed ? ldexp(1.0, bits - 1) - 1.0 : ldexp(1.0, bits) - 1.0;
+  if (val < lo) val = lo;
+  if (val > hi) val = hi;
+  return val;
+}
+
+// ----- codes (codec._float_codes, codec._decode_arith) -------------------------------------------
+// Magnitude-and-sign code of the canonical positive NaN (-1 when the format has none).
+PL_HD pl_i64 pl_nan_code(const pl_format& f) {
+  const int e = f.ebits, m = f.mbits;
+  if (f.nan_style == PL_NAN_IEEE) return m ? (pl_i64)(((((1ULL << e) - 1) << m) | (1ULL << (m - 1)))) : -1;
+  if (f.nan_style == PL_NAN_FN) return (pl_i64)((1ULL << (e + m)) - 1);
+  if (f.nan_style == PL_NAN_FNUZ) return (pl_i64)(1ULL << (pl_total_bits(f) - 1));
+  return -1;
+}
+
+// The code of an already rounded value with bits rb. Sets *nan_error when rb is NaN and the
+// format has no NaN code (the caller raises ValueError).
+template <typename F>
+PL_HD pl_u64 pl_encode_rounded(const pl_plan<F>& p, typename pl_traits<F>::U rb, int* nan_error) {
+  typedef pl_traits<F> T;
+  typedef typename T::U U;
+  const int W = T::W;
+  const pl_format& fmt = p.fmt;
+  const int m = fmt.mbits, nbits = pl_total_bits(fmt);
+  const U abs_mask = ((U)1 << (W - 1)) - 1;
+  const U offset = (U)((U)(pl_i64)(T::BIAS - fmt.bias) << m);
+  const U mag = rb & abs_mask;
+  U code = (mag >> p.s) - offset;
+  if (mag < p.threshold) {
+    const double v = (double)T::value(mag);
+    if (v == 0.0) {
+      code = 0;
+    } else {
+      int e;
+      frexp(v, &e);
+      e -= 1;
+      const bool normal = e >= p.emin;
+      const pl_i64 field = normal ? e + fmt.bias : 0;
+      const double sig = ldexp(v, normal ? m - e : -p.qexp) - (normal ? ldexp(1.0, m) : 0.0);
+      code = (U)((pl_u64)(field << m) + (pl_u64)(pl_i64)sig);
+    }
+  }
+  const U sign = fmt.is_signed ? (U)((rb >> (W - 1)) << (nbits - 1)) : (U)0;
+  code |= sign;
+  if (mag >= T::inf_bits()) {
+    const bool nan = mag > T::inf_bits();
+    if (nan && fmt.nan_style == PL_NAN_NONE) *nan_error = 1;
+    const U inf_code = (U)(((1ULL << fmt.ebits) - 1) << m);
+    const pl_i64 nan_code = pl_nan_code(fmt);
+    const U nan_sign =
+        (fmt.nan_style == PL_NAN_IEEE || fmt.nan_style == PL_NAN_FN) ? sign : (U)0;
+    code = nan ? ((U)(nan_code > 0 ? nan_code : 0) | nan_sign) : (inf_code | sign);
+  }
+  return (pl_u64)code;
+}
+
+// Round and encode in one step.
+template <typename F>
+PL_HD pl_u64 pl_encode_value(const pl_plan<F>& p, F x, pl_u64 rw, int* nan_error) {
+  return pl_encode_rounded(p, pl_round_bits(p, pl_traits<F>::bits(x), rw), nan_error);
+}
+
+// Two's-complement code of a rounded integer value (NaN sets *nan_error).
+PL_HD pl_u64 pl_encode_int(double rounded, int bits, int* nan_error) {
+  if (pl_isnan(rounded)) {
+    *nan_error = 1;
+    return 0;
+  }
+  return (pl_u64)(pl_i64)rounded & ((bits >= 64) ? ~0ULL : ((1ULL << bits) - 1));
+}
+
+// Value of a code, by the format's definition (double; NaN with the code's sign where the
+// format's NaN keeps it).
+PL_HD double pl_decode(const pl_format& f, pl_u64 c) {
+  const int e = f.ebits, m = f.mbits, nbits = pl_total_bits(f);
+  bool neg = false;
+  pl_u64 mag = c;
+  if (f.is_signed) {
+    neg = ((c >> (nbits - 1)) & 1) != 0;
+    mag = c & ((1ULL << (nbits - 1)) - 1);
+  }
+  const pl_u64 exp_field = mag >> m;
+  const double frac = (double)(mag & ((1ULL << m) - 1));
+  double val;
+  if (exp_field == 0 && f.has_zero) {
+    val = f.has_subnormals ? ldexp(frac, pl_emin(f) - m) : 0.0;
+  } else {
+    val = ldexp(frac + ldexp(1.0, m), (int)exp_field - f.bias - m);
+  }
+  const pl_u64 top = (1ULL << e) - 1;
+  bool nan = false;
+  if (f.nan_style == PL_NAN_IEEE) {
+    if (exp_field == top) {
+      if (frac == 0.0) {
+        val = pl_inf64();
+      } else {
+        nan = true;
+      }
+    }
+  } else if (f.nan_style == PL_NAN_FN) {
+    nan = mag == (1ULL << (e + m)) - 1;
+  } else if (f.nan_style == PL_NAN_FNUZ) {
+    nan = neg && mag == 0;
+  }
+  const bool nan_keeps_sign = f.nan_style == PL_NAN_IEEE || f.nan_style == PL_NAN_FN;
+  if (nan) return (neg && nan_keeps_sign) ? -pl_nan64() : pl_nan64();
+  return neg ? -val : val;
+}
+
+// Value of an integer-format code (two's complement when signed).
+PL_HD double pl_decode_int(pl_u64 c, int bits, int is_signed) {
+  pl_i64 v = (pl_i64)c;
+  if (is_signed && bits < 64 && c >= (1ULL << (bits - 1))) v -= (pl_i64)(1ULL << bits);
+  return (double)v;
+}
+
+// ----- groups of four elements: what one GPU thread does, and the host harness too ---------------
+// Elements 4*g .. 4*g+3 (those below n) share one Philox block, as in precision_lab/_random.py.
+struct pl_sr_key {
+  pl_u64 seed_lo, seed_hi;
+  int random_bits;
+};
+
+template <typename F>
+PL_HD void pl_round_group(const pl_plan<F>& p, const F* x, F* out, pl_u64 n, pl_u64 g,
+                          const pl_sr_key& key) {
+  pl_u64 w[4] = {0, 0, 0, 0};
+  if (p.mode == PL_SR) pl_random_group(g, key.seed_lo, key.seed_hi, key.random_bits, w);
+  for (int j = 0; j < 4; ++j) {
+    const pl_u64 i = 4 * g + j;
+    if (i < n) out[i] = pl_round_value(p, x[i], w[j]);
+  }
+}
+
+template <typename F, typename C>
+PL_HD int pl_encode_group(const pl_plan<F>& p, const F* x, C* out, pl_u64 n, pl_u64 g,
+                          const pl_sr_key& key) {
+  pl_u64 w[4] = {0, 0, 0, 0};
+  int err = 0;
+  if (p.mode == PL_SR) pl_random_group(g, key.seed_lo, key.seed_hi, key.random_bits, w);
+  for (int j = 0; j < 4; ++j) {
+    const pl_u64 i = 4 * g + j;
+    if (i < n) out[i] = (C)pl_encode_value(p, x[i], w[j], &err);
+  }
+  return err;
+}
+
+template <typename F>
+PL_HD void pl_round_int_group(const F* x, F* out, pl_u64 n, pl_u64 g, int bits, int is_signed,
+                              int mode, const pl_sr_key& key) {
+  pl_u64 w[4] = {0, 0, 0, 0};
+  if (mode == PL_SR) pl_random_group(g, key.seed_lo, key.seed_hi, key.random_bits, w);
+  for (int j = 0; j < 4; ++j) {
+    const pl_u64 i = 4 * g + j;
+    if (i < n) {
+      const double v = pl_round_int((double)x[i], bits, is_signed, mode, w[j]);
+      out[i] = pl_traits<F>::value(pl_traits<F>::bits_from_double(v));
+    }
+  }
+}
+
+template <typename F, typename C>
+PL_HD int pl_encode_int_group(const F* x, C* out, pl_u64 n, pl_u64 g, int bits, int is_signed,
+                              int mode, const pl_sr_key& key) {
+  pl_u64 w[4] = {0, 0, 0, 0};
+  int err = 0;
+  if (mode == PL_SR) pl_random_group(g, key.seed_lo, key.seed_hi, key.random_bits, w);
+  for (int j = 0; j < 4; ++j) {
+    const pl_u64 i = 4 * g + j;
+    if (i < n) {
+      const double v = pl_round_int((double)x[i], bits, is_signed, mode, w[j]);
+      out[i] = (C)pl_encode_int(v, bits, &err);
+    }
+  }
+  return err;
+}
+
+#endif  // PL_ROUND_CUH

@@ -1,0 +1,545 @@
+"""The CUDA rounding core (precision_lab/cuda/pl_round.cuh), compiled as plain C++, against numpy.
+
+The header's __host__ __device__ functions are built with the system C++ compiler into a shared
+library (tests/cuda_harness/host_round.cpp, once per session, cached under tests/_build/) and
+called through ctypes. The harness runs the same per-group functions as the GPU kernels, so
+this checks the GPU arithmetic bit for bit on a machine without a GPU:
+
+- round_to and encode for every format of at most 16 bits, every deterministic rounding mode, both
+  overflow modes and both subnormal modes, over all 65536 float16 and all 65536 bfloat16 bit
+  patterns (as float32 inputs), and over float64 edge values (grid points, midpoints and their
+  float64 neighbours) and random float64 bit patterns;
+- wider formats (fp32, tf32, fp64, custom) on random float32/float64 inputs;
+- stochastic rounding with several seeds (up to 2**128 - 1) and random_bits values;
+- decode of every code of every format of at most 16 bits, random codes of wider formats;
+- the Philox4x64-10 words against precision_lab._random.
+
+The oracle is the numpy core itself (precision_lab.rounding / precision_lab.codec), plus ml_dtypes
+for the formats it has, and hand-derived values for zero, NaN and e8m0.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from precision_lab import FORMATS, FloatFormat, IntFormat, decode, encode, get_format, round_to
+from precision_lab._random import philox4x64, random_words
+from precision_lab.gpu import CUDA_DIR, format_args
+from precision_lab.rounding import ROUNDING_MODES, working_dtype
+
+ROOT = Path(__file__).resolve().parent
+HARNESS = ROOT / "cuda_harness" / "host_round.cpp"
+BUILD = ROOT / "_build"
+CXXFLAGS = ["-O2", "-std=c++17", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC"]
+
+# casting the signalling NaNs among the float16/bfloat16 patterns raises numpy's "invalid" flag
+pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning")
+
+DETERMINISTIC = [m for m in ROUNDING_MODES if m != "stochastic"]
+M64 = (1 << 64) - 1
+
+#: formats of at most 16 bits: the registry's and custom ones exercising every option
+SMALL_FLOATS: dict[str, FloatFormat] = {
+    name: f for name, f in FORMATS.items() if isinstance(f, FloatFormat) and f.bits <= 16
+}
+SMALL_FLOATS.update(
+    {
+        "e3m2_nosub": FloatFormat(3, 2, nan="none", has_inf=False, has_subnormals=False),
+        "e4m3_unsigned": FloatFormat(4, 3, nan="fn", has_inf=False, signed=False),
+        "e5m4": FloatFormat(5, 4),
+        "e2m1_bias3": FloatFormat(2, 1, bias=3, nan="none", has_inf=False),
+        "e6m9_fnuz": FloatFormat(6, 9, nan="fnuz", has_inf=False),
+        "e5m0_fn_nosub": FloatFormat(5, 0, nan="fn", has_inf=False, has_subnormals=False),
+        "e4m0_scale": FloatFormat(
+            4, 0, nan="fn", has_inf=False, has_subnormals=False, has_zero=False, signed=False
+        ),
+    }
+)
+WIDE_FLOATS: dict[str, FloatFormat] = {
+    "fp32": FORMATS["fp32"],  # type: ignore[dict-item]
+    "tf32": FORMATS["tf32"],  # type: ignore[dict-item]
+    "fp64": FORMATS["fp64"],  # type: ignore[dict-item]
+    "e8m16": FloatFormat(8, 16),
+    "e11m20_fn": FloatFormat(11, 20, bias=1024, nan="fn", has_inf=False),
+    "e8m23_nosub": FloatFormat(8, 23, nan="none", has_inf=False, has_subnormals=False),
+    "e9m10": FloatFormat(9, 10),  # wider range than float32: float64 working type
+}
+INTS = [
+    IntFormat(8),
+    IntFormat(8, False),
+    IntFormat(4),
+    IntFormat(4, False),
+    IntFormat(16),
+    IntFormat(32),
+    IntFormat(32, False),
+]
+
+
+# ----- building and calling the harness ------------------------------------------------------
+def _compiler() -> str | None:
+    for cand in (os.environ.get("CXX"), "g++", "c++", "clang++"):
+        if cand and shutil.which(cand):
+            return shutil.which(cand)
+    return None
+
+
+@pytest.fixture(scope="session")
+def lib() -> ctypes.CDLL:
+    cxx = _compiler()
+    if cxx is None:
+        pytest.skip("no C++ compiler found (g++, c++, clang++ or $CXX): cannot build the harness")
+    header = CUDA_DIR / "pl_round.cuh"
+    digest = hashlib.sha256(
+        HARNESS.read_bytes() + header.read_bytes() + " ".join([cxx, *CXXFLAGS]).encode()
+    ).hexdigest()[:16]
+    out = BUILD / f"host_round_{digest}.so"
+    if not out.exists():
+        BUILD.mkdir(exist_ok=True)
+        tmp = out.with_suffix(f".{os.getpid()}.tmp")
+        cmd = [cxx, *CXXFLAGS, f"-I{CUDA_DIR}", str(HARNESS), "-o", str(tmp)]
+        res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        assert res.returncode == 0, f"compiling the harness failed:\n{' '.join(cmd)}\n{res.stderr}"
+        os.replace(tmp, out)
+    return ctypes.CDLL(str(out))
+
+
+def _ptr(a: np.ndarray) -> ctypes.c_void_p:
+    return ctypes.c_void_p(a.ctypes.data)
+
+
+def _fmt_array(fmt: FloatFormat) -> np.ndarray:
+    return np.array(format_args(fmt), dtype=np.int32)
+
+
+def _sr(seed: int, random_bits: int | None) -> tuple[ctypes.c_uint64, ctypes.c_uint64, int]:
+    return ctypes.c_uint64(seed & M64), ctypes.c_uint64(seed >> 64), random_bits or 64
+
+
+def c_round(
+    lib,
+    x,
+    fmt,
+    *,
+    rounding="nearest_even",
+    overflow="ieee",
+    subnormals="keep",
+    seed=0,
+    random_bits=None,
+):
+    """The header's round_to: same dtype rules as the core."""
+    x = np.asarray(x)
+    wdt = working_dtype(x.dtype, fmt)
+    with np.errstate(all="ignore"):
+        src = np.ascontiguousarray(x, dtype=wdt).reshape(-1)
+    out = np.empty_like(src)
+    sfx = "f32" if wdt == np.float32 else "f64"
+    mode = ROUNDING_MODES.index(rounding)
+    if isinstance(fmt, IntFormat):
+        fn = getattr(lib, f"plh_round_int_{sfx}")
+        fn(
+            _ptr(src),
+            _ptr(out),
+            ctypes.c_uint64(src.size),
+            fmt.bits,
+            int(fmt.signed),
+            mode,
+            *_sr(seed, random_bits),
+        )
+    else:
+        fa = _fmt_array(fmt)
+        fn = getattr(lib, f"plh_round_{sfx}")
+        fn(
+            _ptr(src),
+            _ptr(out),
+            ctypes.c_uint64(src.size),
+            _ptr(fa),
+            mode,
+            int(overflow == "saturate"),
+            int(subnormals == "flush"),
+            *_sr(seed, random_bits),
+        )
+    return out.reshape(x.shape)
+
+
+def c_encode(
+    lib,
+    x,
+    fmt,
+    *,
+    rounding="nearest_even",
+    overflow="ieee",
+    subnormals="keep",
+    seed=0,
+    random_bits=None,
+):
+    """The header's encode: (codes as the format's code dtype, NaN-error flag)."""
+    x = np.asarray(x)
+    wdt = working_dtype(x.dtype, fmt)
+    with np.errstate(all="ignore"):
+        src = np.ascontiguousarray(x, dtype=wdt).reshape(-1)
+    out = np.empty(src.size, dtype=np.uint64)
+    sfx = "f32" if wdt == np.float32 else "f64"
+    mode = ROUNDING_MODES.index(rounding)
+    if isinstance(fmt, IntFormat):
+        fn = getattr(lib, f"plh_encode_int_{sfx}")
+        err = fn(
+            _ptr(src),
+            _ptr(out),
+            ctypes.c_uint64(src.size),
+            fmt.bits,
+            int(fmt.signed),
+            mode,
+            *_sr(seed, random_bits),
+        )
+    else:
+        fa = _fmt_array(fmt)
+        fn = getattr(lib, f"plh_encode_{sfx}")
+        err = fn(
+            _ptr(src),
+            _ptr(out),
+            ctypes.c_uint64(src.size),
+            _ptr(fa),
+            mode,
+            int(overflow == "saturate"),
+            int(subnormals == "flush"),
+            *_sr(seed, random_bits),
+        )
+    return out.astype(fmt.code_dtype).reshape(x.shape), err
+
+
+def c_decode(lib, codes, fmt):
+    c = np.ascontiguousarray(codes, dtype=np.uint64).reshape(-1)
+    if isinstance(fmt, IntFormat):
+        out = np.empty(c.size, dtype=np.float64)
+        lib.plh_decode_int(_ptr(c), _ptr(out), ctypes.c_uint64(c.size), fmt.bits, int(fmt.signed))
+        return out.astype(working_dtype(np.dtype(np.float32), fmt))
+    to_f32 = working_dtype(np.dtype(np.float32), fmt) == np.float32
+    out = np.empty(c.size, dtype=np.float32 if to_f32 else np.float64)
+    fa = _fmt_array(fmt)
+    lib.plh_decode(_ptr(c), _ptr(out), ctypes.c_uint64(c.size), _ptr(fa), int(to_f32))
+    return out
+
+
+# ----- the oracle: the numpy core ---------------------------------------------------------------
+def _expected_round(x: np.ndarray, fmt, **kw) -> np.ndarray:
+    return round_to(x, fmt, **kw)
+
+
+def _expected_encode(x: np.ndarray, fmt, **kw) -> np.ndarray:
+    return encode(x, fmt, **kw)
+
+
+def _same_bits(got: np.ndarray, want: np.ndarray, what: str, x: np.ndarray) -> None:
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
+    assert got.shape == want.shape
+    ut = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+    g = got.view(ut[got.itemsize]) if got.dtype.kind == "f" else got
+    w = want.view(ut[want.itemsize]) if want.dtype.kind == "f" else want
+    bad = np.flatnonzero(g.reshape(-1) != w.reshape(-1))
+    if bad.size:
+        i = bad[:5]
+        xs = np.asarray(x).reshape(-1)[i]
+        raise AssertionError(
+            f"{what}: {bad.size} of {g.size} differ; x={xs.tolist()} "
+            f"got={got.reshape(-1)[i].tolist()} want={want.reshape(-1)[i].tolist()} "
+            f"(bits got={[hex(int(v)) for v in g.reshape(-1)[i]]} "
+            f"want={[hex(int(v)) for v in w.reshape(-1)[i]]})"
+        )
+
+
+# ----- inputs ----------------------------------------------------------------------------------
+def _all_half_patterns() -> np.ndarray:
+    """All 65536 float16 and all 65536 bfloat16 bit patterns, as float32 (exactly)."""
+    codes = np.arange(1 << 16, dtype=np.uint32)
+    f16 = codes.astype(np.uint16).view(np.float16).astype(np.float32)
+    bf16 = (codes << np.uint32(16)).view(np.float32)
+    return np.concatenate([f16, bf16])
+
+
+X32 = _all_half_patterns()
+
+
+def _edges64(fmt: FloatFormat) -> np.ndarray:
+    """float64 grid values, midpoints, their float64 neighbours and values beyond the range."""
+    v = fmt.values()
+    v = v[v >= 0]
+    top = fmt.max + float(fmt.ulp(fmt.max))
+    pts = np.concatenate([v, (v[:-1] + v[1:]) / 2, [(fmt.max + top) / 2, top, 2 * top]])
+    pts = np.concatenate([pts, np.nextafter(pts, np.inf), np.nextafter(pts, -np.inf)])
+    pts = np.concatenate([pts, pts / 2, [0.0, 5e-324, 1e-300, 1e300, np.inf, np.nan]])
+    pts = np.abs(pts)
+    return np.concatenate([pts, -pts])
+
+
+def _random64(n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(0, 1 << 63, size=n, dtype=np.int64).view(np.uint64) << np.uint64(1)
+    raw |= rng.integers(0, 2, size=n, dtype=np.uint64)
+    return raw.view(np.float64)
+
+
+def _random_near(n: int, lo_exp: int, hi_exp: int, seed: int, dtype) -> np.ndarray:
+    """Random significands times random powers of two in [lo_exp, hi_exp], random signs."""
+    rng = np.random.default_rng(seed)
+    sig = 1.0 + rng.random(n)
+    if dtype == np.float32:
+        sig = sig.astype(np.float32).astype(np.float64)
+    x = np.ldexp(sig, rng.integers(lo_exp, hi_exp + 1, size=n)) * rng.choice([-1.0, 1.0], n)
+    with np.errstate(over="ignore"):
+        return x.astype(dtype)
+
+
+# ----- tests -------------------------------------------------------------------------------------
+def test_philox_words_match_the_core(lib) -> None:
+    for seed in (0, 1, 12345, (1 << 64) + 7, (1 << 128) - 1):
+        for start in (0, 1, 6, (1 << 40) + 3):
+            for rbits in (64, 13, 1):
+                out = np.empty(37, dtype=np.uint64)
+                lib.plh_random_words(
+                    ctypes.c_uint64(seed & M64),
+                    ctypes.c_uint64(seed >> 64),
+                    rbits,
+                    ctypes.c_uint64(start),
+                    ctypes.c_uint64(37),
+                    _ptr(out),
+                )
+                want = random_words(seed, 37, start)
+                want &= np.uint64(M64 ^ ((1 << (64 - rbits)) - 1))
+                assert out.tolist() == want.tolist(), (seed, start, rbits)
+    # and the plain-Python reference of the algorithm itself
+    out = np.empty(4, dtype=np.uint64)
+    lib.plh_random_words(
+        ctypes.c_uint64(5),
+        ctypes.c_uint64(7),
+        64,
+        ctypes.c_uint64(0),
+        ctypes.c_uint64(4),
+        _ptr(out),
+    )
+    assert out.tolist() == philox4x64((0, 0, 0, 0), (5, 7))
+
+
+@pytest.mark.parametrize("name", [*SMALL_FLOATS, *WIDE_FLOATS])
+def test_format_properties(lib, name: str) -> None:
+    fmt = {**SMALL_FLOATS, **WIDE_FLOATS}[name]
+    out = np.empty(7, dtype=np.float64)
+    lib.plh_format_info(_ptr(_fmt_array(fmt)), _ptr(out))
+    assert out.tolist() == [
+        fmt.max,
+        fmt.smallest_normal,
+        fmt.smallest_subnormal,
+        fmt.emin,
+        float(fmt.max_code_magnitude),
+        fmt.bits,
+        float(working_dtype(np.dtype(np.float32), fmt) == np.float32),
+    ]
+
+
+@pytest.mark.parametrize("name", list(SMALL_FLOATS))
+def test_round_and_encode_all_half_patterns(lib, name: str) -> None:
+    """Every fp16 and bf16 bit pattern, every deterministic mode, overflow and subnormal mode."""
+    fmt = SMALL_FLOATS[name]
+    for rounding in DETERMINISTIC:
+        for overflow, subnormals in (("ieee", "keep"), ("saturate", "keep"), ("ieee", "flush")):
+            kw = {"rounding": rounding, "overflow": overflow, "subnormals": subnormals}
+            what = f"{name} {kw}"
+            _same_bits(c_round(lib, X32, fmt, **kw), _expected_round(X32, fmt, **kw), what, X32)
+            codes, err = c_encode(lib, X32, fmt, **kw)
+            if fmt.has_nan:
+                _same_bits(codes, _expected_encode(X32, fmt, **kw), "encode " + what, X32)
+                assert err == 0
+            else:  # the core refuses NaN here; the harness raises its flag
+                assert err == 1
+                ok = ~np.isnan(X32)
+                _same_bits(codes[ok], _expected_encode(X32[ok], fmt, **kw), "encode " + what, X32)
+
+
+@pytest.mark.parametrize("name", list(SMALL_FLOATS))
+def test_round_float64_edges_and_random(lib, name: str) -> None:
+    """float64 input is rounded once from its exact value: edges, midpoints, random patterns."""
+    fmt = SMALL_FLOATS[name]
+    x = np.concatenate([_edges64(fmt), _random64(4000, 1), _random_near(4000, -30, 30, 2, float)])
+    for rounding in DETERMINISTIC:
+        for overflow, subnormals in (("ieee", "keep"), ("saturate", "flush")):
+            kw = {"rounding": rounding, "overflow": overflow, "subnormals": subnormals}
+            what = f"{name} float64 {kw}"
+            _same_bits(c_round(lib, x, fmt, **kw), _expected_round(x, fmt, **kw), what, x)
+            ok = ~np.isnan(x) if not fmt.has_nan else np.ones(x.shape, dtype=bool)
+            codes, _ = c_encode(lib, x[ok], fmt, **kw)
+            _same_bits(codes, _expected_encode(x[ok], fmt, **kw), "encode " + what, x[ok])
+
+
+@pytest.mark.parametrize("name", list(WIDE_FLOATS))
+def test_wide_formats_random(lib, name: str) -> None:
+    fmt = WIDE_FLOATS[name]
+    lo, hi = fmt.emin - fmt.mantissa_bits - 3, fmt.emax + 2
+    x32 = _random_near(20000, max(lo, -150), min(hi, 128), 3, np.float32)
+    x32 = np.concatenate([x32, X32])
+    x64 = np.concatenate(
+        [_random_near(20000, max(lo, -1075), min(hi, 1023), 4, float), _random64(5000, 5)]
+    )
+    for rounding in DETERMINISTIC:
+        for overflow, subnormals in (("ieee", "keep"), ("saturate", "flush")):
+            kw = {"rounding": rounding, "overflow": overflow, "subnormals": subnormals}
+            for x in (x32, x64):
+                what = f"{name} {x.dtype} {kw}"
+                _same_bits(c_round(lib, x, fmt, **kw), _expected_round(x, fmt, **kw), what, x)
+                ok = ~np.isnan(x) if not fmt.has_nan else np.ones(x.shape, dtype=bool)
+                codes, _ = c_encode(lib, x[ok], fmt, **kw)
+                _same_bits(codes, _expected_encode(x[ok], fmt, **kw), "encode " + what, x[ok])
+
+
+SR_CASES = [(0, None), (12345, None), ((1 << 64) + 99, 3), ((1 << 128) - 1, 1), (7, 13), (8, 52)]
+
+
+@pytest.mark.parametrize(("seed", "random_bits"), SR_CASES)
+def test_stochastic_rounding_same_bits(lib, seed: int, random_bits: int | None) -> None:
+    """The same random words and the same up/down rule: identical results, element by element."""
+    kw = {"rounding": "stochastic", "seed": seed, "random_bits": random_bits}
+    x64 = np.concatenate(
+        [_random_near(9999, -26, 18, seed % 1000, float), _edges64(SMALL_FLOATS["e4m3"])]
+    )
+    for name in ("e4m3", "e5m2", "bf16", "fp16", "e2m1", "e8m0", "e4m3fnuz", "e3m2_nosub"):
+        fmt = SMALL_FLOATS[name]
+        for overflow in ("ieee", "saturate"):
+            for x in (X32, x64):
+                what = f"{name} {x.dtype} {overflow} {kw}"
+                got = c_round(lib, x, fmt, overflow=overflow, **kw)
+                _same_bits(got, _expected_round(x, fmt, overflow=overflow, **kw), what, x)
+                ok = ~np.isnan(x) if not fmt.has_nan else np.ones(x.shape, dtype=bool)
+                codes, _ = c_encode(lib, x[ok], fmt, overflow=overflow, **kw)
+                want = _expected_encode(x[ok], fmt, overflow=overflow, **kw)
+                _same_bits(codes, want, "encode " + what, x[ok])
+    for name in ("tf32", "e9m10", "fp32"):
+        fmt = WIDE_FLOATS[name]
+        x = _random_near(9999, -140, 120, 9, float)
+        _same_bits(c_round(lib, x, fmt, **kw), _expected_round(x, fmt, **kw), name, x)
+
+
+def test_stochastic_rounding_is_random(lib) -> None:
+    """Sanity of the harness itself: 0.25 of the way up rounds up about 1/4 of the time."""
+    x = np.full(40000, 1.0 + 0.25 * 2.0**-3, dtype=np.float32)  # e4m3 spacing at 1 is 2**-3
+    r = c_round(lib, x, get_format("e4m3"), rounding="stochastic", seed=3)
+    frac_up = float(np.mean(r > 1.0))
+    assert set(np.unique(r).tolist()) == {1.0, 1.125}
+    assert abs(frac_up - 0.25) < 0.01
+
+
+@pytest.mark.parametrize("fmt", INTS, ids=str)
+def test_integer_formats(lib, fmt: IntFormat) -> None:
+    x32 = np.concatenate([X32, np.arange(-300, 300, 0.25, dtype=np.float32)])
+    x64 = np.concatenate([x32.astype(np.float64), _random_near(5000, -3, 40, 6, float)])
+    for rounding in ROUNDING_MODES:
+        kw = {"rounding": rounding, "seed": 77}
+        for x in (x32, x64):
+            what = f"{fmt} {x.dtype} {rounding}"
+            _same_bits(c_round(lib, x, fmt, **kw), round_to(x, fmt, **kw), what, x)
+            assert c_encode(lib, x, fmt, **kw)[1] == 1  # X32 holds NaN: the core raises
+            ok = ~np.isnan(x)
+            codes, err = c_encode(lib, x[ok], fmt, **kw)
+            assert err == 0
+            _same_bits(codes, encode(x[ok], fmt, **kw), "encode " + what, x[ok])
+
+
+@pytest.mark.parametrize("fmt", [*SMALL_FLOATS.values(), *INTS[:4]], ids=str)
+def test_decode_every_code(lib, fmt) -> None:
+    codes = np.arange(1 << fmt.bits, dtype=np.uint64).astype(fmt.code_dtype)
+    _same_bits(c_decode(lib, codes, fmt), decode(codes, fmt), f"decode {fmt}", codes)
+
+
+@pytest.mark.parametrize("name", list(WIDE_FLOATS))
+def test_decode_wide_formats(lib, name: str) -> None:
+    fmt = WIDE_FLOATS[name]
+    rng = np.random.default_rng(8)
+    codes = rng.integers(0, 1 << fmt.bits, size=20000, dtype=np.uint64).astype(fmt.code_dtype)
+    want = decode(codes, fmt)
+    got = c_decode(lib, codes, fmt)
+    if name in ("fp32", "fp64"):
+        # the core views the codes (NaN payloads kept), the GPU backend too; the header's
+        # arithmetic decode gives canonical NaNs: compare values and NaN positions
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        ok = ~np.isnan(want)
+        _same_bits(got[ok], want[ok], f"decode {name}", codes[ok])
+    else:
+        _same_bits(got, want, f"decode {name}", codes)
+
+
+ML = {
+    "fp16": np.float16,
+    "bf16": ml_dtypes.bfloat16,
+    "e4m3": ml_dtypes.float8_e4m3fn,
+    "e5m2": ml_dtypes.float8_e5m2,
+    "e4m3fnuz": ml_dtypes.float8_e4m3fnuz,
+    "e5m2fnuz": ml_dtypes.float8_e5m2fnuz,
+    "e4m3b11fnuz": ml_dtypes.float8_e4m3b11fnuz,
+    "e3m4": ml_dtypes.float8_e3m4,
+    "e4m3ieee": ml_dtypes.float8_e4m3,
+    "e2m3": ml_dtypes.float6_e2m3fn,
+    "e3m2": ml_dtypes.float6_e3m2fn,
+    "e2m1": ml_dtypes.float4_e2m1fn,
+}
+
+
+@pytest.mark.parametrize("name", list(ML))
+def test_encode_matches_ml_dtypes(lib, name: str) -> None:
+    """An oracle independent of the numpy core: ml_dtypes' round-to-nearest-even casts."""
+    fmt = get_format(name)
+    x = X32 if fmt.has_nan else X32[~np.isnan(X32)]
+    if not fmt.has_nan and not fmt.has_inf:  # ml_dtypes saturates the FP6/FP4 formats
+        kw = {"overflow": "saturate"}
+    else:
+        kw = {}
+    codes, _ = c_encode(lib, x, fmt, **kw)
+    with np.errstate(all="ignore"):
+        want = x.astype(ML[name]).view(np.uint8 if fmt.bits <= 8 else np.uint16)
+    got_vals, want_vals = c_decode(lib, codes, fmt), want.view(ML[name]).astype(np.float32)
+    nan = np.isnan(want_vals)
+    np.testing.assert_array_equal(np.isnan(got_vals), nan)
+    # NaN codes differ in payload between libraries; every other code must be identical
+    _same_bits(codes[~nan], want[~nan].astype(codes.dtype), f"ml_dtypes {name}", x[~nan])
+
+
+def test_hand_derived_cases(lib) -> None:
+    """Zero codes, unsigned formats and e8m0 (zero and negatives are NaN in every mode)."""
+    x = np.array([0.0, -0.0, 1e-9, -1e-9], dtype=np.float32)
+    codes, _ = c_encode(lib, x, get_format("fp16"))
+    assert codes.tolist() == [0x0000, 0x8000, 0x0000, 0x8000]
+    codes, _ = c_encode(lib, x, get_format("e4m3"))
+    assert codes.tolist() == [0x00, 0x80, 0x00, 0x80]
+    codes, _ = c_encode(lib, x, get_format("e4m3fnuz"))  # no negative zero in fnuz
+    assert codes.tolist() == [0, 0, 0, 0]
+    e8m0 = get_format("e8m0")
+    for rounding in DETERMINISTIC:
+        for overflow in ("ieee", "saturate"):
+            r = c_round(
+                lib,
+                np.array([0.0, -0.0, -1.0], np.float32),
+                e8m0,
+                rounding=rounding,
+                overflow=overflow,
+            )
+            assert np.isnan(r).all(), (rounding, overflow, r)
+            codes, _ = c_encode(lib, x[:2], e8m0, rounding=rounding, overflow=overflow)
+            assert codes.tolist() == [0xFF, 0xFF]
+    # e8m0 ties go to the even code under nearest_even: 192 -> 128, 1.5 * 2**-127 -> 2**-127
+    r = c_round(lib, np.array([192.0, 1.5 * 2.0**-127, 3 * 2.0**-127], np.float32), e8m0)
+    assert r.tolist() == [128.0, 2.0**-127, 2.0**-125]
+    r = c_round(lib, np.array([192.0], np.float32), e8m0, rounding="nearest_away")
+    assert r.tolist() == [256.0]
+    # an unsigned format with a zero: -0.0 is +0.0, negative numbers are NaN
+    u = SMALL_FLOATS["e4m3_unsigned"]
+    r = c_round(lib, np.array([-0.0, -1e-9, -1.0, 1.0], np.float32), u)
+    assert np.signbit(r[0]) == False and r[0] == 0  # noqa: E712
+    assert np.isnan(r[1:3]).all() and r[3] == 1.0
+    # e4m3: 464 is a tie between 448 and 480 (480 is NaN's code): even is 448; 464.0001 is NaN
+    r = c_round(lib, np.array([464.0, 464.0001, -500.0], np.float32), get_format("e4m3"))
+    assert r[0] == 448.0 and np.isnan(r[1]) and np.isnan(r[2]) and np.signbit(r[2])
