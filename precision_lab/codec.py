@@ -28,12 +28,14 @@ from .rounding import (
     _plan,
     _random_for,
     _round_float_chunk,
+    _scratch,
     as_float_array,
     check_choice,
     check_random_bits,
     check_rounding,
     for_chunks,
     is_device_array,
+    repair,
     round_to,
     working_dtype,
 )
@@ -51,6 +53,32 @@ def _nan_code(fmt: FloatFormat) -> int:
     if fmt.nan == "fnuz":
         return fmt.sign_code
     return -1
+
+
+def _fast_codes(p: _Plan, rb: np.ndarray, out: np.ndarray) -> None:
+    """Codes (into ``out``, the code dtype) of rounded values in the format's normal range.
+
+    Shifting the full bits right by ``s`` leaves sign | exponent | mantissa with the working
+    dtype's exponent bias; subtracting the bias difference re-biases the exponent (no borrow
+    reaches the sign for normal results), then the sign bit moves down to the format's.
+    """
+    fmt, U = p.fmt, p.U
+    assert fmt.bias is not None
+    bias_in = 127 if p.W == 32 else 1023
+    offset = ((bias_in - fmt.bias) << fmt.mantissa_bits) % (1 << p.W)
+    drop = (p.W - 1 - p.s) - (fmt.bits - 1)
+    code = _scratch(U, rb.size, slot=3)
+    np.right_shift(rb, U(p.s), out=code)
+    if offset:
+        code -= U(offset)
+    if fmt.signed and drop:
+        sign = _scratch(U, rb.size, slot=4)
+        np.right_shift(code, U(drop), out=sign)
+        sign &= U(fmt.sign_code)
+        code &= U(fmt.sign_code - 1)
+        np.bitwise_or(code, sign, out=out, casting="unsafe")
+    else:
+        np.copyto(out, code, casting="unsafe")
 
 
 def _float_codes(p: _Plan, rb: np.ndarray) -> np.ndarray:
@@ -119,8 +147,15 @@ def encode(
         from . import gpu
 
         key = check_seed(seed) if mode == "stochastic" else 0
-        opts = {"overflow": overflow, "subnormals": subnormals, "seed": key, "random_bits": rbits}
-        return gpu.encode(x, f, rounding=mode, **opts)
+        return gpu.encode(
+            x,
+            f,
+            rounding=mode,
+            overflow=overflow,
+            subnormals=subnormals,
+            seed=key,
+            random_bits=rbits,
+        )
     if isinstance(f, IntFormat):
         vals = round_to(x, f, rounding=mode, seed=seed, random_bits=random_bits)
         if np.isnan(vals).any():
@@ -134,18 +169,22 @@ def encode(
     out = np.empty(a.shape, dtype=f.code_dtype)
     flat = out.reshape(-1)
 
+    flagged: list[tuple[np.ndarray, np.ndarray | None]] = []
+
     def work(lo: int, hi: int) -> None:
         rw = _random_for(rbits, key, hi - lo, lo) if mode == "stochastic" else None
-        r = np.empty(hi - lo, dtype=wdt)
+        r = _scratch(p.F, hi - lo, slot=2)
         with np.errstate(all="ignore"):
-            _round_float_chunk(p, src[lo:hi], r, rw)
-            codes = _float_codes(p, r.view(p.U))
-        if codes.dtype == flat.dtype:
-            flat[lo:hi] = codes
-        else:
-            flat[lo:hi] = codes.astype(flat.dtype)
+            idx = _round_float_chunk(p, src[lo:hi], r, rw, masked=False, patch=False)
+            _fast_codes(p, r.view(p.U), flat[lo:hi])
+        if idx is not None:
+            flagged.append((idx + lo, None if rw is None else rw[idx]))
 
     for_chunks(src.size, work)
+    if flagged:
+        with np.errstate(all="ignore"):
+            where, res = repair(p, src, flagged)
+            flat[where] = _float_codes(p, res.view(p.U))
     return out
 
 

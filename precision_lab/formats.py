@@ -437,12 +437,13 @@ def get_format(fmt: str | FloatFormat | IntFormat | np.dtype | type) -> FloatFor
         return fmt
     if not isinstance(fmt, str):
         try:
-            fmt = np.dtype(fmt).name
+            fmt = str(np.dtype(fmt).name)
         except TypeError:
             raise TypeError(
                 "fmt must be a format name, FloatFormat, IntFormat or dtype, "
                 f"got {type(fmt).__name__}"
             ) from None
+    assert isinstance(fmt, str)
     key = fmt.strip().lower()
     key = ALIASES.get(key, key)
     if key in FORMATS:

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import math
 import os
+import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
@@ -276,64 +278,137 @@ def _special(p: _Plan, u: np.ndarray, neg: np.ndarray) -> np.ndarray:
     return np.where(is_nan, p.U(p.nan_bits) | nan_sign, big | big_sign)
 
 
-def _round_float_chunk(p: _Plan, xc: np.ndarray, out: np.ndarray, rw: np.ndarray | None) -> None:
-    """Round one contiguous chunk ``xc`` into ``out`` (working dtype, same length)."""
-    U, s, mode = p.U, p.s, p.mode
+_TLS = threading.local()
+_LITTLE = sys.byteorder == "little"
+
+
+def _scratch(dtype: type, n: int, slot: int = 0) -> np.ndarray:
+    """A per-thread scratch array of at least n elements (chunks reuse it: no malloc per chunk)."""
+    key = (np.dtype(dtype).str, slot)
+    cache = _TLS.__dict__.setdefault("buffers", {})
+    buf = cache.get(key)
+    if buf is None or buf.size < n:
+        buf = cache[key] = np.empty(max(n, CHUNK), dtype=dtype)
+    return buf[:n]
+
+
+def _round_float_chunk(
+    p: _Plan,
+    xc: np.ndarray,
+    out: np.ndarray,
+    rw: np.ndarray | None,
+    *,
+    masked: bool = True,
+    patch: bool = True,
+) -> np.ndarray | None:
+    """Round one contiguous chunk ``xc`` into ``out`` (working dtype, same length).
+
+    The fast path works on the full bit patterns (sign included: adding to the magnitude bits of a
+    finite input never carries into the sign). It is right for inputs whose magnitude bits lie in
+    ``[threshold, maxbits]``; the others (small, overflowing, inf, NaN, and negative inputs of
+    unsigned formats) are flagged and patched by :func:`_patch`. Returns the flagged indices.
+    With ``masked=False`` the dropped low bits of unflagged results are left as they are (the
+    encoder shifts them out anyway); with ``patch=False`` flagged results are left wrong, for the
+    caller to redo them all at once with :func:`repair` (one pass of Python overhead, not one per
+    chunk).
+    """
+    U, s, mode, W = p.U, p.s, p.mode, p.W
     wc = xc if xc.dtype == p.F else xc.astype(p.F)
-    bits = wc.view(U)
-    r = out.view(U)
-    u = bits & U(p.abs_mask)
-    sign = bits ^ u
-    if s == 0 or mode == "toward_zero":
-        np.bitwise_and(u, U(~((1 << s) - 1) & ((1 << p.W) - 1)), out=r)
+    bits: np.ndarray = wc.view(U)
+    r: np.ndarray = out.view(U)
+    n = bits.size
+    tmp = _scratch(U, n)
+    flag = _scratch(np.bool_, n)
+    if s == 0:
+        np.copyto(r, bits)
     else:
         mask = U((1 << s) - 1)
-        notmask = U(((1 << p.W) - 1) ^ ((1 << s) - 1))
+        notmask = U(((1 << W) - 1) ^ ((1 << s) - 1))
         if mode == "nearest_even":
-            np.right_shift(u, U(s), out=r)
+            np.right_shift(bits, U(s), out=r)
             r &= U(1)
             r += U((1 << (s - 1)) - 1)
-            r += u
+            r += bits
         elif mode == "nearest_away":
-            np.add(u, U(1 << (s - 1)), out=r)
+            np.add(bits, U(1 << (s - 1)), out=r)
+        elif mode == "toward_zero":
+            np.copyto(r, bits)
         elif mode in ("up", "down"):
-            np.right_shift(sign, U(p.W - 1), out=r)  # 1 for negative
+            np.right_shift(bits, U(W - 1), out=r)  # 1 for negative
             if mode == "up":
                 r ^= U(1)
             r *= mask
-            r += u
+            r += bits
         elif mode == "odd":
-            np.bitwise_and(u, mask, out=r)
-            inexact = (r != 0).view(np.uint8).astype(U)
-            np.bitwise_and(u, notmask, out=r)
-            r |= inexact << U(s)
-        else:  # stochastic
+            np.bitwise_and(bits, mask, out=tmp)
+            np.not_equal(tmp, U(0), out=flag)
+            np.multiply(flag, U(1 << s), out=tmp)
+            np.bitwise_and(bits, notmask, out=r)
+            r |= tmp
+        else:  # stochastic: add the top s random bits below the kept part
             assert rw is not None
-            top = (rw >> np.uint64(32)).astype(U) if p.W == 32 else rw
-            np.right_shift(top, U(p.W - s), out=r)
-            r += u
-        r &= notmask
+            if W == 32:  # the high halves of the random words, as a strided uint32 view
+                words = rw.view(np.uint32)[1::2] if _LITTLE else rw.view(np.uint32)[0::2]
+                np.right_shift(words, U(32 - s), out=r)
+            else:
+                np.right_shift(rw, U(64 - s), out=r)
+            r += bits
+        if masked or mode in ("toward_zero", "odd"):
+            r &= notmask
+    # flag inputs outside [threshold, maxbits] (one unsigned compare: below wraps around)
+    if p.fmt.signed:
+        np.bitwise_and(bits, U(p.abs_mask), out=tmp)
+    else:  # negative inputs of unsigned formats are out of range too
+        np.copyto(tmp, bits)
+    tmp -= U(p.threshold)
+    np.greater(tmp, U(p.maxbits - p.threshold), out=flag)
+    if not flag.any():
+        return None
+    idx = np.flatnonzero(flag)
+    if not patch:
+        return idx
+    r[idx] = _patch(p, bits[idx], r[idx] & U(~((1 << s) - 1) & ((1 << W) - 1)), rw, idx)
+    return idx
+
+
+def repair(
+    p: _Plan, src: np.ndarray, flagged: list[tuple[np.ndarray, np.ndarray | None]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Round the elements flagged by unpatched chunks: (flat indices, their results)."""
+    where = np.concatenate([i for i, _ in flagged])
+    words = [w for _, w in flagged if w is not None]
+    rw = np.concatenate(words) if words else None
+    res: np.ndarray = np.empty(where.size, dtype=p.F)
+    _round_float_chunk(p, src[where], res, rw)
+    return where, res
+
+
+def _patch(
+    p: _Plan, b: np.ndarray, res: np.ndarray, rw: np.ndarray | None, idx: np.ndarray
+) -> np.ndarray:
+    """Results (full bits) for flagged inputs with bits ``b``; ``res`` holds the fast path's."""
+    U, fmt = p.U, p.fmt
+    if rw is not None:
+        rw = rw[idx]
+    u = b & U(p.abs_mask)
+    sign = b & U(p.sign)
+    neg = sign != 0
     low = u < U(p.threshold)
     if low.any():
-        idx = np.flatnonzero(low)
-        r[idx] = _low_bits(p, u[idx], sign[idx] != 0, None if rw is None else rw[idx])
-    over = r > U(p.maxbits)
-    if p.fmt.nan == "fnuz" or not p.fmt.signed:
-        sign &= np.where(r == 0, U(0), U(p.sign))  # no negative zero
-    if not p.fmt.signed:
-        over |= sign != 0
+        res[low] = _low_bits(p, u[low], neg[low], None if rw is None else rw[low]) | sign[low]
+    # overflow, inf and NaN (whose fast-path sums may have wrapped around)
+    over = (u > U(p.maxbits)) & ((u >= U(p.inf_bits)) | ((res & U(p.abs_mask)) > U(p.maxbits)))
     if over.any():
-        idx = np.flatnonzero(over)
-        neg = sign[idx] != 0
-        full = _special(p, u[idx], neg)
-        # NaN from the low path (zero in e8m0) and negative inputs of unsigned formats stay NaN
-        nan = (r[idx] > U(p.inf_bits)) & (u[idx] <= U(p.inf_bits))
-        if not p.fmt.signed:
-            nan |= neg
-        full[nan] = U(p.nan_bits)
-        r[idx] = full
-        sign[idx] = 0
-    r |= sign
+        res[over] = _special(p, u[over], neg[over])
+    nan = (res & U(p.abs_mask)) > U(p.inf_bits)
+    if not fmt.signed:  # unsigned: negative inputs are NaN, NaN has no sign
+        nan |= neg & ~((u == 0) & fmt.has_zero)
+        res[nan] = U(p.nan_bits)
+    if fmt.nan == "fnuz" or not fmt.signed:
+        res[(res & U(p.abs_mask)) == 0] = U(0)  # no negative zero
+    if fmt.nan not in ("ieee", "fn"):  # NaN without sign
+        res[nan] = U(p.nan_bits)
+    return res
 
 
 def _low_bits(p: _Plan, u: np.ndarray, neg: np.ndarray, rw: np.ndarray | None) -> np.ndarray:
@@ -470,13 +545,21 @@ def round_to(
     if is_device_array(x):
         from . import gpu
 
-        opts = {"overflow": overflow, "subnormals": subnormals, "seed": key, "random_bits": rbits}
-        return gpu.round_to(x, f, rounding=mode, **opts)
+        return gpu.round_to(
+            x,
+            f,
+            rounding=mode,
+            overflow=overflow,
+            subnormals=subnormals,
+            seed=key,
+            random_bits=rbits,
+        )
     a = as_float_array(x)
     wdt = working_dtype(a.dtype, f)
     src = np.ascontiguousarray(a).reshape(-1)
     out = np.empty(a.shape, dtype=wdt)
     flat = out.reshape(-1)
+    flagged: list[tuple[np.ndarray, np.ndarray | None]] = []
 
     if isinstance(f, IntFormat):
 
@@ -491,7 +574,13 @@ def round_to(
         def work(lo: int, hi: int) -> None:
             rw = _random_for(rbits, key, hi - lo, lo) if mode == "stochastic" else None
             with np.errstate(all="ignore"):
-                _round_float_chunk(p, src[lo:hi], flat[lo:hi], rw)
+                idx = _round_float_chunk(p, src[lo:hi], flat[lo:hi], rw, patch=False)
+            if idx is not None:
+                flagged.append((idx + lo, None if rw is None else rw[idx]))
 
     for_chunks(src.size, work)
+    if flagged:
+        with np.errstate(all="ignore"):
+            where, res = repair(p, src, flagged)
+        flat[where] = res
     return out

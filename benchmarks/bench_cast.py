@@ -1,0 +1,149 @@
+"""Cast throughput: precision_lab's rounding core against ml_dtypes, numpy, torch and gfloat.
+
+16M float32 values (standard normal times 100), one process, median of several runs. Prints million
+elements per second (Melem/s) for each contender and the ratios the core issue sets as targets:
+
+  round_to(x, "e4m3") f32->f32   >= 3x   ml_dtypes x.astype(float8_e4m3fn).astype(float32)
+  encode(x, "e4m3")              >= 1x   ml_dtypes x.astype(float8_e4m3fn)
+  round_to bf16 / fp16           >= 1x   ml_dtypes bfloat16 / numpy float16 round trips
+  every other deterministic mode >= 0.7x our nearest_even
+  stochastic                     >= 0.3x our nearest_even
+  float64 input                  >= 1x   ml_dtypes from float64
+  peak extra memory of round_to  <  2x the output size
+
+Usage: python benchmarks/bench_cast.py [--n 16000000] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable
+
+import ml_dtypes
+import numpy as np
+
+import precision_lab as pl
+
+try:
+    import torch
+except ImportError:  # pragma: no cover
+    torch = None
+try:
+    import gfloat
+    import gfloat.formats
+except ImportError:  # pragma: no cover
+    gfloat = None
+
+
+def rate(fn: Callable[[], object], n: int, repeat: int) -> float:
+    fn()  # warm up
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return n / statistics.median(times) / 1e6
+
+
+def peak_rss_during(fn: Callable[[], object]) -> int:
+    """Peak resident-set growth (bytes) while fn runs, sampled from /proc every millisecond."""
+
+    def rss() -> int:
+        with open(f"/proc/{os.getpid()}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    base, peak, done = rss(), [0], [False]
+
+    def watch() -> None:
+        while not done[0]:
+            peak[0] = max(peak[0], rss() - base)
+            time.sleep(0.001)
+
+    t = threading.Thread(target=watch)
+    t.start()
+    fn()
+    done[0] = True
+    t.join()
+    return peak[0]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--n", type=int, default=16_000_000)
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    n, rep = args.n, args.repeat
+    x = (np.random.default_rng(0).standard_normal(n) * 100).astype(np.float32)
+    x64 = x.astype(np.float64)
+    e4m3 = ml_dtypes.float8_e4m3fn
+    print(f"{n / 1e6:.0f}M float32 values (N(0,1)*100), median of {rep}, {os.cpu_count()} cores")
+    print(f"numpy {np.__version__}, ml_dtypes {ml_dtypes.__version__}")
+
+    r: dict[str, float] = {}
+    r["copy"] = rate(lambda: x.copy(), n, rep)
+    r["ml e4m3 round trip"] = rate(lambda: x.astype(e4m3).astype(np.float32), n, rep)
+    r["ml e4m3 encode"] = rate(lambda: x.astype(e4m3), n, rep)
+    r["ml bf16 round trip"] = rate(lambda: x.astype(ml_dtypes.bfloat16).astype(np.float32), n, rep)
+    r["np fp16 round trip"] = rate(lambda: x.astype(np.float16).astype(np.float32), n, rep)
+    r["ml e4m3 from f64"] = rate(lambda: x64.astype(e4m3).astype(np.float64), n, rep)
+    r["pl e4m3 nearest_even"] = rate(lambda: pl.round_to(x, "e4m3"), n, rep)
+    r["pl e4m3 encode"] = rate(lambda: pl.encode(x, "e4m3"), n, rep)
+    r["pl bf16"] = rate(lambda: pl.round_to(x, "bf16"), n, rep)
+    r["pl fp16"] = rate(lambda: pl.round_to(x, "fp16"), n, rep)
+    r["pl e4m3 from f64"] = rate(lambda: pl.round_to(x64, "e4m3"), n, rep)
+    for mode in ("nearest_away", "toward_zero", "up", "down", "odd"):
+        r[f"pl e4m3 {mode}"] = rate(lambda m=mode: pl.round_to(x, "e4m3", rounding=m), n, rep)
+    r["pl e4m3 saturate"] = rate(lambda: pl.round_to(x, "e4m3", overflow="saturate"), n, rep)
+    r["pl e4m3 stochastic"] = rate(
+        lambda: pl.round_to(x, "e4m3", rounding="stochastic", seed=1), n, rep
+    )
+    if torch is not None:
+        tx = torch.from_numpy(x)
+        r["torch e4m3 round trip"] = rate(
+            lambda: tx.to(torch.float8_e4m3fn).to(torch.float32), n, rep
+        )
+        r["torch bf16 round trip"] = rate(lambda: tx.to(torch.bfloat16).to(torch.float32), n, rep)
+    if gfloat is not None:
+        m = min(n, 1_000_000)
+        xs = x[:m]
+        fi = gfloat.formats.format_info_ocp_e4m3
+        r["gfloat e4m3 (1M)"] = rate(lambda: gfloat.round_ndarray(fi, xs), m, max(1, rep // 2))
+
+    width = max(map(len, r))
+    print()
+    print(f"{'contender':{width}s}  Melem/s")
+    for k, v in r.items():
+        print(f"{k:{width}s}  {v:9.1f}")
+
+    ne = r["pl e4m3 nearest_even"]
+    checks = [
+        ("round_to e4m3 / ml_dtypes round trip", ne / r["ml e4m3 round trip"], 3.0),
+        ("encode e4m3 / ml_dtypes astype", r["pl e4m3 encode"] / r["ml e4m3 encode"], 1.0),
+        ("round_to bf16 / ml_dtypes round trip", r["pl bf16"] / r["ml bf16 round trip"], 1.0),
+        ("round_to fp16 / numpy round trip", r["pl fp16"] / r["np fp16 round trip"], 1.0),
+        ("float64 input / ml_dtypes from f64", r["pl e4m3 from f64"] / r["ml e4m3 from f64"], 1.0),
+    ]
+    for mode in ("nearest_away", "toward_zero", "up", "down", "odd", "saturate"):
+        checks.append((f"{mode} / our nearest_even", r[f"pl e4m3 {mode}"] / ne, 0.7))
+    checks.append(("stochastic / our nearest_even", r["pl e4m3 stochastic"] / ne, 0.3))
+    if gfloat is not None:
+        checks.append(("round_to e4m3 / gfloat", ne / r["gfloat e4m3 (1M)"], 1.0))
+    peak = peak_rss_during(lambda: pl.round_to(x, "e4m3"))
+    checks.append(("peak extra memory / output size", peak / x.nbytes, None))
+    print()
+    print(f"{'ratio':44s} {'measured':>9s} {'target':>8s}")
+    for name, value, target in checks:
+        if target is None:
+            ok = "ok" if value < 2.0 else "MISSED"
+            print(f"{name:44s} {value:9.2f}  {'< 2':>7s} {ok}")
+        else:
+            ok = "ok" if value >= target else "MISSED"
+            print(f"{name:44s} {value:9.2f} {target:7.1f}x {ok}")
+
+
+if __name__ == "__main__":
+    main()
