@@ -1,0 +1,747 @@
+"""Block-scaled formats: OCP Microscaling (MX), NVIDIA NVFP4 and DeepSeek-V3 fine-grained FP8 tiles.
+
+A block-scaled tensor stores low-precision *elements* and one *scale* per block of elements
+(32 consecutive values for MX, 16 for NVFP4, 128 or a 128x128 tile for DeepSeek-V3); a value is
+``element * scale`` (times a per-tensor FP32 scale for NVFP4). The scale is chosen from the block's
+largest magnitude ``amax`` by one of three rules (:data:`SCALE_RULES`):
+
+``"floor"`` (OCP MX v1.0, section 6.3)
+    ``scale = 2**(floor(log2(amax)) - emax_elem)`` where ``emax_elem`` is the exponent of the
+    element format's largest power of two (8 for E4M3, 2 for E2M1, 0 for MX INT8). The block's
+    amax lands in the element format's top binade; elements above the element maximum after scaling
+    are clamped to it (OCP: "clamping normal numbers to max"; MX E4M3 maps amax 500 to scale 1 and
+    clips 500 to 448).
+``"ceil"`` (round-up rule of Transformer Engine / cuBLAS MXFP8)
+    ``scale = 2**ceil(log2(amax / elem_max))``: the smallest power of two that makes nothing clip
+    (amax 500 -> scale 2 for E4M3). Computed exactly (not as ``amax * (1/448)`` in float32).
+``"amax"`` (NVFP4, DeepSeek-V3 tiles)
+    ``scale = amax / elem_max`` rounded (to nearest even) to the scale format (E4M3 for NVFP4,
+    FP32 for the DeepSeek tiles).
+
+Power-of-two scales are clamped below to the smallest power of two of the scale format (2**-127
+for E8M0: an all-zero block gets scale 2**-127, as the OCP reference code and gfloat do); a scale
+above its largest (2**127) is NaN. Elements are rounded by the core
+(:func:`~precision_lab.round_to`, any rounding mode, stochastic included) with saturation, and keep
+subnormals. Scaling by a power of two is exact, so each element is rounded once from its exact value
+``x / scale``.
+
+NaN and infinity (OCP MX: "if the scale is NaN, all values of the block are NaN"): a block holding a
+NaN or an infinity gets a NaN scale (E8M0 code 0xFF; the scale format's NaN for the others), every
+value of that block decodes to NaN, finite ones included, and its element codes are stored as 0
+(the spec leaves them free). Other blocks of the tensor are unaffected.
+
+Exact definitions of the non-power-of-two rules:
+
+* ``"amax"`` without a tensor scale (``fp8_1x128``, ``fp8_128x128``, DeepSeek-V3's
+  ``s = amax / 448``; ``y = x / s``): ``s`` is ``amax / elem_max`` correctly rounded to the scale
+  format and each element is ``x / s`` correctly rounded to the element format (the quotient is
+  formed in float64, which for float32 input never moves it onto a rounding boundary). A block whose
+  scale rounds to zero stores its non-zero elements as ``±elem_max`` and decodes to ``±0``.
+* ``nvfp4`` follows NVIDIA's definition (Transformer Engine's reference NVFP4 quantizer), in
+  float32 arithmetic: ``S_enc = 448 * 6 / amax_tensor`` (FLT_MAX if that overflows), the per-tensor
+  decode scale ``S_dec = 1 / S_enc``, the block scale ``s = e4m3(amax_block * (S_enc * (1/6)))``
+  (saturating) and the element ``e2m1(x * min(1 / (s * S_dec), FLT_MAX))``; a value is
+  ``e2m1 * s * S_dec``. ``amax_tensor`` is taken over the blocks without NaN or infinity.
+
+Values after dequantization are rounded once to the output dtype (float32 for float32 input,
+float64 for float64 input); for power-of-two scales they are exact.
+
+>>> import numpy as np
+>>> x = np.array([500.0, 1.0, -3.0] + [0.0] * 29, dtype=np.float32)
+>>> q = quantize_blocks(x, "mxfp8_e4m3")                 # OCP floor rule: scale 1, 500 clips
+>>> float(q.scales[0]), float(dequantize_blocks(q)[0])
+(1.0, 448.0)
+>>> up = get_block_format("mxfp8_e4m3", scale_rule="ceil")  # round-up rule: scale 2, no clipping
+>>> round_to_blocks(x, up)[:3]
+array([512.,   1.,  -3.], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from .codec import decode, encode
+from .formats import FloatFormat, IntFormat, get_format
+from .rounding import as_float_array, check_rounding, for_chunks, round_to
+
+__all__ = [
+    "BLOCK_FORMATS",
+    "SCALE_RULES",
+    "BlockFormat",
+    "QuantizedBlocks",
+    "dequantize_blocks",
+    "get_block_format",
+    "known_block_formats",
+    "quantize_blocks",
+    "round_to_blocks",
+]
+
+#: How a block's scale is chosen from its largest magnitude (see the module docstring).
+SCALE_RULES = ("floor", "ceil", "amax")
+
+#: elements per chunk of the passes over the data (the core's chunk size x 2)
+_CHUNK = 1 << 16
+
+
+@dataclass(frozen=True)
+class BlockFormat:
+    """A block-scaled format: element format, scale format, block shape and scale rule.
+
+    Parameters
+    ----------
+    name:
+        Display name.
+    element:
+        Element format (name or format object): ``"e4m3"``, ``"e2m1"``, ``"int8"`` ...
+    scale:
+        Scale format: ``"e8m0"`` (MX), ``"e4m3"`` (NVFP4), ``"fp32"`` (DeepSeek-V3 tiles).
+    block_shape:
+        ``(n,)``: blocks of n consecutive elements along the blocked axis; ``(r, c)``: 2-D tiles
+        over the last two axes.
+    scale_rule:
+        ``"floor"``, ``"ceil"`` or ``"amax"`` (:data:`SCALE_RULES`).
+    element_exponent:
+        Elements are ``code * 2**element_exponent``: -6 for MX INT8, whose elements are the
+        fixed-point numbers ``k/64``, ``k`` in -127..127 (1.6 format); 0 otherwise.
+    tensor_scale:
+        NVFP4's second-level per-tensor FP32 scale (only with ``scale_rule="amax"``).
+
+    >>> f = get_block_format("mxfp4_e2m1")
+    >>> f.element_max, f.element_emax, f.block_size, f.bits_per_element
+    (6.0, 2, 32, 4.25)
+    >>> get_block_format("mxint8").element_max
+    1.984375
+    """
+
+    name: str
+    element: FloatFormat | IntFormat
+    scale: FloatFormat
+    block_shape: tuple[int, ...]
+    scale_rule: str = "floor"
+    element_exponent: int = 0
+    tensor_scale: bool = False
+    _emax: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        elem = get_format(self.element)
+        scale = get_format(self.scale)
+        object.__setattr__(self, "element", elem)
+        object.__setattr__(self, "scale", scale)
+        if not isinstance(scale, FloatFormat):
+            raise ValueError(f"scale must be a floating-point format, got {scale}")
+        shape = tuple(self.block_shape)
+        if len(shape) not in (1, 2) or not all(
+            isinstance(n, int | np.integer) and not isinstance(n, bool) and n >= 1 for n in shape
+        ):
+            raise ValueError(
+                "block_shape must be (n,) or (rows, cols) of positive ints, "
+                f"got {self.block_shape!r}"
+            )
+        object.__setattr__(self, "block_shape", tuple(int(n) for n in shape))
+        if self.scale_rule not in SCALE_RULES:
+            raise ValueError(f"scale_rule must be one of {SCALE_RULES}, got {self.scale_rule!r}")
+        if self.tensor_scale and self.scale_rule != "amax":
+            raise ValueError("tensor_scale=True (NVFP4) needs scale_rule='amax'")
+        if isinstance(elem, IntFormat) and not elem.signed:
+            raise ValueError(f"integer elements must be signed, got {elem}")
+        if not isinstance(self.element_exponent, int):
+            raise ValueError(f"element_exponent must be an int, got {self.element_exponent!r}")
+        emax = math.frexp(self.element_max)[1] - 1
+        object.__setattr__(self, "_emax", emax)
+
+    @property
+    def element_max(self) -> float:
+        """Largest element value: 448 for E4M3, 6 for E2M1, 127/64 for MX INT8."""
+        return math.ldexp(float(self.element.max), self.element_exponent)
+
+    @property
+    def element_emax(self) -> int:
+        """Exponent of the largest power of two <= :attr:`element_max` (the OCP ``emax_elem``)."""
+        return self._emax
+
+    @property
+    def block_size(self) -> int:
+        """Elements per block (128 * 128 for a 128x128 tile)."""
+        return math.prod(self.block_shape)
+
+    @property
+    def bits_per_element(self) -> float:
+        """Storage per element, the block's share of its scale included (not the tensor scale)."""
+        return self.element.bits + self.scale.bits / self.block_size
+
+    @property
+    def packed(self) -> bool:
+        """Whether element codes are packed two per byte (4-bit elements)."""
+        return self.element.bits == 4
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _float(name: str) -> FloatFormat:
+    f = get_format(name)
+    assert isinstance(f, FloatFormat)
+    return f
+
+
+def _mx(name: str, elem: str, **kw: Any) -> BlockFormat:
+    return BlockFormat(name, get_format(elem), _float("e8m0"), (32,), "floor", **kw)
+
+
+#: The named block formats. MX formats use the OCP floor rule; ``get_block_format(name,
+#: scale_rule="ceil")`` gives the round-up variant.
+BLOCK_FORMATS: dict[str, BlockFormat] = {
+    f.name: f
+    for f in (
+        _mx("mxfp8_e4m3", "e4m3"),
+        _mx("mxfp8_e5m2", "e5m2"),
+        _mx("mxfp6_e2m3", "e2m3"),
+        _mx("mxfp6_e3m2", "e3m2"),
+        _mx("mxfp4_e2m1", "e2m1"),
+        _mx("mxint8", "int8", element_exponent=-6),
+        BlockFormat("nvfp4", _float("e2m1"), _float("e4m3"), (16,), "amax", tensor_scale=True),
+        BlockFormat("fp8_1x128", _float("e4m3"), _float("fp32"), (128,), "amax"),
+        BlockFormat("fp8_128x128", _float("e4m3"), _float("fp32"), (128, 128), "amax"),
+    )
+}
+
+
+def known_block_formats() -> list[str]:
+    """Names accepted by :func:`get_block_format`."""
+    return list(BLOCK_FORMATS)
+
+
+def get_block_format(
+    block_format: str | BlockFormat, *, scale_rule: str | None = None
+) -> BlockFormat:
+    """Look a block format up by name (or pass one through), optionally with another scale rule.
+
+    >>> get_block_format("mxfp8_e4m3", scale_rule="ceil").scale_rule
+    'ceil'
+    >>> get_block_format("mxfp9")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown block format 'mxfp9'; known block formats: mxfp8_e4m3, mxfp8_e5m2, ...
+    """
+    if isinstance(block_format, BlockFormat):
+        bf = block_format
+    elif isinstance(block_format, str):
+        key = block_format.strip().lower()
+        if key not in BLOCK_FORMATS:
+            names = ", ".join(BLOCK_FORMATS)
+            raise ValueError(f"unknown block format {block_format!r}; known block formats: {names}")
+        bf = BLOCK_FORMATS[key]
+    else:
+        raise TypeError(
+            f"block_format must be a name or a BlockFormat, got {type(block_format).__name__}"
+        )
+    if scale_rule is not None and scale_rule != bf.scale_rule:
+        bf = replace(bf, scale_rule=scale_rule, name=f"{bf.name}[{scale_rule}]")
+    return bf
+
+
+# ----- results ----------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class QuantizedBlocks:
+    """Element codes and block scales of a block-quantized tensor.
+
+    Attributes
+    ----------
+    codes:
+        Element codes (uint8; MX INT8 as two's complement bytes). 4-bit elements are packed two per
+        byte along the last axis, the even index in the low nibble (shape ``(..., ceil(n / 2))``).
+    scale_codes:
+        Codes of the block scales in ``block_format.scale`` (uint8 for E8M0/E4M3, uint32 for FP32),
+        on the block grid: the input shape with the blocked axis divided by the block size (both
+        of the last two axes for 2-D tiles).
+    scales:
+        The block scales' values (float64, on the block grid); NaN marks a NaN block.
+    shape:
+        Shape of the quantized tensor.
+    block_format, axis:
+        The block format and the (non-negative) blocked axis (the last axis for 2-D tiles).
+    dtype:
+        dtype of :func:`dequantize_blocks`' result (float32, or float64 for float64 input).
+    tensor_scale:
+        NVFP4's per-tensor FP32 decode scale ``S_dec`` (1.0 for the other formats).
+    """
+
+    codes: np.ndarray
+    scale_codes: np.ndarray
+    scales: np.ndarray
+    shape: tuple[int, ...]
+    block_format: BlockFormat
+    axis: int
+    dtype: np.dtype
+    tensor_scale: float = 1.0
+
+    def element_codes(self) -> np.ndarray:
+        """Element codes unpacked to one per uint8, in the tensor's shape."""
+        if not self.block_format.packed:
+            return self.codes
+        n = self.shape[-1] if self.shape else 1
+        lo = self.codes & np.uint8(0x0F)
+        hi = self.codes >> np.uint8(4)
+        both = np.stack([lo, hi], axis=-1).reshape(*self.codes.shape[:-1], -1)
+        return both[..., :n]
+
+    def element_values(self) -> np.ndarray:
+        """Element values before scaling (float32): ``decode(codes) * 2**element_exponent``."""
+        bf = self.block_format
+        v = decode(self.element_codes(), bf.element).astype(np.float32)
+        if bf.element_exponent:
+            v *= np.float32(math.ldexp(1.0, bf.element_exponent))
+        return v
+
+    def dequantize(self) -> np.ndarray:
+        """Same as :func:`dequantize_blocks` (self)."""
+        return dequantize_blocks(self)
+
+
+# ----- layout -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Layout:
+    """Where the blocks of an array lie.
+
+    The (padded, C-contiguous) array is viewed as ``(U, A, B, C)`` with a block = ``[u, :, b, :]``:
+    1-D blocks of n along axis k of shape S: ``(prod(S[:k]) * S[k]/n, n, prod(S[k+1:]), 1)``;
+    2-D tiles (r, c) over the last two axes (M, K): ``(prod(S[:-2]) * M/r, r, K/c, c)``.
+    """
+
+    shape: tuple[int, ...]
+    padded: tuple[int, ...]
+    dims: tuple[int, int, int, int]
+    grid: tuple[int, ...]  # shape of the scale grid
+    axis: int
+
+    @property
+    def needs_pad(self) -> bool:
+        return self.padded != self.shape
+
+    @property
+    def crop(self) -> tuple[slice, ...]:
+        return tuple(slice(0, n) for n in self.shape)
+
+    def data_shape(self) -> tuple[int, ...]:
+        """The (U, A, B, C) view with unit axes dropped (fast numpy broadcasting)."""
+        U, A, B, C = self.dims
+        return (U, A) + ((B,) if B > 1 else ()) + ((C,) if C > 1 else ())
+
+    def grid_view_shape(self) -> tuple[int, ...]:
+        """Shape of the scale grid broadcastable against :meth:`data_shape`."""
+        U, _, B, C = self.dims
+        return (U, 1) + ((B,) if B > 1 else ()) + ((1,) if C > 1 else ())
+
+
+def _normalize_axis(axis: Any, ndim: int) -> int:
+    if isinstance(axis, bool) or not isinstance(axis, int | np.integer):
+        raise TypeError(f"axis must be an int, got {axis!r}")
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"axis {axis} is out of range for an array of {ndim} dimension(s)")
+    return int(axis) % ndim
+
+
+def _layout(shape: tuple[int, ...], bf: BlockFormat, axis: Any, pad: bool) -> _Layout:
+    ndim = len(shape)
+    if len(bf.block_shape) == 2:
+        if ndim < 2:
+            raise ValueError(
+                f"{bf.name} uses {bf.block_shape[0]}x{bf.block_shape[1]} tiles over the last two "
+                f"axes and needs an array of at least 2 dimensions, got shape {shape}"
+            )
+        ax = _normalize_axis(axis, ndim)
+        if ax < ndim - 2:
+            raise ValueError(
+                f"axis must be -1 or -2 for {bf.name} (tiles cover the last two axes), got {axis}"
+            )
+        blocked = {ndim - 2: bf.block_shape[0], ndim - 1: bf.block_shape[1]}
+        ax = ndim - 1
+    else:
+        if ndim < 1:
+            raise ValueError("x must have at least one dimension to be split into blocks")
+        ax = _normalize_axis(axis, ndim)
+        blocked = {ax: bf.block_shape[0]}
+    padded = list(shape)
+    for k, n in blocked.items():
+        if shape[k] % n:
+            if not pad:
+                raise ValueError(
+                    f"the blocked axis {k} of x has length {shape[k]}, not a multiple of "
+                    f"{bf.name}'s block size {n} (pass pad=True to pad the last block with zeros)"
+                )
+            padded[k] = -(-shape[k] // n) * n
+    P = padded
+    if len(bf.block_shape) == 2:
+        r, c = bf.block_shape
+        lead = math.prod(P[:-2])
+        dims = (lead * P[-2] // r, r, P[-1] // c, c)
+        grid = (*P[:-2], P[-2] // r, P[-1] // c)
+    else:
+        n = bf.block_shape[0]
+        dims = (math.prod(P[:ax]) * P[ax] // n, n, math.prod(P[ax + 1 :]), 1)
+        grid = (*P[:ax], P[ax] // n, *P[ax + 1 :])
+    return _Layout(tuple(shape), tuple(P), dims, grid, ax)
+
+
+def _units_per_chunk(lay: _Layout) -> int:
+    _, A, B, C = lay.dims
+    return max(1, _CHUNK // max(1, A * B * C))
+
+
+# ----- amax and scales --------------------------------------------------------------------------
+def _block_amax(data: np.ndarray, lay: _Layout) -> np.ndarray:
+    """Largest magnitude of each block (float64, on the (U, B) grid); NaN if the block has a NaN.
+
+    Works on the magnitude bits (sign cleared) as unsigned integers: their order is the order of
+    the magnitudes, and NaN's bits are above infinity's.
+    """
+    U, _, B, C = lay.dims
+    uint = np.uint32 if data.dtype == np.float32 else np.uint64
+    mask = uint(np.iinfo(uint).max >> 1)
+    bits = data.view(uint).reshape(lay.data_shape())
+    out = np.empty((U, B) if B > 1 else (U,), dtype=uint)
+
+    def work(lo: int, hi: int) -> None:
+        m = bits[lo:hi] & mask
+        if C > 1:
+            m = m.max(axis=-1)
+        out[lo:hi] = m.max(axis=1)
+
+    for_chunks(U, work, chunk=_units_per_chunk(lay))
+    return out.view(data.dtype).astype(np.float64).reshape(U, B)
+
+
+def _pow2_exponents(amax: np.ndarray, bf: BlockFormat) -> tuple[np.ndarray, np.ndarray]:
+    """Scale exponents k (int64) of the floor/ceil rules, and the mask of NaN blocks."""
+    sf = bf.scale
+    kmin = math.frexp(sf.smallest_subnormal)[1] - 1
+    kmax = sf.emax
+    nan = ~np.isfinite(amax)
+    a = np.where(nan, 1.0, amax)
+    zero = a == 0
+    m, e = np.frexp(np.where(zero, 1.0, a))  # a = m * 2**e, 0.5 <= m < 1, exact
+    if bf.scale_rule == "floor":
+        k = (e - 1) - bf.element_emax
+    else:  # ceil(log2(a / elem_max)), exactly
+        mm, em = math.frexp(bf.element_max)
+        k = (e - em) + (m > mm)
+    k = np.where(zero, kmin, np.maximum(k, kmin)).astype(np.int64)
+    nan |= k > kmax
+    return np.where(nan, 0, k), nan
+
+
+def _nvfp4_scales(amax: np.ndarray, bf: BlockFormat) -> tuple[np.ndarray, float, np.ndarray]:
+    """Block scales (float32 values on the scale format), S_dec and the encode factors (float32).
+
+    Float32 arithmetic exactly as Transformer Engine's reference NVFP4 quantizer.
+    """
+    f32 = np.float32
+    fmax = f32(np.finfo(np.float32).max)
+    finite = np.isfinite(amax)
+    a32 = round_to(np.where(finite, amax, 0.0), "fp32").astype(np.float32)
+    gamax = f32(a32.max()) if a32.size else f32(0.0)
+    elem_max, scale_max = f32(bf.element_max), f32(bf.scale.max)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        s_enc = f32(elem_max * scale_max) / gamax
+        s_enc = min(s_enc, fmax)
+        if s_enc == 0:
+            s_enc = f32(1.0)
+        s_dec = f32(1.0) / s_enc
+        mult = s_enc * (f32(1.0) / elem_max)
+        sb = np.minimum(a32 * mult, fmax)
+        s = round_to(sb, bf.scale, overflow="saturate").astype(np.float32)
+        enc = np.minimum(f32(1.0) / (s * s_dec), fmax)
+    s = np.where(finite, s, f32(np.nan))
+    enc = np.where(finite, enc, f32(np.nan))
+    return s, float(s_dec), enc.astype(np.float32)
+
+
+@dataclass(frozen=True)
+class _Scales:
+    values: np.ndarray  # float64 block scale values on (U, B); NaN for NaN blocks
+    nan: np.ndarray  # NaN blocks
+    k: np.ndarray | None  # power-of-two exponents (floor/ceil rules)
+    enc: np.ndarray | None  # NVFP4 float32 encode factors
+    tensor_scale: float
+
+
+def _scales(amax: np.ndarray, bf: BlockFormat) -> _Scales:
+    if bf.scale_rule in ("floor", "ceil"):
+        k, nan = _pow2_exponents(amax, bf)
+        vals = np.where(nan, np.nan, np.ldexp(1.0, k))
+        return _Scales(vals, nan, k, None, 1.0)
+    if bf.tensor_scale:
+        s, s_dec, enc = _nvfp4_scales(amax, bf)
+        return _Scales(s.astype(np.float64), np.isnan(s), None, enc, s_dec)
+    finite = np.isfinite(amax)
+    with np.errstate(over="ignore"):
+        s = round_to(np.where(finite, amax, 0.0) / bf.element_max, bf.scale).astype(np.float64)
+    nan = ~finite | ~np.isfinite(s)
+    return _Scales(np.where(nan, np.nan, s), nan, None, None, 1.0)
+
+
+# ----- the passes over the data -----------------------------------------------------------------
+def _prepare(x: Any, bf: BlockFormat, axis: Any, pad: bool) -> tuple[np.ndarray, _Layout]:
+    a = as_float_array(x)
+    if a.dtype != np.float64 and a.dtype != np.float32:
+        a = a.astype(np.float32)
+    lay = _layout(a.shape, bf, axis, pad)
+    if lay.needs_pad:
+        data = np.zeros(lay.padded, dtype=a.dtype)
+        data[lay.crop] = a
+    else:
+        data = np.ascontiguousarray(a)
+    return data, lay
+
+
+def _pow2_fits(p: np.ndarray, dtype: np.dtype) -> bool:
+    """Whether every (non-NaN) power of two in ``p`` is a value of ``dtype``."""
+    fin = p[~np.isnan(p)]
+    info = np.finfo(dtype)
+    return bool(((fin >= info.smallest_subnormal) & (fin <= info.max)).all())
+
+
+def _scaled(data: np.ndarray, lay: _Layout, bf: BlockFormat, sc: _Scales, mode: str) -> np.ndarray:
+    """The elements in units of the element grid: ``x / (scale * 2**element_exponent)``."""
+    gshape = lay.grid_view_shape()
+    src = data.reshape(lay.data_shape())
+    if sc.k is not None:  # exact power-of-two scaling, in the input's dtype
+        shift = (-sc.k - bf.element_exponent).reshape(gshape)
+        nan = sc.nan.reshape(gshape)
+        inv64 = np.where(nan, np.nan, np.ldexp(1.0, shift))
+        use_mul = _pow2_fits(inv64, data.dtype)  # 2**133 (MX INT8) is not a float32
+        inv = inv64.astype(data.dtype) if use_mul else inv64
+        out = np.empty(src.shape, dtype=data.dtype)
+        tiny = data.dtype.type(np.finfo(data.dtype).smallest_subnormal)
+        directed = mode in ("up", "down", "odd")
+
+        def work(lo: int, hi: int) -> None:
+            o = out[lo:hi]
+            x = src[lo:hi]
+            with np.errstate(all="ignore"):
+                if use_mul:
+                    np.multiply(x, inv[lo:hi], out=o)
+                else:
+                    o[...] = np.where(nan[lo:hi], np.nan, np.ldexp(x, shift[lo:hi]))
+            if directed:  # results that underflow keep their sign and non-zero-ness
+                lost = (o == 0) & (x != 0)
+                if lost.any():
+                    o[lost] = np.copysign(tiny, x[lost])
+
+        for_chunks(lay.dims[0], work, chunk=_units_per_chunk(lay))
+        return out.reshape(lay.padded)
+    if sc.enc is not None:  # NVFP4: x * encode factor, in float32 (float64 for float64 input)
+        enc = sc.enc.astype(data.dtype).reshape(gshape)  # NaN for NaN blocks
+        with np.errstate(all="ignore"):
+            return (src * enc).reshape(lay.padded)
+    # "amax" rule: x / s, correctly rounded (float64 quotient); NaN blocks have s = NaN
+    s = sc.values.reshape(gshape)
+    zero = s == 0
+    x64 = src.astype(np.float64)
+    with np.errstate(all="ignore"):
+        out = x64 / np.where(zero, 1.0, s)
+    if zero.any():  # scale 0: non-zero elements saturate, zeros stay (signed) zeros
+        zb = np.broadcast_to(zero, out.shape)
+        sat = np.where(x64 == 0, x64, np.copysign(np.inf, x64))
+        out[zb] = sat[zb]
+    return out.reshape(lay.padded)
+
+
+def _round_elements(
+    scaled: np.ndarray,
+    lay: _Layout,
+    bf: BlockFormat,
+    *,
+    mode: str,
+    seed: int | None,
+    random_bits: int | None,
+    codes: bool,
+) -> np.ndarray:
+    """ONE call of the core on the scaled elements (in the input's layout): values or codes."""
+    s = scaled[lay.crop] if lay.needs_pad else scaled
+    elem = bf.element
+    if isinstance(elem, IntFormat):  # symmetric range (OCP MX reference code): -127..127
+        s = np.clip(s, -elem.max, elem.max)
+    opts: dict[str, Any] = {"rounding": mode, "seed": seed, "random_bits": random_bits}
+    if codes:
+        if np.isnan(s).any():
+            s = np.where(np.isnan(s), 0.0, s).astype(s.dtype)
+        if isinstance(elem, IntFormat):
+            return encode(s, elem, **opts)
+        return encode(s, elem, overflow="saturate", **opts)
+    if isinstance(elem, IntFormat):
+        return round_to(s, elem, **opts)
+    return round_to(s, elem, overflow="saturate", **opts)
+
+
+def _unscale(
+    q: np.ndarray,
+    lay: _Layout,
+    bf: BlockFormat,
+    scales: np.ndarray,
+    tensor_scale: float,
+    dtype: np.dtype,
+) -> np.ndarray:
+    """Element values ``q`` (element grid, input layout) times their block scales, in ``dtype``.
+
+    Each product is rounded once to ``dtype`` (exact for power-of-two scales): the element times
+    its scale is exact in float32 or float64, and NVFP4's tensor scale is one more multiplication.
+    """
+    if lay.needs_pad:
+        full = np.zeros(lay.padded, dtype=q.dtype)
+        full[lay.crop] = q
+        q = full
+    qv = q.reshape(lay.data_shape())
+    f = np.ldexp(scales, bf.element_exponent) if bf.element_exponent else scales
+    f = f.reshape(lay.grid_view_shape())
+    if bf.scale_rule == "amax" or _pow2_fits(f, dtype):
+        f = f.astype(dtype)  # amax rule: the scales are values of the scale format
+    out = np.empty(qv.shape, dtype=dtype)
+    ts = dtype.type(tensor_scale)
+
+    def work(lo: int, hi: int) -> None:
+        with np.errstate(all="ignore"):
+            r = qv[lo:hi] * f[lo:hi]
+            if bf.tensor_scale:
+                r = r * ts
+            out[lo:hi] = r
+
+    for_chunks(lay.dims[0], work, chunk=_units_per_chunk(lay))
+    out = out.reshape(lay.padded)
+    return out[lay.crop] if lay.needs_pad else out
+
+
+def _out_dtype(data: np.ndarray) -> np.dtype:
+    return np.dtype(np.float64) if data.dtype == np.float64 else np.dtype(np.float32)
+
+
+# ----- public API -------------------------------------------------------------------------------
+def quantize_blocks(
+    x: Any,
+    block_format: str | BlockFormat,
+    *,
+    axis: int = -1,
+    rounding: str = "nearest_even",
+    seed: int | None = None,
+    random_bits: int | None = None,
+    pad: bool = False,
+) -> QuantizedBlocks:
+    """Quantize ``x`` to a block-scaled format: element codes and one scale per block.
+
+    Parameters
+    ----------
+    x:
+        Array-like of floats (float16/32/64 or an ml_dtypes float), at least 1-D (2-D for 2-D
+        tiles). Integer input is a TypeError. Never modified.
+    block_format:
+        A name of :data:`BLOCK_FORMATS` (``"mxfp8_e4m3"``, ``"nvfp4"``, ``"fp8_128x128"`` ...) or a
+        :class:`BlockFormat`.
+    axis:
+        The axis split into blocks (for 2-D tiles: -1 or -2, the tiles cover the last two axes).
+    rounding:
+        Rounding mode of the elements (any mode of :func:`~precision_lab.round_to`); elements
+        saturate at the element format's maximum. Scales are chosen by the format's scale rule.
+    seed, random_bits:
+        For stochastic rounding: element ``i`` of ``x`` (C-order flat index) uses the core's random
+        word ``i`` for ``seed``, so results are reproducible and equal to :func:`round_to_blocks`'.
+    pad:
+        Pad a blocked axis whose length is not a multiple of the block size with zeros (the last
+        block is then partial); without it such an axis is a ValueError.
+
+    Returns
+    -------
+    :class:`QuantizedBlocks`; :func:`dequantize_blocks` turns it back into values.
+
+    >>> import numpy as np
+    >>> q = quantize_blocks(np.linspace(-1, 1, 16, dtype=np.float32), "nvfp4")
+    >>> q.codes.shape, q.codes.dtype, q.scale_codes.shape, q.tensor_scale
+    ((8,), dtype('uint8'), (1,), 0.0003720238...)
+    """
+    bf = get_block_format(block_format)
+    mode = check_rounding(rounding)
+    data, lay = _prepare(x, bf, axis, pad)
+    amax = _block_amax(data, lay)
+    sc = _scales(amax, bf)
+    scaled = _scaled(data, lay, bf, sc, mode)
+    codes = _round_elements(
+        scaled, lay, bf, mode=mode, seed=seed, random_bits=random_bits, codes=True
+    )
+    if bf.packed:
+        codes = _pack4(codes)
+    vals = sc.values.reshape(lay.grid)
+    return QuantizedBlocks(
+        codes=codes,
+        scale_codes=encode(vals, bf.scale),
+        scales=vals,
+        shape=lay.shape,
+        block_format=bf,
+        axis=lay.axis,
+        dtype=_out_dtype(data),
+        tensor_scale=sc.tensor_scale,
+    )
+
+
+def _pack4(codes: np.ndarray) -> np.ndarray:
+    if codes.ndim == 0:
+        codes = codes.reshape(1)
+    n = codes.shape[-1]
+    if n % 2:
+        codes = np.concatenate([codes, np.zeros((*codes.shape[:-1], 1), np.uint8)], axis=-1)
+    return (codes[..., 0::2] | (codes[..., 1::2] << np.uint8(4))).astype(np.uint8)
+
+
+def dequantize_blocks(q: QuantizedBlocks) -> np.ndarray:
+    """Values of a :class:`QuantizedBlocks`: element value x block scale (x NVFP4's tensor scale).
+
+    The result has ``q.shape`` and ``q.dtype``; every value of a NaN block is NaN.
+
+    >>> import numpy as np
+    >>> x = np.array([0.3, -1.7] * 16, dtype=np.float32)
+    >>> dequantize_blocks(quantize_blocks(x, "mxfp4_e2m1"))[:2]
+    array([ 0.25, -1.5 ], dtype=float32)
+    """
+    if not isinstance(q, QuantizedBlocks):
+        raise TypeError(
+            f"q must be a QuantizedBlocks (from quantize_blocks), got {type(q).__name__}"
+        )
+    bf = q.block_format
+    lay = _layout(q.shape, bf, q.axis, pad=True)
+    vals = decode(q.element_codes(), bf.element)
+    scales = q.scales.reshape(lay.dims[0], lay.dims[2])
+    return _unscale(vals, lay, bf, scales, q.tensor_scale, np.dtype(q.dtype))
+
+
+def round_to_blocks(
+    x: Any,
+    block_format: str | BlockFormat,
+    *,
+    axis: int = -1,
+    rounding: str = "nearest_even",
+    seed: int | None = None,
+    random_bits: int | None = None,
+    pad: bool = False,
+) -> np.ndarray:
+    """Fake quantization: the values ``x`` takes in a block-scaled format (quantize + dequantize).
+
+    Same arguments and the same values as ``dequantize_blocks(quantize_blocks(x, ...))``, without
+    forming the codes. Returns float32 (float64 for float64 input) of ``x``'s shape.
+
+    >>> import numpy as np
+    >>> x = np.array([1.0, 0.1, -0.01, 3e-3] * 8, dtype=np.float32)
+    >>> round_to_blocks(x, "mxfp4_e2m1")[:4]     # scale 2**-2: elements 0.25 * {4, 0.5, 0, 0}
+    array([ 1.   ,  0.125, -0.   ,  0.   ], dtype=float32)
+    >>> round_to_blocks(x, "mxfp8_e4m3")[:4]
+    array([ 1.        ,  0.1015625 , -0.00976562,  0.00292969], dtype=float32)
+    """
+    bf = get_block_format(block_format)
+    mode = check_rounding(rounding)
+    data, lay = _prepare(x, bf, axis, pad)
+    amax = _block_amax(data, lay)
+    sc = _scales(amax, bf)
+    scaled = _scaled(data, lay, bf, sc, mode)
+    q = _round_elements(scaled, lay, bf, mode=mode, seed=seed, random_bits=random_bits, codes=False)
+    return _unscale(q, lay, bf, sc.values, sc.tensor_scale, _out_dtype(data))
