@@ -9,6 +9,14 @@
 
 from . import scaling
 from .analysis import error_stats, gamma_n, pick_loss_scale, sqrt_n_u, underflow_stats
+from .blocks import (
+    BlockFormat,
+    QuantizedBlocks,
+    dequantize_blocks,
+    get_block_format,
+    quantize_blocks,
+    round_to_blocks,
+)
 from .codec import decode, encode
 from .formats import FORMATS, FloatFormat, IntFormat, get_format, known_formats
 from .quantization import Calibration, calibrate, dequantize, quantize
@@ -17,20 +25,26 @@ from .rounding import ROUNDING_MODES, round_to
 __all__ = [
     "FORMATS",
     "ROUNDING_MODES",
+    "BlockFormat",
     "Calibration",
     "FloatFormat",
     "IntFormat",
+    "QuantizedBlocks",
     "calibrate",
     "decode",
     "dequantize",
+    "dequantize_blocks",
     "encode",
     "error_stats",
     "gamma_n",
+    "get_block_format",
     "get_format",
     "known_formats",
     "pick_loss_scale",
     "quantize",
+    "quantize_blocks",
     "round_to",
+    "round_to_blocks",
     "scaling",
     "sqrt_n_u",
     "underflow_stats",
