@@ -19,11 +19,13 @@ from .blocks import (
 )
 from .codec import decode, encode
 from .formats import FORMATS, FloatFormat, IntFormat, get_format, known_formats
+from .gemm import Accumulator, gemm, tensor_core
 from .quantization import Calibration, calibrate, dequantize, quantize
 from .rounding import ROUNDING_MODES, round_to
 
 __all__ = [
     "FORMATS",
+    "Accumulator",
     "ROUNDING_MODES",
     "BlockFormat",
     "Calibration",
@@ -37,6 +39,7 @@ __all__ = [
     "encode",
     "error_stats",
     "gamma_n",
+    "gemm",
     "get_block_format",
     "get_format",
     "known_formats",
@@ -47,6 +50,7 @@ __all__ = [
     "round_to_blocks",
     "scaling",
     "sqrt_n_u",
+    "tensor_core",
     "underflow_stats",
 ]
 

@@ -1,0 +1,354 @@
+"""The inner-product model: :class:`Accumulator`, and the exact arithmetic every backend mirrors.
+
+An :class:`Accumulator` says how ``d = c + sum_k a_k * b_k`` is evaluated for each output element
+of a GEMM: how products are formed, in which order they are added, in which format and rounding
+mode each partial sum is kept, when partial sums are promoted to a wider accumulator, and how a
+block-FMA (tensor-core) unit aligns and truncates its terms. :func:`precision_lab.gemm` evaluates
+the model on the CPU (numpy) and on the GPU (CuPy kernels); both follow the specification below
+bit for bit, so it is written down here once, and it is stable.
+
+>>> import precision_lab as pl
+>>> acc = pl.Accumulator("bf16")
+>>> acc.format.name, acc.rounding, acc.order
+('bf16', 'nearest_even', 'sequential')
+>>> import dataclasses
+>>> dataclasses.replace(acc, promote_every=128).promote_every
+128
+
+Specification of the arithmetic
+===============================
+
+Notation. ``round(x, F, mode)`` is :func:`precision_lab.round_to` of the *exact* real ``x`` onto
+format ``F`` with the accumulator's ``overflow`` and ``subnormals`` switches: every rounding below
+rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`, ``mode`` is
+:attr:`Accumulator.rounding`. ``K`` is the reduction length, ``k`` a global index ``0 <= k < K``.
+
+1. Inputs. ``a`` and ``b`` are first put on the grid of the input format(s) by :func:`gemm`.
+   The accumulator input ``c`` is rounded (nearest_even) to ``out_format``, the type C and D share
+   on a GPU. Products ``p_k = a_k * b_k`` are exact (the float64 product is exact because input
+   formats have at most 26 significant bits); with :attr:`product_format` set they are
+   ``round(a_k * b_k, product_format, product_rounding)`` instead (separate multiply and add).
+
+2. Segments (promotion). With ``promote_every = N`` the index range is cut into segments
+   ``[sN, (s+1)N)``. Each segment is reduced by the order below starting from ``0`` (no ``c``),
+   giving a partial sum ``P_s`` in ``acc``. The wide accumulator ``W`` (``promote_format``,
+   ``promote_rounding``) starts at ``c`` and takes ``W = round(W + P_s * sigma_s, promote_format,
+   promote_rounding)`` (one rounding: a fused multiply-add), ``sigma_s`` the scale of the segment
+   (1 without scales). Without promotion (and without scales) there is one segment, reduced
+   starting from ``c``, and ``W`` is that result. Scales on A and B: see
+   :func:`precision_lab.gemm.reference.gemm`; scales along K force a segment boundary at every
+   scale block (``promote_every`` defaults to the scale block and must divide it), and
+   ``sigma_s = round(sa * sb, promote_format, nearest_even)``. Per-tensor and per-row/column
+   scales make one segment whose partial sum is scaled the same way (as ``torch._scaled_mm``).
+
+3. Orders (within a segment, starting value ``s0`` = ``c`` or ``0``):
+
+   ``sequential``: ``s = s0``; for each k in increasing order ``s = round(s + p_k, acc, mode)``.
+
+   ``pairwise``: level by level: adjacent partial sums are paired, ``(x0+x1), (x2+x3), ...``,
+   each pair sum rounded; an odd one out is carried unchanged to the next level; until one value
+   ``T`` remains; then ``round(s0 + T, acc, mode)`` (skipped when ``s0`` is the constant 0,
+   since ``T`` is already on the grid).
+
+   ``blocked``: consecutive blocks of ``block`` products are each summed sequentially from 0
+   (the first step is ``round(0 + p)``); the running total starts at ``s0`` and takes
+   ``t = round(t + B_j, acc, mode)`` for each block sum ``B_j`` in order.
+
+   ``block_fma`` (tensor cores): consecutive blocks of ``n = block`` products. For a block and
+   the running value ``r`` (``r = s0`` before the first block):
+
+   * exponents: ``e(a) = max(floor(log2|a|), emin_A)`` for a non-zero input (subnormal inputs
+     take the format's ``emin``; significands then lie in [0, 2)); a product's alignment
+     exponent is ``e(a_k) + e(b_k)`` (its significand lies in [0, 4)); the running value's is
+     ``max(floor(log2|r|), acc.emin)``. Zero products and a zero ``r`` take no part.
+   * anchor ``E`` = the largest alignment exponent among the block's non-zero products and
+     (with ``addend="in_block"``) ``r``.
+   * each term ``x`` (product, and ``r`` when in block) becomes ``sign(x) * floor(|x| /
+     2**(E - align_bits)) * 2**(E - align_bits)``: bits of weight below ``2**(E - align_bits)``
+     are truncated (toward zero, on the magnitude).
+   * the truncated terms are summed exactly (the sum is an integer multiple of
+     ``2**(E - align_bits)`` below ``2**53`` of them) giving ``X``; the block is empty-valued
+     (``X = 0``, sign +) when no term takes part.
+   * ``addend="in_block"``: ``r = round(X, acc, mode)``.
+     ``addend="after_block"``: ``r = round(r + round(X, acc, block_rounding), acc, mode)``.
+
+   ``blas``: fp32 only: ``P = float32 matmul`` (numpy/BLAS, its own order and FMA use) of the
+   inputs held in float32, plus ``s0`` added in float32. Not bit-reproducible across BLAS builds;
+   for speed (training emulation), not for bit-exact studies.
+
+4. Output: ``d = round(W, out_format, out_rounding)``. A zero result is +0 except that IEEE sign
+   rules for exact zero sums are followed where the arithmetic is IEEE (sequential, pairwise,
+   blocked): ``round(x + y)`` of exact ``0`` is ``+0`` unless both are ``-0`` (``-0`` under
+   ``down``); block_fma zero results are ``+0``.
+
+5. Special values: if any product or ``c`` is NaN, or an infinite product meets the opposite
+   infinity or ``inf * 0`` occurs, the result is NaN; otherwise an infinite product or ``c``
+   gives that infinity (IEEE). Finite overflow in the accumulator follows ``overflow``: under
+   ``"ieee"`` round-to-nearest (and stochastic) overflow to inf (NaN in formats without inf),
+   toward_zero stays at ``max``; ``"saturate"`` clamps. Once a partial sum is infinite it stays
+   infinite (or becomes NaN on meeting the opposite infinity), as in IEEE arithmetic.
+
+6. Stochastic rounding. Every rounding event of an output element has an event number ``e``;
+   the element with flat index ``i`` (C order over the broadcast batch shape x M x N, ``T``
+   elements in all) uses the 64-bit word number ``e * T + i`` of the counter-based generator of
+   :mod:`precision_lab._random` keyed by :attr:`seed` (low ``64 - random_bits`` bits cleared). It
+   rounds away from zero iff ``floor(f * 2**64) + R >= 2**64``, ``f`` the exact discarded
+   fraction in units of the result's quantum (the rule of :func:`~precision_lab.round_to`, here
+   applied to the exact intermediate). Event numbers:
+
+   * sequential: the addition of ``p_k`` is event ``k``;
+   * blocked: the in-block addition of ``p_k`` is event ``k``; the addition of the block sum of
+     the block starting at ``k0`` into the running total is event ``K + k0 // block``;
+   * pairwise: within the segment starting at ``k0``, the pair sums are numbered level by level,
+     left to right, from 0; pair ``q`` is event ``k0 + q``; the final ``s0 + T`` is event
+     ``K + k0``;
+   * block_fma: the block starting at ``k0`` is event ``k0`` (its ``round(X)`` with
+     ``in_block``, its ``round(X, acc, block_rounding)`` with ``after_block``); the
+     ``after_block`` addition is event ``K + k0``;
+   * products rounded to ``product_format``: event ``4K + k``;
+   * promotion of segment ``s``: event ``2K + s``; the output rounding: event ``3K``.
+
+Float64 is used only where it is exact: products of inputs of at most 26 significant bits, sums
+of block_fma's truncated integers, and a two-sum ``x + y = s + t`` (``s`` the float64 sum, ``t`` its
+exact error) for every other addition. Non-stochastic roundings of ``s + t`` go through
+round-to-odd at 53 bits (``s`` moved one ulp toward zero when ``t`` points inward, then its last
+bit set when ``t != 0``), which is exact for targets of at most 51 significant bits: that is
+why the accumulator format needs ``precision <= 51`` (``fp64`` is accepted with nearest_even,
+where the float64 sum is already the answer).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..formats import FloatFormat, get_format
+from ..rounding import OVERFLOW_MODES, SUBNORMAL_MODES, check_rounding
+
+__all__ = ["ADDENDS", "ORDERS", "Accumulator"]
+
+#: summation orders of :class:`Accumulator`
+ORDERS = ("sequential", "pairwise", "blocked", "block_fma", "blas")
+#: where a block-FMA unit adds the running accumulator
+ADDENDS = ("in_block", "after_block")
+
+_FP32 = get_format("fp32")
+_FP64 = get_format("fp64")
+
+
+def _float_format(value: Any, name: str) -> FloatFormat:
+    try:
+        fmt = get_format(value)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{name}: {exc}") from None
+    if not isinstance(fmt, FloatFormat):
+        raise ValueError(f"{name} must be a floating-point format, got integer format {fmt}")
+    return fmt
+
+
+def _positive_int(value: Any, name: str, *, allow_none: bool = True) -> int | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"{name} must be a positive int{' or None' if allow_none else ''}, got {value!r}"
+        )
+    return int(value)
+
+
+@dataclass(frozen=True)
+class Accumulator:
+    """How one inner product ``c + sum_k a_k b_k`` is accumulated (see the module docstring).
+
+    Parameters
+    ----------
+    format:
+        Accumulator format (any float format: ``"fp32"``, ``"bf16"``, ``"fp16"``,
+        ``FloatFormat(8, 13)`` ...), at most 51 significant bits (or ``"fp64"`` with
+        nearest_even).
+    rounding:
+        Rounding mode of every accumulation step (``nearest_even``, ``toward_zero``,
+        ``stochastic`` ... and the aliases of :func:`~precision_lab.round_to`).
+    order:
+        ``"sequential"`` (recursive summation), ``"pairwise"``, ``"blocked"`` (needs ``block``),
+        ``"block_fma"`` (tensor-core block FMA: needs ``block`` and ``align_bits``) or
+        ``"blas"`` (float32 BLAS matmul: fast, not bit-reproducible).
+    block:
+        Block length of ``blocked``, products per block FMA of ``block_fma``.
+    promote_every:
+        Promote the partial sum into the wide accumulator every this many products (DeepSeek-V3:
+        128); ``None``: no promotion.
+    promote_format, promote_rounding:
+        Format and rounding of the wide accumulator that takes promoted partial sums.
+    product_format, product_rounding:
+        ``None``: exact products (tensor cores, FMA). A format: each product is rounded to it
+        first (separate multiply and add).
+    align_bits:
+        ``block_fma``: fraction bits kept below the anchor exponent when terms are aligned
+        (23 + extra alignment bits: V100 23, A100 24, H100 25; H100 FP8 13).
+    addend:
+        ``block_fma``: ``"in_block"`` (the running accumulator is aligned with the products of
+        each block) or ``"after_block"`` (the products' block sum is rounded with
+        ``block_rounding`` to ``format``, then added to the running accumulator with
+        ``rounding``).
+    block_rounding:
+        Rounding of the block sum with ``addend="after_block"``.
+    out_rounding:
+        Rounding of the final conversion to the output format.
+    overflow, subnormals:
+        Switches of :func:`~precision_lab.round_to` for every rounding of the model.
+    seed, random_bits:
+        Stochastic rounding: seed of the counter-based random words (``None``: 0, so results
+        are reproducible by default) and the number of random bits (``None``: exact).
+    name:
+        A label (not part of equality), e.g. the preset's name.
+
+    >>> Accumulator("fp16", rounding="rtz", order="blocked", block=32).block
+    32
+    >>> Accumulator(order="blocked")
+    Traceback (most recent call last):
+    ...
+    ValueError: block: order='blocked' needs a block length (a positive int), got None
+    """
+
+    format: str | FloatFormat = "fp32"
+    rounding: str = "nearest_even"
+    order: str = "sequential"
+    block: int | None = None
+    promote_every: int | None = None
+    promote_format: str | FloatFormat = "fp32"
+    promote_rounding: str = "nearest_even"
+    product_format: str | FloatFormat | None = None
+    product_rounding: str = "nearest_even"
+    align_bits: int | None = None
+    addend: str = "in_block"
+    block_rounding: str = "toward_zero"
+    out_rounding: str = "nearest_even"
+    overflow: str = "ieee"
+    subnormals: str = "keep"
+    seed: int | None = None
+    random_bits: int | None = None
+    name: str | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        put = object.__setattr__  # frozen: normalise the fields in place once
+        fmt = _float_format(self.format, "format")
+        put(self, "format", fmt)
+        for mode_field in (
+            "rounding",
+            "promote_rounding",
+            "product_rounding",
+            "block_rounding",
+            "out_rounding",
+        ):
+            try:
+                put(self, mode_field, check_rounding(getattr(self, mode_field)))
+            except ValueError as exc:
+                raise ValueError(f"{mode_field}: {exc}") from None
+        if self.order not in ORDERS:
+            raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {self.order!r}")
+        if self.addend not in ADDENDS:
+            raise ValueError(f"addend must be one of {', '.join(ADDENDS)}, got {self.addend!r}")
+        if self.overflow not in OVERFLOW_MODES:
+            raise ValueError(f"overflow must be one of {OVERFLOW_MODES}, got {self.overflow!r}")
+        if self.subnormals not in SUBNORMAL_MODES:
+            raise ValueError(
+                f"subnormals must be one of {SUBNORMAL_MODES}, got {self.subnormals!r}"
+            )
+        put(self, "promote_format", _float_format(self.promote_format, "promote_format"))
+        if self.product_format is not None:
+            put(self, "product_format", _float_format(self.product_format, "product_format"))
+        put(self, "promote_every", _positive_int(self.promote_every, "promote_every"))
+        if self.order in ("blocked", "block_fma"):
+            if isinstance(self.block, bool) or not isinstance(self.block, int) or self.block < 1:
+                raise ValueError(
+                    f"block: order={self.order!r} needs a block length (a positive int), "
+                    f"got {self.block!r}"
+                )
+        else:
+            put(self, "block", _positive_int(self.block, "block"))
+        if self.order == "block_fma":
+            nb = (self.block or 1).bit_length()
+            if (
+                isinstance(self.align_bits, bool)
+                or not isinstance(self.align_bits, int)
+                or not 0 <= self.align_bits <= 50 - nb
+            ):
+                raise ValueError(
+                    f"align_bits: order='block_fma' needs the number of fraction bits kept "
+                    f"after alignment, an int in 0..{50 - nb} for block={self.block}, "
+                    f"got {self.align_bits!r}"
+                )
+        for name_, f in (("format", fmt), ("promote_format", self.promote_format)):
+            assert isinstance(f, FloatFormat)
+            mode = self.rounding if name_ == "format" else self.promote_rounding
+            if f.precision > 51 and not (f == _FP64 and mode == "nearest_even"):
+                raise ValueError(
+                    f"{name_} {f} has {f.precision} significant bits: at most 51 are supported "
+                    "(exact single rounding via round-to-odd in float64), or fp64 with "
+                    "nearest_even"
+                )
+        if self.order == "blas" and (fmt != _FP32 or self.rounding != "nearest_even"):
+            raise ValueError(
+                f"order='blas' is float32 BLAS summation: format must be fp32 and rounding "
+                f"nearest_even, got format={fmt}, rounding={self.rounding!r}"
+            )
+        if self.random_bits is not None and (
+            isinstance(self.random_bits, bool)
+            or not isinstance(self.random_bits, int)
+            or not 1 <= self.random_bits <= 64
+        ):
+            raise ValueError(f"random_bits must be in 1..64 or None, got {self.random_bits!r}")
+        if self.seed is not None and (
+            isinstance(self.seed, bool)
+            or not isinstance(self.seed, int)
+            or not 0 <= self.seed < 1 << 128
+        ):
+            raise ValueError(f"seed must be an int in [0, 2**128) or None, got {self.seed!r}")
+
+    @property
+    def stochastic(self) -> bool:
+        """Whether any rounding of the model is stochastic (it then uses :attr:`seed`)."""
+        modes = [self.rounding, self.out_rounding]
+        if self.promote_every is not None:
+            modes.append(self.promote_rounding)
+        if self.product_format is not None:
+            modes.append(self.product_rounding)
+        if self.order == "block_fma" and self.addend == "after_block":
+            modes.append(self.block_rounding)
+        return "stochastic" in modes
+
+    def replace(self, **changes: Any) -> Accumulator:
+        """A copy with some fields changed (:func:`dataclasses.replace`).
+
+        >>> Accumulator("fp16").replace(rounding="rtz").rounding
+        'toward_zero'
+        """
+        return dataclasses.replace(self, **changes)
+
+    def describe(self) -> str:
+        """One line saying what the model does.
+
+        >>> Accumulator("bf16", promote_every=128).describe()
+        'sequential sum in bf16 (nearest_even), promoted every 128 products into fp32'
+        """
+        fmt = self.format
+        if self.order == "block_fma":
+            txt = (
+                f"block FMA of {self.block} products, {self.align_bits} fraction bits kept "
+                f"after alignment, normalised into {fmt} ({self.rounding})"
+            )
+            if self.addend == "after_block":
+                txt += f", block sum rounded {self.block_rounding} before the accumulator add"
+        elif self.order == "blocked":
+            txt = f"blocked sum (block {self.block}) in {fmt} ({self.rounding})"
+        elif self.order == "blas":
+            txt = "float32 BLAS matmul"
+        else:
+            txt = f"{self.order} sum in {fmt} ({self.rounding})"
+        if self.product_format is not None:
+            txt += f", products rounded to {self.product_format} ({self.product_rounding})"
+        if self.promote_every is not None:
+            txt += f", promoted every {self.promote_every} products into {self.promote_format}"
+        return txt

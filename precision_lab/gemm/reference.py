@@ -1,0 +1,616 @@
+"""``gemm``: matrix products under an :class:`~precision_lab.gemm.accumulator.Accumulator` model.
+
+The numpy backend here is the reference: it is vectorised over the whole output matrix (and the
+batch) and loops only over the reduction dimension (or blocks of it); rows are processed in
+cache-sized chunks on all CPU cores. The CuPy backend (:mod:`precision_lab.gemm.cupy_backend`)
+computes the same numbers bit for bit.
+
+>>> import numpy as np, precision_lab as pl
+>>> a = np.array([[1.0, 1.0, 1.0, 1.0]])
+>>> b = np.array([[2.0], [3 * 2.0**-24], [0.0], [0.0]])
+>>> float(pl.gemm(a, b, input_format="fp16", accumulator=pl.tensor_core("v100", "fp16"))[0, 0])
+2.0
+>>> float(pl.gemm(a, b, input_format="fp16", accumulator=pl.Accumulator("fp32"))[0, 0])
+2.0000002384185791
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..formats import FloatFormat, get_format
+from ..rounding import as_float_array, check_rounding, is_device_array, round_to
+from .accumulator import Accumulator
+from .exact import Rounder, round_sum, stochastic_words, two_sum
+from .scales import expand_scales
+
+__all__ = ["BACKENDS", "gemm"]
+
+BACKENDS = ("auto", "numpy", "cupy")
+_FP32 = get_format("fp32")
+_NO_TERM = -(1 << 20)  # alignment exponent of a zero term (below every real exponent)
+#: output elements per work item: the model's temporaries stay in the core's cache
+_CHUNK_ELEMENTS = 1 << 15
+
+FormatLike = str | FloatFormat
+
+
+def _fits_float32(fmt: FloatFormat) -> bool:
+    return (
+        fmt.precision <= 24
+        and fmt.max <= float(np.finfo(np.float32).max)
+        and fmt.smallest_subnormal >= 2.0**-149
+    )
+
+
+def _float_format(value: Any, name: str) -> FloatFormat:
+    try:
+        fmt = get_format(value)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{name}: {exc}") from None
+    if not isinstance(fmt, FloatFormat):
+        raise ValueError(f"{name} must be a floating-point format, got integer format {fmt}")
+    return fmt
+
+
+def gemm(
+    a: Any,
+    b: Any,
+    c: Any = None,
+    *,
+    input_format: FormatLike | tuple[FormatLike, FormatLike],
+    accumulator: Accumulator | FormatLike | None = None,
+    out_format: FormatLike = "fp32",
+    backend: str = "auto",
+    input_rounding: str = "nearest_even",
+    scale_a: Any = None,
+    scale_b: Any = None,
+    scale_block: int | None = None,
+) -> Any:
+    """``d = c + a @ b`` with inputs on a low-precision grid and a modelled accumulator.
+
+    Parameters
+    ----------
+    a, b:
+        Arrays of shape ``(..., M, K)`` and ``(..., K, N)`` (at least 2-D; batch dimensions
+        broadcast like :func:`numpy.matmul`). Float16/32/64 or ml_dtypes floats; never modified.
+    c:
+        Accumulator input, broadcastable to ``(..., M, N)``; ``None`` for zero. It is rounded
+        (nearest_even) to ``out_format`` first, as C and D share a type on the GPU.
+    input_format:
+        Format of A and B (one for both, or a pair ``(format_a, format_b)``), at most 26
+        significant bits (so that products are exact).
+    accumulator:
+        An :class:`Accumulator` (or a format name for a sequential accumulator in it); default
+        ``Accumulator()``, fp32 sequential round-to-nearest-even. :func:`tensor_core` gives the
+        models of real GPUs.
+    out_format:
+        Format of the result (and of ``c``).
+    backend:
+        ``"numpy"`` (CPU reference), ``"cupy"`` (GPU kernels) or ``"auto"`` (cupy for CuPy
+        arrays, else numpy).
+    input_rounding:
+        How a and b are put on the input grid: a rounding mode (default ``nearest_even``;
+        ``stochastic`` uses the accumulator's seed), or ``"exact"``: values must already be on
+        the grid, else ValueError.
+    scale_a, scale_b, scale_block:
+        Optional scales (see :mod:`precision_lab.gemm.scales`): per tensor (scalar), per row of
+        A / column of B, or per block of ``scale_block`` (default 128) along K and rows/columns.
+        ``d = c + sum over K-blocks of (sa * sb) * (partial sum)``, applied at promotion in the
+        wide accumulator, like ``torch._scaled_mm`` and DeepSeek-V3's FP8 GEMM.
+
+    Returns
+    -------
+    Array of shape ``(..., M, N)``: float32 when ``out_format`` fits in float32, else float64
+    (a CuPy array from the cupy backend).
+
+    >>> import numpy as np, precision_lab as pl
+    >>> x = np.full((1, 4096), 0.75)
+    >>> w = np.full((4096, 1), 0.625)
+    >>> d = pl.gemm(x, w, input_format="e4m3", accumulator=pl.Accumulator("bf16"))
+    >>> float(d[0, 0]), 0.75 * 0.625 * 4096   # bf16 accumulation stagnates
+    (128.0, 1920.0)
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    acc = _as_accumulator(accumulator)
+    fa, fb = _input_formats(input_format)
+    out_fmt = _float_format(out_format, "out_format")
+    on_device = is_device_array(a) or is_device_array(b) or is_device_array(c)
+    if backend == "cupy" or (backend == "auto" and on_device):
+        try:
+            cupy_backend = importlib.import_module(f"{__package__}.cupy_backend")
+        except ImportError as exc:  # pragma: no cover - depends on the installation
+            raise ImportError(f"backend='cupy' needs CuPy and a GPU: {exc}") from exc
+        extra: dict[str, Any] = {}
+        if input_rounding != "nearest_even":
+            extra["input_rounding"] = input_rounding
+        if scale_a is not None or scale_b is not None:
+            extra.update(scale_a=scale_a, scale_b=scale_b, scale_block=scale_block)
+        return cupy_backend.gemm(
+            a,
+            b,
+            c,
+            input_format=(fa, fb) if fa != fb else fa,
+            accumulator=acc,
+            out_format=out_fmt,
+            **extra,
+        )
+    if on_device:
+        raise TypeError("backend='numpy' got CuPy arrays: use backend='cupy' or 'auto'")
+    return _gemm_numpy(a, b, c, fa, fb, acc, out_fmt, input_rounding, scale_a, scale_b, scale_block)
+
+
+def _as_accumulator(accumulator: Any) -> Accumulator:
+    if accumulator is None:
+        return Accumulator()
+    if isinstance(accumulator, Accumulator):
+        return accumulator
+    if isinstance(accumulator, str | FloatFormat):
+        return Accumulator(format=accumulator)
+    raise TypeError(
+        "accumulator must be an Accumulator (e.g. pl.tensor_core('h100', 'e4m3')) or a format "
+        f"name, got {type(accumulator).__name__}"
+    )
+
+
+def _input_formats(input_format: Any) -> tuple[FloatFormat, FloatFormat]:
+    if isinstance(input_format, tuple | list):
+        if len(input_format) != 2:
+            raise ValueError(
+                f"input_format must be one format or a pair (format_a, format_b), got "
+                f"{len(input_format)} items"
+            )
+        fa = _float_format(input_format[0], "input_format[0]")
+        fb = _float_format(input_format[1], "input_format[1]")
+    else:
+        fa = fb = _float_format(input_format, "input_format")
+    for f in (fa, fb):
+        if f.precision > 26:
+            raise ValueError(
+                f"input_format {f} has {f.precision} significant bits; at most 26 are supported "
+                "(products must be exact in float64)"
+            )
+    return fa, fb
+
+
+def _on_grid(x: np.ndarray, fmt: FloatFormat, name: str, mode: str, seed: int) -> np.ndarray:
+    """``x`` (float64) put on the grid of ``fmt`` (or checked to be on it for mode 'exact')."""
+    if mode == "exact":
+        r = round_to(x, fmt).astype(np.float64)
+        bad = ~((r == x) | (np.isnan(r) & np.isnan(x)))
+        if bad.any():
+            idx = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise ValueError(
+                f"{name} has {int(bad.sum())} value(s) not on the {fmt} grid (first: {name}"
+                f"[{', '.join(map(str, idx))}] = {x[idx]!r}); round them first or pass "
+                "input_rounding='nearest_even'"
+            )
+        return x
+    try:
+        mode = check_rounding(mode)
+    except ValueError:
+        raise ValueError(
+            f"input_rounding must be a rounding mode or 'exact', got {mode!r}"
+        ) from None
+    return round_to(x, fmt, rounding=mode, seed=seed).astype(np.float64)
+
+
+def _gemm_numpy(
+    a: Any,
+    b: Any,
+    c: Any,
+    fa: FloatFormat,
+    fb: FloatFormat,
+    acc: Accumulator,
+    out_fmt: FloatFormat,
+    input_rounding: str,
+    scale_a: Any,
+    scale_b: Any,
+    scale_block: int | None,
+) -> np.ndarray:
+    a = as_float_array(a, "a")
+    b = as_float_array(b, "b")
+    if a.ndim < 2:
+        raise ValueError(f"a must be at least 2-D (..., M, K), got shape {a.shape}")
+    if b.ndim < 2:
+        raise ValueError(f"b must be at least 2-D (..., K, N), got shape {b.shape}")
+    if a.shape[-1] != b.shape[-2]:
+        raise ValueError(
+            f"shape mismatch: a is {a.shape} (K={a.shape[-1]}) but b is {b.shape} "
+            f"(K={b.shape[-2]}); a.shape[-1] must equal b.shape[-2]"
+        )
+    try:
+        batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    except ValueError:
+        raise ValueError(
+            f"batch shapes of a {a.shape[:-2]} and b {b.shape[:-2]} do not broadcast"
+        ) from None
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    out_shape = (*batch, m, n)
+    seed = 0 if acc.seed is None else acc.seed
+    a64 = _on_grid(a.astype(np.float64), fa, "a", input_rounding, seed)
+    b64 = _on_grid(b.astype(np.float64), fb, "b", input_rounding, seed + 1)
+    if c is None:
+        c64 = np.zeros(out_shape)
+    else:
+        c_arr = as_float_array(c, "c")
+        try:
+            c_arr = np.broadcast_to(c_arr, out_shape)
+        except ValueError:
+            raise ValueError(
+                f"c of shape {c_arr.shape} does not broadcast to the output shape {out_shape}"
+            ) from None
+        c64 = round_to(c_arr.astype(np.float64), out_fmt).astype(np.float64)
+    sa, sb, kblock = expand_scales(a, b, scale_a, scale_b, scale_block)
+    if sa is not None:
+        assert isinstance(acc.promote_format, FloatFormat) and isinstance(acc.format, FloatFormat)
+        if acc.format.precision + acc.promote_format.precision > 53:
+            raise ValueError(
+                f"scales need accumulator precision + promote precision <= 53 bits, got "
+                f"{acc.format.precision} + {acc.promote_format.precision}"
+            )
+    nb = math.prod(batch)
+    A = np.ascontiguousarray(np.broadcast_to(a64, (*batch, m, k))).reshape(nb, m, k)
+    B = np.ascontiguousarray(np.broadcast_to(b64, (*batch, k, n))).reshape(nb, k, n)
+    C = np.ascontiguousarray(c64).reshape(nb, m, n)
+    model = _Model(acc, fa, fb, out_fmt, k, kblock, nb * m * n, seed)
+    W = np.empty((nb, m, n))
+    if nb * m * n > 0:
+        model.run_all(A, B, C, sa, sb, W)
+    out = model.out_rounder.round(W, model.words(3 * k, W.shape))
+    dtype = np.float32 if _fits_float32(out_fmt) else np.float64
+    return out.astype(dtype).reshape(out_shape)
+
+
+@dataclass
+class _Chunk:
+    """One work item: batch slice and row range, with its scales."""
+
+    A: np.ndarray  # (b, m, K)
+    B: np.ndarray  # (b, K, N)
+    C: np.ndarray  # (b, m, N)
+    sa: np.ndarray | None  # (b, m or 1, nk)
+    sb: np.ndarray | None  # (b, nk, N or 1)
+
+
+class _Model:
+    """Evaluates one Accumulator model over chunks of the output (numpy reference)."""
+
+    def __init__(
+        self,
+        acc: Accumulator,
+        fa: FloatFormat,
+        fb: FloatFormat,
+        out_fmt: FloatFormat,
+        k: int,
+        kblock: int | None,
+        total: int,
+        seed: int,
+    ) -> None:
+        self.acc = acc
+        self.fa, self.fb = fa, fb
+        self.K = k
+        self.total = total
+        self.seed = seed
+        fmt = acc.format
+        assert isinstance(fmt, FloatFormat) and isinstance(acc.promote_format, FloatFormat)
+        ov, sub, rb = acc.overflow, acc.subnormals, acc.random_bits
+
+        def rounder(f: FloatFormat | str, mode: str) -> Rounder:
+            return Rounder(f, mode, overflow=ov, subnormals=sub, seed=seed, random_bits=rb)
+
+        self.r_acc = rounder(fmt, acc.rounding)
+        self.r_block = rounder(fmt, acc.block_rounding)
+        self.r_promote = rounder(acc.promote_format, acc.promote_rounding)
+        self.r_scale = rounder(acc.promote_format, "nearest_even")
+        self.r_product = (
+            None
+            if acc.product_format is None
+            else rounder(acc.product_format, acc.product_rounding)
+        )
+        self.out_rounder = rounder(out_fmt, acc.out_rounding)
+        self.stochastic = acc.stochastic
+        # segments: promotion and K-blocks of scales
+        seg = acc.promote_every
+        if kblock is not None:
+            if seg is None:
+                seg = kblock
+            elif kblock % seg:
+                raise ValueError(
+                    f"promote_every={seg} must divide the K-block of the scales ({kblock})"
+                )
+        self.kblock = kblock
+        self.promote = seg is not None or kblock is not None
+        self.seg = seg if seg is not None else max(k, 1)
+        # product quantum and bound (for the exact-float64 fast path)
+        if acc.product_format is None:
+            pq = fa.smallest_subnormal * fb.smallest_subnormal
+            pmax = fa.max * fb.max
+            pprec = fa.precision + fb.precision
+        else:
+            pf = acc.product_format
+            assert isinstance(pf, FloatFormat)
+            pq, pmax, pprec = pf.smallest_subnormal, pf.max, pf.precision
+        # x + p exact in float64 for every accumulator value x and product p
+        span = math.log2(fmt.max + pmax) - math.log2(min(fmt.smallest_subnormal, pq))
+        self.sum_exact = span < 52
+        # the float32 fast path: IEEE float32 addition is exactly round(x + p, fp32, RNE)
+        self.fp32_native = (
+            fmt == _FP32
+            and acc.rounding == "nearest_even"
+            and acc.overflow == "ieee"
+            and acc.subnormals == "keep"
+            and pprec <= 24
+            and pq >= 2.0**-149
+            and pmax < float(np.finfo(np.float32).max)
+        )
+        if acc.order == "block_fma":
+            self.emin_a, self.emin_b = fa.emin, fb.emin
+            self.emin_acc = fmt.emin
+
+    # ----- random words -----------------------------------------------------------------
+    def words(self, event: int, shape: tuple[int, ...]) -> np.ndarray | None:
+        if not self.stochastic:
+            return None
+        return stochastic_words(self.seed, event, self.total, shape, self.acc.random_bits)
+
+    # ----- driver -----------------------------------------------------------------------
+    def run_all(
+        self,
+        A: np.ndarray,
+        B: np.ndarray,
+        C: np.ndarray,
+        sa: np.ndarray | None,
+        sb: np.ndarray | None,
+        W: np.ndarray,
+    ) -> None:
+        nb, m, _ = A.shape
+        n = B.shape[2]
+        special = not (np.isfinite(A).all() and np.isfinite(B).all() and np.isfinite(C).all())
+        if special:
+            shadow = self._shadow(A, B, C)
+            A = np.where(np.isfinite(A), A, 0.0)
+            B = np.where(np.isfinite(B), B, 0.0)
+            C = np.where(np.isfinite(C), C, 0.0)
+
+        def one(item: tuple[slice, slice]) -> None:
+            bs, rs = item
+            ch = _Chunk(
+                A[bs, rs],
+                B[bs],
+                C[bs, rs],
+                None if sa is None else sa[bs, rs if sa.shape[1] > 1 else slice(None)],
+                None if sb is None else sb[bs],
+            )
+            W[bs, rs] = self.run(ch)
+
+        if self.stochastic:  # random words are indexed over the whole output: one item
+            one((slice(None), slice(None)))
+        else:
+            if m * n >= _CHUNK_ELEMENTS:  # blocks of rows of one matrix
+                rows = max(1, _CHUNK_ELEMENTS // max(n, 1))
+                items = [
+                    (slice(i, i + 1), slice(r, min(r + rows, m)))
+                    for i in range(nb)
+                    for r in range(0, m, rows)
+                ]
+            else:  # whole matrices, several batch entries at a time
+                per = max(1, _CHUNK_ELEMENTS // max(m * n, 1))
+                items = [(slice(i, min(i + per, nb)), slice(None)) for i in range(0, nb, per)]
+            workers = min(os.cpu_count() or 1, len(items))
+            if workers > 1:
+                with ThreadPoolExecutor(max_workers=workers) as pool:
+                    list(pool.map(one, items))
+            else:
+                for it in items:
+                    one(it)
+        if special:
+            bad = ~np.isfinite(shadow)
+            W[bad] = shadow[bad]
+
+    @staticmethod
+    def _shadow(A: np.ndarray, B: np.ndarray, C: np.ndarray) -> np.ndarray:
+        """IEEE float64 sum: its NaN/inf pattern is the model's (finite inputs never overflow)."""
+        s = C.copy()
+        with np.errstate(invalid="ignore", over="ignore"):
+            for k in range(A.shape[2]):
+                s += A[:, :, k, None] * B[:, None, k, :]
+        return s
+
+    def run(self, ch: _Chunk) -> np.ndarray:
+        """The promoted result W of one chunk (float64)."""
+        K = self.K
+        if K == 0:
+            return ch.C.copy()
+        if not self.promote:
+            return self.segment(ch, 0, K, ch.C)
+        W = ch.C.copy()
+        for s, k0 in enumerate(range(0, K, self.seg)):
+            k1 = min(k0 + self.seg, K)
+            P = self.segment(ch, k0, k1, None)
+            if ch.sa is not None and ch.sb is not None:
+                kb = 0 if self.kblock is None else k0 // self.kblock
+                kb_a = kb if ch.sa.shape[2] > 1 else 0
+                kb_b = kb if ch.sb.shape[1] > 1 else 0
+                sig = self.r_scale.round(ch.sa[:, :, kb_a, None] * ch.sb[:, None, kb_b, :])
+                P = P * sig  # exact: precisions add up to <= 53 bits (checked)
+            W = self._add(W, P, self.r_promote, 2 * K + s, exact_hint=False)
+        return W
+
+    # ----- one segment ------------------------------------------------------------------
+    def segment(self, ch: _Chunk, k0: int, k1: int, s0: np.ndarray | None) -> np.ndarray:
+        order = self.acc.order
+        if order == "sequential":
+            return self._sequential(ch, k0, k1, s0)
+        if order == "blocked":
+            return self._blocked(ch, k0, k1, s0)
+        if order == "pairwise":
+            return self._pairwise(ch, k0, k1, s0)
+        if order == "block_fma":
+            return self._block_fma(ch, k0, k1, s0)
+        return self._blas(ch, k0, k1, s0)
+
+    def _product(self, ch: _Chunk, k: int) -> np.ndarray:
+        p = ch.A[:, :, k, None] * ch.B[:, None, k, :]
+        if self.r_product is not None:
+            p = self.r_product.round(p, self.words(4 * self.K + k, p.shape))
+        return p
+
+    def _add(
+        self, x: np.ndarray, y: np.ndarray, r: Rounder, event: int, exact_hint: bool
+    ) -> np.ndarray:
+        """round(x + y) onto r's format, one rounding of the exact sum."""
+        w = self.words(event, x.shape)
+        if exact_hint:
+            with np.errstate(invalid="ignore", over="ignore"):
+                z = x + y
+            return r.round(z, w)
+        s, t = two_sum(x, y)
+        return round_sum(s, t, r, w)
+
+    def _sequential(self, ch: _Chunk, k0: int, k1: int, s0: np.ndarray | None) -> np.ndarray:
+        shape = (ch.A.shape[0], ch.A.shape[1], ch.B.shape[2])
+        if (
+            self.fp32_native
+            and self.r_product is None
+            and (s0 is None or bool((s0.astype(np.float32) == s0).all()))
+        ):
+            acc32 = np.zeros(shape, np.float32) if s0 is None else s0.astype(np.float32)
+            a32 = ch.A[:, :, k0:k1].astype(np.float32)
+            b32 = ch.B[:, k0:k1, :].astype(np.float32)
+            tmp = np.empty(shape, np.float32)
+            with np.errstate(over="ignore", invalid="ignore"):
+                for j in range(k1 - k0):
+                    np.multiply(a32[:, :, j, None], b32[:, None, j, :], out=tmp)
+                    acc32 += tmp
+            return acc32.astype(np.float64)
+        acc = np.zeros(shape) if s0 is None else s0
+        for k in range(k0, k1):
+            first_c = s0 is not None and k == k0  # c may be off the accumulator's grid
+            acc = self._add(
+                acc, self._product(ch, k), self.r_acc, k, exact_hint=self.sum_exact and not first_c
+            )
+        return acc
+
+    def _blocked(self, ch: _Chunk, k0: int, k1: int, s0: np.ndarray | None) -> np.ndarray:
+        blk = self.acc.block
+        assert blk is not None
+        shape = (ch.A.shape[0], ch.A.shape[1], ch.B.shape[2])
+        total = np.zeros(shape) if s0 is None else s0
+        for j0 in range(k0, k1, blk):
+            bsum = np.zeros(shape)
+            for k in range(j0, min(j0 + blk, k1)):
+                bsum = self._add(
+                    bsum, self._product(ch, k), self.r_acc, k, exact_hint=self.sum_exact
+                )
+            first_c = s0 is not None and j0 == k0
+            total = self._add(
+                total,
+                bsum,
+                self.r_acc,
+                self.K + j0 // blk,
+                exact_hint=False if first_c else self._acc_sum_exact,
+            )
+        return total
+
+    @property
+    def _acc_sum_exact(self) -> bool:
+        fmt = self.acc.format
+        assert isinstance(fmt, FloatFormat)
+        return math.log2(2 * fmt.max) - math.log2(fmt.smallest_subnormal) < 52
+
+    def _pairwise(self, ch: _Chunk, k0: int, k1: int, s0: np.ndarray | None) -> np.ndarray:
+        n = k1 - k0
+        counts = [n]  # number of values at each level
+        while counts[-1] > 1:
+            counts.append(-(-counts[-1] // 2))
+        offsets = [0, 0]  # offsets[lev]: event number of the first pair of level lev
+        for lev in range(1, len(counts) - 1):
+            offsets.append(offsets[lev] + counts[lev - 1] // 2)
+        exact = self.sum_exact and self._acc_sum_exact
+
+        def node(lev: int, q: int) -> np.ndarray:
+            if lev == 0:
+                return self._product(ch, k0 + q)
+            if 2 * q + 1 >= counts[lev - 1]:  # odd one out: carried to the next level
+                return node(lev - 1, 2 * q)
+            x = node(lev - 1, 2 * q)
+            y = node(lev - 1, 2 * q + 1)
+            return self._add(x, y, self.r_acc, k0 + offsets[lev] + q, exact_hint=exact and lev > 1)
+
+        top = node(len(counts) - 1, 0)
+        if n == 1:  # a single product still goes through one rounding
+            top = self._add(np.zeros(top.shape), top, self.r_acc, k0, exact_hint=False)
+        if s0 is None:
+            return top
+        return self._add(s0, top, self.r_acc, self.K + k0, exact_hint=False)
+
+    def _block_fma(self, ch: _Chunk, k0: int, k1: int, s0: np.ndarray | None) -> np.ndarray:
+        acc = self.acc
+        n, F = acc.block, acc.align_bits
+        assert n is not None and F is not None
+        shape = (ch.A.shape[0], ch.A.shape[1], ch.B.shape[2])
+        r = np.zeros(shape) if s0 is None else s0
+        in_block = acc.addend == "in_block"
+        ea_all = _exponents(ch.A[:, :, k0:k1], self.emin_a)
+        eb_all = _exponents(ch.B[:, k0:k1, :], self.emin_b)
+        E = np.empty(shape, np.int32)
+        S = np.empty(shape)
+        tmp = np.empty(shape)
+        for j0 in range(k0, k1, n):
+            j1 = min(j0 + n, k1)
+            # anchor exponent
+            E.fill(_NO_TERM)
+            for k in range(j0, j1):
+                np.maximum(E, ea_all[:, :, k - k0, None] + eb_all[:, None, k - k0, :], out=E)
+            finite_r = np.isfinite(r)
+            if in_block:
+                er = _exponents(np.where(finite_r, r, 0.0), self.emin_acc)
+                np.maximum(E, er, out=E)
+            scale = np.ldexp(1.0, np.clip(F - E, -1000, 1000))
+            S.fill(0.0)
+            for k in range(j0, j1):
+                np.multiply(ch.A[:, :, k, None], ch.B[:, None, k, :], out=tmp)
+                tmp *= scale
+                np.trunc(tmp, out=tmp)
+                S += tmp
+            if in_block:
+                np.multiply(np.where(finite_r, r, 0.0), scale, out=tmp)
+                np.trunc(tmp, out=tmp)
+                S += tmp
+            X = S / scale  # exact: S is an integer below 2**53
+            X[E == _NO_TERM] = 0.0
+            X += 0.0  # -0 -> +0
+            if in_block:
+                new = self.r_acc.round(X, self.words(j0, shape))
+            else:
+                blk = self.r_block.round(X, self.words(j0, shape))
+                new = self._add(r, blk, self.r_acc, self.K + j0, exact_hint=False)
+            r = np.where(finite_r, new, r)
+        return r
+
+    def _blas(self, ch: _Chunk, k0: int, k1: int, s0: np.ndarray | None) -> np.ndarray:
+        a32 = ch.A[:, :, k0:k1].astype(np.float32)
+        b32 = ch.B[:, k0:k1, :].astype(np.float32)
+        with np.errstate(over="ignore", invalid="ignore"):
+            p = np.matmul(a32, b32)
+            if s0 is not None:
+                p = p + s0.astype(np.float32)
+        return p.astype(np.float64)
+
+
+def _exponents(x: np.ndarray, emin: int) -> np.ndarray:
+    """Alignment exponents ``max(floor(log2|x|), emin)`` (int32); zeros get ``_NO_TERM``."""
+    e = np.frexp(x)[1].astype(np.int32) - 1
+    np.maximum(e, emin, out=e)
+    e[x == 0] = _NO_TERM
+    return e
