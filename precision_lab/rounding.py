@@ -466,8 +466,9 @@ def _pool() -> ThreadPoolExecutor:
     return _POOL
 
 
-def for_chunks(n: int, work: Any, chunk: int = CHUNK) -> None:
+def for_chunks(n: int, work: Any, chunk: int | None = None) -> None:
     """Call ``work(start, stop)`` over ``range(n)`` in chunks, on all cores for large n."""
+    chunk = chunk or CHUNK
     workers = os.cpu_count() or 1
     if n <= 4 * chunk or workers == 1:
         for i in range(0, n, chunk):

@@ -194,3 +194,55 @@ def _referee_int(x: float, fmt: IntFormat, mode: str) -> float:
         else:
             k = lo if lo % 2 == 0 else hi
     return float(min(max(k, fmt.min), fmt.max))
+
+
+def referee_formula(x: float, fmt: FloatFormat, mode: str, overflow: str = "ieee") -> float:
+    """The same rules by formula rather than by list, for formats of any width.
+
+    For signed formats with zero and subnormals (IEEE-like, fn, fnuz, finite): the result is
+    ``k * q`` with ``q = 2**(max(e, emin) - mantissa_bits)``, the quantum of the exact
+    input's binade.
+    """
+    assert fmt.signed and fmt.has_zero and fmt.has_subnormals
+    if math.isnan(x):
+        return math.nan
+    neg = math.copysign(1.0, x) < 0
+    sign = -1.0 if neg else 1.0
+    finite_only = not (fmt.has_inf or fmt.nan != "none")
+    if math.isinf(x):
+        if overflow == "saturate" or finite_only:
+            return sign * fmt.max
+        return sign * math.inf if fmt.has_inf else math.nan
+    neg_zero = -0.0 if fmt.nan != "fnuz" else 0.0
+    if x == 0:
+        return neg_zero if neg else 0.0
+    a = Fraction(abs(x))
+    e = a.numerator.bit_length() - a.denominator.bit_length()
+    if Fraction(2) ** e > a:
+        e -= 1
+    q = Fraction(2) ** (max(e, fmt.emin) - fmt.mantissa_bits)
+    k = a / q
+    lo = math.floor(k)
+    mm = _magnitude_mode(mode, neg)
+    if k == lo:
+        kr = lo
+    elif mm == "zero":
+        kr = lo
+    elif mm == "away":
+        kr = lo + 1
+    elif mm == "odd":
+        kr = lo if lo % 2 else lo + 1
+    elif k - lo != Fraction(1, 2):
+        kr = lo if k - lo < Fraction(1, 2) else lo + 1
+    elif mm == "nearest_away":
+        kr = lo + 1
+    else:
+        kr = lo if lo % 2 == 0 else lo + 1
+    r = kr * q
+    if r > Fraction(fmt.max):
+        if overflow == "saturate" or finite_only or mm in ("zero", "odd"):
+            return sign * fmt.max
+        return sign * math.inf if fmt.has_inf else math.nan
+    if r == 0:
+        return neg_zero if neg else 0.0
+    return sign * float(r)
