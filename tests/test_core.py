@@ -16,6 +16,9 @@ from referee import DETERMINISTIC, referee_formula
 import precision_lab as pl
 from precision_lab import rounding
 
+# the tests build float32 values from float64 ones that may be out of float32's range on purpose
+pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
+
 # ---------------------------------------------------------------- named traps (the core issue)
 
 
