@@ -43,8 +43,12 @@ def make(outdir: Path) -> str:
         norm = math.log2(float(r["smallest_normal"]))  # type: ignore[arg-type]
         ax.plot([lo, norm], [i, i], color="0.65", lw=6, solid_capstyle="butt")
         ax.plot([norm, hi], [i, i], color="0.15", lw=6, solid_capstyle="butt")
-        prec = -math.log2(float(r["eps"]))  # type: ignore[arg-type]
-        ax.text(hi + 2, i, f"{r['bits']} bits, {prec:.0f} fraction bits", va="center", fontsize=8)
+        if r["kind"] == "int":
+            label = f"{r['bits']}-bit integer"
+        else:
+            prec = round(-math.log2(float(r["eps"])))  # type: ignore[arg-type]
+            label = f"{r['bits']} bits, {prec} fraction bits"
+        ax.text(hi + 2, i, label, va="center", fontsize=8)
     ax.set_yticks(range(len(table)), [str(r["name"]) for r in table])
     ax.invert_yaxis()
     ax.set_xlabel("log2 of magnitude (dark: normal range, grey: subnormal range)")
