@@ -47,8 +47,8 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
 
    ``pairwise``: level by level: adjacent partial sums are paired, ``(x0+x1), (x2+x3), ...``,
    each pair sum rounded; an odd one out is carried unchanged to the next level; until one value
-   ``T`` remains; then ``round(s0 + T, acc, mode)`` (skipped when ``s0`` is the constant 0,
-   since ``T`` is already on the grid).
+   ``T`` remains; then ``round(s0 + T, acc, mode)`` (skipped when ``s0`` is the constant 0
+   and ``T`` is a pair sum, already on the grid; a lone product is rounded).
 
    ``blocked``: consecutive blocks of ``block`` products are each summed sequentially from 0
    (the first step is ``round(0 + p)``); the running total starts at ``s0`` and takes

@@ -262,7 +262,7 @@ def _gemm_numpy(
     A = np.ascontiguousarray(np.broadcast_to(a64, (*batch, m, k))).reshape(nb, m, k)
     B = np.ascontiguousarray(np.broadcast_to(b64, (*batch, k, n))).reshape(nb, k, n)
     C = np.ascontiguousarray(c64).reshape(nb, m, n)
-    model = _Model(acc, fa, fb, out_fmt, k, kblock, nb * m * n, seed)
+    model = _Model(acc, fa, fb, out_fmt, k, kblock, nb * m * n, seed, scaled=sa is not None)
     W = np.empty((nb, m, n))
     if nb * m * n > 0:
         model.run_all(A, B, C, sa, sb, W)
@@ -295,6 +295,7 @@ class _Model:
         kblock: int | None,
         total: int,
         seed: int,
+        scaled: bool = False,
     ) -> None:
         self.acc = acc
         self.fa, self.fb = fa, fb
@@ -329,7 +330,7 @@ class _Model:
                     f"promote_every={seg} must divide the K-block of the scales ({kblock})"
                 )
         self.kblock = kblock
-        self.promote = seg is not None or kblock is not None
+        self.promote = seg is not None or scaled
         self.seg = seg if seg is not None else max(k, 1)
         # product quantum and bound (for the exact-float64 fast path)
         if acc.product_format is None:
@@ -548,10 +549,9 @@ class _Model:
             return self._add(x, y, self.r_acc, k0 + offsets[lev] + q, exact_hint=exact and lev > 1)
 
         top = node(len(counts) - 1, 0)
-        if n == 1:  # a single product still goes through one rounding
-            top = self._add(np.zeros(top.shape), top, self.r_acc, k0, exact_hint=False)
-        if s0 is None:
+        if s0 is None and n > 1:  # a pair sum: already on the grid
             return top
+        s0 = np.zeros(top.shape) if s0 is None else s0
         return self._add(s0, top, self.r_acc, self.K + k0, exact_hint=False)
 
     def _block_fma(self, ch: _Chunk, k0: int, k1: int, s0: np.ndarray | None) -> np.ndarray:
