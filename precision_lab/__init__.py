@@ -25,8 +25,8 @@ from .rounding import ROUNDING_MODES, round_to
 
 __all__ = [
     "FORMATS",
-    "Accumulator",
     "ROUNDING_MODES",
+    "Accumulator",
     "BlockFormat",
     "Calibration",
     "FloatFormat",
