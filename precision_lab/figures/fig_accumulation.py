@@ -1,0 +1,121 @@
+"""Accumulation error versus K: FP8 (E4M3) GEMM with fp32, tensor-core, bf16 and fp16 accumulators.
+
+Inputs uniform on [0, 1), rounded to E4M3; the reference is the exact dot product (float64 holds
+every E4M3 dot product of these lengths exactly). The H100 FP8 tensor-core model keeps 13
+fraction bits per block of 32 products (about 14-bit accumulation, truncated), which DeepSeek-V3
+measured as "nearly 2%" error at K = 4096 and fixed by promoting partial sums into FP32 every 128
+products (N_C = 128).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from ..analysis import gamma_n, sqrt_n_u
+from ..gemm import Accumulator, gemm, tensor_core
+from ..rounding import round_to
+
+TITLE = "Accumulation error versus K for E4M3 GEMM"
+ORDER = 40
+
+KS = [64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+M = N = 24
+SEED = 2024
+
+
+def models() -> dict[str, Accumulator]:
+    h100 = tensor_core("h100", "e4m3")
+    return {
+        "fp32 sequential (RNE)": Accumulator("fp32"),
+        "H100 FP8 tensor core": h100,
+        "H100 FP8 + promotion every 128": h100.replace(promote_every=128),
+        "bf16 accumulator (RNE)": Accumulator("bf16"),
+        "fp16 accumulator (RNE)": Accumulator("fp16"),
+    }
+
+
+STYLES = {
+    "fp32 sequential (RNE)": ("0.0", "-", "o"),
+    "H100 FP8 tensor core": ("tab:red", "-", "s"),
+    "H100 FP8 + promotion every 128": ("tab:blue", "--", "^"),
+    "bf16 accumulator (RNE)": ("tab:green", "-.", "D"),
+    "fp16 accumulator (RNE)": ("tab:purple", ":", "v"),
+}
+
+
+def errors(ks: list[int] = KS, m: int = M, n: int = N, seed: int = SEED) -> dict[str, list[float]]:
+    """Maximum relative error over an m x n output for each model and K."""
+    rng = np.random.default_rng(seed)
+    a_all = round_to(rng.uniform(0, 1, (m, max(ks))), "e4m3").astype(np.float64)
+    b_all = round_to(rng.uniform(0, 1, (max(ks), n)), "e4m3").astype(np.float64)
+    out: dict[str, list[float]] = {name: [] for name in models()}
+    for k in ks:
+        a, b = a_all[:, :k], b_all[:k]
+        exact = a @ b  # exact: multiples of 2**-18 below 2**15
+        for name, acc in models().items():
+            d = gemm(a, b, input_format="e4m3", accumulator=acc, input_rounding="exact")
+            out[name].append(float(np.max(np.abs(d - exact) / exact)))
+    return out
+
+
+def make(outdir: Path) -> str:
+    err = errors()
+    fig, ax = plt.subplots(figsize=(8, 7), constrained_layout=True)
+    floor = 1e-9  # exact results (error 0) are drawn on the floor of the log axis
+    for name, vals in err.items():
+        color, ls, marker = STYLES[name]
+        ax.plot(KS, np.maximum(vals, floor), color=color, ls=ls, marker=marker, label=name)
+    kk = np.array(KS)
+    for label, u, color in (
+        ("2^-24 (fp32)", "fp32", "0.45"),
+        ("2^-14 (14 bits)", 2.0**-14, "tab:red"),
+    ):
+        g = [gamma_n(int(k), u) for k in kk]
+        s = [sqrt_n_u(int(k), u) for k in kk]
+        ax.plot(kk, g, color=color, ls=(0, (1, 1)), lw=1, label=f"gamma_n bound, u = {label}")
+        ax.plot(kk, s, color=color, ls=(0, (5, 2, 1, 2)), lw=1, label=f"sqrt(n) u, u = {label}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("K (length of the dot product)")
+    ax.set_ylabel(f"max relative error over {M}x{N} outputs (0 drawn at 1e-9)")
+    ax.set_title("E4M3 inputs uniform on [0, 1): relative error of C = A B versus K")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
+    ax.set_ylim(floor / 2, 2.0)
+    fig.savefig(outdir / "accumulation_error.png", dpi=120)
+    plt.close(fig)
+
+    i4096 = KS.index(4096)
+    h = err["H100 FP8 tensor core"][i4096]
+    hp = err["H100 FP8 + promotion every 128"][i4096]
+    lines = [
+        "## Accumulation error versus K (E4M3 inputs)",
+        "",
+        "![accumulation error](accumulation_error.png)",
+        "",
+        f"Maximum relative error over a {M}x{N} output of `pl.gemm` with E4M3 inputs uniform on "
+        "[0, 1) (seeded), against the exact product. The H100 model is "
+        "`pl.tensor_core('h100', 'e4m3')` (blocks of 32 products, 13 fraction bits kept, "
+        "truncated); promotion adds each 128-product partial sum into an fp32 accumulator "
+        "(DeepSeek-V3's N_C = 128).",
+        "",
+        "| K | " + " | ".join(err) + " | gamma_n (fp32) | sqrt(n) u (fp32) |",
+        "|---|" + "---|" * (len(err) + 2),
+    ]
+    for j, k in enumerate(KS):
+        cells = " | ".join(f"{err[name][j]:.2e}" for name in err)
+        lines.append(f"| {k} | {cells} | {gamma_n(k, 'fp32'):.2e} | {sqrt_n_u(k, 'fp32'):.2e} |")
+    lines += [
+        "",
+        f"At K = 4096 the H100 FP8 model's maximum relative error is {h:.2e}, the order of "
+        'DeepSeek-V3\'s "nearly 2%" (their inputs are not published; these all-positive inputs '
+        f"make the sum, and so the truncation step, grow fastest); promotion every 128 products "
+        f"brings it to {hp:.2e}, {h / hp:.0f}x smaller. The truncating 14-bit accumulator "
+        "errs in one direction, so its error grows like K u, near the gamma_n bound, not like "
+        "sqrt(K) u; bf16 and fp16 accumulators stagnate once the sum's ulp exceeds twice the "
+        "products.",
+    ]
+    return "\n".join(lines)
