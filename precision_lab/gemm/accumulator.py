@@ -76,10 +76,10 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
    inputs held in float32, plus ``s0`` added in float32. Not bit-reproducible across BLAS builds;
    for speed (training emulation), not for bit-exact studies.
 
-4. Output: ``d = round(W, out_format, out_rounding)``. A zero result is +0 except that IEEE sign
-   rules for exact zero sums are followed where the arithmetic is IEEE (sequential, pairwise,
-   blocked): ``round(x + y)`` of exact ``0`` is ``+0`` unless both are ``-0`` (``-0`` under
-   ``down``); block_fma zero results are ``+0``.
+4. Output: ``d = round(W, out_format, out_rounding)``. Signs of zero: an exact zero sum takes
+   the sign float64 addition gives it under round-to-nearest (``+0`` unless both addends are
+   ``-0``), in every rounding mode (IEEE would give ``-0`` under ``down``); block_fma zero
+   results are ``+0``.
 
 5. Special values: if any product or ``c`` is NaN, or an infinite product meets the opposite
    infinity or ``inf * 0`` occurs, the result is NaN; otherwise an infinite product or ``c``
