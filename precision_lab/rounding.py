@@ -401,8 +401,12 @@ def _patch(
     if over.any():
         res[over] = _special(p, u[over], neg[over])
     nan = (res & U(p.abs_mask)) > U(p.inf_bits)
-    if not fmt.signed:  # unsigned: negative inputs are NaN, NaN has no sign
-        nan |= neg & ~((u == 0) & fmt.has_zero)
+    if not fmt.signed:  # unsigned: negative inputs are NaN (or clamp to the least value)
+        negative = neg & ~((u == 0) & fmt.has_zero) & (u <= U(p.inf_bits))
+        if fmt.has_nan:
+            nan |= negative
+        else:
+            res[negative] = U(0) if fmt.has_zero else U(p.threshold)
         res[nan] = U(p.nan_bits)
     if fmt.nan == "fnuz" or not fmt.signed:
         res[(res & U(p.abs_mask)) == 0] = U(0)  # no negative zero
@@ -526,7 +530,8 @@ def round_to(
     Special values. NaN stays NaN, keeping its sign where the format can hold it (not in fnuz
     formats or formats without NaN: there the result is a positive NaN, which :func:`encode`
     refuses for formats without NaN). ``-0.0`` stays ``-0.0`` except in formats without negative
-    zero. In the unsigned e8m0 scale format negative numbers and zero are NaN and positive numbers
+    zero. Unsigned formats turn negative numbers into NaN, or into their least value when they
+    have no NaN. In the unsigned e8m0 scale format zero is NaN too and positive numbers
     below 2**-127 become 2**-127; its ties go to the even code under ``nearest_even``
     (192 -> 128, as gfloat) and away under ``nearest_away`` (192 -> 256, as ml_dtypes, torch).
 

@@ -101,8 +101,10 @@ def referee_all(x: float, fmt: FloatFormat | IntFormat) -> dict[tuple[str, str],
     if math.isnan(x):
         return dict.fromkeys(KEYS, math.nan)
     neg = math.copysign(1.0, x) < 0
-    if neg and not g.signed:  # unsigned format: negative numbers (and -0 when 0 is missing) are NaN
-        return dict.fromkeys(KEYS, 0.0 if x == 0 and g.has_zero else math.nan)
+    if neg and not g.signed:  # unsigned: negative numbers (and -0 when 0 is missing) are NaN,
+        if x == 0 and g.has_zero:  # or the least value in a format without NaN
+            return dict.fromkeys(KEYS, 0.0)
+        return dict.fromkeys(KEYS, math.nan if g.nan else g.values[0])
     sign = -1.0 if neg else 1.0
     if math.isinf(x):
         res = {}
