@@ -543,3 +543,200 @@ def test_hand_derived_cases(lib) -> None:
     # e4m3: 464 is a tie between 448 and 480 (480 is NaN's code): even is 448; 464.0001 is NaN
     r = c_round(lib, np.array([464.0, 464.0001, -500.0], np.float32), get_format("e4m3"))
     assert r[0] == 448.0 and np.isnan(r[1]) and np.isnan(r[2]) and np.signbit(r[2])
+
+
+# ===== the GEMM kernels, run on the CPU (tests/cuda_harness/cuda_emul.h) =========================
+GEMM_HARNESS = ROOT / "cuda_harness" / "host_gemm.cpp"
+GEMM_FLAGS = [
+    "-O2",
+    "-std=c++20",
+    "-pthread",
+    "-ffp-contract=off",
+    "-fno-fast-math",
+    "-shared",
+    "-fPIC",
+    "-Wno-unknown-pragmas",
+]
+
+
+@pytest.fixture(scope="session")
+def gemm_lib() -> ctypes.CDLL:
+    cxx = _compiler()
+    if cxx is None:
+        pytest.skip("no C++ compiler found (g++, c++, clang++ or $CXX): cannot build the harness")
+    srcs = [GEMM_HARNESS, ROOT / "cuda_harness" / "cuda_emul.h", *sorted(CUDA_DIR.glob("pl_*"))]
+    digest = hashlib.sha256(
+        b"".join(p.read_bytes() for p in srcs) + " ".join([cxx, *GEMM_FLAGS]).encode()
+    ).hexdigest()[:16]
+    out = BUILD / f"host_gemm_{digest}.so"
+    if not out.exists():
+        BUILD.mkdir(exist_ok=True)
+        tmp = out.with_suffix(f".{os.getpid()}.tmp")
+        cmd = [
+            cxx,
+            *GEMM_FLAGS,
+            f"-I{CUDA_DIR}",
+            f"-I{GEMM_HARNESS.parent}",
+            str(GEMM_HARNESS),
+            "-o",
+            str(tmp),
+        ]
+        res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if res.returncode != 0 and "barrier" in res.stderr:
+            pytest.skip(f"the C++ compiler lacks C++20 <barrier>: {res.stderr[:300]}")
+        assert res.returncode == 0, f"compiling the harness failed:\n{' '.join(cmd)}\n{res.stderr}"
+        os.replace(tmp, out)
+    return ctypes.CDLL(str(out))
+
+
+def _emu_gemm(lib: ctypes.CDLL, a, b, c=None, **kw):
+    """precision_lab.gemm.cupy_backend.run over numpy, its kernels run by the CPU emulation."""
+    from precision_lab.gemm.cupy_backend import run
+
+    launched: list[str] = []
+
+    def launch(name, grid, block, args):
+        launched.append(name)
+        fn = getattr(lib, f"emu_{name}")
+        ptrs = []
+        for arg in args:
+            assert arg.flags.c_contiguous
+            ptrs.append(_ptr(arg))
+        fn(*[ctypes.c_uint(v) for v in (*grid, *block)], *ptrs)
+
+    out = run(np, launch, a, b, c, **kw)
+    return out, launched
+
+
+def _gemm_inputs(seed: int, batch=(2,), m=19, n=21, k=67, scale=1.0):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((*batch, m, k)) * scale
+    b = rng.standard_normal((*batch, k, n)) * scale
+    c = rng.standard_normal((*batch, m, n)) * scale
+    return a, b, c
+
+
+def _gemm_cases():
+    import precision_lab as pl
+
+    A = pl.Accumulator
+    e8m13 = FloatFormat(8, 13)
+    cases = [
+        ("fp32 rne e4m3 (fma)", "e4m3", A(), "fp32", {}),
+        ("fp32 rne fp32 inputs (fma)", "fp32", A(), "fp32", {}),
+        ("fp32 rtz (fma)", "bf16", A(rounding="rtz"), "fp32", {}),
+        ("fp32 up (fma)", "fp16", A(rounding="up"), "fp32", {}),
+        ("fp32 down", "fp16", A(rounding="down"), "fp32", {}),
+        ("fp32 rne out bf16", "e4m3", A(out_rounding="rtz"), "bf16", {}),
+        ("fp32 rne out fp64", "e5m2", A(), "fp64", {}),
+        ("bf16 rne", "e4m3", A("bf16"), "fp32", {}),
+        ("bf16 rtz", "e4m3", A("bf16", "rtz"), "fp32", {}),
+        ("bf16 rna", "e4m3", A("bf16", "rna"), "fp32", {}),
+        ("bf16 rto", "e4m3", A("bf16", "rto"), "fp32", {}),
+        ("bf16 sr", "e4m3", A("bf16", "sr", seed=5), "fp32", {}),
+        ("fp16 sr 3 bits", "e5m2", A("fp16", "sr", seed=2**70 + 3, random_bits=3), "fp16", {}),
+        ("fp16 promote 16", "e4m3", A("fp16", promote_every=16), "fp32", {}),
+        (
+            "bf16 sr promote sr",
+            "e4m3",
+            A("bf16", "sr", promote_every=8, promote_rounding="sr", out_rounding="sr", seed=9),
+            "bf16",
+            {},
+        ),
+        ("e8m13 pairwise", "e4m3", A(e8m13, order="pairwise"), "fp32", {}),
+        ("bf16 pairwise sr", "e4m3", A("bf16", "sr", order="pairwise", seed=1), "fp32", {}),
+        (
+            "fp16 pairwise promote 20",
+            "e4m3",
+            A("fp16", order="pairwise", promote_every=20),
+            "fp32",
+            {},
+        ),
+        ("bf16 blocked 8", "e4m3", A("bf16", order="blocked", block=8), "fp32", {}),
+        (
+            "fp16 blocked 5 sr promote 12",
+            "e4m3",
+            A("fp16", "sr", order="blocked", block=5, promote_every=12, seed=4),
+            "fp32",
+            {},
+        ),
+        ("products bf16 rtz", "fp16", A(product_format="bf16", product_rounding="rtz"), "fp32", {}),
+        (
+            "products e4m3 sr",
+            "bf16",
+            A("bf16", product_format="e4m3", product_rounding="sr", seed=3),
+            "fp32",
+            {},
+        ),
+        ("fp16 saturate", "fp16", A("fp16", overflow="saturate"), "fp32", {"scale": 300.0}),
+        ("fp16 ieee overflow", "fp16", A("fp16"), "fp32", {"scale": 300.0}),
+        ("bf16 flush", "bf16", A("bf16", subnormals="flush"), "fp32", {"scale": 1e-19}),
+        (
+            "block-scaled e4m3",
+            "e4m3",
+            A(e8m13, "rtz", order="block_fma", block=32, align_bits=13),
+            "fp32",
+            {"scales": True},
+        ),
+        ("per-row scales", "e4m3", A(), "fp32", {"row_scales": True}),
+    ]
+    # every tensor-core preset, once per architecture (GPUs of one architecture share them)
+    from precision_lab.gemm.tensor_core import ARCHITECTURES, GPUS
+
+    small = {"batch": (), "m": 12, "n": 14, "k": 100}
+    for arch, table in ARCHITECTURES.items():
+        gpu = next(g for g, a in GPUS.items() if a == arch)
+        for fmt in table:
+            outs = ["fp32", "fp16"] if fmt in ("fp16", "e4m3", "e5m2") else ["fp32"]
+            for out in outs:
+                acc = pl.tensor_core(gpu, fmt, out_format=out)
+                cases.append((f"tensor_core {gpu} {fmt} -> {out}", fmt, acc, out, small))
+    return cases
+
+
+GEMM_CASES = _gemm_cases()
+
+
+@pytest.mark.parametrize("case", GEMM_CASES, ids=[c[0] for c in GEMM_CASES])
+def test_gemm_kernels_match_reference(gemm_lib, case) -> None:
+    import precision_lab as pl
+
+    name, fmt, acc, out, opts = case
+    shape = {key: opts[key] for key in ("batch", "m", "n", "k") if key in opts}
+    a, b, c = _gemm_inputs(len(name), scale=opts.get("scale", 1.0), **shape)
+    kw = {"input_format": fmt, "accumulator": acc, "out_format": out}
+    if opts.get("scales"):
+        rng = np.random.default_rng(1)
+        kw["scale_a"] = np.exp2(rng.integers(-3, 4, (2, 19, 3))).astype(np.float64)
+        kw["scale_b"] = np.exp2(rng.integers(-3, 4, (2, 3, 21))) * 1.5
+        kw["scale_block"] = 32
+        a, b = a[..., :96], b[..., :96, :]
+    if opts.get("row_scales"):
+        kw["scale_a"] = np.linspace(0.5, 2.0, 19).reshape(19, 1)
+        kw["scale_b"] = 0.75
+    want = pl.gemm(a, b, c, backend="numpy", **kw)
+    got, launched = _emu_gemm(gemm_lib, a, b, c, **kw)
+    _same_bits(got, want, f"gemm {name} via {launched}", a)
+
+
+def test_gemm_special_values_and_shapes(gemm_lib) -> None:
+    import precision_lab as pl
+
+    a, b, c = _gemm_inputs(7, batch=(), m=9, n=10, k=37)
+    a[1, 3], a[2, 5], b[4, 7], c[5, 5] = np.inf, np.nan, -np.inf, np.inf
+    b[6, 2] = 0.0
+    a[3, 6] = np.inf  # inf * 0
+    for acc in (pl.Accumulator(), pl.Accumulator("bf16", "sr"), pl.tensor_core("h100", "e4m3")):
+        for fmt in ("e5m2", "fp16"):
+            kw = {"input_format": fmt, "accumulator": acc, "out_format": "fp32"}
+            want = pl.gemm(a, b, c, backend="numpy", **kw)
+            got, launched = _emu_gemm(gemm_lib, a, b, c, **kw)
+            _same_bits(got, want, f"special values {acc.describe()} {fmt} {launched}", a)
+    # batch broadcasting, c broadcasting, K = 0, no c
+    a, b, c = _gemm_inputs(8, batch=(3,), m=5, n=6, k=40)
+    for acc in (pl.Accumulator(), pl.Accumulator("fp16", order="pairwise")):
+        kw = {"input_format": "bf16", "accumulator": acc, "out_format": "fp32"}
+        for args in ((a, b[0], c[0, 0]), (a[0], b, None), (a[:, :, :0], b[:, :0, :], c)):
+            want = pl.gemm(*args, backend="numpy", **kw)
+            got, _ = _emu_gemm(gemm_lib, *args, **kw)
+            _same_bits(got, want, f"shapes {acc.describe()}", args[0])

@@ -15,8 +15,10 @@
 
 #if defined(__CUDACC__)
 #define PL_HD __host__ __device__ __forceinline__
+#define PL_HD_CALL __host__ __device__ __noinline__  // big functions: one copy, called
 #else
 #define PL_HD inline
+#define PL_HD_CALL inline
 #endif
 
 #if !defined(__CUDACC_RTC__)

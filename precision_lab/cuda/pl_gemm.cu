@@ -1,0 +1,190 @@
+// pl_gemm.cu: GEMM kernels of precision_lab.gemm.cupy_backend, the accumulator models on the GPU.
+//
+// * pl_gemm_generic_{f32,f64}: every model (sequential, pairwise, blocked, block_fma; product
+//   rounding, promotion, scales, stochastic rounding, special values). Blocks of 16x16 threads,
+//   one output element per thread; A and B tiles (float64) go through shared memory; the tiles
+//   restart at every segment and hold whole block-FMA blocks (tk is a multiple of the block
+//   length), so each thread runs the per-element state machine of pl_gemm.cuh on its products.
+// * pl_gemm_fma_{rn,rz,ru}_{f32,f64}: the fixed-order FMA loop for fp32 sequential accumulation
+//   with exact products (round-to-nearest-even, toward zero, up): an FMA rounds a*b + s once,
+//   which is exactly the model. 128x128 output tiles, 256 threads of 8x8 outputs each, float32
+//   tiles in shared memory, k strictly increasing for every output element.
+// Both write d = round(W, out_format, out_rounding) in the output dtype (f32/f64 suffix).
+// Launch: generic grid (ceil(N/16), ceil(M/16), batches), block (16, 16); fma grid
+// (ceil(N/128), ceil(M/128), batches), block (16, 16). params: cupy_backend.params (int64).
+#include "pl_gemm.cuh"
+
+#define PL_G_TILE 16
+#define PL_G_TKMAX 128
+#define PL_F_TILE 128
+#define PL_F_BK 8
+
+template <typename F>
+__device__ void pl_gemm_generic_impl(const double* __restrict__ A, const double* __restrict__ B,
+                                     const double* __restrict__ C, const double* __restrict__ SA,
+                                     const double* __restrict__ SB, F* __restrict__ D,
+                                     const pl_i64* __restrict__ params) {
+  __shared__ pl_gemm_cfg cfg;
+  __shared__ double As[PL_G_TILE][PL_G_TKMAX + 1];
+  __shared__ double Bs[PL_G_TKMAX][PL_G_TILE];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int tid = ty * PL_G_TILE + tx;
+  const int nthreads = PL_G_TILE * PL_G_TILE;
+  if (tid == 0) pl_gemm_load_cfg(&cfg, params);
+  __syncthreads();
+  const pl_i64 M = cfg.M, N = cfg.N, K = cfg.K;
+  const pl_i64 batch = blockIdx.z;
+  const pl_i64 row0 = (pl_i64)blockIdx.y * PL_G_TILE, col0 = (pl_i64)blockIdx.x * PL_G_TILE;
+  const pl_i64 row = row0 + ty, col = col0 + tx;
+  const bool live = row < M && col < N;
+  const double* Ab = A + batch * M * K;
+  const double* Bb = B + batch * K * N;
+  const pl_u64 idx = (pl_u64)((batch * M + row) * N + col);
+  pl_gemm_elem e;
+  pl_gemm_begin(cfg, &e, idx, (cfg.has_c && live) ? C[idx] : 0.0);
+  const pl_i64 nseg = K > 0 ? (K + cfg.seg - 1) / cfg.seg : 0;
+  const int TK = cfg.tk;
+  for (pl_i64 s = 0; s < nseg; ++s) {
+    pl_i64 k0, k1;
+    pl_gemm_segment(cfg, s, &k0, &k1);
+    if (live) pl_gemm_begin_segment(cfg, &e, k0, k1);
+    for (pl_i64 t0 = k0; t0 < k1; t0 += TK) {
+      const int tn = (int)(k1 - t0 < TK ? k1 - t0 : TK);
+      for (int i = tid; i < PL_G_TILE * TK; i += nthreads) {
+        const int r = i / TK, kk = i % TK;
+        As[r][kk] = (row0 + r < M && kk < tn) ? Ab[(row0 + r) * K + t0 + kk] : 0.0;
+      }
+      for (int i = tid; i < TK * PL_G_TILE; i += nthreads) {
+        const int kk = i / PL_G_TILE, cc = i % PL_G_TILE;
+        Bs[kk][cc] = (col0 + cc < N && kk < tn) ? Bb[(t0 + kk) * N + col0 + cc] : 0.0;
+      }
+      __syncthreads();
+      if (live) {
+        if (cfg.order == PL_BLOCK_FMA) {
+          for (int j = 0; j < tn; j += cfg.block) {
+            const int jn = tn - j < cfg.block ? tn - j : cfg.block;
+            pl_gemm_feed_block(cfg, &e, t0 + j, t0 + j + jn, &As[ty][j], 1, &Bs[j][tx],
+                               PL_G_TILE);
+          }
+        } else {
+          for (int kk = 0; kk < tn; ++kk) pl_gemm_feed(cfg, &e, k0, k1, t0 + kk, As[ty][kk], Bs[kk][tx]);
+        }
+      }
+      __syncthreads();
+    }
+    if (live) {
+      double sa, sb;
+      pl_gemm_scales(cfg, SA, SB, batch, row, col, k0, &sa, &sb);
+      pl_gemm_end_segment(cfg, &e, s, k0, k1, sa, sb);
+    }
+  }
+  if (live) D[idx] = pl_traits<F>::value(pl_traits<F>::bits_from_double(pl_gemm_finish(cfg, &e)));
+}
+
+template <int MODE>
+__device__ __forceinline__ float pl_fma(float a, float b, float c) {
+  if (MODE == PL_RTZ) return __fmaf_rz(a, b, c);
+  if (MODE == PL_RUP) return __fmaf_ru(a, b, c);
+  return __fmaf_rn(a, b, c);
+}
+
+template <int MODE, typename F>
+__device__ void pl_gemm_fma_impl(const float* __restrict__ A, const float* __restrict__ B,
+                                 const float* __restrict__ C, F* __restrict__ D,
+                                 const pl_i64* __restrict__ params) {
+  __shared__ pl_gemm_cfg cfg;
+  __shared__ float As[PL_F_BK][PL_F_TILE];
+  __shared__ float Bs[PL_F_BK][PL_F_TILE];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int tid = ty * 16 + tx;
+  if (tid == 0) pl_gemm_load_cfg(&cfg, params);
+  __syncthreads();
+  const pl_i64 M = cfg.M, N = cfg.N, K = cfg.K;
+  const pl_i64 batch = blockIdx.z;
+  const pl_i64 row0 = (pl_i64)blockIdx.y * PL_F_TILE, col0 = (pl_i64)blockIdx.x * PL_F_TILE;
+  const float* Ab = A + batch * M * K;
+  const float* Bb = B + batch * K * N;
+  float acc[8][8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const pl_i64 row = row0 + ty + 16 * i, col = col0 + tx + 16 * j;
+      acc[i][j] = (cfg.has_c && row < M && col < N) ? C[(batch * M + row) * N + col] : 0.0f;
+    }
+  }
+  for (pl_i64 t0 = 0; t0 < K; t0 += PL_F_BK) {
+#pragma unroll
+    for (int l = 0; l < 4; ++l) {
+      const int i = tid + 256 * l;
+      const int r = i / PL_F_BK, kk = i % PL_F_BK;
+      As[kk][r] = (row0 + r < M && t0 + kk < K) ? Ab[(row0 + r) * K + t0 + kk] : 0.0f;
+      const int kb = i / PL_F_TILE, cb = i % PL_F_TILE;
+      Bs[kb][cb] = (t0 + kb < K && col0 + cb < N) ? Bb[(t0 + kb) * N + col0 + cb] : 0.0f;
+    }
+    __syncthreads();
+    const int kn = (int)(K - t0 < PL_F_BK ? K - t0 : PL_F_BK);
+    if (kn == PL_F_BK) {
+#pragma unroll
+      for (int kk = 0; kk < PL_F_BK; ++kk) {
+        float a[8], b[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) a[i] = As[kk][ty + 16 * i];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) b[j] = Bs[kk][tx + 16 * j];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) acc[i][j] = pl_fma<MODE>(a[i], b[j], acc[i][j]);
+        }
+      }
+    } else {  // the last, partial tile: no padded products (0 * 0 would turn -0 into +0)
+      for (int kk = 0; kk < kn; ++kk) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            acc[i][j] = pl_fma<MODE>(As[kk][ty + 16 * i], Bs[kk][tx + 16 * j], acc[i][j]);
+          }
+        }
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const pl_i64 row = row0 + ty + 16 * i, col = col0 + tx + 16 * j;
+      if (row < M && col < N) {
+        const pl_u64 idx = (pl_u64)((batch * M + row) * N + col);
+        const double d = pl_gemm_output(cfg, (double)acc[i][j], idx);
+        D[idx] = pl_traits<F>::value(pl_traits<F>::bits_from_double(d));
+      }
+    }
+  }
+}
+
+#define PL_GEMM_KERNELS(F, SUF)                                                                  \
+  extern "C" __global__ void __launch_bounds__(256)                                              \
+      pl_gemm_generic_##SUF(const double* A, const double* B, const double* C, const double* SA, \
+                            const double* SB, F* D, const pl_i64* params) {                      \
+    pl_gemm_generic_impl<F>(A, B, C, SA, SB, D, params);                                         \
+  }                                                                                              \
+  extern "C" __global__ void __launch_bounds__(256)                                              \
+      pl_gemm_fma_rn_##SUF(const float* A, const float* B, const float* C, F* D,                 \
+                           const pl_i64* params) {                                               \
+    pl_gemm_fma_impl<PL_RNE, F>(A, B, C, D, params);                                             \
+  }                                                                                              \
+  extern "C" __global__ void __launch_bounds__(256)                                              \
+      pl_gemm_fma_rz_##SUF(const float* A, const float* B, const float* C, F* D,                 \
+                           const pl_i64* params) {                                               \
+    pl_gemm_fma_impl<PL_RTZ, F>(A, B, C, D, params);                                             \
+  }                                                                                              \
+  extern "C" __global__ void __launch_bounds__(256)                                              \
+      pl_gemm_fma_ru_##SUF(const float* A, const float* B, const float* C, F* D,                 \
+                           const pl_i64* params) {                                               \
+    pl_gemm_fma_impl<PL_RUP, F>(A, B, C, D, params);                                             \
+  }
+PL_GEMM_KERNELS(float, f32)
+PL_GEMM_KERNELS(double, f64)

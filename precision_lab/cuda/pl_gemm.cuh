@@ -1,0 +1,419 @@
+// pl_gemm.cuh: the arithmetic of the GEMM accumulator models (precision_lab/gemm/accumulator.py).
+//
+// Every function is __host__ __device__ and follows the numpy reference
+// (precision_lab/gemm/reference.py, precision_lab/gemm/exact.py) step by step: exact products in
+// double, two-sum pairs (s, t) for every addition, one rounding of the exact sum per step
+// (round-to-odd at 53 bits then the rounding core, or the core's stochastic rule on the exact
+// fraction), block-FMA alignment and truncation, promotion, scales, special values and the
+// stochastic-rounding event numbers. The kernels in pl_gemm.cu feed the per-element state machine
+// below from shared-memory tiles; tests/test_cuda_host.py runs those kernels on the CPU
+// (tests/cuda_harness/cuda_emul.h) and compares them bit for bit with the numpy reference.
+#ifndef PL_GEMM_CUH
+#define PL_GEMM_CUH
+
+#include "pl_round.cuh"
+
+// ----- one rounding step of the model (exact.Rounder) -------------------------------------------
+struct pl_rounder {
+  pl_plan<double> p;  // format, mode, overflow (saturate), subnormals (flush)
+  int fp64_native;    // fp64 with nearest_even: the float64 sum is the answer
+};
+
+PL_HD_CALL pl_rounder pl_make_rounder(const pl_i64* q) {
+  pl_rounder r;
+  r.p = pl_make_plan<double>(pl_make_format((int)q[0], (int)q[1], (int)q[2], (int)q[3], (int)q[4]),
+                             (int)q[5], (int)q[6], (int)q[7]);
+  r.fp64_native = (int)q[8];
+  return r;
+}
+
+// round_to(x, fmt, rounding=mode, overflow=(the rounder's), subnormals=flush ? flush : keep)
+PL_HD_CALL double pl_round_with(const pl_plan<double>& p, double x, int mode, int flush) {
+  pl_plan<double> q = p;
+  q.mode = mode;
+  q.flush = flush;
+  return pl_f64_of(pl_round_bits(q, pl_bits_of(x), 0ULL));
+}
+
+PL_HD bool pl_finite(double x) {
+  return (pl_bits_of(x) & 0x7FF0000000000000ULL) != 0x7FF0000000000000ULL;
+}
+PL_HD bool pl_signbit(double x) { return (pl_bits_of(x) >> 63) != 0; }
+
+// Knuth's TwoSum: s = fl(x + y), s + t = x + y exactly; t = 0 when not finite (exact.two_sum).
+PL_HD void pl_two_sum(double x, double y, double* s, double* t) {
+  const double ss = x + y;
+  const double bb = ss - x;
+  const double tt = (x - (ss - bb)) + (y - bb);
+  *s = ss;
+  *t = pl_finite(tt) ? tt : 0.0;
+}
+
+// 53-bit round-to-odd of s + t (exact.odd_collapse).
+PL_HD double pl_odd_collapse(double s, double t) {
+  if (t == 0.0) return s;
+  pl_i64 bits = (pl_i64)pl_bits_of(s);
+  if (pl_signbit(t) != pl_signbit(s)) bits -= 1;
+  return pl_f64_of((pl_u64)(bits | 1));
+}
+
+// numpy's float64 -> int64 cast on x86 (cvttsd2si): out of range and NaN give INT64_MIN.
+PL_HD pl_i64 pl_cvt_i64(double x) {
+  if (!(x >= -9223372036854775808.0 && x < 9223372036854775808.0)) {
+    return (pl_i64)0x8000000000000000ULL;
+  }
+  return (pl_i64)x;
+}
+
+// Round the exact s + t onto the rounder's format once (exact.round_sum); w: the random word.
+PL_HD_CALL double pl_round_sum(const pl_rounder& r, double s, double t, pl_u64 w) {
+  const pl_plan<double>& p = r.p;
+  if (r.fp64_native) return pl_round_with(p, s, PL_RNE, p.flush);
+  if (p.mode != PL_SR) return pl_round_with(p, pl_odd_collapse(s, t), p.mode, p.flush);
+  const double z = pl_odd_collapse(s, t);
+  const double trunc = pl_round_with(p, z, PL_RTZ, 0);
+  double out;
+  if (!(pl_finite(s) && pl_finite(trunc))) {
+    out = pl_round_with(p, s, PL_RNE, 0);
+  } else {
+    const pl_format& f = p.fmt;
+    const int sub_m = f.has_subnormals ? f.mbits : 0;
+    int e;
+    frexp(trunc, &e);
+    e -= 1;
+    const int qexp = (trunc != 0.0 && e >= p.emin) ? e - f.mbits : p.emin - sub_m;
+    const double d1 = fabs(s) - fabs(trunc);
+    const double st = pl_signbit(s) ? -t : t;
+    const double d1s = ldexp(d1, 64 - qexp);
+    const double ts = floor(ldexp(st, 64 - qexp));
+    const pl_u64 d1u = d1s >= 18446744073709551616.0 ? 0ULL : (pl_u64)d1s;
+    const pl_u64 frac = d1u + (pl_u64)pl_cvt_i64(ts);
+    const bool away = frac != 0 && w >= 0ULL - frac;
+    const double step = ldexp(pl_signbit(z) ? -1.0 : 1.0, qexp);
+    out = pl_round_with(p, away ? trunc + step : trunc, PL_RNE, 0);
+  }
+  if (p.flush) out = pl_round_with(p, out, PL_RNE, 1);
+  return out;
+}
+
+// Rounder.round: round an exact double x.
+PL_HD_CALL double pl_rounder_round(const pl_rounder& r, double x, pl_u64 w) {
+  if (r.p.mode == PL_SR) return pl_round_sum(r, x, 0.0, w);
+  return pl_round_with(r.p, x, r.p.mode, r.p.flush);
+}
+
+// ----- special values: numpy's float64 arithmetic on x86 (the reference's "shadow" sum) ----------
+// A NaN operand propagates (the first one when both are), quieted; an invalid operation gives
+// x86's default NaN, which is negative.
+PL_HD double pl_x86_nan_result(double a, double b, double r) {
+  const pl_u64 quiet = 0x0008000000000000ULL;
+  if (!(a == a)) return pl_f64_of(pl_bits_of(a) | quiet);
+  if (!(b == b)) return pl_f64_of(pl_bits_of(b) | quiet);
+  if (!(r == r)) return pl_f64_of(0xFFF8000000000000ULL);
+  return r;
+}
+PL_HD double pl_x86_mul(double a, double b) { return pl_x86_nan_result(a, b, a * b); }
+PL_HD double pl_x86_add(double a, double b) { return pl_x86_nan_result(a, b, a + b); }
+
+// ----- the configuration of one GEMM (built from the int64 params of cupy_backend.params) --------
+enum { PL_SEQUENTIAL = 0, PL_PAIRWISE = 1, PL_BLOCKED = 2, PL_BLOCK_FMA = 3 };
+enum {
+  PL_P_M = 0, PL_P_N, PL_P_K, PL_P_NB, PL_P_T, PL_P_ORDER, PL_P_BLOCK, PL_P_ALIGN, PL_P_IN_BLOCK,
+  PL_P_SEG, PL_P_PROMOTE, PL_P_PRODUCT, PL_P_SCALES, PL_P_SA_ROWS, PL_P_SB_COLS, PL_P_NK,
+  PL_P_KBLOCK, PL_P_EMIN_A, PL_P_EMIN_B, PL_P_SEED_LO, PL_P_SEED_HI, PL_P_RBITS, PL_P_SPECIAL,
+  PL_P_TK, PL_P_HAS_C, PL_P_STOCHASTIC, PL_P_INNER, PL_P_INTERLEAVE,
+  PL_P_ROUNDERS = 32,  // 6 rounders of 9 entries: acc, block, promote, scale, product, out
+  PL_P_SIZE = 32 + 6 * 9
+};
+#define PL_GEMM_NO_TERM (-(1 << 20))
+#define PL_PAIR_STACK 64
+
+struct pl_gemm_cfg {
+  pl_i64 M, N, K, NB, T, seg, sa_rows, sb_cols, nk, kblock;
+  int order, block, align_bits, in_block, promote, has_product, has_scales, emin_a, emin_b;
+  int random_bits, has_special, tk, has_c, stochastic, inner, interleave;
+  pl_u64 seed_lo, seed_hi;
+  pl_rounder acc, blk, prom, scale, prod, out;
+};
+
+PL_HD_CALL void pl_gemm_load_cfg(pl_gemm_cfg* c, const pl_i64* q) {
+  c->M = q[PL_P_M];
+  c->N = q[PL_P_N];
+  c->K = q[PL_P_K];
+  c->NB = q[PL_P_NB];
+  c->T = q[PL_P_T];
+  c->order = (int)q[PL_P_ORDER];
+  c->block = (int)q[PL_P_BLOCK];
+  c->align_bits = (int)q[PL_P_ALIGN];
+  c->in_block = (int)q[PL_P_IN_BLOCK];
+  c->seg = q[PL_P_SEG];
+  c->promote = (int)q[PL_P_PROMOTE];
+  c->has_product = (int)q[PL_P_PRODUCT];
+  c->has_scales = (int)q[PL_P_SCALES];
+  c->sa_rows = q[PL_P_SA_ROWS];
+  c->sb_cols = q[PL_P_SB_COLS];
+  c->nk = q[PL_P_NK];
+  c->kblock = q[PL_P_KBLOCK];
+  c->emin_a = (int)q[PL_P_EMIN_A];
+  c->emin_b = (int)q[PL_P_EMIN_B];
+  c->seed_lo = (pl_u64)q[PL_P_SEED_LO];
+  c->seed_hi = (pl_u64)q[PL_P_SEED_HI];
+  c->random_bits = (int)q[PL_P_RBITS];
+  c->has_special = (int)q[PL_P_SPECIAL];
+  c->tk = (int)q[PL_P_TK];
+  c->has_c = (int)q[PL_P_HAS_C];
+  c->stochastic = (int)q[PL_P_STOCHASTIC];
+  c->inner = (int)q[PL_P_INNER];
+  c->interleave = (int)q[PL_P_INTERLEAVE];
+  c->acc = pl_make_rounder(q + PL_P_ROUNDERS + 0 * 9);
+  c->blk = pl_make_rounder(q + PL_P_ROUNDERS + 1 * 9);
+  c->prom = pl_make_rounder(q + PL_P_ROUNDERS + 2 * 9);
+  c->scale = pl_make_rounder(q + PL_P_ROUNDERS + 3 * 9);
+  c->prod = pl_make_rounder(q + PL_P_ROUNDERS + 4 * 9);
+  c->out = pl_make_rounder(q + PL_P_ROUNDERS + 5 * 9);
+}
+
+// ----- the state of one output element -----------------------------------------------------------
+struct pl_gemm_elem {
+  pl_u64 idx;      // flat output index (C order over batch x M x N)
+  double W;        // the (promoted) result
+  double s0;       // the segment's starting value (c without promotion)
+  int has_s0;
+  double acc;      // sequential: running sum; blocked: running total; block_fma: r
+  double bsum;     // blocked: the current block's sum
+  double shadow;   // IEEE float64 sum of the raw values (special values)
+  // pairwise: a stack of (level, index, value) and the event offsets of the segment's levels
+  int depth;
+  int lev[PL_PAIR_STACK];
+  pl_i64 q[PL_PAIR_STACK];
+  double val[PL_PAIR_STACK];
+  pl_i64 offsets[PL_PAIR_STACK];
+};
+
+// The random word of rounding event `event` of this element (word event * T + idx).
+PL_HD pl_u64 pl_gemm_word(const pl_gemm_cfg& c, const pl_rounder& r, pl_i64 event, pl_u64 idx) {
+  if (r.p.mode != PL_SR) return 0ULL;
+  return pl_random_word((pl_u64)event * (pl_u64)c.T + idx, c.seed_lo, c.seed_hi, c.random_bits);
+}
+
+// round(x + y) onto r's format, one rounding of the exact sum (reference._Model._add).
+PL_HD_CALL double pl_gemm_add(const pl_gemm_cfg& c, const pl_rounder& r, double x, double y,
+                         pl_i64 event, pl_u64 idx) {
+  double s, t;
+  pl_two_sum(x, y, &s, &t);
+  return pl_round_sum(r, s, t, pl_gemm_word(c, r, event, idx));
+}
+
+// The model's product of inputs a and b at index k (exact, or rounded to the product format).
+PL_HD double pl_gemm_product(const pl_gemm_cfg& c, double a, double b, pl_i64 k, pl_u64 idx) {
+  const double p = a * b;
+  if (!c.has_product) return p;
+  return pl_rounder_round(c.prod, p, pl_gemm_word(c, c.prod, 4 * c.K + k, idx));
+}
+
+PL_HD double pl_model_value(const pl_gemm_cfg& c, double v) {
+  return (c.has_special && !pl_finite(v)) ? 0.0 : v;
+}
+
+PL_HD void pl_gemm_begin(const pl_gemm_cfg& c, pl_gemm_elem* e, pl_u64 idx, double cval) {
+  e->idx = idx;
+  e->shadow = cval;
+  e->W = pl_model_value(c, cval);
+  e->depth = 0;
+}
+
+PL_HD_CALL void pl_gemm_begin_segment(const pl_gemm_cfg& c, pl_gemm_elem* e, pl_i64 k0, pl_i64 k1) {
+  e->has_s0 = !c.promote;
+  e->s0 = e->W;
+  e->acc = e->has_s0 ? e->s0 : 0.0;
+  e->bsum = 0.0;
+  e->depth = 0;
+  if (c.order == PL_PAIRWISE) {  // event offsets of the levels of the pairwise tree
+    pl_i64 count = k1 - k0;
+    e->offsets[0] = 0;
+    e->offsets[1] = 0;
+    int lev = 1;
+    while (count > 1 && lev + 1 < PL_PAIR_STACK) {
+      e->offsets[lev + 1] = e->offsets[lev] + count / 2;
+      count = (count + 1) / 2;
+      ++lev;
+    }
+  }
+}
+
+// Push a pairwise node; merge with left siblings (events k0 + offsets[level] + index).
+PL_HD_CALL void pl_pair_push(const pl_gemm_cfg& c, pl_gemm_elem* e, pl_i64 k0, int lev, pl_i64 q,
+                        double v) {
+  while (e->depth > 0 && e->lev[e->depth - 1] == lev) {
+    const double x = e->val[e->depth - 1];
+    --e->depth;
+    ++lev;
+    q /= 2;
+    v = pl_gemm_add(c, c.acc, x, v, k0 + e->offsets[lev] + q, e->idx);
+  }
+  e->lev[e->depth] = lev;
+  e->q[e->depth] = q;
+  e->val[e->depth] = v;
+  ++e->depth;
+}
+
+// Streaming orders: feed the product of a and b at global index k of segment [k0, k1).
+PL_HD_CALL void pl_gemm_feed(const pl_gemm_cfg& c, pl_gemm_elem* e, pl_i64 k0, pl_i64 k1, pl_i64 k,
+                        double a, double b) {
+  if (c.has_special) e->shadow = pl_x86_add(e->shadow, pl_x86_mul(a, b));
+  const double p = pl_gemm_product(c, pl_model_value(c, a), pl_model_value(c, b), k, e->idx);
+  if (c.order == PL_SEQUENTIAL) {
+    e->acc = pl_gemm_add(c, c.acc, e->acc, p, k, e->idx);
+  } else if (c.order == PL_BLOCKED) {
+    const pl_i64 pos = (k - k0) % c.block;
+    if (pos == 0) e->bsum = 0.0;
+    e->bsum = pl_gemm_add(c, c.acc, e->bsum, p, k, e->idx);
+    if (pos == c.block - 1 || k == k1 - 1) {
+      const pl_i64 j0 = k - pos;
+      e->acc = pl_gemm_add(c, c.acc, e->acc, e->bsum, c.K + j0 / c.block, e->idx);
+    }
+  } else {  // pairwise
+    pl_pair_push(c, e, k0, 0, k - k0, p);
+  }
+}
+
+// Alignment exponent max(floor(log2|x|), emin); PL_GEMM_NO_TERM for zero.
+PL_HD int pl_align_exp(double x, int emin) {
+  if (x == 0.0) return PL_GEMM_NO_TERM;
+  int e;
+  frexp(x, &e);
+  e -= 1;
+  return e > emin ? e : emin;
+}
+
+// The exact sum X of one block FMA (reference._Model._fma_sum): the products i (0 <= i < n) of
+// group g ((i / q) % groups == g; every product when groups == 1) and, with has_r, the running
+// value r, aligned to the largest alignment exponent and truncated to align_bits fraction bits.
+PL_HD_CALL double pl_fma_sum(const pl_gemm_cfg& c, const double* a, int as, const double* b,
+                             int bs, int n, int g, int groups, int q, bool has_r, double r) {
+  int E = PL_GEMM_NO_TERM;
+  for (int i = 0; i < n; ++i) {
+    if (groups > 1 && (i / q) % groups != g) continue;
+    const int ea = pl_align_exp(pl_model_value(c, a[i * as]), c.emin_a);
+    const int eb = pl_align_exp(pl_model_value(c, b[i * bs]), c.emin_b);
+    if (ea + eb > E) E = ea + eb;
+  }
+  const double rr = pl_finite(r) ? r : 0.0;
+  if (has_r) {
+    const int er = pl_align_exp(rr, c.acc.p.emin);
+    if (er > E) E = er;
+  }
+  int sh = c.align_bits - E;
+  sh = sh < -1000 ? -1000 : (sh > 1000 ? 1000 : sh);
+  const double scale = ldexp(1.0, sh);
+  double S = 0.0;
+  for (int i = 0; i < n; ++i) {
+    if (groups > 1 && (i / q) % groups != g) continue;
+    const double p = pl_model_value(c, a[i * as]) * pl_model_value(c, b[i * bs]);
+    S += trunc(p * scale);
+  }
+  if (has_r) S += trunc(rr * scale);
+  double X = S * ldexp(1.0, -sh);  // == S / scale: the same exact quotient, rounded once
+  if (E == PL_GEMM_NO_TERM) X = 0.0;
+  return X + 0.0;
+}
+
+// block_fma: one block of products j0 .. j1-1; a[i * as], b[i * bs] for i = 0 .. j1-j0-1.
+PL_HD_CALL void pl_gemm_feed_block(const pl_gemm_cfg& c, pl_gemm_elem* e, pl_i64 j0, pl_i64 j1,
+                                   const double* a, int as, const double* b, int bs) {
+  const int n = (int)(j1 - j0);
+  if (c.has_special) {
+    for (int i = 0; i < n; ++i) e->shadow = pl_x86_add(e->shadow, pl_x86_mul(a[i * as], b[i * bs]));
+  }
+  const double r = e->acc;
+  double nr;
+  if (c.in_block) {
+    const double X = pl_fma_sum(c, a, as, b, bs, n, 0, 1, 1, true, r);
+    nr = pl_rounder_round(c.acc, X, pl_gemm_word(c, c.acc, j0, e->idx));
+  } else {
+    double t;
+    if (!c.inner) {
+      const double X = pl_fma_sum(c, a, as, b, bs, n, 0, 1, 1, false, 0.0);
+      t = pl_rounder_round(c.blk, X, pl_gemm_word(c, c.blk, j0, e->idx));
+    } else {  // a chain of inner block FMAs from 0
+      const int groups = c.block / c.inner;
+      const int q = c.interleave ? c.interleave : c.inner;
+      t = 0.0;
+      for (int g = 0; g < groups; ++g) {
+        const double X = pl_fma_sum(c, a, as, b, bs, n, g, groups, q, true, t);
+        const double nt = pl_rounder_round(c.blk, X, pl_gemm_word(c, c.blk, j0 + g, e->idx));
+        if (pl_finite(t)) t = nt;
+      }
+    }
+    nr = pl_gemm_add(c, c.acc, r, t, c.K + j0, e->idx);
+  }
+  if (pl_finite(r)) e->acc = nr;
+}
+
+// End of segment s = [k0, k1): the segment's value, promoted into W.
+PL_HD_CALL void pl_gemm_end_segment(const pl_gemm_cfg& c, pl_gemm_elem* e, pl_i64 s, pl_i64 k0,
+                               pl_i64 k1, double sa, double sb) {
+  double P = e->acc;
+  if (c.order == PL_PAIRWISE) {
+    // the odd ones out are carried up until they meet a left sibling
+    int lev = e->lev[e->depth - 1];
+    pl_i64 q = e->q[e->depth - 1];
+    double v = e->val[e->depth - 1];
+    --e->depth;
+    while (e->depth > 0) {
+      if (e->lev[e->depth - 1] == lev + 1 && (q / 2) % 2 == 1) {
+        pl_pair_push(c, e, k0, lev + 1, q / 2, v);  // merges with its left sibling
+        lev = e->lev[e->depth - 1];
+        q = e->q[e->depth - 1];
+        v = e->val[e->depth - 1];
+        --e->depth;
+      } else {
+        ++lev;
+        q /= 2;
+      }
+    }
+    if (k1 - k0 == 1) v = pl_gemm_add(c, c.acc, 0.0, v, k0, e->idx);
+    P = e->has_s0 ? pl_gemm_add(c, c.acc, e->s0, v, c.K + k0, e->idx) : v;
+  }
+  if (!c.promote) {
+    e->W = P;
+    return;
+  }
+  if (c.has_scales) {
+    const double sig = pl_rounder_round(c.scale, sa * sb, 0ULL);
+    P = P * sig;
+  }
+  e->W = pl_gemm_add(c, c.prom, e->W, P, 2 * c.K + s, e->idx);
+}
+
+// The output value d = round(W, out_format, out_rounding) of element idx (exact double).
+PL_HD_CALL double pl_gemm_output(const pl_gemm_cfg& c, double W, pl_u64 idx) {
+  return pl_rounder_round(c.out, W, pl_gemm_word(c, c.out, 3 * c.K, idx));
+}
+
+// The output value of an element.
+PL_HD double pl_gemm_finish(const pl_gemm_cfg& c, pl_gemm_elem* e) {
+  double W = e->W;
+  if (c.has_special && !pl_finite(e->shadow)) W = e->shadow;
+  return pl_gemm_output(c, W, e->idx);
+}
+
+// The segment [k0, k1) of segment number s.
+PL_HD void pl_gemm_segment(const pl_gemm_cfg& c, pl_i64 s, pl_i64* k0, pl_i64* k1) {
+  *k0 = s * c.seg;
+  *k1 = *k0 + c.seg < c.K ? *k0 + c.seg : c.K;
+}
+
+// The scales of segment [k0, ...) for output (batch, row, col).
+PL_HD void pl_gemm_scales(const pl_gemm_cfg& c, const double* SA, const double* SB, pl_i64 batch,
+                          pl_i64 row, pl_i64 col, pl_i64 k0, double* sa, double* sb) {
+  *sa = 1.0;
+  *sb = 1.0;
+  if (!c.has_scales) return;
+  const pl_i64 kb = c.kblock ? k0 / c.kblock : 0;
+  const pl_i64 kbi = c.nk > 1 ? kb : 0;
+  *sa = SA[(batch * c.sa_rows + (c.sa_rows > 1 ? row : 0)) * c.nk + kbi];
+  *sb = SB[(batch * c.nk + kbi) * c.sb_cols + (c.sb_cols > 1 ? col : 0)];
+}
+
+#endif  // PL_GEMM_CUH

@@ -1,0 +1,422 @@
+"""CuPy backend of :func:`precision_lab.gemm`: the accumulator models as CUDA kernels.
+
+:func:`precision_lab.gemm` sends CuPy arrays (or ``backend="cupy"``) here after checking its
+arguments. The kernels (``precision_lab/cuda/pl_gemm.cu``) compute the model of
+:mod:`precision_lab.gemm.accumulator` bit for bit like the numpy reference:
+
+* ``pl_gemm_fma_*``: fp32 sequential accumulation with exact products (nearest_even, toward_zero
+  or up, IEEE overflow, subnormals kept, no promotion): a fixed-order FMA loop, where each FMA is
+  exactly the model's ``round(s + a*b)``;
+* ``pl_gemm_generic_*``: every other model (pairwise, blocked, block-FMA tensor-core models,
+  narrow accumulators in every rounding mode incl. stochastic, rounded products, promotion,
+  scales, special values), one output element per thread over shared-memory tiles.
+
+The Python side is written over an array module ``xp`` and a kernel launcher, so the test suite
+runs it with numpy and the kernels compiled for the CPU (``tests/test_cuda_host.py``).
+
+>>> import numpy as np, precision_lab as pl
+>>> plan = kernel_plan((2, 3), (3, 4), fa=pl.get_format("e4m3"), fb=pl.get_format("e4m3"),
+...                    acc=pl.Accumulator(), out_fmt=pl.get_format("fp32"), has_c=False,
+...                    has_special=False, scales=None)
+>>> plan.kernel, plan.grid, plan.block
+('pl_gemm_fma_rn_f32', (1, 1, 1), (16, 16, 1))
+>>> kernel_plan((2, 3), (3, 4), fa=pl.get_format("e4m3"), fb=pl.get_format("e4m3"),
+...             acc=pl.tensor_core("h100", "e4m3"), out_fmt=pl.get_format("fp32"),
+...             has_c=False, has_special=False, scales=None).kernel
+'pl_gemm_generic_f32'
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..formats import FloatFormat, get_format
+from ..gpu import format_args, module, require_cupy
+from ..rounding import ROUNDING_MODES, check_rounding, round_to
+from .accumulator import Accumulator
+from .scales import expand_scales
+
+__all__ = ["KernelPlan", "gemm", "kernel_plan", "run"]
+
+_FP32 = get_format("fp32")
+_FP64 = get_format("fp64")
+_ORDERS = {"sequential": 0, "pairwise": 1, "blocked": 2, "block_fma": 3}
+_FMA_MODES = {"nearest_even": "rn", "toward_zero": "rz", "up": "ru"}
+_G_TILE, _G_TKMAX, _F_TILE = 16, 128, 128
+# indices of the int64 parameter block (pl_gemm.cuh, PL_P_*)
+_P = {
+    name: i
+    for i, name in enumerate(
+        "M N K NB T ORDER BLOCK ALIGN IN_BLOCK SEG PROMOTE PRODUCT SCALES SA_ROWS SB_COLS NK "
+        "KBLOCK EMIN_A EMIN_B SEED_LO SEED_HI RBITS SPECIAL TK HAS_C STOCHASTIC INNER "
+        "INTERLEAVE".split()
+    )
+}
+_P_ROUNDERS, _P_SIZE = 32, 32 + 6 * 9
+
+Launcher = Callable[[str, tuple[int, int, int], tuple[int, int, int], tuple[Any, ...]], None]
+
+
+def _fits_float32(fmt: FloatFormat) -> bool:
+    return (
+        fmt.precision <= 24
+        and fmt.max <= float(np.finfo(np.float32).max)
+        and fmt.smallest_subnormal >= 2.0**-149
+    )
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """Which kernel runs a GEMM, its launch shape and its int64 parameter block."""
+
+    kernel: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    params: np.ndarray
+    out_dtype: np.dtype
+    fma: bool
+
+
+def _rounder(fmt: FloatFormat, mode: str, acc: Accumulator) -> list[int]:
+    mode = check_rounding(mode)
+    native = int(fmt == _FP64 and mode == "nearest_even")
+    return [
+        *format_args(fmt),
+        ROUNDING_MODES.index(mode),
+        int(acc.overflow == "saturate"),
+        int(acc.subnormals == "flush"),
+        native,
+    ]
+
+
+def _segments(acc: Accumulator, k: int, kblock: int | None, scaled: bool) -> tuple[bool, int]:
+    """(promote, segment length): promotion every N, K-blocks of scales, or one scaled segment."""
+    seg = acc.promote_every
+    if kblock is not None:
+        if seg is None:
+            seg = kblock
+        elif kblock % seg:
+            raise ValueError(
+                f"promote_every={seg} must divide the K-block of the scales ({kblock})"
+            )
+    promote = seg is not None or scaled
+    return promote, seg if seg is not None else max(k, 1)
+
+
+def kernel_plan(
+    a_shape: tuple[int, ...],
+    b_shape: tuple[int, ...],
+    *,
+    fa: FloatFormat,
+    fb: FloatFormat,
+    acc: Accumulator,
+    out_fmt: FloatFormat,
+    has_c: bool,
+    has_special: bool,
+    scales: tuple[np.ndarray, np.ndarray, int | None] | None,
+) -> KernelPlan:
+    """Kernel, launch shape and parameters of ``a @ b``: shapes ``(..., M, K)``, ``(..., K, N)``."""
+    batch = tuple(np.broadcast_shapes(tuple(a_shape[:-2]), tuple(b_shape[:-2])))
+    m, k = a_shape[-2:]
+    n = b_shape[-1]
+    nb = math.prod(batch)
+    fmt = acc.format
+    assert isinstance(fmt, FloatFormat) and isinstance(acc.promote_format, FloatFormat)
+    if acc.order == "blas":
+        raise ValueError("order='blas' has no kernel (run() uses cupy.matmul)")
+    kblock = None if scales is None else scales[2]
+    promote, seg = _segments(acc, k, kblock, scales is not None)
+    if acc.order == "block_fma":
+        blk = int(acc.block or 1)
+        if blk > _G_TKMAX:
+            raise ValueError(
+                f"the cupy backend runs block_fma with block <= {_G_TKMAX}, got block={blk}"
+            )
+        tk = blk * max(1, 32 // blk)
+    else:
+        tk = 32
+    seed = 0 if acc.seed is None else int(acc.seed)
+    p = [0] * _P_SIZE
+    vals = {
+        "M": m,
+        "N": n,
+        "K": k,
+        "NB": nb,
+        "T": nb * m * n,
+        "ORDER": _ORDERS[acc.order],
+        "BLOCK": acc.block or 1,
+        "ALIGN": acc.align_bits or 0,
+        "IN_BLOCK": int(acc.addend == "in_block"),
+        "SEG": seg,
+        "PROMOTE": int(promote),
+        "PRODUCT": int(acc.product_format is not None),
+        "SCALES": int(scales is not None),
+        "SA_ROWS": 1 if scales is None else scales[0].shape[1],
+        "SB_COLS": 1 if scales is None else scales[1].shape[2],
+        "NK": 1 if scales is None else scales[0].shape[2],
+        "KBLOCK": kblock or 0,
+        "EMIN_A": fa.emin,
+        "EMIN_B": fb.emin,
+        "SEED_LO": seed & ((1 << 64) - 1),
+        "SEED_HI": seed >> 64,
+        "RBITS": acc.random_bits or 64,
+        "SPECIAL": int(has_special),
+        "TK": tk,
+        "HAS_C": int(has_c),
+        "STOCHASTIC": int(acc.stochastic),
+        "INNER": getattr(acc, "inner_block", None) or 0,
+        "INTERLEAVE": getattr(acc, "inner_interleave", None) or 0,
+    }
+    for name, v in vals.items():
+        p[_P[name]] = int(v)
+    prod_fmt = acc.product_format if isinstance(acc.product_format, FloatFormat) else fmt
+    rounders = [
+        _rounder(fmt, acc.rounding, acc),
+        _rounder(fmt, acc.block_rounding, acc),
+        _rounder(acc.promote_format, acc.promote_rounding, acc),
+        _rounder(acc.promote_format, "nearest_even", acc),
+        _rounder(prod_fmt, acc.product_rounding, acc),
+        _rounder(out_fmt, acc.out_rounding, acc),
+    ]
+    for j, r in enumerate(rounders):
+        p[_P_ROUNDERS + 9 * j : _P_ROUNDERS + 9 * j + 9] = r
+    params = np.array([v - (1 << 64) if v >= 1 << 63 else v for v in p], dtype=np.int64)
+    out_dtype = np.dtype(np.float32 if _fits_float32(out_fmt) else np.float64)
+    sfx = "f32" if out_dtype == np.float32 else "f64"
+    fma = (
+        acc.order == "sequential"
+        and fmt == _FP32
+        and acc.rounding in _FMA_MODES
+        and acc.overflow == "ieee"
+        and acc.subnormals == "keep"
+        and acc.product_format is None
+        and not promote
+        and _fits_float32(fa)
+        and _fits_float32(fb)
+        and (not has_c or _fits_float32(out_fmt))
+        and not has_special
+    )
+    if fma:
+        name = f"pl_gemm_fma_{_FMA_MODES[acc.rounding]}_{sfx}"
+        grid = (-(-n // _F_TILE), -(-m // _F_TILE), nb)
+    else:
+        name = f"pl_gemm_generic_{sfx}"
+        grid = (-(-n // _G_TILE), -(-m // _G_TILE), nb)
+    return KernelPlan(
+        name, (max(grid[0], 1), max(grid[1], 1), grid[2]), (16, 16, 1), params, out_dtype, fma
+    )
+
+
+def _float_array(xp: Any, x: Any, name: str) -> Any:
+    arr = xp.asarray(x)
+    dt = np.dtype(arr.dtype)
+    if dt.kind != "f" or dt.itemsize > 8:
+        raise TypeError(
+            f"{name} must hold floating-point numbers, got an array of {dt.name} "
+            "(expected float16, float32 or float64)"
+        )
+    return arr
+
+
+def _on_grid(xp: Any, x: Any, fmt: FloatFormat, name: str, mode: str, seed: int) -> Any:
+    """``x`` (float64) on the grid of ``fmt`` (checked to be on it for mode 'exact')."""
+    if mode == "exact":
+        r = round_to(x, fmt).astype(np.float64)
+        bad = ~((r == x) | (xp.isnan(r) & xp.isnan(x)))
+        nbad = int(bad.sum())
+        if nbad:
+            first = tuple(int(i) for i in xp.argwhere(bad)[0])
+            raise ValueError(
+                f"{name} has {nbad} value(s) not on the {fmt} grid (first: {name}"
+                f"[{', '.join(map(str, first))}] = {float(x[first])!r}); round them first or "
+                "pass input_rounding='nearest_even'"
+            )
+        return x
+    try:
+        mode = check_rounding(mode)
+    except ValueError:
+        raise ValueError(
+            f"input_rounding must be a rounding mode or 'exact', got {mode!r}"
+        ) from None
+    return round_to(x, fmt, rounding=mode, seed=seed).astype(np.float64)
+
+
+def _host(x: Any) -> Any:
+    return x.get() if hasattr(x, "get") else x
+
+
+def run(
+    xp: Any,
+    launch: Launcher,
+    a: Any,
+    b: Any,
+    c: Any = None,
+    *,
+    input_format: str | FloatFormat | tuple[str | FloatFormat, str | FloatFormat],
+    accumulator: Accumulator,
+    out_format: str | FloatFormat,
+    input_rounding: str = "nearest_even",
+    scale_a: Any = None,
+    scale_b: Any = None,
+    scale_block: int | None = None,
+) -> Any:
+    """The GEMM over array module ``xp`` (cupy, or numpy in tests), kernels run by ``launch``."""
+    if isinstance(input_format, tuple | list):
+        fa, fb = (get_format(f) for f in input_format)
+    else:
+        fa = fb = get_format(input_format)
+    out_fmt = get_format(out_format)
+    acc = accumulator
+    assert isinstance(fa, FloatFormat) and isinstance(fb, FloatFormat)
+    assert isinstance(out_fmt, FloatFormat)
+    a = _float_array(xp, a, "a")
+    b = _float_array(xp, b, "b")
+    if a.ndim < 2:
+        raise ValueError(f"a must be at least 2-D (..., M, K), got shape {a.shape}")
+    if b.ndim < 2:
+        raise ValueError(f"b must be at least 2-D (..., K, N), got shape {b.shape}")
+    if a.shape[-1] != b.shape[-2]:
+        raise ValueError(
+            f"shape mismatch: a is {a.shape} (K={a.shape[-1]}) but b is {b.shape} "
+            f"(K={b.shape[-2]}); a.shape[-1] must equal b.shape[-2]"
+        )
+    try:
+        batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    except ValueError:
+        raise ValueError(
+            f"batch shapes of a {a.shape[:-2]} and b {b.shape[:-2]} do not broadcast"
+        ) from None
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    out_shape = (*batch, m, n)
+    nb = math.prod(batch)
+    seed = 0 if acc.seed is None else acc.seed
+    a64 = _on_grid(xp, a.astype(np.float64), fa, "a", input_rounding, seed)
+    b64 = _on_grid(xp, b.astype(np.float64), fb, "b", input_rounding, seed + 1)
+    has_c = c is not None
+    if has_c:
+        c_arr = _float_array(xp, c, "c")
+        try:
+            c_arr = xp.broadcast_to(c_arr, out_shape)
+        except ValueError:
+            raise ValueError(
+                f"c of shape {c_arr.shape} does not broadcast to the output shape {out_shape}"
+            ) from None
+        c64 = round_to(xp.ascontiguousarray(c_arr, dtype=np.float64), out_fmt)
+        c64 = c64.astype(np.float64)
+    sa, sb, kblock = expand_scales(a, b, _host(scale_a), _host(scale_b), scale_block)
+    scales = None if sa is None or sb is None else (sa, sb, kblock)
+    if scales is not None:
+        assert isinstance(acc.format, FloatFormat) and isinstance(acc.promote_format, FloatFormat)
+        if acc.format.precision + acc.promote_format.precision > 53:
+            raise ValueError(
+                f"scales need accumulator precision + promote precision <= 53 bits, got "
+                f"{acc.format.precision} + {acc.promote_format.precision}"
+            )
+    A = xp.ascontiguousarray(xp.broadcast_to(a64, (*batch, m, k))).reshape(nb, m, k)
+    B = xp.ascontiguousarray(xp.broadcast_to(b64, (*batch, k, n))).reshape(nb, k, n)
+    C = c64.reshape(nb, m, n) if has_c else None
+    if acc.order == "blas":
+        return _blas(xp, A, B, C, acc, out_fmt, out_shape, scales)
+    has_special = not (
+        bool(xp.isfinite(A).all())
+        and bool(xp.isfinite(B).all())
+        and (C is None or bool(xp.isfinite(C).all()))
+    )
+    plan = kernel_plan(
+        a.shape,
+        b.shape,
+        fa=fa,
+        fb=fb,
+        acc=acc,
+        out_fmt=out_fmt,
+        has_c=has_c,
+        has_special=has_special,
+        scales=scales,
+    )
+    D = xp.empty((nb, m, n), dtype=plan.out_dtype)
+    if nb * m * n == 0:
+        return D.reshape(out_shape)
+    params = xp.asarray(plan.params)
+    if plan.fma:
+        f32 = np.float32
+        Cx = C.astype(f32) if C is not None else xp.zeros(1, dtype=f32)
+        args: tuple[Any, ...] = (A.astype(f32), B.astype(f32), Cx, D, params)
+    else:
+        Cx = C if C is not None else xp.zeros(1, dtype=np.float64)
+        SA = xp.asarray(sa) if sa is not None else xp.ones(1, dtype=np.float64)
+        SB = xp.asarray(sb) if sb is not None else xp.ones(1, dtype=np.float64)
+        args = (A, B, Cx, SA, SB, D, params)
+    launch(plan.kernel, plan.grid, plan.block, args)
+    return D.reshape(out_shape)
+
+
+def _blas(
+    xp: Any,
+    A: Any,
+    B: Any,
+    C: Any,
+    acc: Accumulator,
+    out_fmt: FloatFormat,
+    out_shape: tuple[int, ...],
+    scales: Any,
+) -> Any:
+    if scales is not None or acc.promote_every is not None or acc.stochastic:
+        raise ValueError(
+            "order='blas' on the GPU takes no scales, promotion or stochastic rounding"
+        )
+    with np.errstate(over="ignore", invalid="ignore"):
+        p = xp.matmul(A.astype(np.float32), B.astype(np.float32))
+        if C is not None:
+            p = p + C.astype(np.float32)
+    d = round_to(
+        p.astype(np.float64),
+        out_fmt,
+        rounding=acc.out_rounding,
+        overflow=acc.overflow,
+        subnormals=acc.subnormals,
+    )
+    dtype = np.float32 if _fits_float32(out_fmt) else np.float64
+    return d.astype(dtype).reshape(out_shape)
+
+
+def _cupy_launch(
+    name: str, grid: tuple[int, int, int], block: tuple[int, int, int], args: tuple[Any, ...]
+) -> None:
+    module("pl_gemm.cu").get_function(name)(grid, block, args)
+
+
+def gemm(
+    a: Any,
+    b: Any,
+    c: Any = None,
+    *,
+    input_format: str | FloatFormat | tuple[str | FloatFormat, str | FloatFormat],
+    accumulator: Accumulator,
+    out_format: str | FloatFormat,
+    input_rounding: str = "nearest_even",
+    scale_a: Any = None,
+    scale_b: Any = None,
+    scale_block: int | None = None,
+) -> Any:
+    """:func:`precision_lab.gemm` on the GPU (CuPy arrays in and out; arguments checked there)."""
+    cp = require_cupy()
+    return run(
+        cp,
+        _cupy_launch,
+        a,
+        b,
+        c,
+        input_format=input_format,
+        accumulator=accumulator,
+        out_format=out_format,
+        input_rounding=input_rounding,
+        scale_a=scale_a,
+        scale_b=scale_b,
+        scale_block=scale_block,
+    )

@@ -1,0 +1,153 @@
+"""GPU kernels launched through CuPy, compared bit for bit with the numpy reference.
+
+Every test here is marked ``gpu`` and skips, saying why, where CuPy is not importable or no CUDA
+device is visible (CI never has one). ``benchmarks/gpu_check.py`` runs them on a GPU machine.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import precision_lab as pl
+from precision_lab import FORMATS, FloatFormat, IntFormat
+from precision_lab.rounding import ROUNDING_MODES
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning"),
+]
+
+
+@pytest.fixture(scope="module")
+def cp():
+    try:
+        import cupy
+    except Exception as exc:  # ImportError, or a broken CUDA install
+        pytest.skip(f"CuPy is not importable ({type(exc).__name__}: {exc})")
+    try:
+        n = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:
+        pytest.skip(f"no CUDA device visible ({type(exc).__name__}: {exc})")
+    if n == 0:
+        pytest.skip("no CUDA device visible (device count 0)")
+    return cupy
+
+
+DETERMINISTIC = [m for m in ROUNDING_MODES if m != "stochastic"]
+SMALL = [f for f in FORMATS.values() if isinstance(f, FloatFormat) and f.bits <= 16]
+SMALL += [
+    FloatFormat(3, 2, nan="none", has_inf=False, has_subnormals=False),
+    FloatFormat(4, 3, nan="fn", has_inf=False, signed=False),
+    FloatFormat(6, 9, nan="fnuz", has_inf=False),
+]
+WIDE = [FORMATS["fp32"], FORMATS["tf32"], FORMATS["fp64"], FloatFormat(9, 10), FloatFormat(8, 16)]
+INTS = [IntFormat(8), IntFormat(8, False), IntFormat(4), IntFormat(32)]
+
+
+def _half_patterns() -> np.ndarray:
+    codes = np.arange(1 << 16, dtype=np.uint32)
+    f16 = codes.astype(np.uint16).view(np.float16).astype(np.float32)
+    return np.concatenate([f16, (codes << np.uint32(16)).view(np.float32)])
+
+
+X32 = _half_patterns()
+
+
+def _random64(n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = np.ldexp(1.0 + rng.random(n), rng.integers(-40, 40, n)) * rng.choice([-1.0, 1.0], n)
+    raw = rng.integers(0, 2**63, size=n // 4, dtype=np.int64).view(np.float64)
+    return np.concatenate([x, raw, [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, 1e308]])
+
+
+X64 = _random64(20000, 1)
+
+
+def _same(got, want: np.ndarray, what: str) -> None:
+    g = got.get() if hasattr(got, "get") else got
+    assert type(got).__module__.split(".")[0] == "cupy", f"{what}: result is not a CuPy array"
+    assert g.dtype == want.dtype and g.shape == want.shape, (what, g.dtype, want.dtype)
+    ut = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+    gb, wb = g.view(ut[g.itemsize]), want.view(ut[want.itemsize])
+    bad = np.flatnonzero(gb.reshape(-1) != wb.reshape(-1))
+    assert bad.size == 0, f"{what}: {bad.size} of {g.size} differ, first at {bad[:5].tolist()}"
+
+
+@pytest.mark.parametrize("fmt", SMALL + WIDE, ids=str)
+def test_round_to_and_encode_match_cpu(cp, fmt: FloatFormat) -> None:
+    for x in (X32, X64):
+        xd = cp.asarray(x)
+        for rounding in DETERMINISTIC:
+            for overflow, subnormals in (("ieee", "keep"), ("saturate", "flush")):
+                kw = {"rounding": rounding, "overflow": overflow, "subnormals": subnormals}
+                what = f"{fmt} {x.dtype} {kw}"
+                _same(pl.round_to(xd, fmt, **kw), pl.round_to(x, fmt, **kw), what)
+                xs = x if fmt.has_nan else x[~np.isnan(x)]
+                _same(pl.encode(cp.asarray(xs), fmt, **kw), pl.encode(xs, fmt, **kw), what)
+
+
+@pytest.mark.parametrize("seed, random_bits", [(0, None), (2**64 + 5, 3), (2**128 - 1, 13)])
+def test_stochastic_rounding_matches_cpu(cp, seed: int, random_bits: int | None) -> None:
+    kw = {"rounding": "stochastic", "seed": seed, "random_bits": random_bits}
+    for fmt in (FORMATS["e4m3"], FORMATS["bf16"], FORMATS["e2m1"], FORMATS["e8m0"]):
+        for x in (X32, X64):
+            _same(pl.round_to(cp.asarray(x), fmt, **kw), pl.round_to(x, fmt, **kw), str(fmt))
+            xs = x if fmt.has_nan else x[~np.isnan(x)]
+            _same(pl.encode(cp.asarray(xs), fmt, **kw), pl.encode(xs, fmt, **kw), str(fmt))
+
+
+@pytest.mark.parametrize("fmt", INTS, ids=str)
+def test_integer_formats_match_cpu(cp, fmt: IntFormat) -> None:
+    x = X64[np.isfinite(X64)]
+    for rounding in ROUNDING_MODES:
+        kw = {"rounding": rounding, "seed": 5}
+        _same(pl.round_to(cp.asarray(x), fmt, **kw), pl.round_to(x, fmt, **kw), str(fmt))
+        _same(pl.encode(cp.asarray(x), fmt, **kw), pl.encode(x, fmt, **kw), str(fmt))
+    codes = np.arange(1 << min(fmt.bits, 16), dtype=np.uint64).astype(fmt.code_dtype)
+    _same(pl.decode(cp.asarray(codes), fmt), pl.decode(codes, fmt), f"decode {fmt}")
+
+
+@pytest.mark.parametrize("fmt", SMALL + WIDE, ids=str)
+def test_decode_matches_cpu(cp, fmt: FloatFormat) -> None:
+    if fmt.bits <= 16:
+        codes = np.arange(1 << fmt.bits, dtype=np.uint64).astype(fmt.code_dtype)
+    else:
+        rng = np.random.default_rng(3)
+        codes = rng.integers(0, 1 << fmt.bits, 50000, dtype=np.uint64).astype(fmt.code_dtype)
+    _same(pl.decode(cp.asarray(codes), fmt), pl.decode(codes, fmt), f"decode {fmt}")
+    # other integer dtypes of codes are accepted too
+    _same(pl.decode(cp.asarray(codes.astype(np.int64)), fmt), pl.decode(codes, fmt), str(fmt))
+
+
+def test_dtype_rules_shapes_and_inputs_kept(cp) -> None:
+    x16 = cp.asarray(np.array([[0.1, -2.5], [70000.0, 1e-8]], dtype=np.float16))
+    r = pl.round_to(x16, "e4m3")
+    assert r.dtype == np.float32 and r.shape == (2, 2)
+    x64 = cp.asarray(np.linspace(-3, 3, 12).reshape(3, 4))
+    before = x64.copy()
+    r = pl.round_to(x64[:, ::2], "bf16")  # non-contiguous
+    assert r.dtype == np.float64 and r.shape == (3, 2)
+    _same(r, pl.round_to(before.get()[:, ::2], "bf16"), "non-contiguous")
+    assert bool((x64 == before).all())
+    assert pl.round_to(cp.asarray(np.float32(1.3)), "e4m3").shape == ()
+    assert pl.round_to(cp.zeros((0, 3), dtype=cp.float32), "e4m3").shape == (0, 3)
+    assert pl.encode(cp.asarray([1.0, 2.0]), "e4m3").dtype == np.uint8
+    assert pl.encode(cp.asarray([1.0, 2.0]), "fp16").dtype == np.uint16
+    assert pl.decode(cp.asarray(np.array([56], np.uint8)), "e4m3").dtype == np.float32
+    assert pl.decode(cp.asarray(np.array([1], np.uint64)), "fp64").dtype == np.float64
+
+
+def test_errors(cp) -> None:
+    with pytest.raises(ValueError, match="NaN"):
+        pl.encode(cp.asarray([1.0, np.nan]), "e2m1")
+    with pytest.raises(ValueError, match="NaN"):
+        pl.encode(cp.asarray([np.nan]), "int8")
+    with pytest.raises(ValueError, match=r"0\.\.15"):
+        pl.decode(cp.asarray(np.array([16], np.uint8)), "e2m1")
+    with pytest.raises(ValueError, match="non-negative"):
+        pl.decode(cp.asarray(np.array([-1], np.int32)), "e4m3")
+    with pytest.raises(TypeError, match="floating-point"):
+        pl.round_to(cp.asarray([1, 2]), "e4m3")
+    with pytest.raises(TypeError, match="integer"):
+        pl.decode(cp.asarray([1.0]), "e4m3")
