@@ -71,6 +71,21 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
      (``X = 0``, sign +) when no term takes part.
    * ``addend="in_block"``: ``r = round(X, acc, mode)``.
      ``addend="after_block"``: ``r = round(r + round(X, acc, block_rounding), acc, mode)``.
+   * inner blocks (``inner_block = m``, only with ``addend="after_block"``; ``m`` divides
+     ``n``): the block's value is not ``round(X, acc, block_rounding)`` but the result ``t`` of
+     a chain of ``n / m`` inner block FMAs, each the rule above with ``addend="in_block"``
+     applied to ``m`` products: ``t = 0``; for inner block ``i = 0, 1, ..., n/m - 1`` in
+     order: anchor ``E`` = the largest alignment exponent of the inner block's non-zero
+     products and of ``t`` (``t``'s as ``r``'s above); every term (products and ``t``)
+     truncated to a multiple of ``2**(E - align_bits)``; ``t = round(X_i, acc,
+     block_rounding)`` of their exact sum ``X_i`` (an inner block without a term leaves
+     ``t`` unchanged). Then ``r = round(r + t, acc, mode)``. Which products an inner block
+     takes: with ``q = inner_interleave`` (default ``m``: contiguous runs), the product with
+     index ``k`` in the block starting at ``j0`` (``l = k - j0``, ``0 <= l < n``) belongs to
+     inner block ``(l // q) % (n / m)``. ``q`` divides ``m``. (FP8 ``mma.sync`` on Hopper and
+     Blackwell, emulated on fp16 tensor cores: ``n = 32``, ``m = 16``, ``q = 2``: the
+     products with ``l % 4`` in {0, 1} first, then those with ``l % 4`` in {2, 3}.) A last,
+     shorter block (``K`` not a multiple of ``n``) uses the same rule with its ``l``.
 
    ``blas``: fp32 only: ``P = float32 matmul`` (numpy/BLAS, its own order and FMA use) of the
    inputs held in float32, plus ``s0`` added in float32. Not bit-reproducible across BLAS builds;
@@ -103,8 +118,9 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
      left to right, from 0; pair ``q`` is event ``k0 + q``; the final ``s0 + T`` is event
      ``K + k0``;
    * block_fma: the block starting at ``k0`` is event ``k0`` (its ``round(X)`` with
-     ``in_block``, its ``round(X, acc, block_rounding)`` with ``after_block``); the
-     ``after_block`` addition is event ``K + k0``;
+     ``in_block``, its ``round(X, acc, block_rounding)`` with ``after_block``); with inner
+     blocks, inner block ``i`` of that block is event ``k0 + i``; the ``after_block``
+     addition is event ``K + k0``;
    * products rounded to ``product_format``: event ``4K + k``;
    * promotion of segment ``s``: event ``2K + s``; the output rounding: event ``3K``.
 
@@ -193,7 +209,16 @@ class Accumulator:
         ``block_rounding`` to ``format``, then added to the running accumulator with
         ``rounding``).
     block_rounding:
-        Rounding of the block sum with ``addend="after_block"``.
+        Rounding of the block sum with ``addend="after_block"`` (and of every inner block).
+    inner_block:
+        ``block_fma`` with ``addend="after_block"``: the block sum is a chain of inner block
+        FMAs of this many products each, starting from 0 (``None``: one block FMA). Must
+        divide ``block``.
+    inner_interleave:
+        Run length in which the block's products are dealt to the inner blocks (``None``:
+        ``inner_block``, contiguous); must divide ``inner_block``. FP8 ``mma.sync`` emulated
+        on fp16 tensor cores (Hopper, Blackwell): ``block=32, inner_block=16,
+        inner_interleave=2``.
     out_rounding:
         Rounding of the final conversion to the output format.
     overflow, subnormals:
@@ -229,6 +254,8 @@ class Accumulator:
     subnormals: str = "keep"
     seed: int | None = None
     random_bits: int | None = None
+    inner_block: int | None = None
+    inner_interleave: int | None = None
     name: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -279,6 +306,30 @@ class Accumulator:
                     f"align_bits: order='block_fma' needs the number of fraction bits kept "
                     f"after alignment, an int in 0..{50 - nb} for block={self.block}, "
                     f"got {self.align_bits!r}"
+                )
+        put(self, "inner_block", _positive_int(self.inner_block, "inner_block"))
+        put(self, "inner_interleave", _positive_int(self.inner_interleave, "inner_interleave"))
+        if self.inner_block is not None:
+            if self.order != "block_fma" or self.addend != "after_block":
+                raise ValueError(
+                    f"inner_block needs order='block_fma' and addend='after_block', got "
+                    f"order={self.order!r}, addend={self.addend!r}"
+                )
+            assert self.block is not None
+            if self.block % self.inner_block:
+                raise ValueError(
+                    f"inner_block must divide block={self.block}, got {self.inner_block}"
+                )
+        if self.inner_interleave is not None:
+            if self.inner_block is None:
+                raise ValueError(
+                    f"inner_interleave needs inner_block, got inner_interleave="
+                    f"{self.inner_interleave} with inner_block=None"
+                )
+            if self.inner_block % self.inner_interleave:
+                raise ValueError(
+                    f"inner_interleave must divide inner_block={self.inner_block}, "
+                    f"got {self.inner_interleave}"
                 )
         for name_, f in (("format", fmt), ("promote_format", self.promote_format)):
             assert isinstance(f, FloatFormat)
@@ -339,7 +390,17 @@ class Accumulator:
                 f"block FMA of {self.block} products, {self.align_bits} fraction bits kept "
                 f"after alignment, normalised into {fmt} ({self.rounding})"
             )
-            if self.addend == "after_block":
+            if self.inner_block is not None:
+                runs = self.inner_interleave or self.inner_block
+                txt = (
+                    f"block FMA of {self.block} products as "
+                    f"{(self.block or 0) // self.inner_block} "
+                    f"chained blocks of {self.inner_block} (dealt in runs of {runs}), "
+                    f"{self.align_bits} fraction bits kept after alignment, normalised into "
+                    f"{fmt} ({self.block_rounding}), then added to the accumulator "
+                    f"({self.rounding})"
+                )
+            elif self.addend == "after_block":
                 txt += f", block sum rounded {self.block_rounding} before the accumulator add"
         elif self.order == "blocked":
             txt = f"blocked sum (block {self.block}) in {fmt} ({self.rounding})"

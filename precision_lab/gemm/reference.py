@@ -556,47 +556,71 @@ class _Model:
 
     def _block_fma(self, ch: _Chunk, k0: int, k1: int, s0: np.ndarray | None) -> np.ndarray:
         acc = self.acc
-        n, F = acc.block, acc.align_bits
-        assert n is not None and F is not None
+        n = acc.block
+        assert n is not None
         shape = (ch.A.shape[0], ch.A.shape[1], ch.B.shape[2])
         r = np.zeros(shape) if s0 is None else s0
-        in_block = acc.addend == "in_block"
         ea_all = _exponents(ch.A[:, :, k0:k1], self.emin_a)
         eb_all = _exponents(ch.B[:, k0:k1, :], self.emin_b)
-        E = np.empty(shape, np.int32)
-        S = np.empty(shape)
-        tmp = np.empty(shape)
         for j0 in range(k0, k1, n):
             j1 = min(j0 + n, k1)
-            # anchor exponent
-            E.fill(_NO_TERM)
-            for k in range(j0, j1):
-                np.maximum(E, ea_all[:, :, k - k0, None] + eb_all[:, None, k - k0, :], out=E)
-            finite_r = np.isfinite(r)
-            if in_block:
-                er = _exponents(np.where(finite_r, r, 0.0), self.emin_acc)
-                np.maximum(E, er, out=E)
-            scale = np.ldexp(1.0, np.clip(F - E, -1000, 1000))
-            S.fill(0.0)
-            for k in range(j0, j1):
-                np.multiply(ch.A[:, :, k, None], ch.B[:, None, k, :], out=tmp)
-                tmp *= scale
-                np.trunc(tmp, out=tmp)
-                S += tmp
-            if in_block:
-                np.multiply(np.where(finite_r, r, 0.0), scale, out=tmp)
-                np.trunc(tmp, out=tmp)
-                S += tmp
-            X = S / scale  # exact: S is an integer below 2**53
-            X[E == _NO_TERM] = 0.0
-            X += 0.0  # -0 -> +0
-            if in_block:
+            if acc.addend == "in_block":
+                X = self._fma_sum(ch, range(j0, j1), r, ea_all, eb_all, k0)
                 new = self.r_acc.round(X, self.words(j0, shape))
-            else:
-                blk = self.r_block.round(X, self.words(j0, shape))
-                new = self._add(r, blk, self.r_acc, self.K + j0, exact_hint=False)
-            r = np.where(finite_r, new, r)
+                r = np.where(np.isfinite(r), new, r)
+                continue
+            if acc.inner_block is None:
+                X = self._fma_sum(ch, range(j0, j1), None, ea_all, eb_all, k0)
+                t = self.r_block.round(X, self.words(j0, shape))
+            else:  # a chain of inner block FMAs from 0 (FP8 emulated on fp16 tensor cores)
+                groups = n // acc.inner_block
+                q = acc.inner_interleave or acc.inner_block
+                t = np.zeros(shape)
+                for i in range(groups):
+                    ks = [k for k in range(j0, j1) if ((k - j0) // q) % groups == i]
+                    X = self._fma_sum(ch, ks, t, ea_all, eb_all, k0)
+                    new = self.r_block.round(X, self.words(j0 + i, shape))
+                    t = np.where(np.isfinite(t), new, t)
+            new = self._add(r, t, self.r_acc, self.K + j0, exact_hint=False)
+            r = np.where(np.isfinite(r), new, r)
         return r
+
+    def _fma_sum(
+        self,
+        ch: _Chunk,
+        ks: range | list[int],
+        r: np.ndarray | None,
+        ea_all: np.ndarray,
+        eb_all: np.ndarray,
+        k0: int,
+    ) -> np.ndarray:
+        """Exact sum ``X`` of one block FMA: products ``ks`` (and ``r`` when given) aligned
+        to the largest exponent and truncated to ``align_bits`` fraction bits; +0 if empty."""
+        F = self.acc.align_bits
+        assert F is not None
+        shape = (ch.A.shape[0], ch.A.shape[1], ch.B.shape[2])
+        E = np.full(shape, _NO_TERM, np.int32)
+        for k in ks:
+            np.maximum(E, ea_all[:, :, k - k0, None] + eb_all[:, None, k - k0, :], out=E)
+        if r is not None:
+            rr = np.where(np.isfinite(r), r, 0.0)
+            np.maximum(E, _exponents(rr, self.emin_acc), out=E)
+        scale = np.ldexp(1.0, np.clip(F - E, -1000, 1000))
+        S = np.zeros(shape)
+        tmp = np.empty(shape)
+        for k in ks:
+            np.multiply(ch.A[:, :, k, None], ch.B[:, None, k, :], out=tmp)
+            tmp *= scale
+            np.trunc(tmp, out=tmp)
+            S += tmp
+        if r is not None:
+            np.multiply(rr, scale, out=tmp)
+            np.trunc(tmp, out=tmp)
+            S += tmp
+        X = S / scale  # exact: S is an integer below 2**53
+        X[E == _NO_TERM] = 0.0
+        X += 0.0  # -0 -> +0
+        return X
 
     def _blas(self, ch: _Chunk, k0: int, k1: int, s0: np.ndarray | None) -> np.ndarray:
         a32 = ch.A[:, :, k0:k1].astype(np.float32)
