@@ -21,7 +21,7 @@ FP8 scaling as in NVIDIA Transformer Engine (TE):
 * :func:`current_scale` / :func:`quantize_current`: just-in-time per-tensor scaling (TE's
   ``Float8CurrentScaling``, ``compute_scale_from_amax``), optionally rounded down to a power of two.
 * :func:`block_scales`: per-tile scales (1x128, 128x128) and MXFP8 E8M0 scales per 32 values; the
-  block formats themselves live in :mod:`precision_lab.blocks` when it is installed.
+  block formats themselves (element codes and scales) live in :mod:`precision_lab.blocks`.
 
 All scale arithmetic is done in the dtype the reference framework uses (float32 for PyTorch, Keras,
 Megatron and TE; Python float64 for Apex and DeepSpeed), so trajectories agree bit for bit.
@@ -793,9 +793,11 @@ def block_scales(
     ``Float8BlockScaling`` (power-of-two scales by default); each tile's scale is
     :func:`scale_from_amax` of the tile's amax.
 
-    ``block="mxfp8"`` gives OCP MX scales (E8M0, one per 32 values along the last axis), delegated
-    to :mod:`precision_lab.blocks` when it is installed; the scale is rounded up so that
-    ``amax / scale <= fmt.max`` (there, ``scales`` holds the multipliers ``1/X`` applied to x).
+    ``block="mxfp8"`` gives OCP MX scales (E8M0, one per 32 values along the last axis) from
+    :mod:`precision_lab.blocks` with the round-up rule of Transformer Engine, so that
+    ``amax / X <= fmt.max``; ``scales`` holds the multipliers ``1/X`` applied to x. (DeepSeek-V3's
+    own tiles, with the decode scale ``amax / 448`` kept in fp32, are the block formats
+    ``"fp8_1x128"`` and ``"fp8_128x128"`` of :mod:`precision_lab.blocks`.)
 
     >>> x = np.arange(256, dtype=np.float32).reshape(1, 256)
     >>> block_scales(x, "e4m3", block=(1, 128)).scales.tolist()
@@ -825,31 +827,16 @@ def block_scales(
 
 
 def _mx_scales(a: np.ndarray, f: FloatFormat) -> BlockScales:
-    """MX (E8M0 per 32 values) multipliers, rounded so that amax * multiplier <= fmt.max."""
-    try:
-        from . import blocks  # type: ignore[attr-defined]
-    except ImportError:
-        blocks = None
-    if blocks is not None and hasattr(blocks, "mx_scales"):
-        s = np.asarray(blocks.mx_scales(a, f), dtype=np.float32)  # pragma: no cover
-        return BlockScales(scales=s, block=(1, 32), fmt=f)  # pragma: no cover
+    """MX (E8M0 per 32 values) multipliers ``1/X`` from :mod:`precision_lab.blocks` with the
+    round-up rule (``X = 2**ceil(log2(amax / fmt.max))``, so ``amax / X <= fmt.max``)."""
+    from .blocks import get_block_format, quantize_blocks
+
+    names = {"e4m3": "mxfp8_e4m3", "e5m2": "mxfp8_e5m2"}
+    if str(f) not in names:
+        raise ValueError(f"block='mxfp8' needs fmt e4m3 or e5m2, got {f}")
     if a.ndim != 2:
         raise ValueError(f"x must be 2-D for MX scales, got shape {a.shape}")
-    cols = -(-a.shape[1] // 32)
-    pad = np.zeros((a.shape[0], cols * 32), dtype=np.float64)
-    pad[:, : a.shape[1]] = np.abs(a)
-    amax = pad.reshape(a.shape[0], cols, 32).max(axis=2)
-    # X = 2**ceil(log2(amax / fmt.max)): the smallest power of two with amax / X <= fmt.max;
-    # computed exactly with frexp (amax = m * 2**e, 0.5 <= m < 1)
-    with np.errstate(divide="ignore"):
-        ratio = amax / f.max
-    m, e = np.frexp(ratio)
-    exp = np.where(m == 0.5, e - 1, e)
-    exp = np.clip(exp, -127, 127)
-    exp = np.where(amax > 0, exp, -127)
-    mult = np.ldexp(1.0, -exp)
-    # exact checks (mult is a power of two): amax * mult <= fmt.max, and no smaller exponent works
-    mult = np.where(amax * mult > f.max, mult / 2, mult)
-    mult = np.where((amax * mult * 2 <= f.max) & (exp > -127) & (amax > 0), mult * 2, mult)
-    mult = mult.astype(np.float32)
+    bf = get_block_format(names[str(f)], scale_rule="ceil")
+    q = quantize_blocks(a, bf, axis=-1, pad=True)
+    mult = (1.0 / q.scales).astype(np.float32)  # exact: powers of two within float32
     return BlockScales(scales=mult, block=(1, 32), fmt=f)

@@ -397,6 +397,10 @@ def test_block_scales_tiles_and_mx() -> None:
                 tile = x[i * r : (i + 1) * r, j * c : (j + 1) * c]
                 want = sc.scale_from_amax(np.abs(tile).max(), "e4m3", power_of_two=True)
                 assert bs.scales[i, j] == want
+        # the power-of-two multiplier is 1/X of blocks' round-up rule (independent code)
+        bf = pl.BlockFormat("t", "e4m3", "fp32", (c,) if r == 1 else (r, c), "ceil")
+        ref = pl.quantize_blocks(x, bf, axis=-1, pad=True).scales
+        assert np.array_equal(bs.scales.astype(np.float64), 1.0 / ref)
         q = bs.quantize(x)
         # half an e4m3 ulp (relative 2**-4), or half the subnormal quantum 2**-9 in scaled units
         bound = np.maximum(np.abs(x) * 2.0**-4, 2.0**-10 / bs.expand(x.shape))
