@@ -111,8 +111,11 @@ class FloatFormat:
                 f"format e{e}m{m} with bias {self.bias} has values outside float64 "
                 "(emax <= 1023, smallest value >= 2**-1074 and mantissa_bits <= 52 are needed)"
             )
-        if self.max_code_magnitude < 0:
-            raise ValueError(f"format e{e}m{m} with nan={self.nan!r} has no finite non-zero value")
+        if self.max_code_magnitude < 0 or self.max < self.smallest_normal:
+            raise ValueError(
+                f"format e{e}m{m} with nan={self.nan!r} has no normal finite value "
+                "(its largest exponent field holds only inf/NaN)"
+            )
 
     # ----- layout --------------------------------------------------------------------------
     @property

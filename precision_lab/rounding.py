@@ -179,6 +179,7 @@ class _Plan:
     qexp: int  # quantum exponent below the smallest normal
     sign: int
     abs_mask: int
+    flip_parity: bool  # exponent-only formats whose bias parity differs from the working dtype's
     inf_bits: int
     nan_bits: int  # canonical quiet NaN (positive)
 
@@ -209,6 +210,7 @@ def _plan(fmt: FloatFormat, wdt: str, mode: str, overflow: str, flush: bool) -> 
         maxbits=bits(fmt.max),
         qexp=fmt.emin - sub_m,
         sign=1 << (W - 1),
+        flip_parity=fmt.mantissa_bits == 0 and (fmt.bias - (127 if W == 32 else 1023)) % 2 == 1,
         abs_mask=(1 << (W - 1)) - 1,
         inf_bits=bits(math.inf),
         nan_bits=bits(math.nan) & ((1 << (W - 1)) - 1),
@@ -327,6 +329,8 @@ def _round_float_chunk(
         if mode == "nearest_even":
             np.right_shift(bits, U(s), out=r)
             r &= U(1)
+            if p.flip_parity:
+                r ^= U(1)
             r += U((1 << (s - 1)) - 1)
             r += bits
         elif mode == "nearest_away":
@@ -339,12 +343,17 @@ def _round_float_chunk(
                 r ^= U(1)
             r *= mask
             r += bits
-        elif mode == "odd":
+        elif mode == "odd":  # inexact: the neighbour whose code is odd
             np.bitwise_and(bits, mask, out=tmp)
             np.not_equal(tmp, U(0), out=flag)
-            np.multiply(flag, U(1 << s), out=tmp)
             np.bitwise_and(bits, notmask, out=r)
-            r |= tmp
+            np.right_shift(r, U(s), out=tmp)
+            tmp &= U(1)
+            if not p.flip_parity:
+                tmp ^= U(1)
+            tmp *= flag
+            tmp <<= U(s)
+            r += tmp
         else:  # stochastic: add the top s random bits below the kept part
             assert rw is not None
             if W == 32:  # the high halves of the random words, as a strided uint32 view
