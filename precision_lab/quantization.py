@@ -162,15 +162,24 @@ def _to_odd(v: np.ndarray, residual_sign: np.ndarray) -> np.ndarray:
     (one bit-pattern step; both neighbours of an even pattern are odd). ``v`` must be finite and
     non-zero where the residual is non-zero.
     """
-    v = np.asarray(v, dtype=np.float64)
-    u = v.view(np.uint64)
-    need = (residual_sign != 0) & ((u & np.uint64(1)) == 0)
-    grow = (residual_sign > 0) == (v > 0)  # the magnitude grows toward the exact value
-    step = need.astype(np.int64) * np.where(grow, 1, -1)
-    return (u.astype(np.int64) + step).view(np.float64)
+    u = np.asarray(v, dtype=np.float64).view(np.int64)
+    step = (u & 1) ^ 1  # 1 where the pattern is even
+    step *= residual_sign
+    np.negative(step, out=step, where=u < 0)  # for negative v, a larger pattern is further down
+    step += u
+    return step.view(np.float64)
+
+
+def _residual_sign(d: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """sign(d - e) as int8, for exact d and e (NaN compares as 0)."""
+    rs = (d > e).view(np.int8)
+    rs -= (d < e).view(np.int8)
+    return rs
 
 
 _SAFE = 2.0**900  # inside [2**-900, 2**900] Dekker's product neither overflows nor underflows
+_LOW27 = np.uint64((1 << 27) - 1)
+_LOW29 = np.uint64((1 << 29) - 1)
 
 
 def _odd_quotient(x: Any, s: Any) -> np.ndarray:
@@ -180,35 +189,55 @@ def _odd_quotient(x: Any, s: Any) -> np.ndarray:
     quotient: round-to-odd at 53 bits keeps the sticky information the later rounding needs (the
     float64 grid is at least 2 bits finer than the integers wherever ``|x / s| < 2**51``, and
     beyond that the result saturates anyway). ``q = RN(x / s)`` is exact or not according to the
-    residual ``x - q * s``, which is computed exactly: ``q * s = p + err`` (Dekker's product) and
-    ``x - p`` is exact (Sterbenz). Chunked over the flat index (temporaries stay in cache).
+    sign of the residual ``x - q * s``, which is computed exactly: ``q * s = p + err`` (Dekker's
+    product) and ``x - p`` is exact (Sterbenz). Chunked over the flat index (temporaries stay in
+    cache); a shorter path serves float16/float32 ``x`` with scales of at most 26 significant bits
+    (every float32 scale) in a tame range.
     """
-    xa = np.asarray(x, dtype=np.float64)
+    xa = np.asarray(x)
     sa = np.asarray(s, dtype=np.float64)
     shape = np.broadcast_shapes(xa.shape, sa.shape)
     xf = np.broadcast_to(xa, shape).reshape(-1)
     sf = sa.reshape(()) if sa.size == 1 else np.broadcast_to(sa, shape).reshape(-1)
+    short = bool(np.all(sa.view(np.uint64) & _LOW27 == 0))
+    tame = xa.dtype.itemsize <= 4 and bool(np.all((sa >= 2.0**-400) & (sa <= 2.0**400)))
+    flat = _odd_quotient_short if short and tame else _odd_quotient_flat
     out = np.empty(xf.size, dtype=np.float64)
 
     def work(lo: int, hi: int) -> None:
         sc = sf if sf.ndim == 0 else sf[lo:hi]
-        out[lo:hi] = _odd_quotient_flat(xf[lo:hi], np.broadcast_to(sc, (hi - lo,)))
+        out[lo:hi] = flat(xf[lo:hi].astype(np.float64), sc)
 
     with np.errstate(all="ignore"):
         for_chunks(xf.size, work)
     return out.reshape(shape)
 
 
+def _odd_quotient_short(x: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """x from float16/32, s with <= 26 significant bits in [2**-400, 2**400]: split q only,
+    ``q * s = qh * s + ql * s`` with both products exact; no under- or overflow can occur.
+    Zeros and infinities come out exact (NaN comparisons give a zero residual sign)."""
+    q = x / s
+    c = _SPLIT * q
+    qh = c - (c - q)
+    ql = q - qh
+    qh *= s
+    d = x - qh  # exact (Sterbenz)
+    ql *= s
+    return _to_odd(q, _residual_sign(d, ql))
+
+
 def _odd_quotient_flat(x: np.ndarray, s: np.ndarray) -> np.ndarray:
+    s = np.broadcast_to(s, x.shape)
     q = x / s
     p = q * s
     err = _two_product_error(q, s, p)
     d = x - p
-    rs = (d > err).astype(np.int8) - (d < err).astype(np.int8)
+    rs = _residual_sign(d, err)
     ax, aq = np.abs(x), np.abs(q)
     safe = (ax >= 1 / _SAFE) & (ax <= _SAFE) & (aq >= 1 / _SAFE) & (aq <= _SAFE)
     safe &= (s >= 1 / _SAFE) & (s <= _SAFE)
-    special = (x == 0) | ~np.isfinite(x)  # q is exact (or inf/NaN)
+    special = (x == 0) | ~np.isfinite(x)  # q is exact (or inf)
     safe |= special
     rs[~safe | special] = 0
     out = _to_odd(q, rs)
@@ -229,9 +258,7 @@ def _odd_quotient_scaled(x: np.ndarray, s: np.ndarray) -> np.ndarray:
     q = mx / ms  # |q| in (1/2, 2): no overflow, no underflow
     p = q * ms
     err = _two_product_error(q, ms, p)
-    d = mx - p
-    rs = (d > err).astype(np.int8) - (d < err).astype(np.int8)
-    q_odd = _to_odd(q, rs)
+    q_odd = _to_odd(q, _residual_sign(mx - p, err))
     k = np.clip(ex - es, -1000, 2000).astype(np.int64)
     return np.ldexp(q_odd, k)
 
@@ -316,8 +343,9 @@ def quantize(
             quotient = _torch_quotient(a, s)
     quotient = np.broadcast_to(quotient, a.shape)
     k = round_to(quotient, _WIDE, rounding=mode, seed=seed, random_bits=random_bits)
-    q = np.clip(k.astype(np.int64) + z, qmin, qmax)
-    return q.astype(_q_dtype(f))
+    k += z  # exact: integers below 2**53
+    np.clip(k, qmin, qmax, out=k)
+    return np.asarray(k.astype(_q_dtype(f)))
 
 
 def _result_dtype(scale: Any, dtype: Any) -> np.dtype:
@@ -358,15 +386,18 @@ def dequantize(
     s = _scale(scale, c.shape, ax)
     z = _per_axis(zero_point, "zero_point", c.shape, ax, "iu").astype(np.int64)
     out = _result_dtype(scale, dtype)
-    k = (c.astype(np.int64) - z).astype(np.float64)  # exact below 2**53
+    k = c.astype(np.float64)  # exact below 2**53
+    k -= z
     with np.errstate(all="ignore"):
         p = k * s
         if out == np.float64:
             return np.asarray(p, dtype=np.float64)
-        err = _two_product_error(k, s, p)  # k * s - p, exactly
-        err = np.where(np.isfinite(err), err, 0.0)
-        odd = _to_odd(p, np.sign(err))
-    return round_to(np.asarray(odd, dtype=np.float64), "fp32").astype(np.float32)
+        short = bool(np.all(s.view(np.uint64) & _LOW29 == 0))  # <= 24 significant bits
+        if short and (k.size == 0 or float(np.abs(k).max()) < 2.0**29):
+            return np.asarray(p.astype(np.float32))  # p is exact: one rounding
+        err = _two_product_error(k, np.broadcast_to(s, p.shape), p)  # k * s - p, exactly
+        odd = _to_odd(p, _residual_sign(err, np.zeros((), dtype=np.float64)))
+        return np.asarray(odd.astype(np.float32))  # round-to-odd, then once to float32: exact
 
 
 # ----- calibration -----------------------------------------------------------------------------
