@@ -1,10 +1,11 @@
 """Every CUDA source of the package compiles for real GPU targets (sm_80 and sm_90).
 
-- nvcc (when installed): each ``precision_lab/cuda/*.cu`` to cubins for sm_80 and sm_90 (device
-  and host passes, ``-Werror all-warnings``), all files in parallel;
+- nvcc (when installed): each ``precision_lab/cuda/*.cu`` to a fatbin of sm_80 and sm_90 cubins
+  (``-Werror all-warnings``; the host side of the headers is compiled by tests/test_cuda_host.py);
 - NVRTC (when a libnvrtc is found: the CUDA toolkit, or the ``nvidia-cuda-nvrtc`` wheel that
   CuPy uses): the exact self-contained source that :mod:`precision_lab.gpu` hands to CuPy, with
-  its options, for sm_90. NVRTC has no standard headers, so this catches what nvcc would not.
+  its options, to PTX for sm_90 (compute_90). NVRTC has no standard headers, so this catches
+  what nvcc would not.
 
 Each check skips, saying why, where its compiler is missing. No GPU is needed.
 """
@@ -21,6 +22,7 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,33 +48,61 @@ def _nvcc() -> str | None:
     return None
 
 
+def _nvcc_job(nvcc: str, tmp: str, name: str) -> subprocess.CompletedProcess[str]:
+    """Device code of one source for every arch (a fatbin: no host pass, g++ checks that)."""
+    # one front-end pass (PTX for compute_80), then ptxas for each real arch (-O1: a compile
+    # check, resource limits such as shared memory included, not a performance build)
+    gencode = f"-gencode=arch=compute_{ARCHS[0][3:]},code=[{','.join(ARCHS)}]"
+    cmd = [
+        nvcc,
+        gencode,
+        "-Xptxas",
+        "-O1",
+        "-std=c++17",
+        "-ftz=false",
+        "-fmad=false",
+        "-Werror",
+        "all-warnings",
+        f"-I{CUDA_DIR}",
+        "--fatbin",
+        str(CUDA_DIR / name),
+        "-o",
+        str(Path(tmp, name + ".fatbin")),
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, check=False)
+
+
 @pytest.fixture(scope="module")
-def nvcc_results() -> dict[str, subprocess.CompletedProcess[str]]:
-    nvcc = _nvcc()
-    if nvcc is None:
-        pytest.skip(
-            "nvcc not found (PATH, $CUDA_HOME, /usr/local/cuda): cannot compile the kernels"
-        )
-    gencode = [f"-gencode=arch=compute_{a[3:]},code={a}" for a in ARCHS]
+def results() -> dict[tuple[str, str], Any]:
+    """Every compile job at once (nvcc per source, NVRTC per source), on all cores."""
+    nvcc, nvrtc = _nvcc(), _find_nvrtc()
     tmp = tempfile.mkdtemp(prefix="pl_nvcc_")
-
-    def build(name: str) -> subprocess.CompletedProcess[str]:
-        cmd = [nvcc, *gencode, "-std=c++17", "-ftz=false", "-fmad=false", "-Werror",
-               "all-warnings", f"-I{CUDA_DIR}", "-c", str(CUDA_DIR / name), "-o",
-               str(Path(tmp, name + ".o"))]  # fmt: skip
-        return subprocess.run(cmd, capture_output=True, text=True, check=False)
-
+    jobs: dict[tuple[str, str], Any] = {}
     try:
-        with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-            results = dict(zip(SOURCES, pool.map(build, SOURCES), strict=True))
+        with ThreadPoolExecutor(max_workers=2 * len(SOURCES)) as pool:
+            for name in SOURCES:
+                if nvcc is not None:
+                    jobs["nvcc", name] = pool.submit(_nvcc_job, nvcc, tmp, name)
+                if nvrtc is not None:
+                    opts = [*NVRTC_OPTIONS, "--gpu-architecture=compute_90"]
+                    jobs["nvrtc", name] = pool.submit(
+                        _nvrtc_compile, nvrtc, kernel_source(name), name, opts
+                    )
+            out = {key: fut.result() for key, fut in jobs.items()}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return results
+    if nvcc is None:
+        out["nvcc", "skip"] = "nvcc not found (PATH, $CUDA_HOME, /usr/local/cuda)"
+    if nvrtc is None:
+        out["nvrtc", "skip"] = "libnvrtc not found (CUDA toolkit or the nvidia-cuda-nvrtc wheel)"
+    return out
 
 
 @pytest.mark.parametrize("name", SOURCES)
-def test_nvcc_compiles(nvcc_results, name: str) -> None:
-    res = nvcc_results[name]
+def test_nvcc_compiles(results, name: str) -> None:
+    if ("nvcc", "skip") in results:
+        pytest.skip(results["nvcc", "skip"])
+    res = results["nvcc", name]
     assert res.returncode == 0, (
         f"nvcc failed on {name} for {', '.join(ARCHS)}:\n{res.stdout}\n{res.stderr}"
     )
@@ -126,17 +156,11 @@ def _nvrtc_compile(lib: ctypes.CDLL, source: str, name: str, options: list[str])
         lib.nvrtcDestroyProgram(ctypes.byref(prog))
 
 
-@pytest.fixture(scope="module")
-def nvrtc() -> ctypes.CDLL:
-    lib = _find_nvrtc()
-    if lib is None:
-        pytest.skip("libnvrtc not found (CUDA toolkit or the nvidia-cuda-nvrtc wheel)")
-    return lib
-
-
 @pytest.mark.parametrize("name", SOURCES)
-def test_nvrtc_compiles_what_cupy_gets(nvrtc, name: str) -> None:
-    rc, log = _nvrtc_compile(nvrtc, kernel_source(name), name,
-                             [*NVRTC_OPTIONS, "--gpu-architecture=sm_90"])  # fmt: skip
+def test_nvrtc_compiles_what_cupy_gets(results, name: str) -> None:
+    """The self-contained source and options of precision_lab.gpu.module, to PTX for sm_90."""
+    if ("nvrtc", "skip") in results:
+        pytest.skip(results["nvrtc", "skip"])
+    rc, log = results["nvrtc", name]
     assert rc == 0, f"NVRTC failed on {name} (rc {rc}):\n{log}"
     assert "warning" not in log.lower(), log

@@ -5,11 +5,12 @@
 //   one output element per thread; A and B tiles (float64) go through shared memory; the tiles
 //   restart at every segment and hold whole block-FMA blocks (tk is a multiple of the block
 //   length), so each thread runs the per-element state machine of pl_gemm.cuh on its products.
-// * pl_gemm_fma_{rn,rz,ru}_{f32,f64}: the fixed-order FMA loop for fp32 sequential accumulation
+// * pl_gemm_fma_{rn,rz,ru}_f32: the fixed-order FMA loop for fp32 sequential accumulation
 //   with exact products (round-to-nearest-even, toward zero, up): an FMA rounds a*b + s once,
 //   which is exactly the model. 128x128 output tiles, 256 threads of 8x8 outputs each, float32
 //   tiles in shared memory, k strictly increasing for every output element.
-// Both write d = round(W, out_format, out_rounding) in the output dtype (f32/f64 suffix).
+// Both write d = round(W, out_format, out_rounding) in the output dtype (the f32/f64 suffix; the
+// FMA kernels serve output formats that float32 holds).
 // Launch: generic grid (ceil(N/16), ceil(M/16), batches), block (16, 16); fma grid
 // (ceil(N/128), ceil(M/128), batches), block (16, 16). params: cupy_backend.params (int64).
 #include "pl_gemm.cuh"
@@ -165,26 +166,21 @@ __device__ void pl_gemm_fma_impl(const float* __restrict__ A, const float* __res
   }
 }
 
-#define PL_GEMM_KERNELS(F, SUF)                                                                  \
+#define PL_GEMM_GENERIC(F, SUF)                                                                  \
   extern "C" __global__ void __launch_bounds__(256)                                              \
       pl_gemm_generic_##SUF(const double* A, const double* B, const double* C, const double* SA, \
                             const double* SB, F* D, const pl_i64* params) {                      \
     pl_gemm_generic_impl<F>(A, B, C, SA, SB, D, params);                                         \
-  }                                                                                              \
-  extern "C" __global__ void __launch_bounds__(256)                                              \
-      pl_gemm_fma_rn_##SUF(const float* A, const float* B, const float* C, F* D,                 \
-                           const pl_i64* params) {                                               \
-    pl_gemm_fma_impl<PL_RNE, F>(A, B, C, D, params);                                             \
-  }                                                                                              \
-  extern "C" __global__ void __launch_bounds__(256)                                              \
-      pl_gemm_fma_rz_##SUF(const float* A, const float* B, const float* C, F* D,                 \
-                           const pl_i64* params) {                                               \
-    pl_gemm_fma_impl<PL_RTZ, F>(A, B, C, D, params);                                             \
-  }                                                                                              \
-  extern "C" __global__ void __launch_bounds__(256)                                              \
-      pl_gemm_fma_ru_##SUF(const float* A, const float* B, const float* C, F* D,                 \
-                           const pl_i64* params) {                                               \
-    pl_gemm_fma_impl<PL_RUP, F>(A, B, C, D, params);                                             \
   }
-PL_GEMM_KERNELS(float, f32)
-PL_GEMM_KERNELS(double, f64)
+PL_GEMM_GENERIC(float, f32)
+PL_GEMM_GENERIC(double, f64)
+
+#define PL_GEMM_FMA(MODE, MSUF)                                                                  \
+  extern "C" __global__ void __launch_bounds__(256)                                              \
+      pl_gemm_fma_##MSUF##_f32(const float* A, const float* B, const float* C, float* D,         \
+                               const pl_i64* params) {                                           \
+    pl_gemm_fma_impl<MODE, float>(A, B, C, D, params);                                           \
+  }
+PL_GEMM_FMA(PL_RNE, rn)
+PL_GEMM_FMA(PL_RTZ, rz)
+PL_GEMM_FMA(PL_RUP, ru)

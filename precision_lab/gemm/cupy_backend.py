@@ -200,6 +200,7 @@ def kernel_plan(
         and _fits_float32(fb)
         and (not has_c or _fits_float32(out_fmt))
         and not has_special
+        and out_dtype == np.float32
     )
     if fma:
         name = f"pl_gemm_fma_{_FMA_MODES[acc.rounding]}_{sfx}"

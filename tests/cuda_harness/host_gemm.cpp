@@ -29,23 +29,20 @@ float __fmaf_ru(float a, float b, float c) { return emu_fma(a, b, c, PL_RUP); }
 #define PL_EMU_DIMS unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz
 #define PL_EMU_GRID pl_emu_dim3{gx, gy, gz}, pl_emu_dim3{bx, by, bz}
 
-#define PL_EMU_KERNELS(F, SUF)                                                                   \
+#define PL_EMU_GENERIC(F, SUF)                                                                   \
   extern "C" void emu_pl_gemm_generic_##SUF(PL_EMU_DIMS, const double* A, const double* B,      \
                                             const double* C, const double* SA, const double* SB, \
                                             F* D, const pl_i64* params) {                        \
     pl_emu_launch(PL_EMU_GRID, [&] { pl_gemm_generic_##SUF(A, B, C, SA, SB, D, params); });     \
-  }                                                                                              \
-  extern "C" void emu_pl_gemm_fma_rn_##SUF(PL_EMU_DIMS, const float* A, const float* B,         \
-                                           const float* C, F* D, const pl_i64* params) {         \
-    pl_emu_launch(PL_EMU_GRID, [&] { pl_gemm_fma_rn_##SUF(A, B, C, D, params); });              \
-  }                                                                                              \
-  extern "C" void emu_pl_gemm_fma_rz_##SUF(PL_EMU_DIMS, const float* A, const float* B,         \
-                                           const float* C, F* D, const pl_i64* params) {         \
-    pl_emu_launch(PL_EMU_GRID, [&] { pl_gemm_fma_rz_##SUF(A, B, C, D, params); });              \
-  }                                                                                              \
-  extern "C" void emu_pl_gemm_fma_ru_##SUF(PL_EMU_DIMS, const float* A, const float* B,         \
-                                           const float* C, F* D, const pl_i64* params) {         \
-    pl_emu_launch(PL_EMU_GRID, [&] { pl_gemm_fma_ru_##SUF(A, B, C, D, params); });              \
   }
-PL_EMU_KERNELS(float, f32)
-PL_EMU_KERNELS(double, f64)
+PL_EMU_GENERIC(float, f32)
+PL_EMU_GENERIC(double, f64)
+
+#define PL_EMU_FMA(MSUF)                                                                         \
+  extern "C" void emu_pl_gemm_fma_##MSUF##_f32(PL_EMU_DIMS, const float* A, const float* B,     \
+                                               const float* C, float* D, const pl_i64* params) { \
+    pl_emu_launch(PL_EMU_GRID, [&] { pl_gemm_fma_##MSUF##_f32(A, B, C, D, params); });          \
+  }
+PL_EMU_FMA(rn)
+PL_EMU_FMA(rz)
+PL_EMU_FMA(ru)
