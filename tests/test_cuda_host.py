@@ -740,3 +740,127 @@ def test_gemm_special_values_and_shapes(gemm_lib) -> None:
             want = pl.gemm(*args, backend="numpy", **kw)
             got, _ = _emu_gemm(gemm_lib, *args, **kw)
             _same_bits(got, want, f"shapes {acc.describe()}", args[0])
+
+
+# ===== precision_lab.gpu and the cupy backend, end to end, over an emulated CuPy =================
+class _FakeArray(np.ndarray):
+    """A numpy array that says it is a CuPy array (the core dispatches on the type's module)."""
+
+    def get(self) -> np.ndarray:
+        return np.array(self)
+
+
+_FakeArray.__module__ = "cupy"
+
+
+def _fake_cupy(lib: ctypes.CDLL):
+    import types
+
+    def wrap(fn):
+        def call(*args, **kwargs):
+            out = fn(*args, **kwargs)
+            return out.view(_FakeArray) if isinstance(out, np.ndarray) else out
+
+        return call
+
+    def convert(arg):
+        if isinstance(arg, np.ndarray):
+            assert arg.flags.c_contiguous
+            return _ptr(arg)
+        ctype = {np.int32: ctypes.c_int32, np.uint64: ctypes.c_uint64, np.int64: ctypes.c_int64}
+        return ctype[type(arg)](arg)
+
+    class RawModule:
+        def __init__(self, code: str, options: tuple[str, ...]) -> None:
+            assert '#include "' not in code  # local headers inlined: one self-contained source
+            assert "-ftz=false" in options
+            self.code = code
+
+        def get_function(self, name: str):
+            assert hasattr(lib, f"emu_{name}" if name.startswith("pl_gemm") else name), name
+
+            def launch(grid, block, args):
+                if name.startswith("pl_gemm"):
+                    dims = [ctypes.c_uint(v) for v in (*grid, *block)]
+                    getattr(lib, f"emu_{name}")(*dims, *[convert(a) for a in args])
+                else:
+                    lib.emu_single_thread()
+                    getattr(lib, name)(*[convert(a) for a in args])
+
+            return launch
+
+    fake = types.ModuleType("cupy")
+    for name in ("asarray", "ascontiguousarray", "empty", "zeros", "ones", "broadcast_to",
+                 "isfinite", "isnan", "argwhere", "matmul"):  # fmt: skip
+        setattr(fake, name, wrap(getattr(np, name)))
+    for name in ("int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
+                 "float64"):  # fmt: skip
+        setattr(fake, name, getattr(np, name))
+    fake.ndarray = _FakeArray  # type: ignore[attr-defined]
+    fake.RawModule = RawModule  # type: ignore[attr-defined]
+    fake.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
+        runtime=types.SimpleNamespace(getDeviceCount=lambda: 1)
+    )
+    return fake
+
+
+@pytest.fixture()
+def fake_cp(gemm_lib, monkeypatch):
+    import sys
+
+    from precision_lab import gpu
+
+    fake = _fake_cupy(gemm_lib)
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    gpu.module.cache_clear()
+    yield fake
+    gpu.module.cache_clear()
+
+
+def test_gpu_module_end_to_end_emulated(fake_cp) -> None:
+    """tests/test_gpu.py's checks of round_to/encode/decode, run through precision_lab.gpu with
+    CuPy replaced by numpy and the kernels of pl_round.cu compiled for the CPU."""
+    import test_gpu as tg
+
+    assert pl_available_fake(fake_cp)
+    for fmt in (FORMATS["e4m3"], FORMATS["bf16"], FORMATS["e8m0"], FORMATS["fp64"],
+                SMALL_FLOATS["e4m3_unsigned"], WIDE_FLOATS["e9m10"]):  # fmt: skip
+        tg.test_round_to_and_encode_match_cpu(fake_cp, fmt)
+        tg.test_decode_matches_cpu(fake_cp, fmt)
+    tg.test_stochastic_rounding_matches_cpu(fake_cp, 2**64 + 5, 3)
+    for fmt in tg.INTS:
+        tg.test_integer_formats_match_cpu(fake_cp, fmt)
+    tg.test_dtype_rules_shapes_and_inputs_kept(fake_cp)
+    tg.test_errors(fake_cp)
+
+
+def pl_available_fake(fake) -> bool:
+    from precision_lab import gpu
+
+    return gpu.available()
+
+
+def test_gemm_backend_end_to_end_emulated(fake_cp) -> None:
+    """pl.gemm on (emulated) CuPy arrays: dispatch, cupy_backend, kernel names and arguments."""
+    import precision_lab as pl
+
+    a, b, c = _gemm_inputs(11, batch=(2,), m=20, n=18, k=70)
+    ca, cb, cc = (fake_cp.asarray(v) for v in (a, b, c))
+    for fmt, acc, out in (
+        ("e4m3", pl.Accumulator(), "fp32"),
+        ("bf16", pl.Accumulator("bf16", "sr", seed=3), "bf16"),
+        ("e4m3", pl.tensor_core("h100", "e4m3"), "fp32"),
+        ("fp16", pl.Accumulator(order="blas"), "fp32"),
+    ):
+        kw = {"input_format": fmt, "accumulator": acc, "out_format": out}
+        got = pl.gemm(ca, cb, cc, **kw)
+        assert type(got).__module__ == "cupy"
+        want = pl.gemm(a, b, c, backend="numpy", **kw)
+        if acc.order == "blas":  # float32 BLAS: not bit-reproducible, compare loosely
+            np.testing.assert_allclose(got.get(), want, rtol=1e-5, atol=1e-5)
+        else:
+            _same_bits(got.get(), want, f"gemm {acc.describe()}", a)
+    with pytest.raises(ValueError, match="shape mismatch"):
+        pl.gemm(ca, cb[:, :5], input_format="e4m3", accumulator=pl.Accumulator())
+    with pytest.raises(ValueError, match="not on the e4m3 grid"):
+        pl.gemm(ca, cb, input_format="e4m3", accumulator=pl.Accumulator(), input_rounding="exact")

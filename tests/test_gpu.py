@@ -116,12 +116,12 @@ def test_decode_matches_cpu(cp, fmt: FloatFormat) -> None:
         rng = np.random.default_rng(3)
         codes = rng.integers(0, 1 << fmt.bits, 50000, dtype=np.uint64).astype(fmt.code_dtype)
     _same(pl.decode(cp.asarray(codes), fmt), pl.decode(codes, fmt), f"decode {fmt}")
-    # other integer dtypes of codes are accepted too
-    _same(pl.decode(cp.asarray(codes.astype(np.int64)), fmt), pl.decode(codes, fmt), str(fmt))
+    if fmt.bits < 64:  # other integer dtypes of codes are accepted too
+        _same(pl.decode(cp.asarray(codes.astype(np.int64)), fmt), pl.decode(codes, fmt), str(fmt))
 
 
 def test_dtype_rules_shapes_and_inputs_kept(cp) -> None:
-    x16 = cp.asarray(np.array([[0.1, -2.5], [70000.0, 1e-8]], dtype=np.float16))
+    x16 = cp.asarray(np.array([[0.1, -2.5], [60000.0, 1e-7]], dtype=np.float16))
     r = pl.round_to(x16, "e4m3")
     assert r.dtype == np.float32 and r.shape == (2, 2)
     x64 = cp.asarray(np.linspace(-3, 3, 12).reshape(3, 4))
@@ -151,3 +151,81 @@ def test_errors(cp) -> None:
         pl.round_to(cp.asarray([1, 2]), "e4m3")
     with pytest.raises(TypeError, match="integer"):
         pl.decode(cp.asarray([1.0]), "e4m3")
+
+
+# ----- GEMM ---------------------------------------------------------------------------------
+def gemm_configs() -> list[tuple[str, str, pl.Accumulator, str]]:
+    """(label, input format, accumulator, output format): every kind of model and every preset."""
+    from precision_lab.gemm.tensor_core import ARCHITECTURES, GPUS
+
+    A = pl.Accumulator
+    e8m13 = FloatFormat(8, 13)
+    out = [
+        ("fp32 rne (fma)", "e4m3", A(), "fp32"),
+        ("fp32 rne fp32 inputs (fma)", "fp32", A(), "fp32"),
+        ("fp32 rtz (fma)", "bf16", A(rounding="rtz"), "fp32"),
+        ("fp32 up (fma)", "fp16", A(rounding="up"), "fp32"),
+        ("fp32 down", "fp16", A(rounding="down"), "fp32"),
+        ("fp32 out fp64", "e5m2", A(), "fp64"),
+        ("bf16 rne", "e4m3", A("bf16"), "fp32"),
+        ("bf16 rtz", "e4m3", A("bf16", "rtz"), "fp32"),
+        ("bf16 sr", "e4m3", A("bf16", "sr", seed=5), "fp32"),
+        ("fp16 sr 3 bits", "e5m2", A("fp16", "sr", seed=2**70 + 3, random_bits=3), "fp16"),
+        ("fp16 promote 128", "e4m3", A("fp16", promote_every=128), "fp32"),
+        ("bf16 sr everywhere", "e4m3",
+         A("bf16", "sr", promote_every=64, promote_rounding="sr", out_rounding="sr", seed=9),
+         "bf16"),
+        ("e8m13 pairwise", "e4m3", A(e8m13, order="pairwise"), "fp32"),
+        ("bf16 pairwise sr", "e4m3", A("bf16", "sr", order="pairwise", seed=1), "fp32"),
+        ("bf16 blocked 32", "e4m3", A("bf16", order="blocked", block=32), "fp32"),
+        ("products bf16 rtz", "fp16", A(product_format="bf16", product_rounding="rtz"), "fp32"),
+        ("fp16 saturate", "fp16", A("fp16", overflow="saturate"), "fp32"),
+        ("bf16 flush", "bf16", A("bf16", subnormals="flush"), "fp32"),
+    ]  # fmt: skip
+    for arch, table in ARCHITECTURES.items():
+        gpu = next(g for g, a in GPUS.items() if a == arch)
+        for fmt in table:
+            for o in ["fp32", "fp16"] if fmt in ("fp16", "e4m3", "e5m2") else ["fp32"]:
+                out.append((f"{gpu} {fmt}->{o}", fmt, pl.tensor_core(gpu, fmt, out_format=o), o))
+    return out
+
+
+GEMM_CONFIGS = gemm_configs()
+
+
+def _gemm_inputs(seed: int, shape=(2, 70, 150, 300), special: bool = False):
+    nb, m, n, k = shape
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((nb, m, k))
+    b = rng.standard_normal((nb, k, n))
+    c = rng.standard_normal((nb, m, n))
+    if special:
+        a[0, 1, 3], a[0, 2, 5], b[1, 4, 7], c[0, 5, 5], a[1, 3, 6] = (
+            np.inf, np.nan, -np.inf, np.inf, np.inf)  # fmt: skip
+    return a, b, c
+
+
+@pytest.mark.parametrize("cfg", GEMM_CONFIGS, ids=[c[0] for c in GEMM_CONFIGS])
+def test_gemm_matches_cpu(cp, cfg) -> None:
+    label, fmt, acc, out = cfg
+    for special in (False, True):
+        a, b, c = _gemm_inputs(len(label), special=special)
+        kw = {"input_format": fmt, "accumulator": acc, "out_format": out}
+        want = pl.gemm(a, b, c, backend="numpy", **kw)
+        got = pl.gemm(cp.asarray(a), cp.asarray(b), cp.asarray(c), **kw)
+        _same(got, want, f"gemm {label} special={special}")
+
+
+def test_gemm_scales_and_broadcasting(cp) -> None:
+    a, b, c = _gemm_inputs(3, shape=(2, 33, 40, 256))
+    rng = np.random.default_rng(4)
+    sa = np.exp2(rng.integers(-3, 4, (2, 33, 2)))
+    sb = np.exp2(rng.integers(-3, 4, (2, 2, 40))) * 1.5
+    for acc in (pl.Accumulator(), pl.tensor_core("h100", "e4m3")):
+        kw = {"input_format": "e4m3", "accumulator": acc, "out_format": "bf16"}
+        want = pl.gemm(a, b, c, backend="numpy", scale_a=sa, scale_b=sb, **kw)
+        got = pl.gemm(cp.asarray(a), cp.asarray(b), cp.asarray(c), scale_a=sa, scale_b=sb, **kw)
+        _same(got, want, f"scales {acc.describe()}")
+        want = pl.gemm(a, b[0], c[0, 0], backend="numpy", **kw)
+        got = pl.gemm(cp.asarray(a), cp.asarray(b[0]), cp.asarray(c[0, 0]), **kw)
+        _same(got, want, f"broadcast {acc.describe()}")

@@ -1,7 +1,17 @@
-// Host harness: the GEMM kernels of precision_lab/cuda/pl_gemm.cu run on the CPU (cuda_emul.h),
-// exported for ctypes as emu_<kernel>(grid x, y, z, block x, y, z, kernel arguments...).
+// Host harness: the kernels of precision_lab/cuda/*.cu run on the CPU (cuda_emul.h).
+// The GEMM kernels are exported for ctypes as emu_<kernel>(grid x, y, z, block x, y, z, kernel
+// arguments...), every CUDA thread a std::thread. The elementwise kernels of pl_round.cu (grid-
+// stride loops) are called directly after emu_single_thread(): one thread does all the work.
 #include "cuda_emul.h"
 #include "pl_gemm.cu"
+#include "pl_round.cu"
+
+extern "C" void emu_single_thread() {
+  gridDim = {1, 1, 1};
+  blockDim = {1, 1, 1};
+  blockIdx = {0, 0, 0};
+  threadIdx = {0, 0, 0};
+}
 
 namespace {
 // IEEE fused multiply-add of floats in a rounding mode: exact product, exact sum, one rounding.
