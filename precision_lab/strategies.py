@@ -233,9 +233,7 @@ def _formats(
     bias = draw(st.one_of(st.just(default_bias), st.integers(default_bias - 4, default_bias + 4)))
     has_subnormals = has_zero and draw(st.booleans())
     if has_zero and _max_code_of(e, m, nan) < (1 << m):
-        # no normal value at all (e.g. e1m1 with the IEEE bias 0): FloatFormat accepts these,
-        # but they are degenerate (the core cannot round to them: see tests/test_strategies.py)
-        reject()
+        reject()  # no normal value at all (e.g. e1m1 with bias 0): FloatFormat refuses these
     try:
         return FloatFormat(
             e,
@@ -261,9 +259,8 @@ def formats(
     width at most ``max_bits``; the IEEE bias or one up to 4 away from it; every NaN convention
     (``ieee`` with infinities, ``fn``, ``fnuz``, ``none``); with and without subnormals; signed
     and unsigned, and now and then an e8m0-style format without zero. Only combinations that
-    ``FloatFormat`` accepts are drawn, and only formats with at least one normal value (e1m1
-    with bias 0, whose every non-zero value is subnormal, is left out). With the default
-    ``max_bits=16``, ``fmt.values()`` works.
+    ``FloatFormat`` accepts are drawn (so every format has at least one normal value). With the
+    default ``max_bits=16``, ``fmt.values()`` works.
 
     >>> from hypothesis import find
     >>> find(formats(), lambda f: f.nan == "fnuz").nan
