@@ -875,3 +875,18 @@ def test_gemm_backend_end_to_end_emulated(fake_cp) -> None:
         pl.gemm(ca, cb[:, :5], input_format="e4m3", accumulator=pl.Accumulator())
     with pytest.raises(ValueError, match="not on the e4m3 grid"):
         pl.gemm(ca, cb, input_format="e4m3", accumulator=pl.Accumulator(), input_rounding="exact")
+
+
+def test_gemm_fma_kernel_several_tiles(gemm_lib) -> None:
+    """The FMA kernel over 2 x 2 output tiles of 128 and a K tail; -0 sums stay -0."""
+    import precision_lab as pl
+
+    a, b, c = _gemm_inputs(12, batch=(), m=130, n=140, k=21)
+    a[3, :], c[3, 5] = -0.0, -0.0  # row 3: products +-0, c = -0: the sum is -0 only if never padded
+    b[:, 5] = 0.0
+    for acc in (pl.Accumulator(), pl.Accumulator(rounding="rtz"), pl.Accumulator(rounding="up")):
+        kw = {"input_format": "bf16", "accumulator": acc, "out_format": "fp32"}
+        want = pl.gemm(a, b, c, backend="numpy", **kw)
+        got, launched = _emu_gemm(gemm_lib, a, b, c, **kw)
+        assert launched[0].startswith("pl_gemm_fma_"), launched
+        _same_bits(got, want, f"fma tiles {acc.rounding}", a)

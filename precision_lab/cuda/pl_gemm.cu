@@ -7,8 +7,10 @@
 //   length), so each thread runs the per-element state machine of pl_gemm.cuh on its products.
 // * pl_gemm_fma_{rn,rz,ru}_f32: the fixed-order FMA loop for fp32 sequential accumulation
 //   with exact products (round-to-nearest-even, toward zero, up): an FMA rounds a*b + s once,
-//   which is exactly the model. 128x128 output tiles, 256 threads of 8x8 outputs each, float32
-//   tiles in shared memory, k strictly increasing for every output element.
+//   which is exactly the model. 128x128 output tiles, 256 threads of 8x8 outputs each (two runs
+//   of 4 rows and of 4 columns, 64 apart: float4 shared-memory loads), float32 tiles of depth 8
+//   in shared memory, the next tile prefetched into registers, k strictly increasing for every
+//   output element.
 // Both write d = round(W, out_format, out_rounding) in the output dtype (the f32/f64 suffix; the
 // FMA kernels serve output formats that float32 holds).
 // Launch: generic grid (ceil(N/16), ceil(M/16), batches), block (16, 16); fma grid
@@ -89,13 +91,17 @@ __device__ __forceinline__ float pl_fma(float a, float b, float c) {
   return __fmaf_rn(a, b, c);
 }
 
+// Row (or column) of micro-tile entry i of thread t: two runs of 4, 64 apart (float4 loads).
+__device__ __forceinline__ int pl_fma_pos(int t, int i) { return t * 4 + (i & 3) + 64 * (i >> 2); }
+
 template <int MODE, typename F>
 __device__ void pl_gemm_fma_impl(const float* __restrict__ A, const float* __restrict__ B,
                                  const float* __restrict__ C, F* __restrict__ D,
                                  const pl_i64* __restrict__ params) {
   __shared__ pl_gemm_cfg cfg;
-  __shared__ float As[PL_F_BK][PL_F_TILE];
-  __shared__ float Bs[PL_F_BK][PL_F_TILE];
+  // padded rows: the transposed stores of A hit distinct banks; rows stay 16-byte aligned
+  __shared__ __align__(16) float As[PL_F_BK][PL_F_TILE + 4];
+  __shared__ __align__(16) float Bs[PL_F_BK][PL_F_TILE + 4];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int tid = ty * 16 + tx;
   if (tid == 0) pl_gemm_load_cfg(&cfg, params);
@@ -110,29 +116,45 @@ __device__ void pl_gemm_fma_impl(const float* __restrict__ A, const float* __res
   for (int i = 0; i < 8; ++i) {
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      const pl_i64 row = row0 + ty + 16 * i, col = col0 + tx + 16 * j;
+      const pl_i64 row = row0 + pl_fma_pos(ty, i), col = col0 + pl_fma_pos(tx, j);
       acc[i][j] = (cfg.has_c && row < M && col < N) ? C[(batch * M + row) * N + col] : 0.0f;
     }
   }
-  for (pl_i64 t0 = 0; t0 < K; t0 += PL_F_BK) {
+  // each thread moves 4 elements of A's and 4 of B's tile: global -> registers -> shared
+  float ra[4], rb[4];
+  auto fetch = [&](pl_i64 t0) {
 #pragma unroll
     for (int l = 0; l < 4; ++l) {
       const int i = tid + 256 * l;
       const int r = i / PL_F_BK, kk = i % PL_F_BK;
-      As[kk][r] = (row0 + r < M && t0 + kk < K) ? Ab[(row0 + r) * K + t0 + kk] : 0.0f;
+      ra[l] = (row0 + r < M && t0 + kk < K) ? Ab[(row0 + r) * K + t0 + kk] : 0.0f;
       const int kb = i / PL_F_TILE, cb = i % PL_F_TILE;
-      Bs[kb][cb] = (t0 + kb < K && col0 + cb < N) ? Bb[(t0 + kb) * N + col0 + cb] : 0.0f;
+      rb[l] = (t0 + kb < K && col0 + cb < N) ? Bb[(t0 + kb) * N + col0 + cb] : 0.0f;
     }
+  };
+  auto store = [&]() {
+#pragma unroll
+    for (int l = 0; l < 4; ++l) {
+      const int i = tid + 256 * l;
+      As[i % PL_F_BK][i / PL_F_BK] = ra[l];
+      Bs[i / PL_F_TILE][i % PL_F_TILE] = rb[l];
+    }
+  };
+  if (K > 0) fetch(0);
+  for (pl_i64 t0 = 0; t0 < K; t0 += PL_F_BK) {
+    store();
     __syncthreads();
+    if (t0 + PL_F_BK < K) fetch(t0 + PL_F_BK);  // in flight while this tile is computed
     const int kn = (int)(K - t0 < PL_F_BK ? K - t0 : PL_F_BK);
     if (kn == PL_F_BK) {
 #pragma unroll
       for (int kk = 0; kk < PL_F_BK; ++kk) {
-        float a[8], b[8];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) a[i] = As[kk][ty + 16 * i];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) b[j] = Bs[kk][tx + 16 * j];
+        const float4 a0 = *reinterpret_cast<const float4*>(&As[kk][ty * 4]);
+        const float4 a1 = *reinterpret_cast<const float4*>(&As[kk][64 + ty * 4]);
+        const float4 b0 = *reinterpret_cast<const float4*>(&Bs[kk][tx * 4]);
+        const float4 b1 = *reinterpret_cast<const float4*>(&Bs[kk][64 + tx * 4]);
+        const float a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+        const float b[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
 #pragma unroll
@@ -145,7 +167,8 @@ __device__ void pl_gemm_fma_impl(const float* __restrict__ A, const float* __res
         for (int i = 0; i < 8; ++i) {
 #pragma unroll
           for (int j = 0; j < 8; ++j) {
-            acc[i][j] = pl_fma<MODE>(As[kk][ty + 16 * i], Bs[kk][tx + 16 * j], acc[i][j]);
+            acc[i][j] = pl_fma<MODE>(As[kk][pl_fma_pos(ty, i)], Bs[kk][pl_fma_pos(tx, j)],
+                                     acc[i][j]);
           }
         }
       }
@@ -156,7 +179,7 @@ __device__ void pl_gemm_fma_impl(const float* __restrict__ A, const float* __res
   for (int i = 0; i < 8; ++i) {
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      const pl_i64 row = row0 + ty + 16 * i, col = col0 + tx + 16 * j;
+      const pl_i64 row = row0 + pl_fma_pos(ty, i), col = col0 + pl_fma_pos(tx, j);
       if (row < M && col < N) {
         const pl_u64 idx = (pl_u64)((batch * M + row) * N + col);
         const double d = pl_gemm_output(cfg, (double)acc[i][j], idx);

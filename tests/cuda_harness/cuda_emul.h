@@ -26,6 +26,11 @@ inline std::barrier<>* pl_emu_barrier = nullptr;
 inline void __syncthreads() { pl_emu_barrier->arrive_and_wait(); }
 inline int atomicOr(int* p, int v) { return std::atomic_ref<int>(*p).fetch_or(v); }
 
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
+
+#define __align__(n) __attribute__((aligned(n)))
 #define __global__
 #define __device__
 #define __host__
