@@ -1,0 +1,219 @@
+"""The emulated mixed-precision training run: backward pass against an independent float64
+implementation, storage formats, GEMM routing, loss scaling, replicas, configuration errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("sklearn")
+
+import precision_lab as pl
+from precision_lab.training import (
+    MLP,
+    RUNS,
+    TrainConfig,
+    load_digits_split,
+    softmax_xent,
+    train,
+    train_seeds,
+)
+from precision_lab.training import model as model_mod
+
+TINY = {"hidden": (16, 8), "epochs": 2, "batch_size": 256, "record_every": 1}
+
+
+def reference_grads(
+    Ws: list[np.ndarray], bs: list[np.ndarray], x: np.ndarray, y: np.ndarray
+) -> tuple[float, list[np.ndarray], list[np.ndarray]]:
+    """Loss and gradients of the mean cross-entropy in float64, written independently."""
+    hs, zs = [x], []
+    for i, (W, b) in enumerate(zip(Ws, bs, strict=True)):
+        z = hs[-1] @ W + b
+        zs.append(z)
+        hs.append(np.maximum(z, 0) if i < len(Ws) - 1 else z)
+    z = hs[-1] - hs[-1].max(axis=1, keepdims=True)
+    p = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+    loss = -np.mean(np.log(p[np.arange(len(y)), y]))
+    d = p.copy()
+    d[np.arange(len(y)), y] -= 1
+    d /= len(y)
+    gW, gb = [None] * len(Ws), [None] * len(Ws)
+    for i in range(len(Ws) - 1, -1, -1):
+        gW[i] = hs[i].T @ d
+        gb[i] = d.sum(axis=0)
+        if i:
+            d = (d @ Ws[i].T) * (zs[i - 1] > 0)
+    return float(loss), gW, gb  # type: ignore[return-value]
+
+
+def test_reference_against_finite_differences() -> None:
+    rng = np.random.default_rng(0)
+    Ws = [rng.standard_normal((5, 4)), rng.standard_normal((4, 3))]
+    bs = [rng.standard_normal(4) * 0.1, rng.standard_normal(3) * 0.1]
+    x, y = rng.standard_normal((7, 5)), rng.integers(0, 3, 7)
+    _, gW, _ = reference_grads(Ws, bs, x, y)
+    h = 1e-6
+    for li in range(2):
+        for idx in [(0, 0), (2, 1), (3, 2)]:
+            if idx[0] >= Ws[li].shape[0] or idx[1] >= Ws[li].shape[1]:
+                continue
+            Wp = [w.copy() for w in Ws]
+            Wm = [w.copy() for w in Ws]
+            Wp[li][idx] += h
+            Wm[li][idx] -= h
+            fd = (reference_grads(Wp, bs, x, y)[0] - reference_grads(Wm, bs, x, y)[0]) / (2 * h)
+            assert gW[li][idx] == pytest.approx(fd, rel=1e-5, abs=1e-8)
+
+
+def test_backward_matches_float64_reference() -> None:
+    cfg = RUNS["fp32"].replace(hidden=(16, 8), init_std=0.3)
+    net = MLP([64, 16, 8, 10], cfg, [np.random.default_rng(1)])
+    d = load_digits_split(seed=0)
+    x, y = d.x_train[None, :100], d.y_train[None, :100]
+    logits = net.forward(x, train=True)
+    loss, p = softmax_xent(logits, y)
+    gW, gb, _ = net.backward(p, y, np.array([1.0]))
+    ref_loss, rW, rb = reference_grads(
+        [w[0].astype(np.float64) for w in net.W],
+        [b[0, 0].astype(np.float64) for b in net.b],
+        x[0].astype(np.float64),
+        y[0],
+    )
+    assert loss[0] == pytest.approx(ref_loss, rel=1e-5)
+    for a, r in zip([g[0] for g in gW], rW, strict=True):
+        assert np.allclose(a, r, rtol=1e-4, atol=1e-7 * np.abs(r).max())
+    for a, r in zip([g[0, 0] for g in gb], rb, strict=True):
+        assert np.allclose(a, r, rtol=1e-4, atol=1e-7 * np.abs(r).max())
+
+
+def on_grid(x: np.ndarray, fmt: str) -> bool:
+    return bool(np.array_equal(pl.round_to(x, fmt), x))
+
+
+@pytest.mark.parametrize("run", ["fp16_noscale", "bf16"])
+def test_tensors_are_stored_in_the_low_format(run: str) -> None:
+    cfg = RUNS[run].replace(hidden=(16,))
+    fmt = cfg.gradient_format
+    net = MLP([64, 16, 10], cfg, [np.random.default_rng(0)])
+    d = load_digits_split(seed=0)
+    x, y = d.x_train[None, :64], d.y_train[None, :64]
+    logits = net.forward(x, train=True)
+    assert on_grid(logits, cfg.activation_format)
+    assert all(on_grid(z, cfg.activation_format) for z in net._cache["zs"])
+    _, p = softmax_xent(logits, y)
+    gW, gb, _ = net.backward(p, y, np.array([8.0]))
+    assert all(on_grid(g, fmt) for g in (*gW, *gb))
+    assert not on_grid(gW[0], "e4m3") or np.all(gW[0] == 0)  # the grid is fmt's, not coarser
+
+
+def test_every_matmul_goes_through_gemm(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple] = []
+    real = model_mod.gemm
+
+    def counting(a, b, *args, **kw):  # type: ignore[no-untyped-def]
+        f = kw["input_format"]
+        calls.append((a.shape, b.shape, tuple(map(str, f)) if isinstance(f, tuple) else str(f)))
+        return real(a, b, *args, **kw)
+
+    monkeypatch.setattr(model_mod, "gemm", counting)
+    r = train(RUNS["fp16_static"].replace(**TINY))
+    n_layers = 3
+    per_step = n_layers + n_layers + (n_layers - 1)  # forward, wgrad, dgrad
+    evals = r.config.epochs + 1  # the test set after each epoch, the training set at the end
+    assert len(calls) == r.steps * per_step + evals * n_layers
+    assert {c[2] for c in calls} == {"fp16"}
+    calls.clear()
+    train(RUNS["fp8"].replace(**TINY))
+    assert {c[2] for c in calls} == {"e4m3", ("e4m3", "e5m2"), ("e5m2", "e4m3")}
+
+
+def test_power_of_two_loss_scale_changes_nothing_in_fp32() -> None:
+    base = train(RUNS["fp32"].replace(**TINY))
+    scaled = train(RUNS["fp32"].replace(loss_scaling="static", loss_scale=2.0**10, **TINY))
+    assert scaled.test_acc == base.test_acc and scaled.batch_loss == base.batch_loss
+    assert scaled.scale == [1024.0] * scaled.steps
+
+
+def test_fp16_without_scaling_loses_gradients_scaling_recovers_them() -> None:
+    cfg = RUNS["fp16_noscale"].replace(hidden=(32, 32), epochs=3, batch_size=512)
+    lost = train(cfg)
+    kept = train(cfg.replace(loss_scaling="static", loss_scale=2.0**12))
+    z_lost = [rec.act_zero_fraction for rec in lost.layers]
+    z_kept = [rec.act_zero_fraction for rec in kept.layers]
+    assert z_lost[0] > 0.05  # the small initial weights make the first layer's gradients tiny
+    assert all(a >= b for a, b in zip(z_lost, z_kept, strict=True))
+    assert z_kept[0] < z_lost[0] / 100
+    assert lost.layers[0].act_hist.sum() > 0 and lost.layers[0].act_hist_zero.sum() > 0
+    assert lost.layers[0].act_hist_zero.sum() <= lost.layers[0].act_hist.sum()
+
+
+def test_dynamic_scaler_skips_overflowing_steps() -> None:
+    cfg = RUNS["fp16_dynamic"].replace(loss_scale=2.0**28, hidden=(16, 8), epochs=4)
+    cfg = cfg.replace(batch_size=256)
+    r = train(cfg)
+    assert r.skipped[:3] == [True, True, True] and r.scale[0] == 2.0**28
+    for t in range(r.steps - 1):  # halved after each skipped step, kept otherwise (interval 20)
+        assert r.scale[t + 1] == r.scale[t] / (2 if r.skipped[t] else 1)
+    assert 3 <= r.n_skipped < r.steps
+    assert np.isfinite(r.final_loss) and r.train_acc[-1] > 0.1
+    # what the first clean step's scale says: S * (largest gradient) fits in fp16
+    assert r.scale[r.skipped.index(False)] <= 2.0**24
+
+
+def test_replicas_equal_independent_runs() -> None:
+    cfg = RUNS["fp16_dynamic"].replace(**TINY)
+    both = train_seeds(cfg, [3, 4])
+    alone = train(cfg.replace(seed=4))
+    assert both[1].test_acc == alone.test_acc
+    assert both[1].batch_loss == alone.batch_loss
+    assert both[1].scale == alone.scale
+    assert both[1].config.seed == 4 and both[0].config.seed == 3
+    assert both[0].batch_loss != both[1].batch_loss
+
+
+def test_fp8_delayed_scaling_and_samples() -> None:
+    r = train_seeds(RUNS["fp8"].replace(**TINY), [0], samples_per_layer=100)[0]
+    assert set(r.samples) == {"layer0", "layer1", "layer2"}
+    assert all(v.dtype == np.float32 and 0 < v.size <= 100 for v in r.samples.values())
+    assert np.isfinite(r.final_loss)
+
+
+def test_dataset_split() -> None:
+    a, b = load_digits_split(seed=0), load_digits_split(seed=0)
+    assert np.array_equal(a.x_test, b.x_test)
+    c = load_digits_split(seed=1)
+    assert not np.array_equal(a.y_test, c.y_test)
+    assert a.x_train.shape == c.x_train.shape == (1347, 64)
+    assert np.allclose(a.x_train.mean(axis=0), 0, atol=1e-5)
+    assert np.bincount(a.y_test).min() >= 44  # stratified: every class in the test set
+    with pytest.raises(ValueError, match="test_fraction"):
+        load_digits_split(test_fraction=1.5)
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"forward_format": "int8"}, "forward_format must be a floating-point format"),
+        ({"gradient_format": "fp7"}, "unknown format"),
+        ({"loss_scaling": "auto"}, "loss_scaling"),
+        ({"tensor_scaling": "block"}, "tensor_scaling"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"hidden": ()}, "hidden"),
+        ({"loss_scale": 0.0}, "loss_scale"),
+    ],
+)
+def test_config_errors(kw: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        TrainConfig(**kw)
+
+
+def test_runs_are_the_six_of_the_report() -> None:
+    assert list(RUNS) == ["fp32", "fp16_noscale", "fp16_static", "fp16_dynamic", "bf16", "fp8"]
+    fp8 = RUNS["fp8"]
+    assert (fp8.forward_format, fp8.backward_format, fp8.tensor_scaling) == (
+        "e4m3",
+        "e5m2",
+        "delayed",
+    )
+    assert all(c.master_format == "fp32" for c in RUNS.values())
