@@ -59,6 +59,8 @@ SMALL_FLOATS.update(
         "e2m1_bias3": FloatFormat(2, 1, bias=3, nan="none", has_inf=False),
         "e6m9_fnuz": FloatFormat(6, 9, nan="fnuz", has_inf=False),
         "e5m0_fn_nosub": FloatFormat(5, 0, nan="fn", has_inf=False, has_subnormals=False),
+        "e5m0_bias16": FloatFormat(5, 0, bias=16, nan="fn", has_inf=False, has_subnormals=False),
+        "e4m2_unsigned_finite": FloatFormat(4, 2, nan="none", has_inf=False, signed=False),
         "e4m0_scale": FloatFormat(
             4, 0, nan="fn", has_inf=False, has_subnormals=False, has_zero=False, signed=False
         ),

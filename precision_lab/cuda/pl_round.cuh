@@ -257,6 +257,7 @@ struct pl_plan {
   int s;         // bits dropped in the format's normal range
   int emin;
   int qexp;  // quantum exponent below the smallest normal
+  int flip_parity;  // exponent-only format whose bias parity differs from the working type's
   U threshold;
   U maxbits;
   double smallest_normal;
@@ -273,6 +274,7 @@ PL_HD pl_plan<F> pl_make_plan(const pl_format& fmt, int mode, int saturate, int 
   p.s = T::P > fmt.mbits ? T::P - fmt.mbits : 0;
   p.emin = pl_emin(fmt);
   p.qexp = p.emin - (fmt.has_subnormals ? fmt.mbits : 0);
+  p.flip_parity = fmt.mbits == 0 && ((fmt.bias - (int)T::BIAS) & 1) != 0;
   p.smallest_normal = pl_smallest_normal(fmt);
   const double thr = p.smallest_normal > T::min_normal() ? p.smallest_normal : T::min_normal();
   p.threshold = T::bits_from_double(thr);
@@ -374,8 +376,8 @@ PL_HD typename pl_traits<F>::U pl_round_bits(const pl_plan<F>& p, typename pl_tr
       case PL_RTZ:
         r = u;
         break;
-      case PL_RNE:
-        r = ((u >> s) & 1) + (((U)1 << (s - 1)) - 1) + u;
+      case PL_RNE:  // "even" is the parity of the format's code
+        r = (((u >> s) & 1) ^ (U)p.flip_parity) + (((U)1 << (s - 1)) - 1) + u;
         break;
       case PL_RNA:
         r = u + ((U)1 << (s - 1));
@@ -386,8 +388,9 @@ PL_HD typename pl_traits<F>::U pl_round_bits(const pl_plan<F>& p, typename pl_tr
       case PL_RDN:
         r = u + (sign != 0 ? mask : (U)0);
         break;
-      case PL_RTO:
-        r = (u & ~mask) | ((u & mask) != 0 ? ((U)1 << s) : (U)0);
+      case PL_RTO:  // inexact: the neighbour whose code is odd
+        r = u & ~mask;
+        if ((u & mask) != 0 && (((r >> s) & 1) ^ (U)p.flip_parity) == 0) r += (U)1 << s;
         break;
       default: {  // stochastic: the top s bits of the random word
         const U top = (U)(rw >> (64 - W));
@@ -402,8 +405,13 @@ PL_HD typename pl_traits<F>::U pl_round_bits(const pl_plan<F>& p, typename pl_tr
   const bool over = u > p.maxbits && (u >= T::inf_bits() || r > p.maxbits);
   U res = over ? pl_special(p, u, neg) : (r | sign);
   bool nan = (res & abs_mask) > T::inf_bits();
-  if (!p.fmt.is_signed) {  // unsigned: negative inputs are NaN (-0.0 is 0 where there is a zero)
-    if (neg && !(u == 0 && p.fmt.has_zero)) nan = true;
+  if (!p.fmt.is_signed) {  // unsigned: negative inputs are NaN, or the least value without NaN
+    const bool negative = neg && !(u == 0 && p.fmt.has_zero) && u <= T::inf_bits();
+    if (p.fmt.nan_style != PL_NAN_NONE) {
+      nan = nan || negative;
+    } else if (negative) {
+      res = p.fmt.has_zero ? (U)0 : p.threshold;
+    }
     if (nan) res = T::nan_bits();
   }
   if (p.fmt.nan_style == PL_NAN_FNUZ || !p.fmt.is_signed) {
