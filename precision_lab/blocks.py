@@ -64,9 +64,22 @@ from typing import Any
 
 import numpy as np
 
+from ._random import check_seed
 from .codec import decode, encode
 from .formats import FloatFormat, IntFormat, get_format
-from .rounding import as_float_array, check_rounding, for_chunks, round_to
+from .rounding import (
+    CHUNK,
+    _plan,
+    _random_for,
+    _round_float_chunk,
+    _round_int_chunk,
+    as_float_array,
+    check_random_bits,
+    check_rounding,
+    for_chunks,
+    round_to,
+    working_dtype,
+)
 
 __all__ = [
     "BLOCK_FORMATS",
@@ -83,8 +96,9 @@ __all__ = [
 #: How a block's scale is chosen from its largest magnitude (see the module docstring).
 SCALE_RULES = ("floor", "ceil", "amax")
 
-#: elements per chunk of the passes over the data (the core's chunk size x 2)
-_CHUNK = 1 << 16
+#: elements per chunk of the passes over the data: 4 of the core's chunks, which the core rounds
+#: in the calling thread (so chunks run in parallel without nesting thread pools)
+_CHUNK = 4 * CHUNK
 
 
 @dataclass(frozen=True)
@@ -150,6 +164,8 @@ class BlockFormat:
             raise ValueError(f"integer elements must be signed, got {elem}")
         if not isinstance(self.element_exponent, int):
             raise ValueError(f"element_exponent must be an int, got {self.element_exponent!r}")
+        if self.element_exponent and self.scale_rule == "amax":
+            raise ValueError("element_exponent needs a power-of-two scale rule ('floor' or 'ceil')")
         emax = math.frexp(self.element_max)[1] - 1
         object.__setattr__(self, "_emax", emax)
 
@@ -460,30 +476,6 @@ def _nvfp4_scales(amax: np.ndarray, bf: BlockFormat) -> tuple[np.ndarray, float,
     return s, float(s_dec), enc.astype(np.float32)
 
 
-@dataclass(frozen=True)
-class _Scales:
-    values: np.ndarray  # float64 block scale values on (U, B); NaN for NaN blocks
-    nan: np.ndarray  # NaN blocks
-    k: np.ndarray | None  # power-of-two exponents (floor/ceil rules)
-    enc: np.ndarray | None  # NVFP4 float32 encode factors
-    tensor_scale: float
-
-
-def _scales(amax: np.ndarray, bf: BlockFormat) -> _Scales:
-    if bf.scale_rule in ("floor", "ceil"):
-        k, nan = _pow2_exponents(amax, bf)
-        vals = np.where(nan, np.nan, np.ldexp(1.0, k))
-        return _Scales(vals, nan, k, None, 1.0)
-    if bf.tensor_scale:
-        s, s_dec, enc = _nvfp4_scales(amax, bf)
-        return _Scales(s.astype(np.float64), np.isnan(s), None, enc, s_dec)
-    finite = np.isfinite(amax)
-    with np.errstate(over="ignore"):
-        s = round_to(np.where(finite, amax, 0.0) / bf.element_max, bf.scale).astype(np.float64)
-    nan = ~finite | ~np.isfinite(s)
-    return _Scales(np.where(nan, np.nan, s), nan, None, None, 1.0)
-
-
 # ----- the passes over the data -----------------------------------------------------------------
 def _prepare(x: Any, bf: BlockFormat, axis: Any, pad: bool) -> tuple[np.ndarray, _Layout]:
     a = as_float_array(x)
@@ -505,114 +497,276 @@ def _pow2_fits(p: np.ndarray, dtype: np.dtype) -> bool:
     return bool(((fin >= info.smallest_subnormal) & (fin <= info.max)).all())
 
 
-def _scaled(data: np.ndarray, lay: _Layout, bf: BlockFormat, sc: _Scales, mode: str) -> np.ndarray:
-    """The elements in units of the element grid: ``x / (scale * 2**element_exponent)``."""
-    gshape = lay.grid_view_shape()
-    src = data.reshape(lay.data_shape())
-    if sc.k is not None:  # exact power-of-two scaling, in the input's dtype
-        shift = (-sc.k - bf.element_exponent).reshape(gshape)
-        nan = sc.nan.reshape(gshape)
-        inv64 = np.where(nan, np.nan, np.ldexp(1.0, shift))
-        use_mul = _pow2_fits(inv64, data.dtype)  # 2**133 (MX INT8) is not a float32
-        inv = inv64.astype(data.dtype) if use_mul else inv64
-        out = np.empty(src.shape, dtype=data.dtype)
-        tiny = data.dtype.type(np.finfo(data.dtype).smallest_subnormal)
-        directed = mode in ("up", "down", "odd")
+class _Pass:
+    """The blocks of one array, chunk by chunk (a chunk is a range of units of the layout).
 
-        def work(lo: int, hi: int) -> None:
-            o = out[lo:hi]
-            x = src[lo:hi]
-            with np.errstate(all="ignore"):
-                if use_mul:
-                    np.multiply(x, inv[lo:hi], out=o)
-                else:
-                    o[...] = np.where(nan[lo:hi], np.nan, np.ldexp(x, shift[lo:hi]))
-            if directed:  # results that underflow keep their sign and non-zero-ness
-                lost = (o == 0) & (x != 0)
-                if lost.any():
-                    o[lost] = np.copysign(tiny, x[lost])
+    ``scaled(lo, hi)`` chooses the scales of the chunk's blocks (storing them in ``values``) and
+    returns its elements in units of the element grid, ``x / (scale * 2**element_exponent)``,
+    clamped to the element format's range (clamping before rounding is the same as saturating
+    after, the bound being on the grid) and NaN in NaN blocks, with ``dec``, the per-block factors
+    that scale rounded elements back. ``unscale`` multiplies by them, rounding once to the output
+    dtype (exact for power-of-two scales). NVFP4's per-tensor scale needs the whole tensor's amax
+    first: its block scales are computed in an earlier pass.
+    """
 
-        for_chunks(lay.dims[0], work, chunk=_units_per_chunk(lay))
-        return out.reshape(lay.padded)
-    if sc.enc is not None:  # NVFP4: x * encode factor, in float32 (float64 for float64 input)
-        enc = sc.enc.astype(data.dtype).reshape(gshape)  # NaN for NaN blocks
+    def __init__(self, data: np.ndarray, lay: _Layout, bf: BlockFormat, mode: str) -> None:
+        U, _, B, C = lay.dims
+        self.lay, self.bf, self.dtype = lay, bf, data.dtype
+        self.src = data.reshape(lay.data_shape())
+        uint = np.uint32 if data.dtype == np.float32 else np.uint64
+        self.bits = data.view(uint).reshape(lay.data_shape())
+        self.mask = uint(np.iinfo(uint).max >> 1)
+        self.C = C
+        self.tail = lay.grid_view_shape()[1:]
+        self.values = np.empty((U, B), dtype=np.float64)  # the block scales, NaN: NaN block
+        self.directed = mode in ("up", "down", "odd")
+        self.bound = float(bf.element.max)
+        self.tiny = data.dtype.type(np.finfo(data.dtype).smallest_subnormal)
+        self.tensor_scale = 1.0
+        if bf.tensor_scale:
+            s, s_dec, enc = _nvfp4_scales(_block_amax(data, lay), bf)
+            self.values[...] = s
+            self.tensor_scale = s_dec
+            self.enc = enc.astype(data.dtype)
+        self.ts = data.dtype.type(self.tensor_scale)
+        # fast path of the power-of-two rules: the exponent k from amax's exponent field
+        self.P = 23 if data.dtype == np.float32 else 52
+        self.BI = 127 if data.dtype == np.float32 else 1023
+        self.uint = uint
+        if bf.scale_rule in ("floor", "ceil"):
+            ee = bf.element_exponent
+            kmin = math.frexp(bf.scale.smallest_subnormal)[1] - 1
+            mm, em = math.frexp(bf.element_max)  # elem_max = (2 mm) * 2**(em - 1)
+            if bf.scale_rule == "floor":
+                self.k_off = -self.BI - bf.element_emax
+            else:
+                self.k_off = -self.BI - (em - 1)
+                self.m_max = uint(round((2 * mm - 1) * 2**self.P))  # elem_max's mantissa bits
+            # k in [lo_k, hi_k]: within the scale format's range, and both 2**(k + ee) and
+            # 2**-(k + ee) are normal numbers of the data's dtype
+            self.lo_k = max(kmin, 1 - self.BI - ee)
+            self.hi_k = min(bf.scale.emax, self.BI - 1 - ee)
+
+    def _grid(self, a: np.ndarray) -> np.ndarray:
+        return a.reshape(a.shape[0], *self.tail)
+
+    def amax(self, lo: int, hi: int) -> np.ndarray:
+        """Largest magnitude of each block of the chunk (float64, (h, B)); NaN for a NaN.
+
+        Works on the magnitude bits as unsigned integers: their order is the magnitudes' order,
+        and NaN's bits lie above infinity's.
+        """
+        m = self._amax_bits(lo, hi)
+        return m.view(self.dtype).astype(np.float64).reshape(hi - lo, -1)
+
+    def _amax_bits(self, lo: int, hi: int) -> np.ndarray:
+        """Magnitude bits of each block's amax: the unsigned max of the sign-cleared bits."""
+        m = self.bits[lo:hi] & self.mask
+        if m.ndim == 2 and m.size:  # contiguous blocks: reduceat is far faster than max(axis=1)
+            A = m.shape[1]
+            return np.maximum.reduceat(m.reshape(-1), np.arange(0, m.size, A))
+        if self.C > 1:
+            m = m.max(axis=-1)
+        return m.max(axis=1)
+
+    def scaled(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        bf, x = self.bf, self.src[lo:hi]
         with np.errstate(all="ignore"):
-            return (src * enc).reshape(lay.padded)
-    # "amax" rule: x / s, correctly rounded (float64 quotient); NaN blocks have s = NaN
-    s = sc.values.reshape(gshape)
-    zero = s == 0
-    x64 = src.astype(np.float64)
-    with np.errstate(all="ignore"):
-        out = x64 / np.where(zero, 1.0, s)
-    if zero.any():  # scale 0: non-zero elements saturate, zeros stay (signed) zeros
-        zb = np.broadcast_to(zero, out.shape)
-        sat = np.where(x64 == 0, x64, np.copysign(np.inf, x64))
-        out[zb] = sat[zb]
-    return out.reshape(lay.padded)
+            fast = bf.scale_rule in ("floor", "ceil") and self._pow2_fast(lo, hi)
+            if fast:
+                inv, dec = fast
+                o = x * self._grid(inv)
+                if self.directed:  # results that underflow keep their sign and non-zero-ness
+                    lost = (o == 0) & (x != 0)
+                    if lost.any():
+                        o[lost] = np.copysign(self.tiny, x[lost])
+            elif bf.scale_rule in ("floor", "ceil"):
+                k, nan = _pow2_exponents(self.amax(lo, hi), bf)
+                self.values[lo:hi] = np.where(nan, np.nan, np.ldexp(1.0, k))
+                shift = -k - bf.element_exponent
+                inv = np.where(nan, np.nan, np.ldexp(1.0, shift))
+                dec = np.where(nan, np.nan, np.ldexp(1.0, -shift))
+                if _pow2_fits(inv, self.dtype):
+                    o = x * self._grid(inv.astype(self.dtype))
+                else:  # 2**133 (MX INT8 with the scale 2**-127) is not a float32
+                    o = np.where(self._grid(nan), np.nan, np.ldexp(x, self._grid(shift)))
+                if self.directed:  # results that underflow keep their sign and non-zero-ness
+                    lost = (o == 0) & (x != 0)
+                    if lost.any():
+                        o[lost] = np.copysign(self.tiny, x[lost])
+            elif bf.tensor_scale:  # NVFP4: x * encode factor in float32 (float64 for float64 x)
+                dec = self.values[lo:hi]
+                o = x * self._grid(self.enc[lo:hi])
+            else:  # "amax": s = amax / elem_max rounded to the scale format; x / s in float64
+                amax = self.amax(lo, hi)
+                finite = np.isfinite(amax)
+                sv = round_to(np.where(finite, amax, 0.0) / bf.element_max, bf.scale)
+                sv = np.where(finite & np.isfinite(sv), sv, np.nan).astype(np.float64)
+                self.values[lo:hi] = dec = sv
+                s = self._grid(sv)
+                zero = s == 0
+                x64 = x.astype(np.float64)
+                o = x64 / np.where(zero, 1.0, s)
+                if zero.any():  # scale 0: non-zero elements saturate, zeros stay signed zeros
+                    zb = np.broadcast_to(zero, o.shape)
+                    o[zb] = np.where(x64 == 0, x64, np.copysign(np.inf, x64))[zb]
+            if bf.scale_rule != "ceil":  # the round-up rule never exceeds the bound
+                np.clip(o, -self.bound, self.bound, out=o)  # NaN stays NaN
+        return o, dec
+
+    def _pow2_fast(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """(1 / (scale 2**ee), scale 2**ee) in the data's dtype, built from amax's exponent field,
+        when every block of the chunk is ordinary (finite non-zero normal amax, k in range)."""
+        amb = self._amax_bits(lo, hi)
+        if amb.size == 0:
+            return None
+        P, BI = self.P, self.BI
+        lo_ef, hi_ef = int(amb.min()) >> P, int(amb.max()) >> P
+        ceil = self.bf.scale_rule == "ceil"
+        if not (
+            lo_ef >= 1
+            and hi_ef < 2 * BI + 1
+            and lo_ef + self.k_off >= self.lo_k
+            and hi_ef + self.k_off + ceil <= self.hi_k
+        ):
+            return None
+        sint = np.int32 if P == 23 else np.int64
+        ef = amb.view(sint) >> P  # the sign bit is clear
+        if ceil:
+            ef += (amb & self.uint((1 << P) - 1)) > self.m_max
+        shift = self.k_off + self.bf.element_exponent  # k + ee = ef + shift
+        dec = ((ef + (BI + shift)) << P).view(self.dtype)
+        inv = (((BI - shift) - ef) << P).view(self.dtype)
+        inv, dec = inv.reshape(hi - lo, -1), dec.reshape(hi - lo, -1)
+        ee = self.bf.element_exponent
+        self.values[lo:hi] = np.ldexp(dec.astype(np.float64), -ee) if ee else dec
+        return inv, dec
+
+    def dec(self, lo: int, hi: int) -> np.ndarray:
+        """The factors of ``unscale`` from the stored scales."""
+        v = self.values[lo:hi]
+        return np.ldexp(v, self.bf.element_exponent) if self.bf.element_exponent else v
+
+    def unscale(self, q: np.ndarray, dec: np.ndarray, out: np.ndarray) -> None:
+        """out = q * dec (* tensor scale): each value rounded once to out's dtype."""
+        if dec.dtype != out.dtype and (self.bf.scale_rule == "amax" or _pow2_fits(dec, out.dtype)):
+            dec = dec.astype(out.dtype)
+        with np.errstate(all="ignore"):
+            if self.bf.tensor_scale:
+                np.multiply(q * self._grid(dec), self.ts, out=out)  # q * s is exact
+            else:
+                np.multiply(q, self._grid(dec), out=out)
 
 
-def _round_elements(
-    scaled: np.ndarray,
-    lay: _Layout,
+class _Kernel:
+    """The core's rounding of one chunk (the kernel behind :func:`~precision_lab.round_to`, used
+    as :func:`~precision_lab.encode` uses it): called from the fused per-chunk pass, so the
+    scaled chunk is rounded while it is in cache, and element ``i`` of the tensor gets the random
+    word of flat index ``i`` under stochastic rounding, exactly as one ``round_to`` call over the
+    whole scaled tensor would give it. Elements saturate (``overflow="saturate"``).
+    """
+
+    def __init__(
+        self, elem: FloatFormat | IntFormat, mode: str, seed: int | None, random_bits: int | None
+    ) -> None:
+        self.elem, self.mode = elem, mode
+        self.rbits = check_random_bits(random_bits)
+        self.key = check_seed(seed) if mode == "stochastic" else 0
+
+    def __call__(self, scaled: np.ndarray, start: int) -> np.ndarray:
+        """Rounded values of the chunk ``scaled`` (C order), whose first element has flat index
+        ``start``; float32 (float64 for float64 chunks)."""
+        src = np.ascontiguousarray(scaled).reshape(-1)
+        wdt = working_dtype(src.dtype, self.elem)
+        out = np.empty(src.size, dtype=wdt)
+        rw = (
+            _random_for(self.rbits, self.key, src.size, start)
+            if self.mode == "stochastic"
+            else None
+        )
+        with np.errstate(all="ignore"):
+            if isinstance(self.elem, IntFormat):
+                _round_int_chunk(self.elem, self.mode, src, out, rw)
+            else:
+                p = _plan(self.elem, wdt.name, self.mode, "saturate", False)
+                _round_float_chunk(p, src, out, rw)
+        return out.reshape(scaled.shape)
+
+
+def _codes(q: np.ndarray, elem: FloatFormat | IntFormat) -> np.ndarray:
+    """Codes of rounded element values (exact); NaN-block elements get code 0."""
+    flat = np.where(np.isnan(q), 0.0, q).astype(q.dtype).reshape(-1)
+    step = 4 * CHUNK  # pieces the core encodes in the calling thread (no nested thread pools)
+    parts = [encode(flat[i : i + step], elem) for i in range(0, max(flat.size, 1), step)]
+    return (parts[0] if len(parts) == 1 else np.concatenate(parts)).reshape(q.shape)
+
+
+def _elements(
+    x: Any,
     bf: BlockFormat,
     *,
-    mode: str,
+    axis: Any,
+    rounding: str,
     seed: int | None,
     random_bits: int | None,
+    pad: bool,
     codes: bool,
-) -> np.ndarray:
-    """ONE call of the core on the scaled elements (in the input's layout): values or codes."""
-    s = scaled[lay.crop] if lay.needs_pad else scaled
-    elem = bf.element
-    if isinstance(elem, IntFormat):  # symmetric range (OCP MX reference code): -127..127
-        s = np.clip(s, -elem.max, elem.max)
-    opts: dict[str, Any] = {"rounding": mode, "seed": seed, "random_bits": random_bits}
-    if codes:
-        if np.isnan(s).any():
-            s = np.where(np.isnan(s), 0.0, s).astype(s.dtype)
-        if isinstance(elem, IntFormat):
-            return encode(s, elem, **opts)
-        return encode(s, elem, overflow="saturate", **opts)
-    if isinstance(elem, IntFormat):
-        return round_to(s, elem, **opts)
-    return round_to(s, elem, overflow="saturate", **opts)
+) -> tuple[np.ndarray, _Layout, _Pass, np.dtype]:
+    """Element codes (``codes=True``) or values after scaling back, in x's shape; and the scales.
 
-
-def _unscale(
-    q: np.ndarray,
-    lay: _Layout,
-    bf: BlockFormat,
-    scales: np.ndarray,
-    tensor_scale: float,
-    dtype: np.dtype,
-) -> np.ndarray:
-    """Element values ``q`` (element grid, input layout) times their block scales, in ``dtype``.
-
-    Each product is rounded once to ``dtype`` (exact for power-of-two scales): the element times
-    its scale is exact in float32 or float64, and NVFP4's tensor scale is one more multiplication.
+    One fused pass over chunks of blocks, on all cores: amax, scales, exact scaling, the core's
+    rounding, scaling back, while the chunk is in cache. Stochastic rounding of a padded tensor
+    (whose padded layout is not x's) scales in one pass, rounds x's whole scaled array in ONE call
+    of the core, and scales back in another pass; both key the random words by x's flat index.
     """
-    if lay.needs_pad:
+    mode = check_rounding(rounding)
+    data, lay = _prepare(x, bf, axis, pad)
+    ps = _Pass(data, lay, bf, mode)
+    kern = _Kernel(bf.element, mode, seed, random_bits)
+    out_dtype = _out_dtype(data)
+    U, A, B, C = lay.dims
+    upc = _units_per_chunk(lay)
+    out = np.empty(ps.src.shape, dtype=bf.element.code_dtype if codes else out_dtype)
+    if not (mode == "stochastic" and lay.needs_pad):
+
+        def work(lo: int, hi: int) -> None:
+            o, dec = ps.scaled(lo, hi)
+            q = kern(o, lo * A * B * C)
+            if codes:
+                out[lo:hi] = _codes(q, bf.element)
+            else:
+                ps.unscale(q, dec, out[lo:hi])
+
+        for_chunks(U, work, chunk=upc)
+    else:
+        scaled = np.empty(ps.src.shape, dtype=np.float64 if bf.scale_rule == "amax" else data.dtype)
+
+        def scale_work(lo: int, hi: int) -> None:
+            scaled[lo:hi] = ps.scaled(lo, hi)[0]
+
+        for_chunks(U, scale_work, chunk=upc)
+        s = scaled.reshape(lay.padded)[lay.crop]  # x's own elements, in x's flat order
+        q = round_to(
+            s,
+            bf.element,
+            rounding=mode,
+            overflow="saturate",
+            seed=kern.key,
+            random_bits=random_bits,
+        )
         full = np.zeros(lay.padded, dtype=q.dtype)
         full[lay.crop] = q
-        q = full
-    qv = q.reshape(lay.data_shape())
-    f = np.ldexp(scales, bf.element_exponent) if bf.element_exponent else scales
-    f = f.reshape(lay.grid_view_shape())
-    if bf.scale_rule == "amax" or _pow2_fits(f, dtype):
-        f = f.astype(dtype)  # amax rule: the scales are values of the scale format
-    out = np.empty(qv.shape, dtype=dtype)
-    ts = dtype.type(tensor_scale)
+        qv = full.reshape(ps.src.shape)
+        if codes:
+            out = _codes(qv, bf.element)
+        else:
 
-    def work(lo: int, hi: int) -> None:
-        with np.errstate(all="ignore"):
-            r = qv[lo:hi] * f[lo:hi]
-            if bf.tensor_scale:
-                r = r * ts
-            out[lo:hi] = r
+            def unscale_work(lo: int, hi: int) -> None:
+                ps.unscale(qv[lo:hi], ps.dec(lo, hi), out[lo:hi])
 
-    for_chunks(lay.dims[0], work, chunk=_units_per_chunk(lay))
-    out = out.reshape(lay.padded)
-    return out[lay.crop] if lay.needs_pad else out
+            for_chunks(U, unscale_work, chunk=upc)
+    res = out.reshape(lay.padded)
+    return (res[lay.crop] if lay.needs_pad else res), lay, ps, out_dtype
 
 
 def _out_dtype(data: np.ndarray) -> np.dtype:
@@ -662,17 +816,12 @@ def quantize_blocks(
     ((8,), dtype('uint8'), (1,), 0.0003720238...)
     """
     bf = get_block_format(block_format)
-    mode = check_rounding(rounding)
-    data, lay = _prepare(x, bf, axis, pad)
-    amax = _block_amax(data, lay)
-    sc = _scales(amax, bf)
-    scaled = _scaled(data, lay, bf, sc, mode)
-    codes = _round_elements(
-        scaled, lay, bf, mode=mode, seed=seed, random_bits=random_bits, codes=True
+    codes, lay, ps, out_dtype = _elements(
+        x, bf, axis=axis, rounding=rounding, seed=seed, random_bits=random_bits, pad=pad, codes=True
     )
     if bf.packed:
         codes = _pack4(codes)
-    vals = sc.values.reshape(lay.grid)
+    vals = ps.values.reshape(lay.grid)
     return QuantizedBlocks(
         codes=codes,
         scale_codes=encode(vals, bf.scale),
@@ -680,8 +829,8 @@ def quantize_blocks(
         shape=lay.shape,
         block_format=bf,
         axis=lay.axis,
-        dtype=_out_dtype(data),
-        tensor_scale=sc.tensor_scale,
+        dtype=out_dtype,
+        tensor_scale=ps.tensor_scale,
     )
 
 
@@ -710,9 +859,27 @@ def dequantize_blocks(q: QuantizedBlocks) -> np.ndarray:
         )
     bf = q.block_format
     lay = _layout(q.shape, bf, q.axis, pad=True)
+    dtype = np.dtype(q.dtype)
     vals = decode(q.element_codes(), bf.element)
-    scales = q.scales.reshape(lay.dims[0], lay.dims[2])
-    return _unscale(vals, lay, bf, scales, q.tensor_scale, np.dtype(q.dtype))
+    if lay.needs_pad:
+        full = np.zeros(lay.padded, dtype=vals.dtype)
+        full[lay.crop] = vals
+        vals = full
+    qv = vals.reshape(lay.data_shape())
+    f = np.ldexp(q.scales, bf.element_exponent).reshape(lay.grid_view_shape())
+    if bf.scale_rule == "amax" or _pow2_fits(f, dtype):
+        f = f.astype(dtype)
+    ts = dtype.type(q.tensor_scale)
+    out = np.empty(qv.shape, dtype=dtype)
+
+    def work(lo: int, hi: int) -> None:
+        with np.errstate(all="ignore"):
+            r = qv[lo:hi] * f[lo:hi]  # exact: element x scale
+            out[lo:hi] = r * ts if bf.tensor_scale else r
+
+    for_chunks(lay.dims[0], work, chunk=_units_per_chunk(lay))
+    res = out.reshape(lay.padded)
+    return res[lay.crop] if lay.needs_pad else res
 
 
 def round_to_blocks(
@@ -738,10 +905,14 @@ def round_to_blocks(
     array([ 1.        ,  0.1015625 , -0.00976562,  0.00292969], dtype=float32)
     """
     bf = get_block_format(block_format)
-    mode = check_rounding(rounding)
-    data, lay = _prepare(x, bf, axis, pad)
-    amax = _block_amax(data, lay)
-    sc = _scales(amax, bf)
-    scaled = _scaled(data, lay, bf, sc, mode)
-    q = _round_elements(scaled, lay, bf, mode=mode, seed=seed, random_bits=random_bits, codes=False)
-    return _unscale(q, lay, bf, sc.values, sc.tensor_scale, _out_dtype(data))
+    values, *_ = _elements(
+        x,
+        bf,
+        axis=axis,
+        rounding=rounding,
+        seed=seed,
+        random_bits=random_bits,
+        pad=pad,
+        codes=False,
+    )
+    return values

@@ -664,3 +664,14 @@ def test_agrees_with_gfloat_where_installed():
             assert want[3, 7] == -2.0 * scales[3, 0] and got[3, 7] == -127 / 64 * scales[3, 0]
             want[3, 7] = got[3, 7]
         assert same(got, want), name
+
+
+def test_large_tiles_run_in_parallel_chunks():
+    # a 128-row unit of 128 x 2048 (262144 values) is more than the core rounds in one thread
+    x = np.random.default_rng(3).standard_normal((640, 2048)).astype(np.float32)
+    x[128:256] *= 1000.0
+    got = pl.round_to_blocks(x, "fp8_128x128")
+    s = np.abs(x).reshape(5, 128, 16, 128).max(axis=(1, 3)) / np.float32(448)
+    assert np.array_equal(pl.quantize_blocks(x, "fp8_128x128").scales, s.astype(np.float64))
+    q = pl.round_to(x / np.repeat(np.repeat(s, 128, 0), 128, 1).astype(np.float64), "e4m3")
+    assert same(got, (q * np.repeat(np.repeat(s, 128, 0), 128, 1)).astype(np.float32))
