@@ -1,7 +1,8 @@
 """Block-scaled fake quantization speed: round_to_blocks against the per-tensor cast and gfloat.
 
-2**24 (16M) float32 values (standard normal times 100), one process, median of several runs. Prints million
-elements per second (Melem/s) for each contender and the ratios issue 5 sets as targets:
+2**24 (16M) float32 values (standard normal times 100), one process, median of several runs.
+Prints million elements per second (Melem/s) for each contender and the ratios issue 5 sets as
+targets:
 
   round_to_blocks(x, "mxfp8_e4m3")  >= 0.5x  round_to(x, "e4m3") (per-tensor cast, same run)
   round_to_blocks(x, "mxfp8_e4m3")  >= 50x   gfloat.quantize_block (where gfloat is installed)
