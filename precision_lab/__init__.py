@@ -7,7 +7,7 @@
 0.30078125
 """
 
-from . import scaling
+from . import analysis, gradients, scaling
 from .analysis import error_stats, gamma_n, pick_loss_scale, sqrt_n_u, underflow_stats
 from .blocks import (
     BlockFormat,
@@ -32,6 +32,7 @@ __all__ = [
     "FloatFormat",
     "IntFormat",
     "QuantizedBlocks",
+    "analysis",
     "calibrate",
     "decode",
     "dequantize",
@@ -42,6 +43,7 @@ __all__ = [
     "gemm",
     "get_block_format",
     "get_format",
+    "gradients",
     "known_formats",
     "pick_loss_scale",
     "quantize",
