@@ -101,7 +101,8 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
    gives that infinity (IEEE). Finite overflow in the accumulator follows ``overflow``: under
    ``"ieee"`` round-to-nearest (and stochastic) overflow to inf (NaN in formats without inf),
    toward_zero stays at ``max``; ``"saturate"`` clamps. Once a partial sum is infinite it stays
-   infinite (or becomes NaN on meeting the opposite infinity), as in IEEE arithmetic.
+   infinite (or becomes NaN on meeting the opposite infinity), as in IEEE arithmetic. A NaN
+   result is the positive quiet NaN on every backend (IEEE 754 leaves its sign unspecified).
 
 6. Stochastic rounding. Every rounding event of an output element has an event number ``e``;
    the element with flat index ``i`` (C order over the broadcast batch shape x M x N, ``T``

@@ -134,7 +134,7 @@ def gemm(
             extra["input_rounding"] = input_rounding
         if scale_a is not None or scale_b is not None:
             extra.update(scale_a=scale_a, scale_b=scale_b, scale_block=scale_block)
-        return cupy_backend.gemm(
+        out = cupy_backend.gemm(
             a,
             b,
             c,
@@ -143,9 +143,23 @@ def gemm(
             out_format=out_fmt,
             **extra,
         )
+        return _canonical_nan(out)
     if on_device:
         raise TypeError("backend='numpy' got CuPy arrays: use backend='cupy' or 'auto'")
-    return _gemm_numpy(a, b, c, fa, fb, acc, out_fmt, input_rounding, scale_a, scale_b, scale_block)
+    out = _gemm_numpy(a, b, c, fa, fb, acc, out_fmt, input_rounding, scale_a, scale_b, scale_block)
+    return _canonical_nan(out)
+
+
+def _canonical_nan(out: Any) -> Any:
+    """NaN results become the positive quiet NaN on both backends.
+
+    IEEE 754 leaves the sign of a NaN result unspecified, and numpy's own choice depends on the
+    vector length (SIMD versus scalar loops), so a NaN's sign carries no information here.
+    """
+    nan = out != out
+    if nan.any():
+        out[nan] = float("nan")
+    return out
 
 
 def _as_accumulator(accumulator: Any) -> Accumulator:
