@@ -33,6 +33,7 @@ GRIDS = {
     "e2m1": ("float", 2, 0, Fraction(6)),
     "int8/64": ("fixed", Fraction(1, 64), Fraction(127, 64)),
     "fp32": ("float", 24, -126, Fraction((2**24 - 1) * 2**104)),
+    "bf16": ("float", 8, -126, Fraction((2**8 - 1) * 2**120)),
 }
 ELEMENT = {
     "mxfp8_e4m3": "e4m3",
@@ -675,3 +676,91 @@ def test_large_tiles_run_in_parallel_chunks():
     assert np.array_equal(pl.quantize_blocks(x, "fp8_128x128").scales, s.astype(np.float64))
     q = pl.round_to(x / np.repeat(np.repeat(s, 128, 0), 128, 1).astype(np.float64), "e4m3")
     assert same(got, (q * np.repeat(np.repeat(s, 128, 0), 128, 1)).astype(np.float32))
+
+
+# ----- GEMM of block-quantized operands -------------------------------------------------------
+def ref_block_gemm(a, b, sa, sb, kblock, acc="fp32", alpha=None):
+    """DeepSeek-V3 / Blackwell block-scaled GEMM in exact arithmetic: each block of K summed
+    sequentially in the accumulator (fp32 or bf16 here, from 0), times fp32(sa * sb), added to
+    the fp32 wide accumulator at promotion (one rounding); alpha scales the fp32 result."""
+    M, K = a.shape
+    N = b.shape[1]
+    d = np.empty((M, N))
+    for i in range(M):
+        for j in range(N):
+            W = Fraction(0)
+            for k0 in range(0, K, kblock):
+                P = Fraction(0)
+                for k in range(k0, min(k0 + kblock, K)):
+                    P = ref_round(P + Fraction(a[i, k]) * Fraction(b[k, j]), acc, "nearest_even")
+                    P = -P[1] if P[0] else P[1]
+                sigma = f32(Fraction(sa[i, k0 // kblock]) * Fraction(sb[k0 // kblock, j]))
+                W = f32(W + P * sigma)
+            if alpha is not None:
+                W = f32(W * Fraction(float(alpha)))
+            d[i, j] = float(W)
+    return d
+
+
+@pytest.mark.parametrize(("fa", "fb"), [("mxfp8_e4m3", "mxfp8_e5m2"), ("mxfp4_e2m1", "mxint8")])
+def test_gemm_blocks_matches_referee(fa, fb):
+    rng = np.random.default_rng(21)
+    a = mixed_blocks(rng, (3, 96), spread=6)
+    b = mixed_blocks(rng, (96, 4), spread=6)
+    qa = pl.quantize_blocks(a, fa)
+    qb = pl.quantize_blocks(b, fb, axis=0)
+    va, vb = qa.element_values().astype(np.float64), qb.element_values().astype(np.float64)
+    want = ref_block_gemm(va, vb, qa.scales, qb.scales, 32)
+    assert same(pl.gemm_blocks(qa, qb), want)
+    # the same products in a bf16 accumulator (promoted to fp32 at every block)
+    got = pl.gemm_blocks(qa, qb, accumulator=pl.Accumulator("bf16"))
+    assert same(got, ref_block_gemm(va, vb, qa.scales, qb.scales, 32, acc="bf16"))
+
+
+def test_gemm_blocks_deepseek_tiles_and_nvfp4():
+    rng = np.random.default_rng(22)
+    x = rng.standard_t(4, size=(2, 256)).astype(np.float32)
+    w = rng.standard_normal((256, 128)).astype(np.float32)
+    w[128:] *= 100.0  # the second weight tile has a larger scale
+    qa = pl.quantize_blocks(x, "fp8_1x128")
+    qb = pl.quantize_blocks(w, "fp8_128x128")
+    assert qa.scales.shape == (2, 2) and qb.scales.shape == (2, 1)
+    va, vb = qa.element_values().astype(np.float64), qb.element_values().astype(np.float64)
+    sb = np.repeat(qb.scales, 128, axis=1)  # one scale per 128 columns: expand for the referee
+    got = pl.gemm_blocks(qa, qb)
+    assert same(got[:, :5], ref_block_gemm(va, vb[:, :5], qa.scales, sb[:, :5], 128))
+    # against the dequantized product (float64): close, not equal (fp32 accumulation)
+    exact = pl.dequantize_blocks(qa).astype(np.float64) @ pl.dequantize_blocks(qb)
+    assert np.allclose(got, exact, rtol=1e-5, atol=1e-3)
+    na = pl.quantize_blocks(x[:, :64], "nvfp4")
+    nb = pl.quantize_blocks(w[:64, :3], "nvfp4", axis=0)
+    alpha = np.float32(na.tensor_scale) * np.float32(nb.tensor_scale)
+    va, vb = na.element_values().astype(np.float64), nb.element_values().astype(np.float64)
+    want = ref_block_gemm(va, vb, na.scales, nb.scales, 16, alpha=alpha)
+    assert same(pl.gemm_blocks(na, nb), want)
+    with pytest.raises(ValueError, match="c is not supported with per-tensor scales"):
+        pl.gemm_blocks(na, nb, np.zeros((2, 3)))
+
+
+def test_gemm_blocks_nan_and_zero_blocks_and_errors():
+    a = np.ones((3, 64), dtype=np.float32)
+    a[1, 40] = np.nan  # the second block of row 1 is a NaN block
+    b = np.ones((64, 2), dtype=np.float32)
+    d = pl.gemm_blocks(
+        pl.quantize_blocks(a, "mxfp8_e4m3"), pl.quantize_blocks(b, "mxfp8_e4m3", axis=0)
+    )
+    assert np.isnan(d[1]).all() and (d[[0, 2]] == 64).all()
+    t = np.ones((128, 256), dtype=np.float32)
+    t[:, 128:] = 0.0  # a zero tile: scale 0 (its elements saturate but its values are 0)
+    q = pl.quantize_blocks(t, "fp8_128x128")
+    assert q.scales[0, 1] == 0
+    d = pl.gemm_blocks(pl.quantize_blocks(np.ones((1, 128), np.float32), "fp8_1x128"), q)
+    # 448 * 448 * 128 * fp32(fp32(1/448)**2): scales that are not powers of two are inexact
+    assert np.allclose(d[0, :128], 128.0, rtol=1e-6) and (d[0, 128:] == 0).all()
+    qa = pl.quantize_blocks(a, "mxfp8_e4m3")
+    with pytest.raises(ValueError, match="b must be block-quantized along K: axis -2"):
+        pl.gemm_blocks(qa, pl.quantize_blocks(b.T.copy(), "mxfp8_e4m3"))
+    with pytest.raises(ValueError, match="same block size along K, got 32"):
+        pl.gemm_blocks(qa, pl.quantize_blocks(b, "nvfp4", axis=0))
+    with pytest.raises(TypeError, match="a must be a QuantizedBlocks"):
+        pl.gemm_blocks(a, pl.quantize_blocks(b, "mxfp8_e4m3", axis=0))  # type: ignore[arg-type]
