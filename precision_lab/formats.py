@@ -193,8 +193,10 @@ class FloatFormat:
 
     @property
     def min(self) -> float:
-        """Most negative finite value (the smallest value for unsigned formats)."""
-        return -self.max if self.signed else self.smallest_normal
+        """Most negative finite value (the least value for unsigned formats)."""
+        if self.signed:
+            return -self.max
+        return 0.0 if self.has_zero else self.smallest_subnormal
 
     @property
     def smallest_normal(self) -> float:
@@ -338,7 +340,7 @@ def _values(fmt: FloatFormat) -> np.ndarray:
 
     codes = np.arange(1 << fmt.bits, dtype=np.uint64).astype(fmt.code_dtype)
     v = decode(codes, fmt).astype(np.float64)
-    return np.unique(v[np.isfinite(v)])
+    return np.unique(v[np.isfinite(v)]) + 0.0  # + 0.0: the zero is +0, not -0
 
 
 def _step(fmt: FloatFormat, x: float | np.ndarray, direction: int) -> np.ndarray:

@@ -450,7 +450,8 @@ def _low_bits(p: _Plan, u: np.ndarray, neg: np.ndarray, rw: np.ndarray | None) -
         k = np.where((e >= fmt.emin) & tie_or_inexact, pick, k)
     val = np.ldexp(k, qexp)
     if not fmt.has_zero:  # e8m0: positive values below 2**emin go to 2**emin; zero is NaN
-        val = np.where(mag == 0, np.nan, np.maximum(val, fmt.smallest_normal))
+        zero = np.nan if fmt.has_nan else fmt.smallest_normal  # (or the least value)
+        val = np.where(mag == 0, zero, np.maximum(val, fmt.smallest_normal))
     if p.flush:
         val[val < fmt.smallest_normal] = 0.0
     return val.astype(p.F).view(p.U)
@@ -540,9 +541,10 @@ def round_to(
     formats or formats without NaN: there the result is a positive NaN, which :func:`encode`
     refuses for formats without NaN). ``-0.0`` stays ``-0.0`` except in formats without negative
     zero. Unsigned formats turn negative numbers into NaN, or into their least value when they
-    have no NaN. In the unsigned e8m0 scale format zero is NaN too and positive numbers
-    below 2**-127 become 2**-127; its ties go to the even code under ``nearest_even``
-    (192 -> 128, as gfloat) and away under ``nearest_away`` (192 -> 256, as ml_dtypes, torch).
+    have no NaN (so does zero in a format without zero). In the unsigned e8m0 scale format
+    zero is NaN too and positive numbers below 2**-127 become 2**-127; its ties go to the even
+    code under ``nearest_even`` (192 -> 128, as gfloat) and away under ``nearest_away``
+    (192 -> 256, as ml_dtypes, torch).
 
     >>> round_to([0.1, 1e6, -1e6], "fp16")
     array([0.09997559,        inf,       -inf])

@@ -115,8 +115,8 @@ def referee_all(x: float, fmt: FloatFormat | IntFormat) -> dict[tuple[str, str],
                 r = sign * math.inf if g.inf else math.nan
             res.update({(m, o): r for m in DETERMINISTIC})
         return res
-    if x == 0 and not g.has_zero:
-        return dict.fromkeys(KEYS, math.nan)
+    if x == 0 and not g.has_zero:  # NaN, or the least value in a format without NaN
+        return dict.fromkeys(KEYS, math.nan if g.nan else g.values[0])
     a = Fraction(abs(x))
     res = {}
     if a > Fraction(g.max):

@@ -94,8 +94,8 @@ def ref_round(x: float, f: FloatFormat, mode: str, overflow: str, subnormals: st
     if math.isnan(x):
         return math.nan
     neg = math.copysign(1.0, x) < 0
-    if x == 0 and not f.has_zero:  # e8m0 and the like: zero is NaN (even without NaN, see
-        return math.nan  # the report: round_to gives NaN there although the format has none)
+    if x == 0 and not f.has_zero:  # e8m0 and the like: zero is NaN, or the least value
+        return math.nan if f.has_nan else float(code_value(f, 0))  # in a format without NaN
     if neg and not f.signed:  # round_to: negative numbers become NaN, or the least value
         if x == 0:  # when the format has no NaN; -0 becomes +0
             return 0.0

@@ -347,8 +347,9 @@ PL_HD typename pl_traits<F>::U pl_low_bits(const pl_plan<F>& p, typename pl_trai
     }
   }
   double val = ldexp(k, qexp);
-  if (!fmt.has_zero) {  // e8m0: zero is NaN; positive values below 2**emin go to 2**emin
-    if (mag == 0.0) return T::nan_bits();
+  if (!fmt.has_zero) {  // e8m0: zero is NaN (the least value without NaN); positive values
+    // below 2**emin go to 2**emin
+    if (mag == 0.0 && fmt.nan_style != PL_NAN_NONE) return T::nan_bits();
     if (val < p.smallest_normal) val = p.smallest_normal;
   }
   if (p.flush && val < p.smallest_normal) val = 0.0;
