@@ -231,6 +231,9 @@ def edge_blocks(name: str) -> np.ndarray:
     rows.append(rng.standard_normal(32) * 1e-40)  # float32 subnormals: the scale clamps to 2**-127
     rows.append(np.array([-0.0, 0.0] * 16))
     rows.append(rng.choice([-1.0, 1.0], 32) * (1 + 2.0 ** -np.arange(32)))  # near a power of two
+    r = rng.uniform(-1, 1, 32) * 2.0**19
+    r[9] = 2.0**20 * (1 - 2.0**-24)  # just below 2**20 (float32 log2 rounds it to 20.0)
+    rows.append(r)
     return np.array(rows, dtype=np.float32)
 
 
@@ -316,6 +319,16 @@ def test_published_mxfp8_e4m3_scales(amax, rule, scale, top):
     if rule == "ceil":
         assert float(q.element_values()[0]) <= 448.0
         assert abs(float(q.element_values()[0]) * scale - amax) < 0.1 * amax
+
+
+def test_floor_rule_uses_the_exact_exponent_of_amax():
+    amax = np.float32(2.0**20 * (1 - 2.0**-24))
+    assert np.log2(amax) == np.float32(20.0)  # a float32 log2 would pick the scale 2**12
+    x = np.zeros(32, dtype=np.float32)
+    x[0] = amax
+    q = pl.quantize_blocks(x, "mxfp8_e4m3")
+    assert q.scales.tolist() == [2.0**11]  # floor(log2(amax)) = 19; 19 - 8 = 11
+    assert pl.dequantize_blocks(q)[0] == 448 * 2.0**11  # amax / 2**11 = 511.99 clips to 448
 
 
 def test_round_up_rule_is_exact_where_float32_amax_times_reciprocal_is_not():
