@@ -68,6 +68,23 @@ def summary(results: dict[str, list[TrainResult]]) -> list[dict[str, Any]]:
     return rows
 
 
+def _fp8_text(rs: list[TrainResult]) -> str:
+    """What the per-tensor FP8 casts did, over the run (mean of the seeds)."""
+    roles = {"x": "activations (E4M3)", "w": "weights (E4M3)", "dy": "gradients (E5M2)"}
+    parts = []
+    for role, what in roles.items():
+        if role in rs[0].fp8_casts:
+            sat = 100 * np.mean([r.fp8_casts[role]["saturated"] for r in rs])
+            zero = 100 * np.mean([r.fp8_casts[role]["zero"] for r in rs])
+            parts.append(f"{what}: {sat:.3f}% saturated at the format's max, {zero:.3f}% to 0")
+    return (
+        "FP8 casts with delayed scaling (the scale comes from the amax history of earlier "
+        "steps, so a tensor whose amax grows faster than the history saturates): "
+        + "; ".join(parts)
+        + "."
+    )
+
+
 def _first_epoch(acc: list[float], level: float) -> float:
     """First epoch (1-based) with test accuracy >= level (inf if never)."""
     hit = np.flatnonzero(np.asarray(acc) >= level)
@@ -181,6 +198,8 @@ def make(outdir: Path) -> str:
         f"{noscale['epoch90']:.1f} against {by['fp32']['epoch90']:.1f}, and its test accuracy "
         f"averaged over the epochs is {noscale['auc'] - by['fp32']['auc']:+.2f} pp from FP32's); "
         f"FP8 {by['fp8']['gap']:+.2f} pp. Spreads are over the {len(SEEDS)} seeds.",
+        "",
+        _fp8_text(results["fp8"]),
         "",
         f"All {len(rows) * len(SEEDS)} trainings took {took:.1f} s.",
     ]

@@ -88,14 +88,14 @@ class TrainConfig:
     hidden: tuple[int, ...] = (64, 64, 64)
     init_std: float = 0.002
     batch_size: int = 512
-    epochs: int = 50
+    epochs: int = 40
     optimizer: Literal["sgd", "adam"] = "adam"
     lr_schedule: Literal["constant", "step", "cosine"] = "step"
     lr: float = 0.01
     momentum: float = 0.9
     beta2: float = 0.999
     seed: int = 0
-    record_every: int = 5
+    record_every: int = 10
     label: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:

@@ -61,6 +61,10 @@ class LayerRecord:
 class TrainResult:
     """What one run (one seed) did.
 
+    With per-tensor (FP8) scaling, ``fp8_casts[role]`` (role ``"x"`` activations, ``"w"`` weights,
+    ``"dy"`` gradients) gives the fractions of the non-zero values cast over the run that became
+    zero (``"zero"``) and that were saturated at the format's maximum (``"saturated"``).
+
     Per epoch: ``train_acc`` and ``train_loss`` (running accuracy and mean cross-entropy of the
     epoch's minibatches, measured before each update), ``test_acc`` (test set, after the epoch).
     Per step: ``scale`` (the loss scale used), ``skipped`` (optimizer step skipped for inf/NaN
@@ -77,6 +81,7 @@ class TrainResult:
     batch_loss: list[float] = field(default_factory=list)
     layers: list[LayerRecord] = field(default_factory=list)
     samples: dict[str, np.ndarray] = field(default_factory=dict)
+    fp8_casts: dict[str, dict[str, float]] = field(default_factory=dict)
     final_train_acc: float = 0.0
     final_loss: float = 0.0
     seconds: float = 0.0
@@ -215,6 +220,9 @@ def train_seeds(
         res.final_train_acc = float(acc_tr[r])
         res.final_loss = float(loss_tr[r])
         res.seconds = took / R
+        for role, c in net.num.cast_counts.items():
+            tot = max(int(c[r, 0]), 1)
+            res.fp8_casts[role] = {"zero": c[r, 1] / tot, "saturated": c[r, 2] / tot}
         if samples_per_layer:
             for i, chunks in enumerate(keep[r]):
                 v = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)

@@ -70,6 +70,9 @@ class Numerics:
         self.master = get_format(cfg.master_format)
         self._fp32 = get_format("fp32")
         self.scalers: dict[Any, list[DelayedScaling]] = {}
+        #: per operand role ("x", "w", "dy"): (R, 3) counts of non-zero values cast with a
+        #: per-tensor scale, of those that became zero, and of those saturated at fmt.max
+        self.cast_counts: dict[str, Any] = {}
 
     def store(self, x: np.ndarray, fmt: Any) -> np.ndarray:
         """Round a float32 array to a storage format (no-op for fp32)."""
@@ -99,8 +102,22 @@ class Numerics:
                 for ds, a in zip(dss, amax.tolist(), strict=True):
                     ds.update(a)
         s = s.reshape(self.R, *([1] * (x.ndim - 1)))
-        with np.errstate(over="ignore"):
-            q = round_to(x * s, fmt, overflow="saturate")
+        with np.errstate(over="ignore", invalid="ignore"):
+            xs = x * s
+            q = round_to(xs, fmt, overflow="saturate")
+        if update:  # each tensor is cast once per step with update=True: count its fate
+            flat_x, flat_q = xs.reshape(self.R, -1), q.reshape(self.R, -1)
+            nz = flat_x != 0
+            counts = np.stack(
+                [
+                    nz.sum(axis=1),
+                    ((flat_q == 0) & nz).sum(axis=1),
+                    (np.abs(flat_x) > fmt.max).sum(axis=1),
+                ],
+                axis=1,
+            )
+            role = key[0]
+            self.cast_counts[role] = self.cast_counts.get(role, 0) + counts
         return q, (np.float32(1.0) / s).reshape(self.R, 1, 1)
 
     def mm(self, a: Operand, b: Operand, fa: Any, fb: Any) -> np.ndarray:
