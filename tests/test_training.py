@@ -177,6 +177,11 @@ def test_fp8_delayed_scaling_and_samples() -> None:
     assert set(r.samples) == {"layer0", "layer1", "layer2"}
     assert all(v.dtype == np.float32 and 0 < v.size <= 100 for v in r.samples.values())
     assert np.isfinite(r.final_loss)
+    assert set(r.fp8_casts) == {"x", "w", "dy"}
+    assert all(0 <= v <= 1 for d in r.fp8_casts.values() for v in d.values())
+    cur = train(RUNS["fp8"].replace(tensor_scaling="current", **TINY))
+    # just-in-time scales: only float32 rounding of x * (448 / amax) can exceed the maximum
+    assert cur.fp8_casts["x"]["saturated"] < 1e-3
 
 
 def test_dataset_split() -> None:
