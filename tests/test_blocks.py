@@ -14,6 +14,8 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import precision_lab as pl
 from precision_lab._random import random_words
@@ -777,3 +779,18 @@ def test_gemm_blocks_nan_and_zero_blocks_and_errors():
         pl.gemm_blocks(qa, pl.quantize_blocks(b, "nvfp4", axis=0))
     with pytest.raises(TypeError, match="a must be a QuantizedBlocks"):
         pl.gemm_blocks(a, pl.quantize_blocks(b, "mxfp8_e4m3", axis=0))  # type: ignore[arg-type]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    vals=st.lists(
+        st.floats(width=32, allow_nan=True, allow_infinity=True), min_size=32, max_size=32
+    ),
+    name=st.sampled_from(MX),
+    rule=st.sampled_from(["floor", "ceil"]),
+    mode=st.sampled_from(MODES),
+)
+def test_any_float32_block_matches_referee(vals, name, rule, mode):
+    x = np.array(vals, dtype=np.float32)
+    got = pl.round_to_blocks(x, pl.get_block_format(name, scale_rule=rule), rounding=mode)
+    assert same(got, ref_mx(x, name, rule, mode)[0])
