@@ -69,6 +69,10 @@ class TrainConfig:
         Seeds the split of the data, the initial weights and the batch order.
     record_every:
         Steps between recordings of per-layer gradient statistics.
+    policy:
+        ``None``, or the :class:`~precision_lab.policy.Policy` the numeric fields came from
+        (:meth:`from_policy`): the network then honours its FP32 rule list and per-layer
+        overrides (:class:`~precision_lab.training.policy_model.PolicyMLP`).
     """
 
     name: str = "fp32"
@@ -96,6 +100,7 @@ class TrainConfig:
     beta2: float = 0.999
     seed: int = 0
     record_every: int = 10
+    policy: Any = None
     label: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -134,6 +139,26 @@ class TrainConfig:
     def replace(self, **changes: Any) -> TrainConfig:
         """A copy with some fields changed (``dataclasses.replace``)."""
         return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_policy(cls, policy: Any, **changes: Any) -> TrainConfig:
+        """The run of a :class:`~precision_lab.policy.Policy` (or a policy name): the numeric
+        fields come from the policy, ``changes`` set the model and optimisation fields.
+
+        >>> cfg = TrainConfig.from_policy("mixed_float16", epochs=2)
+        >>> cfg.forward_format, cfg.master_format, cfg.loss_scaling, cfg.policy.name
+        ('fp16', 'fp32', 'dynamic', 'mixed_float16')
+        """
+        from ..policy import get_policy
+
+        p = get_policy(policy)
+        numeric = p.train_fields()
+        clash = sorted(set(changes) & set(numeric))
+        if clash:
+            raise ValueError(
+                f"{clash[0]}: set by the policy; change the policy (Policy.replace) instead"
+            )
+        return cls(**{"name": p.name, "label": p.name, **numeric, "policy": p, **changes})
 
 
 def make_scaler(cfg: TrainConfig) -> LossScaler:

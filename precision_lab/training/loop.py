@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +14,7 @@ import numpy as np
 
 from .config import TrainConfig, make_scaler
 from .data import Dataset, load_digits_split
-from .model import HIST_HI, HIST_LO, MLP, softmax_xent
+from .model import HIST_HI, HIST_LO, MLP
 
 __all__ = ["LayerRecord", "TrainResult", "train", "train_seeds"]
 
@@ -113,7 +113,7 @@ def _single_threaded_blas() -> Iterator[None]:
 
 def _evaluate(net: MLP, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     logits = net.forward(x, train=False)
-    loss, _ = softmax_xent(logits, y)
+    loss, _ = net.loss(logits, y)
     return np.mean(np.argmax(logits, axis=-1) == y, axis=-1), loss
 
 
@@ -142,6 +142,7 @@ def train_seeds(
     data: Sequence[Dataset] | None = None,
     *,
     samples_per_layer: int = 0,
+    model: Callable[[list[int], TrainConfig, list[np.random.Generator]], MLP] | None = None,
 ) -> list[TrainResult]:
     """Train ``cfg`` once per seed, the seeds side by side (batched GEMMs); one result each.
 
@@ -149,6 +150,10 @@ def train_seeds(
     order, exactly as ``train(cfg.replace(seed=s))`` does. ``samples_per_layer`` > 0 keeps that
     many unscaled activation-gradient values per layer from the recorded steps (float32, before
     rounding to the gradient format) in ``result.samples["layer<i>"]``.
+
+    ``model(sizes, cfg, rngs)`` builds the network (default: :class:`MLP`, or
+    :class:`~precision_lab.training.policy_model.PolicyMLP` when ``cfg.policy`` is set); keep a
+    reference to it to read the trained weights.
     """
     t0 = time.perf_counter()
     seeds = [int(s) for s in seeds]
@@ -169,7 +174,7 @@ def train_seeds(
     sizes = [xtr.shape[2], *cfg.hidden, ds[0].n_classes]
     results = [TrainResult(config=cfg.replace(seed=s)) for s in seeds]
     with _single_threaded_blas():
-        net = MLP(sizes, cfg, rngs)
+        net = (model or _default_model(cfg))(sizes, cfg, rngs)
         scalers = [make_scaler(cfg) for _ in range(R)]
         for res in results:
             res.layers = [LayerRecord() for _ in range(net.n_layers)]
@@ -188,7 +193,7 @@ def train_seeds(
                 idx = perms[:, j * bs : (j + 1) * bs]
                 x, y = xtr[rows, idx], ytr[rows, idx]
                 logits = net.forward(x, train=True)
-                loss, p = softmax_xent(logits, y)
+                loss, p = net.loss(logits, y)
                 correct += np.sum(np.argmax(logits, axis=-1) == y, axis=-1)
                 loss_sum += loss * bs
                 s = np.array([sc.scale for sc in scalers])
@@ -229,6 +234,14 @@ def train_seeds(
                 stride = max(1, v.size // samples_per_layer)  # evenly over the recorded steps
                 res.samples[f"layer{i}"] = v[::stride][:samples_per_layer]
     return results
+
+
+def _default_model(cfg: TrainConfig) -> Callable[..., MLP]:
+    if cfg.policy is None:
+        return MLP
+    from .policy_model import PolicyMLP
+
+    return PolicyMLP
 
 
 def _record(

@@ -187,6 +187,10 @@ class MLP:
     def n_layers(self) -> int:
         return len(self.W)
 
+    def loss(self, logits: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The head: :func:`softmax_xent` of the logits (a subclass may change its numerics)."""
+        return softmax_xent(logits, y)
+
     def forward(self, x: np.ndarray, *, train: bool = False) -> np.ndarray:
         """Logits (R, B, C) (float32, on the activation grid) of batches ``x`` (R, B, D)."""
         num = self.num
