@@ -484,7 +484,8 @@ def for_chunks(n: int, work: Any, chunk: int | None = None) -> None:
     """Call ``work(start, stop)`` over ``range(n)`` in chunks, on all cores for large n."""
     chunk = chunk or CHUNK
     workers = os.cpu_count() or 1
-    if n <= 4 * chunk or workers == 1:
+    # inside a pool worker (nested call), run inline: waiting on the pool there could deadlock
+    if n <= 4 * chunk or workers == 1 or getattr(_TLS, "in_pool", False):
         for i in range(0, n, chunk):
             work(i, min(i + chunk, n))
         return
@@ -492,8 +493,12 @@ def for_chunks(n: int, work: Any, chunk: int | None = None) -> None:
     per = -(-per // chunk) * chunk
 
     def run(lo: int) -> None:
-        for i in range(lo, min(lo + per, n), chunk):
-            work(i, min(i + chunk, n))
+        _TLS.in_pool = True
+        try:
+            for i in range(lo, min(lo + per, n), chunk):
+                work(i, min(i + chunk, n))
+        finally:
+            _TLS.in_pool = False
 
     list(_pool().map(run, range(0, n, per)))
 

@@ -508,3 +508,26 @@ def test_clear_errors(call, match):
 def test_integer_inputs_are_refused():
     with pytest.raises(TypeError, match="a must hold floating-point numbers"):
         pl.gemm(np.ones((2, 2), dtype=np.int64), np.ones((2, 2)), input_format="fp16")
+
+
+def test_blas_order_float32_fast_path_equals_the_general_path(monkeypatch):
+    """order='blas' takes a float32-only path; it must give what the float64 model path gives."""
+    from precision_lab.gemm import reference
+
+    rng = np.random.default_rng(11)
+    acc = pl.Accumulator(order="blas")
+    cases = [
+        ((64, 100), (100, 30), None, "fp16", "fp32"),
+        ((3, 17, 64), (64, 9), (17, 9), "bf16", "fp16"),
+        ((5, 8), (8, 4), (4,), "e4m3", "bf16"),
+    ]
+    for shape_a, shape_b, c_shape, fin, fout in cases:
+        a = (rng.standard_normal(shape_a) * rng.choice([1e-3, 1, 1e3], shape_a)).astype(np.float32)
+        b = rng.standard_normal(shape_b)
+        c = None if c_shape is None else rng.standard_normal(c_shape)
+        fast = pl.gemm(a, b, c, input_format=fin, accumulator=acc, out_format=fout)
+        with monkeypatch.context() as mp:
+            mp.setattr(reference, "_blas_fast_path_applies", lambda *args: False)
+            slow = pl.gemm(a, b, c, input_format=fin, accumulator=acc, out_format=fout)
+        assert fast.dtype == slow.dtype and fast.shape == slow.shape
+        np.testing.assert_array_equal(fast, slow)
