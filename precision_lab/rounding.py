@@ -195,6 +195,8 @@ def _plan(fmt: FloatFormat, wdt: str, mode: str, overflow: str, flush: bool) -> 
         return int(np.array(v, dtype=F).view(U))
 
     s = max(P - fmt.mantissa_bits, 0)
+    bias = fmt.bias
+    assert bias is not None
     work_min_normal = float(np.finfo(F).smallest_normal)
     sub_m = fmt.mantissa_bits if fmt.has_subnormals else 0
     return _Plan(
@@ -210,7 +212,7 @@ def _plan(fmt: FloatFormat, wdt: str, mode: str, overflow: str, flush: bool) -> 
         maxbits=bits(fmt.max),
         qexp=fmt.emin - sub_m,
         sign=1 << (W - 1),
-        flip_parity=fmt.mantissa_bits == 0 and (fmt.bias - (127 if W == 32 else 1023)) % 2 == 1,
+        flip_parity=fmt.mantissa_bits == 0 and (bias - (127 if W == 32 else 1023)) % 2 == 1,
         abs_mask=(1 << (W - 1)) - 1,
         inf_bits=bits(math.inf),
         nan_bits=bits(math.nan) & ((1 << (W - 1)) - 1),
