@@ -1,0 +1,111 @@
+"""The notebooks in notebooks/ run top to bottom without error, each in under a minute, and are
+committed without outputs.
+
+Executing needs nbclient and ipykernel (the ``test`` extras); without them the execution tests
+skip and say so. The kernel is the Python running the tests (its ``sys.executable``), so the
+notebooks see the same precision_lab as the test suite.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
+TIME_LIMIT_S = 60.0
+EXPECTED = {
+    "01_format_ranges.ipynb",
+    "02_property_testing_casts.ipynb",
+    "03_underflow_and_loss_scaling.ipynb",
+    "04_gemm_accumulation.ipynb",
+}
+
+_MISSING = [m for m in ("nbclient", "nbformat", "ipykernel") if importlib.util.find_spec(m) is None]
+
+
+def _ids(paths: list[Path]) -> list[str]:
+    return [p.stem for p in paths]
+
+
+def _read(path: Path) -> dict[str, Any]:
+    with path.open(encoding="utf-8") as fh:
+        nb: dict[str, Any] = json.load(fh)
+    return nb
+
+
+def test_all_notebooks_present() -> None:
+    names = {p.name for p in NOTEBOOKS}
+    assert EXPECTED <= names, f"missing notebooks: {sorted(EXPECTED - names)}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_notebook_committed_without_outputs(path: Path) -> None:
+    """Outputs and execution counts stay out of git (small diffs, small repository)."""
+    nb = _read(path)
+    assert nb.get("nbformat") == 4, f"{path.name}: nbformat {nb.get('nbformat')}, expected 4"
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert code, f"{path.name} has no code cells"
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        assert cell.get("outputs") == [], f"{path.name} cell {i} has outputs: clear them"
+        assert cell.get("execution_count") is None, (
+            f"{path.name} cell {i} has execution_count {cell.get('execution_count')}: clear it"
+        )
+    assert path.stat().st_size < 100_000, f"{path.name} is {path.stat().st_size} bytes"
+
+
+KERNEL_NAME = "precision_lab_this_python"
+
+
+def _kernel_spec_dir(root: Path) -> Path:
+    """A kernelspec that runs this very interpreter (``sys.executable``), written under ``root``
+    (pointed to by ``JUPYTER_PATH``), so no user or system kernelspec can substitute another
+    Python and nothing is installed anywhere."""
+    d = root / "kernels" / KERNEL_NAME
+    d.mkdir(parents=True)
+    spec = {
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "precision_lab tests",
+        "language": "python",
+    }
+    (d / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
+    return root
+
+
+@pytest.mark.slow  # 4-15 s each on 2 cores; `make test` still runs them (-m "not slow" skips)
+@pytest.mark.skipif(
+    bool(_MISSING),
+    reason=f"notebook execution needs {', '.join(_MISSING)} (pip install -e '.[test]')",
+)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_notebook_runs(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    monkeypatch.setenv("JUPYTER_PATH", str(_kernel_spec_dir(tmp_path / "jupyter")))
+    # hypothesis (notebook 02) keeps a cache next to the notebook otherwise
+    monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(tmp_path / "hypothesis"))
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(
+        nb,
+        timeout=int(2 * TIME_LIMIT_S),  # per cell; the total is asserted below
+        kernel_name=KERNEL_NAME,
+        resources={"metadata": {"path": str(NOTEBOOK_DIR)}},
+        allow_errors=False,
+    )
+    t0 = time.perf_counter()
+    try:
+        client.execute()
+    except CellExecutionError as e:
+        pytest.fail(f"{path.name}: a cell raised\n{e}", pytrace=False)
+    elapsed = time.perf_counter() - t0
+    assert elapsed < TIME_LIMIT_S, f"{path.name} took {elapsed:.1f} s (limit {TIME_LIMIT_S:.0f} s)"
