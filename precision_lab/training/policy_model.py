@@ -28,6 +28,8 @@ The normalisation layer (``norm=True``): a layer norm without affine parameters 
 layer's weights absorb them) after each hidden GEMM, before the ReLU:
 ``y = (z - mean(z)) / sqrt(var(z) + eps)`` over the features, ``eps = 1e-5`` (PyTorch's).
 
+The inputs of the layer norms of the last forward pass are kept in ``net.norm_inputs``.
+
 Every storage decision can be traced: set ``net.trace = []`` and each rounding of a stored
 tensor appends ``(tensor, format name)``.
 
@@ -95,6 +97,7 @@ class PolicyMLP(MLP):
             policy.layer(i, self.n_layers) for i in range(self.n_layers)
         ]
         self.trace: list[tuple[str, str]] | None = None
+        self.norm_inputs: list[np.ndarray] = []
 
     # ----- rounding helpers ----------------------------------------------------------------------
     def _fmt(self, op: str, low: FloatFormat) -> FloatFormat:
@@ -156,6 +159,7 @@ class PolicyMLP(MLP):
         qw: list[Operand] = []
         masks: list[tuple[np.ndarray | None, np.ndarray | None]] = []
         norms: list[tuple[np.ndarray, np.ndarray]] = []
+        self.norm_inputs = []
         for i, (w, b) in enumerate(zip(self.W, self.b, strict=True)):
             L = self.layers[i]
             hq, hmask = self._quant_input(i, h)
@@ -171,7 +175,8 @@ class PolicyMLP(MLP):
             else:
                 z = self._store(acc, L.activation, f"layer{i}.out")
                 if self.norm:
-                    z, rstd = self._norm_forward(z, L, i)
+                    self.norm_inputs.append(z)
+                    z, rstd = self.norm_forward(z, L, i)
                     norms.append((z, rstd))
                 ys.append(z)
                 h = np.maximum(z, np.float32(0))
@@ -179,11 +184,12 @@ class PolicyMLP(MLP):
             self._cache = {"ys": ys, "qx": qx, "qw": qw, "masks": masks, "norms": norms}
         return h
 
-    def _norm_forward(
+    def norm_forward(
         self, z: np.ndarray, L: LayerPrecision, i: int
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Layer norm over the features: the output (stored in the activation format) and
-        ``1/sqrt(var + eps)`` (R, B, 1)."""
+        """Layer norm of GEMM layer ``i``'s output ``z`` (R, B, D) over the features, formats
+        ``L``: the output (stored in the activation format) and ``1/sqrt(var + eps)``
+        (R, B, 1), under the policy's ``norm_statistics`` and ``reductions`` rules."""
         f = self._fmt("norm_statistics", L.activation)
         D = z.shape[-1]
         z64 = z.astype(np.float64)
