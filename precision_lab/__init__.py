@@ -21,17 +21,20 @@ from .blocks import (
 from .codec import decode, encode
 from .formats import FORMATS, FloatFormat, IntFormat, get_format, known_formats
 from .gemm import Accumulator, gemm, tensor_core
+from .policy import POLICIES, Policy, get_policy
 from .quantization import Calibration, calibrate, dequantize, quantize
 from .rounding import ROUNDING_MODES, round_to
 
 __all__ = [
     "FORMATS",
+    "POLICIES",
     "ROUNDING_MODES",
     "Accumulator",
     "BlockFormat",
     "Calibration",
     "FloatFormat",
     "IntFormat",
+    "Policy",
     "QuantizedBlocks",
     "analysis",
     "calibrate",
@@ -45,6 +48,7 @@ __all__ = [
     "gemm_blocks",
     "get_block_format",
     "get_format",
+    "get_policy",
     "gradients",
     "known_formats",
     "pick_loss_scale",
