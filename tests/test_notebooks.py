@@ -25,6 +25,7 @@ EXPECTED = {
     "02_property_testing_casts.ipynb",
     "03_underflow_and_loss_scaling.ipynb",
     "04_gemm_accumulation.ipynb",
+    "05_policies_and_int8.ipynb",
 }
 
 _MISSING = [m for m in ("nbclient", "nbformat", "ipykernel") if importlib.util.find_spec(m) is None]
