@@ -701,6 +701,4 @@ def markdown(study: Study, *, figure: str | None = "policies_int8.png") -> str:
             "GEMM time, not parameter memory). Inference bytes per parameter: weights in the "
             "deployed format, plus for INT8 the FP32 biases and scales, over weights and biases.",
         ]
-    total = sum(study.seconds.values())
-    lines += ["", f"All runs took {total:.1f} s."]
     return "\n".join(lines)
