@@ -81,7 +81,7 @@ def _read_sections(path: Path) -> dict[str, str]:
             sections[name] = ""
         elif name is not None:
             sections[name] += line + "\n"
-    return sections
+    return {name: text.strip() for name, text in sections.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
