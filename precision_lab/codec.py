@@ -19,20 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from ._random import check_seed
 from .formats import FloatFormat, IntFormat, get_format
 from .rounding import (
-    OVERFLOW_MODES,
-    SUBNORMAL_MODES,
     _Plan,
     _plan,
-    _random_for,
     _round_float_chunk,
     _scratch,
     as_float_array,
-    check_choice,
-    check_random_bits,
-    check_rounding,
+    check_options,
     for_chunks,
     is_device_array,
     repair,
@@ -139,32 +133,17 @@ def encode(
     array([253, 127], dtype=uint8)
     """
     f = get_format(fmt)
-    mode = check_rounding(rounding)
-    check_choice("overflow", overflow, OVERFLOW_MODES)
-    check_choice("subnormals", subnormals, SUBNORMAL_MODES)
-    rbits = check_random_bits(random_bits)
+    o = check_options(rounding, overflow, subnormals, seed, random_bits)
     if is_device_array(x):
-        from . import gpu
-
-        key = check_seed(seed) if mode == "stochastic" else 0
-        return gpu.encode(
-            x,
-            f,
-            rounding=mode,
-            overflow=overflow,
-            subnormals=subnormals,
-            seed=key,
-            random_bits=rbits,
-        )
+        return o.on_device("encode", x, f)  # type: ignore[no-any-return]
     if isinstance(f, IntFormat):
-        vals = round_to(x, f, rounding=mode, seed=seed, random_bits=random_bits)
+        vals = round_to(x, f, rounding=o.mode, seed=o.seed, random_bits=o.random_bits)
         if np.isnan(vals).any():
             raise ValueError(f"x contains NaN, which {f} cannot represent")
         return (vals.astype(np.int64) & ((1 << f.bits) - 1)).astype(f.code_dtype)
     a = as_float_array(x)
     wdt = working_dtype(a.dtype, f)
-    p = _plan(f, wdt.name, mode, overflow, subnormals == "flush")
-    key = check_seed(seed) if mode == "stochastic" else 0
+    p = _plan(f, wdt.name, o.mode, o.overflow, o.subnormals == "flush")
     src = np.ascontiguousarray(a).reshape(-1)
     out = np.empty(a.shape, dtype=f.code_dtype)
     flat = out.reshape(-1)
@@ -172,7 +151,7 @@ def encode(
     flagged: list[tuple[np.ndarray, np.ndarray | None]] = []
 
     def work(lo: int, hi: int) -> None:
-        rw = _random_for(rbits, key, hi - lo, lo) if mode == "stochastic" else None
+        rw = o.words(hi - lo, lo)
         r = _scratch(p.F, hi - lo, slot=2)
         with np.errstate(all="ignore"):
             idx = _round_float_chunk(p, src[lo:hi], r, rw, masked=False, patch=False)

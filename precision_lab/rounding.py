@@ -117,6 +117,51 @@ def check_random_bits(random_bits: int | None) -> int:
     return int(random_bits)
 
 
+@dataclass(frozen=True)
+class RoundingOptions:
+    """The validated options of one rounding call, shared by round_to, encode and the GPU path."""
+
+    mode: str
+    overflow: str
+    subnormals: str
+    seed: int  # 0 unless stochastic
+    random_bits: int
+
+    def words(self, n: int, start: int) -> np.ndarray | None:
+        """Random words of flat indices ``start .. start + n - 1`` (stochastic rounding only)."""
+        if self.mode != "stochastic":
+            return None
+        return _random_for(self.random_bits, self.seed, n, start)
+
+    def on_device(self, func: str, x: Any, fmt: FloatFormat | IntFormat) -> Any:
+        """Run ``precision_lab.gpu.<func>`` on a CuPy array with these options."""
+        from . import gpu
+
+        return getattr(gpu, func)(
+            x,
+            fmt,
+            rounding=self.mode,
+            overflow=self.overflow,
+            subnormals=self.subnormals,
+            seed=self.seed,
+            random_bits=self.random_bits,
+        )
+
+
+def check_options(
+    rounding: str, overflow: str, subnormals: str, seed: int | None, random_bits: int | None
+) -> RoundingOptions:
+    """Validate the keyword options of :func:`round_to` (ValueError/TypeError naming them)."""
+    mode = check_rounding(rounding)
+    return RoundingOptions(
+        mode=mode,
+        overflow=check_choice("overflow", overflow, OVERFLOW_MODES),
+        subnormals=check_choice("subnormals", subnormals, SUBNORMAL_MODES),
+        seed=check_seed(seed) if mode == "stochastic" else 0,
+        random_bits=check_random_bits(random_bits),
+    )
+
+
 def is_device_array(x: Any) -> bool:
     """True for CuPy arrays, which the GPU backend (:mod:`precision_lab.gpu`) handles."""
     return type(x).__module__.split(".")[0] == "cupy"
@@ -561,23 +606,9 @@ def round_to(
     (128.0, 256.0)
     """
     f = get_format(fmt)
-    mode = check_rounding(rounding)
-    check_choice("overflow", overflow, OVERFLOW_MODES)
-    check_choice("subnormals", subnormals, SUBNORMAL_MODES)
-    rbits = check_random_bits(random_bits)
-    key = check_seed(seed) if mode == "stochastic" else 0
+    o = check_options(rounding, overflow, subnormals, seed, random_bits)
     if is_device_array(x):
-        from . import gpu
-
-        return gpu.round_to(
-            x,
-            f,
-            rounding=mode,
-            overflow=overflow,
-            subnormals=subnormals,
-            seed=key,
-            random_bits=rbits,
-        )
+        return o.on_device("round_to", x, f)  # type: ignore[no-any-return]
     a = as_float_array(x)
     wdt = working_dtype(a.dtype, f)
     src = np.ascontiguousarray(a).reshape(-1)
@@ -588,15 +619,15 @@ def round_to(
     if isinstance(f, IntFormat):
 
         def work(lo: int, hi: int) -> None:
-            rw = _random_for(rbits, key, hi - lo, lo) if mode == "stochastic" else None
+            rw = o.words(hi - lo, lo)
             with np.errstate(all="ignore"):
-                _round_int_chunk(f, mode, src[lo:hi], flat[lo:hi], rw)
+                _round_int_chunk(f, o.mode, src[lo:hi], flat[lo:hi], rw)
 
     else:
-        p = _plan(f, wdt.name, mode, overflow, subnormals == "flush")
+        p = _plan(f, wdt.name, o.mode, o.overflow, o.subnormals == "flush")
 
         def work(lo: int, hi: int) -> None:
-            rw = _random_for(rbits, key, hi - lo, lo) if mode == "stochastic" else None
+            rw = o.words(hi - lo, lo)
             with np.errstate(all="ignore"):
                 idx = _round_float_chunk(p, src[lo:hi], flat[lo:hi], rw, patch=False)
             if idx is not None:
