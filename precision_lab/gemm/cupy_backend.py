@@ -37,9 +37,10 @@ import numpy as np
 
 from ..formats import FloatFormat, get_format
 from ..gpu import format_args, module, require_cupy
-from ..rounding import ROUNDING_MODES, check_rounding, round_to
+from ..rounding import ROUNDING_MODES, _fits_float32, check_rounding, round_to
 from .accumulator import Accumulator
 from .scales import expand_scales
+from .shapes import gemm_shapes
 
 __all__ = ["KernelPlan", "gemm", "kernel_plan", "run"]
 
@@ -60,14 +61,6 @@ _P = {
 _P_ROUNDERS, _P_SIZE = 32, 32 + 6 * 9
 
 Launcher = Callable[[str, tuple[int, int, int], tuple[int, int, int], tuple[Any, ...]], None]
-
-
-def _fits_float32(fmt: FloatFormat) -> bool:
-    return (
-        fmt.precision <= 24
-        and fmt.max <= float(np.finfo(np.float32).max)
-        and fmt.smallest_subnormal >= 2.0**-149
-    )
 
 
 @dataclass(frozen=True)
@@ -277,23 +270,7 @@ def run(
     assert isinstance(out_fmt, FloatFormat)
     a = _float_array(xp, a, "a")
     b = _float_array(xp, b, "b")
-    if a.ndim < 2:
-        raise ValueError(f"a must be at least 2-D (..., M, K), got shape {a.shape}")
-    if b.ndim < 2:
-        raise ValueError(f"b must be at least 2-D (..., K, N), got shape {b.shape}")
-    if a.shape[-1] != b.shape[-2]:
-        raise ValueError(
-            f"shape mismatch: a is {a.shape} (K={a.shape[-1]}) but b is {b.shape} "
-            f"(K={b.shape[-2]}); a.shape[-1] must equal b.shape[-2]"
-        )
-    try:
-        batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
-    except ValueError:
-        raise ValueError(
-            f"batch shapes of a {a.shape[:-2]} and b {b.shape[:-2]} do not broadcast"
-        ) from None
-    m, k = a.shape[-2:]
-    n = b.shape[-1]
+    batch, m, k, n = gemm_shapes(tuple(a.shape), tuple(b.shape))
     out_shape = (*batch, m, n)
     nb = math.prod(batch)
     seed = 0 if acc.seed is None else acc.seed

@@ -26,10 +26,11 @@ from typing import Any
 import numpy as np
 
 from ..formats import FloatFormat, get_format
-from ..rounding import as_float_array, check_rounding, is_device_array, round_to
-from .accumulator import Accumulator
+from ..rounding import _fits_float32, as_float_array, check_rounding, is_device_array, round_to
+from .accumulator import Accumulator, _float_format
 from .exact import Rounder, round_sum, stochastic_words, two_sum
 from .scales import expand_scales
+from .shapes import gemm_shapes
 
 __all__ = ["BACKENDS", "gemm"]
 
@@ -40,24 +41,6 @@ _NO_TERM = -(1 << 20)  # alignment exponent of a zero term (below every real exp
 _CHUNK_ELEMENTS = 1 << 15
 
 FormatLike = str | FloatFormat
-
-
-def _fits_float32(fmt: FloatFormat) -> bool:
-    return (
-        fmt.precision <= 24
-        and fmt.max <= float(np.finfo(np.float32).max)
-        and fmt.smallest_subnormal >= 2.0**-149
-    )
-
-
-def _float_format(value: Any, name: str) -> FloatFormat:
-    try:
-        fmt = get_format(value)
-    except (TypeError, ValueError) as exc:
-        raise type(exc)(f"{name}: {exc}") from None
-    if not isinstance(fmt, FloatFormat):
-        raise ValueError(f"{name} must be a floating-point format, got integer format {fmt}")
-    return fmt
 
 
 def gemm(
@@ -232,23 +215,7 @@ def _gemm_numpy(
 ) -> np.ndarray:
     a = as_float_array(a, "a")
     b = as_float_array(b, "b")
-    if a.ndim < 2:
-        raise ValueError(f"a must be at least 2-D (..., M, K), got shape {a.shape}")
-    if b.ndim < 2:
-        raise ValueError(f"b must be at least 2-D (..., K, N), got shape {b.shape}")
-    if a.shape[-1] != b.shape[-2]:
-        raise ValueError(
-            f"shape mismatch: a is {a.shape} (K={a.shape[-1]}) but b is {b.shape} "
-            f"(K={b.shape[-2]}); a.shape[-1] must equal b.shape[-2]"
-        )
-    try:
-        batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
-    except ValueError:
-        raise ValueError(
-            f"batch shapes of a {a.shape[:-2]} and b {b.shape[:-2]} do not broadcast"
-        ) from None
-    m, k = a.shape[-2:]
-    n = b.shape[-1]
+    batch, m, k, n = gemm_shapes(tuple(a.shape), tuple(b.shape))
     out_shape = (*batch, m, n)
     seed = 0 if acc.seed is None else acc.seed
     if _blas_fast_path_applies(acc, fa, fb, out_fmt, input_rounding, scale_a, scale_b):
