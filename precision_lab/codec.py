@@ -154,7 +154,9 @@ def encode(
         rw = o.words(hi - lo, lo)
         r = _scratch(p.F, hi - lo, slot=2)
         with np.errstate(all="ignore"):
-            idx = _round_float_chunk(p, src[lo:hi], r, rw, masked=False, patch=False)
+            idx = _round_float_chunk(
+                p, src[lo:hi], r, rw, masked=False, patch=False, fast_zero=False
+            )
             _fast_codes(p, r.view(p.U), flat[lo:hi])
         if idx is not None:
             flagged.append((idx + lo, None if rw is None else rw[idx]))

@@ -76,6 +76,8 @@ SUBNORMAL_MODES = ("keep", "flush")
 
 #: elements per chunk: the temporaries of one chunk stay in the core's L2 cache
 CHUNK = 1 << 15
+#: threads that share the chunks of a large array
+WORKERS = os.cpu_count() or 1
 
 _ML_FLOATS = {
     np.dtype(getattr(ml_dtypes, n))
@@ -225,6 +227,7 @@ class _Plan:
     sign: int
     abs_mask: int
     flip_parity: bool  # exponent-only formats whose bias parity differs from the working dtype's
+    zero_is_fast: bool  # ±0 rounds to ±0 (not in fnuz, unsigned or zero-less formats)
     inf_bits: int
     nan_bits: int  # canonical quiet NaN (positive)
 
@@ -258,6 +261,7 @@ def _plan(fmt: FloatFormat, wdt: str, mode: str, overflow: str, flush: bool) -> 
         qexp=fmt.emin - sub_m,
         sign=1 << (W - 1),
         flip_parity=fmt.mantissa_bits == 0 and (bias - (127 if W == 32 else 1023)) % 2 == 1,
+        zero_is_fast=fmt.has_negative_zero,
         abs_mask=(1 << (W - 1)) - 1,
         inf_bits=bits(math.inf),
         nan_bits=bits(math.nan) & ((1 << (W - 1)) - 1),
@@ -349,6 +353,7 @@ def _round_float_chunk(
     *,
     masked: bool = True,
     patch: bool = True,
+    fast_zero: bool = True,
 ) -> np.ndarray | None:
     """Round one contiguous chunk ``xc`` into ``out`` (working dtype, same length).
 
@@ -359,7 +364,7 @@ def _round_float_chunk(
     With ``masked=False`` the dropped low bits of unflagged results are left as they are (the
     encoder shifts them out anyway); with ``patch=False`` flagged results are left wrong, for the
     caller to redo them all at once with :func:`repair` (one pass of Python overhead, not one per
-    chunk).
+    chunk); with ``fast_zero=False`` zeros are flagged too (the encoder needs them).
     """
     U, s, mode, W = p.U, p.s, p.mode, p.W
     wc = xc if xc.dtype == p.F else xc.astype(p.F)
@@ -420,6 +425,10 @@ def _round_float_chunk(
     np.greater(tmp, U(p.maxbits - p.threshold), out=flag)
     if not flag.any():
         return None
+    if fast_zero and p.zero_is_fast:  # the fast path already gives ±0 for ±0: no repair
+        flag &= tmp != U((1 << W) - p.threshold)
+        if not flag.any():
+            return None
     idx = np.flatnonzero(flag)
     if not patch:
         return idx
@@ -435,7 +444,12 @@ def repair(
     words = [w for _, w in flagged if w is not None]
     rw = np.concatenate(words) if words else None
     res: np.ndarray = np.empty(where.size, dtype=p.F)
-    _round_float_chunk(p, src[where], res, rw)
+
+    def work(lo: int, hi: int) -> None:  # in chunks, on all cores: gradients can be mostly tiny
+        with np.errstate(all="ignore"):
+            _round_float_chunk(p, src[where[lo:hi]], res[lo:hi], None if rw is None else rw[lo:hi])
+
+    for_chunks(where.size, work)
     return where, res
 
 
@@ -523,14 +537,14 @@ _POOL: ThreadPoolExecutor | None = None
 def _pool() -> ThreadPoolExecutor:
     global _POOL
     if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=os.cpu_count() or 1)
+        _POOL = ThreadPoolExecutor(max_workers=WORKERS)
     return _POOL
 
 
 def for_chunks(n: int, work: Any, chunk: int | None = None) -> None:
     """Call ``work(start, stop)`` over ``range(n)`` in chunks, on all cores for large n."""
     chunk = chunk or CHUNK
-    workers = os.cpu_count() or 1
+    workers = WORKERS
     # inside a pool worker (nested call), run inline: waiting on the pool there could deadlock
     if n <= 4 * chunk or workers == 1 or getattr(_TLS, "in_pool", False):
         for i in range(0, n, chunk):
