@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+from timing import rate
 
 import precision_lab as pl
 
@@ -31,16 +32,6 @@ try:
     from gfloat.block import compute_scale_amax, quantize_block
 except ImportError:  # pragma: no cover
     gf = None
-
-
-def rate(fn: Callable[[], object], n: int, repeat: int) -> float:
-    fn()  # warm up
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return n / statistics.median(times) / 1e6
 
 
 def main() -> None:

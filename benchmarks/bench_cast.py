@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import threading
 import time
 from collections.abc import Callable
 
 import ml_dtypes
 import numpy as np
+from timing import rate
 
 import precision_lab as pl
 
@@ -37,16 +37,6 @@ try:
     import gfloat.formats
 except ImportError:  # pragma: no cover
     gfloat = None
-
-
-def rate(fn: Callable[[], object], n: int, repeat: int) -> float:
-    fn()  # warm up
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return n / statistics.median(times) / 1e6
 
 
 def peak_rss_during(fn: Callable[[], object]) -> int:

@@ -11,25 +11,13 @@ round-to-nearest-even on E4M3 inputs, >= 30 MMAC/s for the tensor-core models.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from collections.abc import Callable
 
 import numpy as np
+from timing import median_time
 
 import precision_lab as pl
 
 TARGETS = {"fp32 sequential": 1e8, "tensor-core": 3e7}
-
-
-def median_time(fn: Callable[[], object], repeat: int) -> float:
-    fn()  # warm up (thread pool, caches)
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main(argv: list[str] | None = None) -> int:

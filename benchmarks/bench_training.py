@@ -23,26 +23,15 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import statistics
-import time
 from collections.abc import Callable
 
 import numpy as np
 from threadpoolctl import threadpool_limits
+from timing import median_time
 
 import precision_lab as pl
 from precision_lab.gradients import lognormal
 from precision_lab.training import MLP, RUNS, load_digits_split, make_scaler, softmax_xent
-
-
-def median_time(fn: Callable[[], object], repeat: int) -> float:
-    fn()  # warm up
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def batches(x: np.ndarray, y: np.ndarray, bs: int, seed: int = 0):  # type: ignore[no-untyped-def]
