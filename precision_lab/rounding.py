@@ -228,6 +228,7 @@ class _Plan:
     abs_mask: int
     flip_parity: bool  # exponent-only formats whose bias parity differs from the working dtype's
     zero_is_fast: bool  # ±0 rounds to ±0 (not in fnuz, unsigned or zero-less formats)
+    fixed_quantum: bool  # inputs below threshold all round to multiples of 2**qexp
     inf_bits: int
     nan_bits: int  # canonical quiet NaN (positive)
 
@@ -262,6 +263,7 @@ def _plan(fmt: FloatFormat, wdt: str, mode: str, overflow: str, flush: bool) -> 
         sign=1 << (W - 1),
         flip_parity=fmt.mantissa_bits == 0 and (bias - (127 if W == 32 else 1023)) % 2 == 1,
         zero_is_fast=fmt.has_negative_zero,
+        fixed_quantum=fmt.has_zero and fmt.smallest_normal >= work_min_normal,
         abs_mask=(1 << (W - 1)) - 1,
         inf_bits=bits(math.inf),
         nan_bits=bits(math.nan) & ((1 << (W - 1)) - 1),
@@ -493,6 +495,14 @@ def _low_bits(p: _Plan, u: np.ndarray, neg: np.ndarray, rw: np.ndarray | None) -
     are subnormal in the working dtype (quantum from their own binade).
     """
     fmt = p.fmt
+    if p.fixed_quantum and p.mode != "stochastic":
+        # every input here is below 2**emin: k = |x| / q < 2**mantissa_bits is exact in the
+        # working dtype, so is its rounding to an integer, and so is k * q
+        k = _round_quantum(u.view(p.F), neg, p.qexp, p.mode, None)
+        val = np.ldexp(k, p.qexp)
+        if p.flush:
+            val[val < fmt.smallest_normal] = 0
+        return val.view(p.U)
     mag = u.view(p.F).astype(np.float64)
     e = np.frexp(mag)[1] - 1
     qexp = np.where(e >= fmt.emin, e - fmt.mantissa_bits, p.qexp)
