@@ -39,6 +39,7 @@ from ..formats import FloatFormat, get_format
 from ..gpu import format_args, module, require_cupy
 from ..rounding import ROUNDING_MODES, _fits_float32, check_rounding, round_to
 from .accumulator import Accumulator
+from .reference import _on_grid
 from .scales import expand_scales
 from .shapes import gemm_shapes
 
@@ -217,29 +218,6 @@ def _float_array(xp: Any, x: Any, name: str) -> Any:
     return arr
 
 
-def _on_grid(xp: Any, x: Any, fmt: FloatFormat, name: str, mode: str, seed: int) -> Any:
-    """``x`` (float64) on the grid of ``fmt`` (checked to be on it for mode 'exact')."""
-    if mode == "exact":
-        r = round_to(x, fmt).astype(np.float64)
-        bad = ~((r == x) | (xp.isnan(r) & xp.isnan(x)))
-        nbad = int(bad.sum())
-        if nbad:
-            first = tuple(int(i) for i in xp.argwhere(bad)[0])
-            raise ValueError(
-                f"{name} has {nbad} value(s) not on the {fmt} grid (first: {name}"
-                f"[{', '.join(map(str, first))}] = {float(x[first])!r}); round them first or "
-                "pass input_rounding='nearest_even'"
-            )
-        return x
-    try:
-        mode = check_rounding(mode)
-    except ValueError:
-        raise ValueError(
-            f"input_rounding must be a rounding mode or 'exact', got {mode!r}"
-        ) from None
-    return round_to(x, fmt, rounding=mode, seed=seed).astype(np.float64)
-
-
 def _host(x: Any) -> Any:
     return x.get() if hasattr(x, "get") else x
 
@@ -274,8 +252,8 @@ def run(
     out_shape = (*batch, m, n)
     nb = math.prod(batch)
     seed = 0 if acc.seed is None else acc.seed
-    a64 = _on_grid(xp, a.astype(np.float64), fa, "a", input_rounding, seed)
-    b64 = _on_grid(xp, b.astype(np.float64), fb, "b", input_rounding, seed + 1)
+    a64 = _on_grid(a.astype(np.float64), fa, "a", input_rounding, seed, xp)
+    b64 = _on_grid(b.astype(np.float64), fb, "b", input_rounding, seed + 1, xp)
     has_c = c is not None
     if has_c:
         c_arr = _float_array(xp, c, "c")

@@ -178,16 +178,17 @@ def _input_formats(input_format: Any) -> tuple[FloatFormat, FloatFormat]:
     return fa, fb
 
 
-def _on_grid(x: np.ndarray, fmt: FloatFormat, name: str, mode: str, seed: int) -> np.ndarray:
-    """``x`` (float64) put on the grid of ``fmt`` (or checked to be on it for mode 'exact')."""
+def _on_grid(x: Any, fmt: FloatFormat, name: str, mode: str, seed: int, xp: Any = np) -> Any:
+    """``x`` (float64, numpy or CuPy ``xp``) put on the grid of ``fmt`` (checked for 'exact')."""
     if mode == "exact":
         r = round_to(x, fmt).astype(np.float64)
-        bad = ~((r == x) | (np.isnan(r) & np.isnan(x)))
-        if bad.any():
-            idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        bad = ~((r == x) | (xp.isnan(r) & xp.isnan(x)))
+        nbad = int(bad.sum())
+        if nbad:
+            idx = tuple(int(i) for i in xp.argwhere(bad)[0])
             raise ValueError(
-                f"{name} has {int(bad.sum())} value(s) not on the {fmt} grid (first: {name}"
-                f"[{', '.join(map(str, idx))}] = {x[idx]!r}); round them first or pass "
+                f"{name} has {nbad} value(s) not on the {fmt} grid (first: {name}"
+                f"[{', '.join(map(str, idx))}] = {float(x[idx])!r}); round them first or pass "
                 "input_rounding='nearest_even'"
             )
         return x
@@ -198,6 +199,17 @@ def _on_grid(x: np.ndarray, fmt: FloatFormat, name: str, mode: str, seed: int) -
             f"input_rounding must be a rounding mode or 'exact', got {mode!r}"
         ) from None
     return round_to(x, fmt, rounding=mode, seed=seed).astype(np.float64)
+
+
+def _broadcast_c(c: Any, out_shape: tuple[int, ...]) -> np.ndarray:
+    """``c`` as a float array broadcast to the output shape (ValueError naming ``c`` if not)."""
+    c_arr = as_float_array(c, "c")
+    try:
+        return np.broadcast_to(c_arr, out_shape)
+    except ValueError:
+        raise ValueError(
+            f"c of shape {c_arr.shape} does not broadcast to the output shape {out_shape}"
+        ) from None
 
 
 def _gemm_numpy(
@@ -225,14 +237,7 @@ def _gemm_numpy(
     if c is None:
         c64 = np.zeros(out_shape)
     else:
-        c_arr = as_float_array(c, "c")
-        try:
-            c_arr = np.broadcast_to(c_arr, out_shape)
-        except ValueError:
-            raise ValueError(
-                f"c of shape {c_arr.shape} does not broadcast to the output shape {out_shape}"
-            ) from None
-        c64 = round_to(c_arr.astype(np.float64), out_fmt).astype(np.float64)
+        c64 = round_to(_broadcast_c(c, out_shape).astype(np.float64), out_fmt).astype(np.float64)
     sa, sb, kblock = expand_scales(a, b, scale_a, scale_b, scale_block)
     if sa is not None:
         assert isinstance(acc.promote_format, FloatFormat) and isinstance(acc.format, FloatFormat)
@@ -297,14 +302,8 @@ def _gemm_blas32(
     with np.errstate(over="ignore", invalid="ignore"):
         p = np.matmul(a32, b32)
         if c is not None:
-            c_arr = as_float_array(c, "c")
-            try:
-                c_arr = np.broadcast_to(c_arr, out_shape)
-            except ValueError:
-                raise ValueError(
-                    f"c of shape {c_arr.shape} does not broadcast to the output shape {out_shape}"
-                ) from None
-            p = p + round_to(c_arr, out_fmt).astype(np.float32, copy=False)
+            c32 = round_to(_broadcast_c(c, out_shape), out_fmt).astype(np.float32, copy=False)
+            p = p + c32
     out = round_to(
         p, out_fmt, rounding=acc.out_rounding, overflow=acc.overflow, subnormals=acc.subnormals
     )
