@@ -379,6 +379,23 @@ class Accumulator:
         """
         return dataclasses.replace(self, **changes)
 
+    def segments(self, k: int, kblock: int | None, scaled: bool) -> tuple[bool, int]:
+        """(promote?, segment length) of a K-long sum: promotion every N, the K-blocks of the
+        scales, or one scaled segment.
+
+        >>> Accumulator("bf16", promote_every=128).segments(4096, None, False)
+        (True, 128)
+        """
+        seg = self.promote_every
+        if kblock is not None:
+            if seg is None:
+                seg = kblock
+            elif kblock % seg:
+                raise ValueError(
+                    f"promote_every={seg} must divide the K-block of the scales ({kblock})"
+                )
+        return seg is not None or scaled, seg if seg is not None else max(k, 1)
+
     def describe(self) -> str:
         """One line saying what the model does.
 

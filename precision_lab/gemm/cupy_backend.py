@@ -88,20 +88,6 @@ def _rounder(fmt: FloatFormat, mode: str, acc: Accumulator) -> list[int]:
     ]
 
 
-def _segments(acc: Accumulator, k: int, kblock: int | None, scaled: bool) -> tuple[bool, int]:
-    """(promote, segment length): promotion every N, K-blocks of scales, or one scaled segment."""
-    seg = acc.promote_every
-    if kblock is not None:
-        if seg is None:
-            seg = kblock
-        elif kblock % seg:
-            raise ValueError(
-                f"promote_every={seg} must divide the K-block of the scales ({kblock})"
-            )
-    promote = seg is not None or scaled
-    return promote, seg if seg is not None else max(k, 1)
-
-
 def kernel_plan(
     a_shape: tuple[int, ...],
     b_shape: tuple[int, ...],
@@ -124,7 +110,7 @@ def kernel_plan(
     if acc.order == "blas":
         raise ValueError("order='blas' has no kernel (run() uses cupy.matmul)")
     kblock = None if scales is None else scales[2]
-    promote, seg = _segments(acc, k, kblock, scales is not None)
+    promote, seg = acc.segments(k, kblock, scales is not None)
     if acc.order == "block_fma":
         blk = int(acc.block or 1)
         if blk > _G_TKMAX:

@@ -359,18 +359,8 @@ class _Model:
         )
         self.out_rounder = rounder(out_fmt, acc.out_rounding)
         self.stochastic = acc.stochastic
-        # segments: promotion and K-blocks of scales
-        seg = acc.promote_every
-        if kblock is not None:
-            if seg is None:
-                seg = kblock
-            elif kblock % seg:
-                raise ValueError(
-                    f"promote_every={seg} must divide the K-block of the scales ({kblock})"
-                )
         self.kblock = kblock
-        self.promote = seg is not None or scaled
-        self.seg = seg if seg is not None else max(k, 1)
+        self.promote, self.seg = acc.segments(k, kblock, scaled)
         # product quantum and bound (for the exact-float64 fast path)
         if acc.product_format is None:
             pq = fa.smallest_subnormal * fb.smallest_subnormal
