@@ -1,4 +1,4 @@
-"""The ``precision-lab`` command line.
+"""The ``precision-lab`` command line (also ``python -m precision_lab``).
 
 ::
 
@@ -7,10 +7,17 @@
                                     [--json]           round one value, show its code and error
     precision-lab figures [--only NAME] [--outdir DIR] [--list]   regenerate figures/REPORT.md
     precision-lab report [--outdir DIR] [--regenerate] [--show]   where the report is (or make it)
+    precision-lab --version
 
 ``VALUE`` is read exactly: a decimal string is the exact decimal number (``0.1`` is one tenth, not
-the float64 nearest to it) and is rounded once, straight to the format; hex floats
-(``0x1.8p-3``), ``inf``, ``-inf``, ``nan`` and ``-0`` work too.
+the float64 nearest to it), a hex float (``0x1.8p-3``) the exact binary number, and either is
+rounded once, straight to the format, in every mode (fp64 included); ``inf``, ``-inf``, ``nan``
+and ``-0`` work too. Any exponent is fine (``1e-999999999`` is decided at once); the error is
+reported against the exact input (an overflow of a finite value is never "exact").
+
+``--seed`` belongs to stochastic rounding: with any other mode it is an error (a seed that
+changes nothing is a mistake worth hearing about). Stochastic rounding without ``--seed`` draws
+a seed and prints it, so the run can be repeated.
 
 >>> main(["cast", "1.0625000000000000000001", "e4m3"])
 input     1.0625000000000000000001  (exact decimal; the nearest float64 is 1.0625)
@@ -28,60 +35,141 @@ import json
 import math
 import os
 import re
+import secrets
 import sys
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from ._random import check_seed, random_words
 from .codec import encode
 from .formats import ALIASES, FORMATS, FloatFormat, IntFormat, get_format
-from .rounding import OVERFLOW_MODES, ROUNDING_MODES, SUBNORMAL_MODES, check_rounding, round_to
+from .rounding import (
+    OVERFLOW_MODES,
+    ROUNDING_MODES,
+    SUBNORMAL_MODES,
+    check_choice,
+    check_rounding,
+    round_to,
+)
 
-__all__ = ["main", "parse_value"]
+__all__ = ["Value", "cast", "main", "parse_value", "round_exact"]
 
 
 # ----- VALUE -------------------------------------------------------------------------------------
-def parse_value(text: str) -> tuple[Fraction | None, float]:
-    """``(exact value, float64 to round)`` for a decimal, hex-float or special string.
+#: Values of magnitude beyond 2**±_LIMIT (far outside every format, fp64 included: 2**-1074 to
+#: 2**1024) are never built: a stand-in of the same sign beyond the same limit rounds the same way
+#: in every mode and gives the same float64 errors. So ``1e-999999999`` costs no more than ``1``.
+_LIMIT = 4096
+#: Significant digits read from a decimal or hex mantissa (leading and trailing zeros are free).
+_MAX_DIGITS = 4000
+_DIGITS = r"[0-9](?:_?[0-9])*"
+_XDIGITS = r"[0-9a-f](?:_?[0-9a-f])*"
+_DECIMAL = re.compile(
+    rf"(?:(?P<i>{_DIGITS})(?:\.(?P<f>{_DIGITS})?)?|\.(?P<g>{_DIGITS}))(?:e(?P<e>[+-]?{_DIGITS}))?",
+    re.ASCII,
+)
+_HEXFLOAT = re.compile(
+    rf"0x(?:(?P<i>{_XDIGITS})(?:\.(?P<f>{_XDIGITS})?)?|\.(?P<g>{_XDIGITS}))(?:p(?P<e>[+-]?{_DIGITS}))?",
+    re.ASCII,
+)
+_BAD_VALUE = (
+    "VALUE must be a decimal number (1.5, -2e-3, 1_000), a hex float (0x1.8p-3), inf, -inf or "
+    "nan, got {!r}"
+)
 
-    The float64 is the exact value when it is one; otherwise the exact value rounded to odd (the
-    neighbour whose last bit is 1), which keeps what every later rounding to a format of at most
-    51 mantissa bits needs, so that rounding is the correct rounding of the exact decimal. The
-    exact value is None for inf and NaN. Beyond float64's range the float64 is ±max (odd, so
-    still a correct stand-in for every narrower format).
+
+class Value(NamedTuple):
+    """A parsed VALUE: ``exact`` (None for inf and NaN), the float64 ``x`` to hand to round_to
+    (the exact value when it is a float64, else the exact value rounded to odd) and ``beyond``:
+    0, or -1 / +1 when ``|value|`` is below ``2**-_LIMIT`` / above ``2**_LIMIT`` and ``exact`` is
+    a stand-in of the same sign beyond the same limit (see ``_LIMIT``)."""
+
+    exact: Fraction | None
+    x: float
+    beyond: int = 0
+
+
+def _exponent(text: str | None) -> int:
+    """The exponent of a VALUE, clamped to ±10**18 (far beyond anything that is not 0 or inf)."""
+    if not text:
+        return 0
+    t = text.replace("_", "")
+    sign = -1 if t.startswith("-") else 1
+    digits = t.lstrip("+-").lstrip("0") or "0"
+    return sign * (10**18 if len(digits) > 18 else int(digits))
+
+
+def parse_value(text: str) -> Value:
+    """Read VALUE exactly, with bounded work: a decimal, a hex float or a special string.
+
+    Accepted: surrounding spaces, a sign (``-``, ``+`` or the Unicode minus ``−``), ``_``
+    between digits, ``inf``/``infinity``/``nan`` in any case. The exponent may be anything:
+    magnitudes beyond ``2**±4096`` are decided without building the number. At most 4000
+    significant digits.
 
     >>> parse_value("0x1.8p-3")
-    (Fraction(3, 16), 0.1875)
-    >>> parse_value("0.1")[0], parse_value("0.1")[1] == 0.1
+    Value(exact=Fraction(3, 16), x=0.1875, beyond=0)
+    >>> v = parse_value("0.1"); v.exact, v.x == 0.1
     (Fraction(1, 10), False)
     >>> parse_value("-0")
-    (Fraction(0, 1), -0.0)
+    Value(exact=Fraction(0, 1), x=-0.0, beyond=0)
+    >>> parse_value("1e-999999999").beyond
+    -1
+    >>> parse_value("0x")
+    Traceback (most recent call last):
+    ...
+    ValueError: VALUE must be a decimal number (1.5, -2e-3, 1_000), a hex float ..., got '0x'
     """
-    s = text.strip().lower().replace("_", "")
+    s = text.strip().lower().replace("\u2212", "-")
     negative = s.startswith("-")
-    body = s.lstrip("+-")
+    body = s[1:] if s[:1] in ("-", "+") else s
     if body in ("inf", "infinity", "nan"):
-        return None, float(s)
-    try:
-        if body.startswith("0x"):
-            exact = Fraction(float.fromhex(s))
-        else:
-            exact = Fraction(s)
-    except (ValueError, ZeroDivisionError, OverflowError):
+        return Value(None, float(("-" if negative else "") + body))
+    hexa = body.startswith("0x")
+    m = (_HEXFLOAT if hexa else _DECIMAL).fullmatch(body)
+    if m is None:
+        raise ValueError(_BAD_VALUE.format(text))
+    frac = (m["f"] or m["g"] or "").replace("_", "")
+    digits = ((m["i"] or "").replace("_", "") + frac).lstrip("0")
+    exp = _exponent(m["e"])  # binary for hex floats, decimal otherwise
+    step = 4 if hexa else 1  # exponent units per digit
+    exp -= step * len(frac)
+    kept = digits.rstrip("0")
+    exp += step * (len(digits) - len(kept))
+    if not kept:
+        return Value(Fraction(0), -0.0 if negative else 0.0)
+    if len(kept) > _MAX_DIGITS:
         raise ValueError(
-            f"VALUE must be a decimal number, a hex float (0x1.8p-3), inf or nan, got {text!r}"
-        ) from None
-    if exact == 0:
-        return exact, -0.0 if negative else 0.0
+            f"VALUE has {len(kept)} significant digits; at most {_MAX_DIGITS} are read, "
+            f"got {text[:40]!r}..."
+        )
+    mant = int(kept, 16 if hexa else 10)
+    log2 = mant.bit_length() - 1 + (exp if hexa else exp * math.log2(10))  # within 2 of log2|v|
+    beyond = 1 if log2 > _LIMIT + 4 else -1 if log2 < -_LIMIT - 4 else 0
+    if beyond:
+        exact = Fraction(2) ** (beyond * (_LIMIT + 8))
+    elif hexa:
+        exact = Fraction(mant) * Fraction(2) ** exp
+    else:
+        exact = Fraction(mant) * Fraction(10) ** exp
+    exact = -exact if negative else exact
+    return Value(exact, _odd_float64(exact), beyond)
+
+
+def _odd_float64(v: Fraction) -> float:
+    """``v`` if it is a float64, else the float64 next to it whose last bit is 1 (round to odd):
+    it keeps what every later rounding to a format of at most 51 mantissa bits needs. Beyond
+    float64's range: ±max, which is odd."""
     try:
-        f = float(exact)  # correctly rounded to nearest
-    except OverflowError:  # beyond float64: its max, which is odd, is the sticky stand-in
-        f = _F64_MAX if exact > 0 else -_F64_MAX
-    if Fraction(f) != exact and int(np.float64(f).view(np.uint64)) % 2 == 0:
-        f = float(np.nextafter(f, np.inf if exact > Fraction(f) else -np.inf))
-    return exact, f
+        f = float(v)  # correctly rounded to nearest
+    except OverflowError:
+        return _F64_MAX if v > 0 else -_F64_MAX
+    if Fraction(f) != v and int(np.float64(f).view(np.uint64)) % 2 == 0:
+        f = float(np.nextafter(f, np.inf if v > Fraction(f) else -np.inf))
+    return f
 
 
 _F64_MAX = float(np.finfo(np.float64).max)
@@ -94,13 +182,133 @@ def _float(v: Fraction) -> float:
         return math.inf if v > 0 else -math.inf
 
 
-def _nearest_float64(exact: Fraction | None, x: float) -> float:
-    if exact is None or exact == 0:
-        return x
-    try:
-        return float(exact)
-    except OverflowError:
-        return math.inf if exact > 0 else -math.inf
+# ----- rounding an exact rational ----------------------------------------------------------------
+def _is_fp64_grid(f: FloatFormat | IntFormat) -> bool:
+    """Formats whose values the float64 round-to-odd stand-in cannot round exactly."""
+    return isinstance(f, FloatFormat) and f.mantissa_bits > 51
+
+
+def _floor_log2(a: Fraction) -> int:
+    e = a.numerator.bit_length() - a.denominator.bit_length()
+    return e - 1 if Fraction(2) ** e > a else e
+
+
+def _ulp_at(f: FloatFormat | IntFormat, a: Fraction) -> Fraction:
+    """The spacing of ``f`` at magnitude ``a`` (that of the top binade beyond max)."""
+    if isinstance(f, IntFormat):
+        return Fraction(1)
+    top = Fraction(f.max)
+    e = _floor_log2(min(a, top)) if a > 0 else f.emin
+    return Fraction(2) ** (max(e, f.emin) - f.mantissa_bits)
+
+
+def _fp64_neighbours(a: Fraction) -> tuple[Fraction, Fraction]:
+    """The float64 magnitudes just below and above ``a > 0`` (not a float64); above the
+    largest float64 the upper one is 2**1024, the value an unbounded exponent would give."""
+    top = Fraction(2) ** 1024
+    if a > Fraction(_F64_MAX):
+        return Fraction(_F64_MAX), top
+    f = float(a)  # correctly rounded: one of the two neighbours
+    other = float(np.nextafter(f, 0.0 if Fraction(f) > a else np.inf))
+    lo, hi = sorted((Fraction(f), Fraction(other) if math.isfinite(other) else top))
+    return lo, hi
+
+
+def _fp64_odd(v: Fraction) -> bool:
+    if v >= Fraction(_F64_MAX):  # max is odd, 2**1024 even
+        return v == Fraction(_F64_MAX)
+    return int(np.float64(float(v)).view(np.uint64)) % 2 == 1
+
+
+def round_exact(
+    v: Fraction,
+    fmt: str | FloatFormat | IntFormat,
+    *,
+    rounding: str = "nearest_even",
+    overflow: str = "ieee",
+    subnormals: str = "keep",
+    seed: int | None = None,
+) -> float:
+    """The exact rational ``v`` rounded once to ``fmt``: :func:`round_to` semantics for a value
+    that no float64 may hold.
+
+    Deterministic modes to formats of at most 51 mantissa bits round the float64 round-to-odd
+    stand-in with :func:`round_to` (exact: the stand-in keeps the sticky bit). fp64 and
+    stochastic rounding choose between the two neighbours of ``v`` from exact distances
+    (stochastic: with round_to's rule and random word for ``(seed, index 0)``).
+
+    >>> round_exact(Fraction(1) + Fraction(1, 2**60), "fp64", rounding="up") == 1 + 2**-52
+    True
+    >>> round_exact(Fraction(1, 10), "e4m3")
+    0.1015625
+    """
+    f = get_format(fmt)
+    mode = check_rounding(rounding)
+    overflow = check_choice("overflow", overflow, OVERFLOW_MODES)
+    subnormals = check_choice("subnormals", subnormals, SUBNORMAL_MODES)
+    x = _odd_float64(v)
+    opts: dict[str, Any] = {"overflow": overflow, "subnormals": subnormals}
+    wide = _is_fp64_grid(f)
+    if v == 0 or (mode != "stochastic" and not wide) or (wide and Fraction(x) == v):
+        return float(round_to(np.float64(x), f, rounding=mode, seed=seed, **opts))
+    if isinstance(f, FloatFormat) and wide and (f.exponent_bits, f.mantissa_bits) != (11, 52):
+        raise ValueError(f"cannot round a value that is not a float64 exactly to {f}")
+    negative = v < 0
+    a = abs(v)
+    outward = "down" if negative else "up"
+    if wide:
+        lo, hi = _fp64_neighbours(a)
+        lo_r = -float(lo) if negative else float(lo)
+        if hi > Fraction(_F64_MAX):  # overflow: inf, or max when saturating
+            hi_r = -_F64_MAX if negative else _F64_MAX
+            hi_r = hi_r if overflow == "saturate" else math.copysign(math.inf, hi_r)
+        else:
+            hi_r = -float(hi) if negative else float(hi)
+    else:  # stochastic: the stand-in lies between the same two neighbours
+        lo_r = float(round_to(np.float64(x), f, rounding="toward_zero", overflow="saturate"))
+        hi_r = float(round_to(np.float64(x), f, rounding=outward, overflow=overflow))
+        if math.isnan(lo_r):  # no such value (a negative number in an unsigned format)
+            return lo_r
+        lo = Fraction(abs(lo_r))
+        if math.isfinite(hi_r):
+            hi = Fraction(abs(hi_r))
+            if hi <= lo:  # one candidate only (saturated, or clamped to the least value)
+                return _flush(lo_r, f, subnormals)
+        else:  # overflow: the value above max an unbounded exponent would give
+            hi = Fraction(f.max) + _ulp_at(f, Fraction(f.max))
+    if mode == "stochastic":
+        if a >= hi:
+            up = True
+        else:
+            frac64 = math.floor((a - lo) / (hi - lo) * 2**64)
+            word = int(random_words(check_seed(seed), 1, 0)[0])
+            up = frac64 != 0 and word >= 2**64 - frac64
+    else:
+        lo_odd = _fp64_odd(lo)
+        away = a - lo > hi - a or (a - lo == hi - a and mode == "nearest_away")
+        tie_even = a - lo == hi - a and mode == "nearest_even" and lo_odd
+        choice = {
+            "nearest_even": away or tie_even,
+            "nearest_away": away,
+            "toward_zero": False,
+            "up": not negative,
+            "down": negative,
+            "odd": not lo_odd,
+        }
+        up = choice[mode]
+    return _flush(hi_r if up else lo_r, f, subnormals)
+
+
+def _flush(r: float, f: FloatFormat | IntFormat, subnormals: str) -> float:
+    """A subnormal result flushed to the format's zero of its sign (``subnormals="flush"``)."""
+    if (
+        subnormals == "flush"
+        and isinstance(f, FloatFormat)
+        and r != 0
+        and abs(r) < f.smallest_normal
+    ):
+        return float(round_to(np.float64(math.copysign(0.0, r)), f))
+    return r
 
 
 # ----- formats -----------------------------------------------------------------------------------
@@ -260,37 +468,50 @@ def cast(
     subnormals: str = "keep",
     seed: int | None = None,
 ) -> dict[str, Any]:
-    """Everything ``precision-lab cast`` prints, as a dict."""
+    """Everything ``precision-lab cast`` prints, as a dict.
+
+    ``seed`` is only for stochastic rounding (a ValueError otherwise, so that a seed is never
+    silently ignored); stochastic rounding without a seed draws one and reports it
+    (``seed_drawn``), so the run can be repeated.
+    """
     f = get_format(fmt)
     mode = check_rounding(rounding)
-    exact, x = parse_value(text)
-    inexact = exact is not None and (not math.isfinite(x) or Fraction(x) != exact)
-    if inexact and isinstance(f, FloatFormat) and f.mantissa_bits > 51 and mode != "nearest_even":
-        # the round-to-odd float64 stand-in needs 2 more bits than the format has
+    overflow = check_choice("overflow", overflow, OVERFLOW_MODES)
+    subnormals = check_choice("subnormals", subnormals, SUBNORMAL_MODES)
+    if seed is not None and mode != "stochastic":
         raise ValueError(
-            f"VALUE {text!r} is not a float64 value, and {f} keeps {f.mantissa_bits} mantissa "
-            "bits: only --rounding nearest_even can round it exactly (or give a hex float)"
+            f"--seed is only used by --rounding stochastic, got --rounding {mode} "
+            "(drop --seed, or round stochastically)"
         )
-    if inexact and isinstance(f, FloatFormat) and f.mantissa_bits > 51:
-        try:
-            x = float(exact)  # type: ignore[arg-type]  # Python's correctly rounded conversion
-        except OverflowError:
-            x = math.inf if exact > 0 else -math.inf  # type: ignore[operator]
-    r = float(
-        round_to(
-            np.float64(x), f, rounding=mode, overflow=overflow, subnormals=subnormals, seed=seed
-        )
-    )
+    drawn = mode == "stochastic" and seed is None
+    if drawn:
+        seed = secrets.randbits(32)
+    val = parse_value(text)
+    exact, x = val.exact, val.x
+    opts: dict[str, Any] = {"rounding": mode, "overflow": overflow, "subnormals": subnormals}
+    if exact is None or exact == 0:
+        r = float(round_to(np.float64(x), f, seed=seed, **opts))
+    else:
+        r = round_exact(exact, f, seed=seed, **opts)
     out: dict[str, Any] = {
         "input": text.strip(),
-        "input_exact": None if exact is None else str(exact),
-        "input_float64": _nearest_float64(exact, x),
+        "input_exact": None if exact is None or val.beyond else str(exact),
+        "input_float64": x if exact is None or exact == 0 else _float(exact),
+        "input_beyond": (
+            None
+            if not val.beyond
+            else f"|value| {'<' if val.beyond < 0 else '>'} 2**"
+            f"{val.beyond * _LIMIT}: decided without building it (errors saturate alike)"
+        ),
         "format": str(f),
         "rounding": mode,
         "overflow": overflow,
         "subnormals": subnormals,
         "result": r,
     }
+    if mode == "stochastic":
+        out["seed"] = seed
+        out["seed_drawn"] = drawn
     try:
         code = int(encode(np.float64(r), f, overflow=overflow))
     except ValueError as err:  # NaN in a format without NaN
@@ -301,25 +522,26 @@ def cast(
         out["code"] = code
         out["hex"] = f"0x{code:0{digits}X}"
         out.update(_fields(code, r, f))
-    if exact is not None and math.isfinite(r):
-        err_abs = abs(Fraction(r) - exact)
-        at = float(min(abs(exact), Fraction(f.max)))  # the spacing of the format at |exact|
-        ulp = Fraction(float(f.ulp(at))) if isinstance(f, FloatFormat) else Fraction(1)
-        out["error"] = {
-            "abs": _float(err_abs),
-            "rel": _float(err_abs / abs(exact)) if exact != 0 else (0.0 if r == 0 else math.inf),
-            "ulps": _float(err_abs / ulp),
-            "exact": err_abs == 0,
-        }
-    else:
-        same = (math.isnan(r) and math.isnan(x)) or r == x
-        out["error"] = {
-            "abs": 0.0 if same else math.inf,
-            "rel": None,
-            "ulps": None,
-            "exact": bool(same),
-        }
+    out["error"] = _error(exact, x, r, f)
     return out
+
+
+def _error(exact: Fraction | None, x: float, r: float, f: FloatFormat | IntFormat) -> dict:
+    """The error of the result ``r`` against the exact input (float64, inf where it overflows)."""
+    if exact is None:  # inf or NaN in: exact when it comes out as itself
+        same = (math.isnan(r) and math.isnan(x)) or r == x
+        return {"abs": 0.0 if same else math.inf, "rel": None, "ulps": None, "exact": bool(same)}
+    if not math.isfinite(r):  # a finite value became inf or NaN
+        bad = math.inf if math.isinf(r) else math.nan
+        reason = "overflow" if abs(exact) > Fraction(f.max) else "no such value"
+        return {"abs": bad, "rel": bad, "ulps": bad, "exact": False, "reason": reason}
+    err = abs(Fraction(r) - exact)
+    return {
+        "abs": _float(err),
+        "rel": _float(err / abs(exact)) if exact != 0 else (0.0 if r == 0 else math.inf),
+        "ulps": _float(err / _ulp_at(f, abs(exact))),
+        "exact": err == 0,
+    }
 
 
 def cmd_cast(args: argparse.Namespace) -> int:
@@ -339,27 +561,38 @@ def cmd_cast(args: argparse.Namespace) -> int:
         print(json.dumps(safe, indent=2))
         return 0
     x = info["input_float64"]
-    exact_note = ""
-    exact = None if info["input_exact"] is None else Fraction(info["input_exact"])
-    if exact is not None and (not math.isfinite(x) or Fraction(x) != exact):
-        exact_note = f"  (exact decimal; the nearest float64 is {x!r})"
-    print(f"input     {info['input']}{exact_note}")
+    note = ""
+    if info["input_beyond"] is not None:
+        note = f"  ({info['input_beyond']})"
+    elif info["input_exact"] is not None and (
+        not math.isfinite(x) or Fraction(info["input_exact"]) != Fraction(x)
+    ):
+        kind = "hex float" if "0x" in info["input"].lower() else "decimal"
+        note = f"  (exact {kind}; the nearest float64 is {x!r})"
+    print(f"input     {info['input']}{note}")
     print(
         f"format    {info['format']}  rounding {info['rounding']}, overflow {info['overflow']}, "
         f"subnormals {info['subnormals']}"
     )
+    if info["rounding"] == "stochastic":
+        again = f"  (drawn: --seed {info['seed']} repeats this run)" if info["seed_drawn"] else ""
+        print(f"seed      {info['seed']}{again}")
     print(f"result    {info['result']!r}")
     if info["code"] is None:
         print(f"code      none: {info['code_note']}")
     else:
         print(f"code      {info['hex']}  0b{info['binary']}  ({info['describe']})")
     e = info["error"]
-    if e["rel"] is None:
+    if "reason" in e:
+        what = "overflow" if e["reason"] == "overflow" else "not finite"
+        print(f"error     {what}: the finite input became {info['result']!r}")
+    elif e["rel"] is None:
         print(f"error     {'none' if e['exact'] else 'not finite'}")
     elif e["exact"]:
         print("error     0 (exact)")
-    else:
-        print(f"error     abs {e['abs']:.6g}, rel {e['rel']:.6g}, {e['ulps']:.6g} ulp")
+    else:  # an inexact error that float64 cannot hold shows as ~0
+        abs_, rel, ulps = (f"{v:.6g}" if v else "~0" for v in (e["abs"], e["rel"], e["ulps"]))
+        print(f"error     abs {abs_}, rel {rel}, {ulps} ulp")
     return 0
 
 
@@ -402,6 +635,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="precision-lab",
         description="Bit-exact low-precision formats: tables, casts, figures.",
     )
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"precision-lab {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser(
@@ -440,7 +676,13 @@ def build_parser() -> argparse.ArgumentParser:
         choices=SUBNORMAL_MODES,
         help="keep or flush (to zero); default keep",
     )
-    p.add_argument("--seed", type=int, default=None, help="seed for --rounding stochastic")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seed of --rounding stochastic (an error with any other mode); without it a seed "
+        "is drawn and printed, so the run can be repeated",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_cast)
 

@@ -69,7 +69,7 @@ def test_formats_json_matches_the_registry(capsys):
     ],
 )
 def test_parse_value_exact(text, exact):
-    got, x = parse_value(text)
+    got, x, _ = parse_value(text)
     assert got == exact
     # the float64 is the value itself, or the odd one of the two floats around the exact value
     if Fraction(x) != exact:
@@ -80,8 +80,8 @@ def test_parse_value_exact(text, exact):
 
 
 def test_parse_value_specials_and_errors():
-    assert parse_value("inf") == (None, math.inf)
-    assert parse_value("-inf") == (None, -math.inf)
+    assert parse_value("inf") == (None, math.inf, 0)
+    assert parse_value("-inf") == (None, -math.inf, 0)
     assert math.isnan(parse_value("nan")[1])
     assert math.copysign(1.0, parse_value("-0")[1]) == -1.0
     assert parse_value("1e400")[1] == np.finfo(np.float64).max
@@ -178,7 +178,7 @@ def test_cast_stochastic_is_seeded(capsys):
         (["cast", "1", "e9m9"], "unknown format 'e9m9'"),
         (["cast", "1", "e4m3", "--rounding", "banker"], "rounding must be one of"),
         (["cast", "abc", "e4m3"], "VALUE must be a decimal number"),
-        (["cast", "0.1", "fp64", "--rounding", "rtz"], "only --rounding nearest_even"),
+        (["cast", "0.1", "e4m3", "--rounding", "rtz", "--seed", "1"], "--seed is only used"),
     ],
 )
 def test_cast_bad_input_exits_1(capsys, argv, match):
@@ -226,3 +226,259 @@ def test_console_script_installed():
         check=True,
     ).stdout
     assert "result    -1.52587890625e-05" in out and "0x81" in out
+
+
+# ----- issue 10 item 8: exact VALUE parsing with bounded work, one rounding, honest errors -------
+def test_cast_hex_input_is_read_exactly(capsys):
+    # float.fromhex rounds 0x1.100000000000001p0 to 1.0625 (a tie in e4m3 that goes to 1.0); the
+    # exact value is above the tie
+    info = cast_json(capsys, "0x1.100000000000001p0", "e4m3")
+    assert info["result"] == 1.125
+    assert info["error"]["exact"] is False
+    assert parse_value("0x1.100000000000001p0").exact == 1 + Fraction(1, 16) + Fraction(1, 2**60)
+
+
+def test_cast_tiny_hex_is_not_zero(capsys):
+    info = cast_json(capsys, "0x1p-2000", "e4m3", "--rounding", "up")
+    assert info["result"] == 2.0**-9 and info["error"]["exact"] is False
+    info = cast_json(capsys, "-0x1p-2000", "fp64", "--rounding", "down")
+    assert info["result"] == -(2.0**-1074) and info["error"]["exact"] is False
+    info = cast_json(capsys, "-0x1p-2000", "fp64")
+    assert info["result"] == 0.0 and math.copysign(1, info["result"]) == -1
+    assert info["error"]["exact"] is False and info["error"]["rel"] == 1.0
+
+
+def test_cast_overflow_of_a_finite_value_is_not_exact(capsys):
+    info = cast_json(capsys, "1e400", "fp64")
+    assert info["result"] == "inf" and info["error"]["exact"] is False
+    assert info["error"]["abs"] == "inf"
+    rc, out, _ = run(capsys, "cast", "1e400", "fp64")
+    assert rc == 0 and "error     overflow" in out and "exact" not in out.split("error")[-1]
+    info = cast_json(capsys, "1e400", "fp64", "--overflow", "saturate")
+    assert info["result"] == np.finfo(np.float64).max and info["error"]["exact"] is False
+
+
+@pytest.mark.parametrize(
+    ("value", "fmt", "mode", "result"),
+    [
+        ("1e-999999999", "fp16", "nearest_even", 0.0),
+        ("1e-999999999", "fp16", "up", 2.0**-24),
+        ("-1e-999999999", "fp64", "down", -(2.0**-1074)),
+        ("1e999999999", "e4m3", "toward_zero", 448.0),
+        ("1e999999999", "fp64", "nearest_even", math.inf),
+        ("0x1p-99999999999999999999", "bf16", "up", 2.0**-133),
+        ("1e" + "9" * 5000, "fp32", "toward_zero", float(np.finfo(np.float32).max)),
+        ("1e-" + "9" * 5000, "fp32", "nearest_even", 0.0),
+        ("0." + "0" * 5000 + "1", "fp32", "up", 2.0**-149),
+    ],
+)
+def test_cast_absurd_exponents_are_decided_without_building_the_number(
+    capsys, value, fmt, mode, result
+):
+    info = cast_json(capsys, value, fmt, "--rounding", mode)
+    got = info["result"]
+    assert (float(got) if isinstance(got, str) else got) == result
+    assert math.copysign(1, float(got)) == math.copysign(1, result)
+    assert info["error"]["exact"] is False
+
+
+def _fp64_neighbours(x: float) -> tuple[float, float]:
+    return float(np.nextafter(x, -np.inf)), float(np.nextafter(x, np.inf))
+
+
+@pytest.mark.parametrize("x", [1.0, 0.1, -3.75, 2.0**-1070, -(2.0**-1074), 1e300])
+@pytest.mark.parametrize("q", [Fraction(1, 4), Fraction(1, 2), Fraction(3, 4)])
+def test_cast_fp64_rounds_the_exact_value_in_every_mode(capsys, x, q):
+    # v lies strictly between x and its upper neighbour, q of the way; the referee is plain logic
+    _, hi = _fp64_neighbours(x)
+    v = Fraction(x) + q * (Fraction(hi) - Fraction(x))
+    # the exact rational as a hex float: v = n / 2**k
+    k = v.denominator.bit_length() - 1
+    assert v.denominator == 1 << k
+    text = f"{'-' if v < 0 else ''}0x{abs(v.numerator):x}p-{k}"
+    assert parse_value(text).exact == v
+    odd = hi if int(np.float64(hi).view(np.uint64)) % 2 else x
+    even = x if odd == hi else hi
+    away = hi if abs(hi) > abs(x) else x
+    near = (x if q < Fraction(1, 2) else hi) if q != Fraction(1, 2) else even
+    near_away = (x if q < Fraction(1, 2) else hi) if q != Fraction(1, 2) else away
+    towards_zero = x if away == hi else hi
+    expected = {
+        "nearest_even": near,
+        "nearest_away": near_away,
+        "toward_zero": towards_zero,
+        "up": hi,
+        "down": x,
+        "odd": odd,
+    }
+    for mode, want in expected.items():
+        info = cast_json(capsys, text, "fp64", "--rounding", mode)
+        assert info["result"] == want, mode
+        assert info["error"]["abs"] == float(abs(Fraction(want) - v))
+
+
+@pytest.mark.parametrize(
+    "fmt", ["fp16", "e4m3", "e5m2", "e2m1", "bf16", "int8", "uint8", "e8m0", "e4m3fnuz", "e3m2"]
+)
+def test_exact_stochastic_rounding_matches_round_to(fmt):
+    # the exact-rational stochastic path (used for values that are not float64 numbers) agrees
+    # with round_to bit for bit on values that are
+    from precision_lab.cli import round_exact
+
+    f = pl.get_format(fmt)
+    rng = np.random.default_rng(1)
+    xs = list(rng.standard_normal(40) * float(min(f.max, 1e4)) / 8)
+    xs += [float(f.max) * 1.01, -float(f.max) * 1.03, float(f.smallest_subnormal) / 3]
+    if isinstance(f, pl.FloatFormat):
+        xs += [float(f.smallest_normal) * 0.99, -float(f.smallest_subnormal) * 0.7]
+    xs = [x for x in xs if math.isfinite(x)]
+    for seed in range(6):
+        for x in xs:
+            for sub in ("keep", "flush"):
+                for over in ("ieee", "saturate"):
+                    want = float(
+                        pl.round_to(
+                            np.float64(x),
+                            f,
+                            rounding="stochastic",
+                            seed=seed,
+                            overflow=over,
+                            subnormals=sub,
+                        )
+                    )
+                    got = round_exact(
+                        Fraction(x),
+                        f,
+                        rounding="stochastic",
+                        overflow=over,
+                        subnormals=sub,
+                        seed=seed,
+                    )
+                    assert (math.isnan(got) and math.isnan(want)) or (
+                        got == want and math.copysign(1, got) == math.copysign(1, want)
+                    ), (x, seed, sub, over, got, want)
+
+
+@pytest.mark.parametrize(
+    ("text", "exact"),
+    [
+        (" 1e3 ", Fraction(1000)),
+        ("1_000", Fraction(1000)),
+        ("\u22122.5", Fraction(-5, 2)),  # unicode minus, as pasted from documents
+        ("+.5", Fraction(1, 2)),
+        ("5.", Fraction(5)),
+        ("0X1P4", Fraction(16)),
+        ("0x.8", Fraction(1, 2)),
+        ("0x1", Fraction(1)),
+        ("1E-3", Fraction(1, 1000)),
+        ("-0x0p0", Fraction(0)),
+    ],
+)
+def test_parse_value_accepts(text, exact):
+    assert parse_value(text).exact == exact
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "   ",
+        "0x",
+        "1e",
+        "e5",
+        ".",
+        "-",
+        "1__0",
+        "_1",
+        "1_",
+        "0x1p",
+        "0x1.8e3p",
+        "1e3.5",
+        "١٢",
+        "1 000",
+        "0b101",
+        "infinity and beyond",
+        "nan1",
+        "+-1",
+        "1e+-3",
+    ],
+)
+def test_parse_value_rejects(text, capsys):
+    with pytest.raises(ValueError, match="VALUE"):
+        parse_value(text)
+    rc, _, err = run(capsys, "cast", text, "e4m3")
+    assert rc == 1 and "precision-lab cast: error: VALUE" in err and "Traceback" not in err
+
+
+def test_parse_value_specials():
+    assert parse_value("nan").exact is None and math.isnan(parse_value("nan").x)
+    assert parse_value("-inf").x == -math.inf and parse_value("+Infinity").x == math.inf
+    z = parse_value("-0")
+    assert z.exact == 0 and math.copysign(1, z.x) == -1
+    assert parse_value("\u22120").x == 0 and math.copysign(1, parse_value("\u22120").x) == -1
+
+
+def test_parse_value_too_many_digits_is_a_clear_error():
+    with pytest.raises(ValueError, match="significant digits"):
+        parse_value("1." + "1" * 5000)
+    # zeros around the digits do not count
+    assert parse_value("0." + "0" * 1000 + "1" + "0" * 4500).exact == Fraction(1, 10**1001)
+    assert parse_value("1" + "0" * 1000).exact == 10**1000
+
+
+def test_cast_seed_without_stochastic_is_an_error(capsys):
+    rc, _, err = run(capsys, "cast", "1.3", "e2m1", "--seed", "3")
+    assert rc == 1 and "--seed" in err and "stochastic" in err
+
+
+def test_cast_stochastic_without_seed_prints_the_seed_it_drew(capsys):
+    rc, out, _ = run(capsys, "cast", "1.3", "e2m1", "--rounding", "sr")
+    assert rc == 0
+    line = next(ln for ln in out.splitlines() if ln.startswith("seed"))
+    seed = int(line.split()[1])
+    result = next(ln for ln in out.splitlines() if ln.startswith("result"))
+    # the printed seed repeats the run
+    for _ in range(3):
+        rc, again, _ = run(capsys, "cast", "1.3", "e2m1", "--rounding", "sr", "--seed", str(seed))
+        assert result in again.splitlines()
+    info = cast_json(capsys, "1.3", "e2m1", "--rounding", "sr")
+    assert isinstance(info["seed"], int) and info["seed_drawn"] is True
+
+
+def test_version_flag(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"precision-lab {pl.__version__}"
+
+
+def test_python_dash_m_precision_lab():
+    out = subprocess.run(
+        [sys.executable, "-m", "precision_lab", "cast", "0x1.100000000000001p0", "e4m3"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "result    1.125" in out
+    proc = subprocess.run(
+        [sys.executable, "-m", "precision_lab", "--version"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == f"precision-lab {pl.__version__}"
+
+
+@pytest.mark.parametrize(
+    "q", [Fraction(1, 2**29), Fraction(1, 3 * 2**20), Fraction(1, 2), Fraction(5, 7)]
+)
+def test_exact_stochastic_fp64_decides_like_round_to_on_fp32(q):
+    # round_to decides stochastic rounding from the fraction q of the way between the neighbours
+    # and the random word of (seed, index 0), whatever the format: the fp64 path for exact
+    # rationals (no float64 can carry them) must decide as round_to does for fp32, with q cut to
+    # the 29 bits a float64 can carry between two fp32 neighbours
+    from precision_lab.cli import round_exact
+
+    q29 = Fraction(math.floor(q * 2**29), 2**29)
+    v = 1 + q29 * Fraction(2) ** -52
+    for seed in range(64):
+        up32 = float(pl.round_to(1 + float(q29) * 2.0**-23, "fp32", rounding="sr", seed=seed)) > 1
+        up64 = round_exact(v, "fp64", rounding="stochastic", seed=seed) > 1
+        assert up32 == up64, seed
