@@ -102,6 +102,55 @@ def _check_flag(name: str, value: Any) -> bool:
     raise TypeError(f"{name} must be a bool, got {value!r}")
 
 
+def _in_dtype(name: str, value: float, dtype: type) -> float:
+    """``value`` rounded to the scale arithmetic's dtype; a ValueError when it overflows to inf or
+    underflows to 0 there (a scale, factor or bound the scaler could not hold)."""
+    with np.errstate(over="ignore", under="ignore"):
+        v = float(dtype(value))
+    if not (math.isfinite(v) and v > 0):
+        info = np.finfo(dtype)
+        raise ValueError(
+            f"{name}={value!r} does not fit the scaler's {np.dtype(dtype).name} arithmetic "
+            f"(it would become {v!r}; positive values from {float(info.smallest_subnormal):.3g} "
+            f"to {float(info.max):.3g})"
+        )
+    return v
+
+
+def _check_state(state: Any, kind: str | None, required: Iterable[str]) -> dict[str, Any]:
+    """``state`` is a dict of the right kind holding every required key (else a clear error)."""
+    classes = {"static": "StaticLossScaler", "dynamic": "DynamicLossScaler"}
+    if not isinstance(state, dict):
+        raise TypeError(f"state must be a dict from state_dict(), got {type(state).__name__}")
+    if kind is not None and state.get("kind") != kind:
+        raise ValueError(f"state must come from a {classes[kind]}, got kind={state.get('kind')!r}")
+    missing = [k for k in required if k not in state]
+    if missing:
+        raise ValueError(f"state is missing {missing}")
+    return state
+
+
+def _check_counters(state: dict[str, Any]) -> tuple[int, int]:
+    """``state['steps']`` and ``state['skipped']``: integers, 0 <= skipped <= steps."""
+    steps = _check_int("state['steps']", state["steps"], 0)
+    skipped = _check_int("state['skipped']", state["skipped"], 0)
+    if skipped > steps:
+        raise ValueError(f"state['skipped'] ({skipped}) must be <= state['steps'] ({steps})")
+    return steps, skipped
+
+
+def _check_margin(margin: Any) -> float:
+    """An FP8 scaling margin: finite, with 2**margin a normal float32 (|margin| <= 126)."""
+    if isinstance(margin, bool) or not isinstance(margin, int | float | np.integer | np.floating):
+        raise TypeError(f"margin must be a number, got {margin!r}")
+    if not (math.isfinite(margin) and -126 <= margin <= 126):
+        raise ValueError(
+            f"margin must be a finite number in [-126, 126] (2**margin a float32 power of two), "
+            f"got {margin!r}"
+        )
+    return float(margin)
+
+
 def has_inf_or_nan(*arrays: Any) -> bool:
     """True when any of the arrays holds inf or NaN (the ``found_inf`` of a training step).
 
@@ -195,14 +244,12 @@ class StaticLossScaler(LossScaler):
         return {"kind": "static", **self._common_state(), "skip_on_inf": self.skip_on_inf}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("kind") != "static":
-            raise ValueError(
-                f"state must come from a StaticLossScaler, got kind={state.get('kind')!r}"
-            )
-        self.scale = float(_check_positive("state['scale']", state["scale"]))  # type: ignore[arg-type]
-        self.steps = int(state["steps"])
-        self.skipped = int(state["skipped"])
-        self.skip_on_inf = bool(state["skip_on_inf"])
+        """Restore from :meth:`state_dict`; every field is checked (error naming it)."""
+        _check_state(state, "static", ("scale", "steps", "skipped", "skip_on_inf"))
+        scale = float(_check_positive("state['scale']", state["scale"]))  # type: ignore[arg-type]
+        steps, skipped = _check_counters(state)
+        skip = _check_flag("state['skip_on_inf']", state["skip_on_inf"])
+        self.scale, self.steps, self.skipped, self.skip_on_inf = scale, steps, skipped, skip
 
     def __repr__(self) -> str:
         return f"StaticLossScaler(scale={self.scale!r}, skip_on_inf={self.skip_on_inf})"
@@ -320,14 +367,16 @@ class DynamicLossScaler(LossScaler):
         on_collapse: Literal["warn", "raise", "ignore"] = "warn",
         name: str | None = None,
     ) -> None:
-        init = _check_positive("init_scale", init_scale)
-        gf = _check_positive("growth_factor", growth_factor)
-        bf = _check_positive("backoff_factor", backoff_factor)
-        assert init is not None and gf is not None and bf is not None
+        if dtype not in ("float32", "float64"):
+            raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
+        F = np.float32 if dtype == "float32" else np.float64
+        init = _in_dtype("init_scale", _check_positive("init_scale", init_scale), F)  # type: ignore[arg-type]
+        gf = _in_dtype("growth_factor", _check_positive("growth_factor", growth_factor), F)  # type: ignore[arg-type]
+        bf = _in_dtype("backoff_factor", _check_positive("backoff_factor", backoff_factor), F)  # type: ignore[arg-type]
         if not gf > 1.0:
-            raise ValueError(f"growth_factor must be > 1, got {growth_factor!r}")
+            raise ValueError(f"growth_factor must be > 1 in {dtype}, got {growth_factor!r}")
         if not bf < 1.0:
-            raise ValueError(f"backoff_factor must be in (0, 1), got {backoff_factor!r}")
+            raise ValueError(f"backoff_factor must be in (0, 1) in {dtype}, got {backoff_factor!r}")
         self.growth_interval = _check_int("growth_interval", growth_interval, 1)
         self.hysteresis = _check_int("hysteresis", hysteresis, 1)
         self.growth_offset = _check_int("growth_offset", growth_offset, 0)
@@ -336,25 +385,25 @@ class DynamicLossScaler(LossScaler):
         self.raise_at_min_scale = _check_flag("raise_at_min_scale", raise_at_min_scale)
         lo = _check_positive("min_scale", min_scale, allow_none=True)
         hi = _check_positive("max_scale", max_scale, allow_none=True)
+        lo = None if lo is None else _in_dtype("min_scale", lo, F)
+        hi = None if hi is None else _in_dtype("max_scale", hi, F)
         if lo is not None and lo > init:
             raise ValueError(f"min_scale must be <= init_scale ({init!r}), got {min_scale!r}")
         if hi is not None and hi < init:
             raise ValueError(f"max_scale must be >= init_scale ({init!r}), got {max_scale!r}")
-        if dtype not in ("float32", "float64"):
-            raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
         if on_collapse not in ("warn", "raise", "ignore"):
             raise ValueError(
                 f"on_collapse must be 'warn', 'raise' or 'ignore', got {on_collapse!r}"
             )
         self.dtype = dtype
-        self._F = np.float32 if dtype == "float32" else np.float64
-        self.growth_factor = float(self._F(gf))
-        self.backoff_factor = float(self._F(bf))
-        self.min_scale = None if lo is None else float(self._F(lo))
-        self.max_scale = None if hi is None else float(self._F(hi))
+        self._F = F
+        self.growth_factor = gf
+        self.backoff_factor = bf
+        self.min_scale = lo
+        self.max_scale = hi
         self.on_collapse = on_collapse
         self.name = name
-        self.init_scale = float(self._F(init))
+        self.init_scale = init
         self.scale = self.init_scale
         self.growth_tracker = 0  # clean steps since the last overflow (or the start)
         self.hysteresis_tracker = self.hysteresis
@@ -476,22 +525,40 @@ class DynamicLossScaler(LossScaler):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore from :meth:`state_dict` (configuration included)."""
-        if state.get("kind") != "dynamic":
-            raise ValueError(
-                f"state must come from a DynamicLossScaler, got kind={state.get('kind')!r}"
-            )
-        missing = [k for k in (*self._CONFIG, "scale", "growth_tracker") if k not in state]
-        if missing:
-            raise ValueError(f"state is missing {missing}")
+        """Restore from :meth:`state_dict` (configuration included). Every field is checked
+        (TypeError/ValueError naming it); a refused state leaves the scaler unchanged. A scale
+        of 0, inf or NaN is accepted only with ``collapsed=True``."""
+        _check_state(state, "dynamic", (*self._CONFIG, *self._STATE))
         fresh = DynamicLossScaler(**{k: state[k] for k in self._CONFIG})
+        fresh.collapsed = _check_flag("state['collapsed']", state["collapsed"])
+        fresh.scale = self._check_scale(state["scale"], fresh)
+        fresh.steps, fresh.skipped = _check_counters(state)
+        fresh.growth_tracker = _check_int("state['growth_tracker']", state["growth_tracker"], 0)
+        tracker = _check_int("state['hysteresis_tracker']", state["hysteresis_tracker"], 0)
+        if tracker > fresh.hysteresis:
+            raise ValueError(
+                f"state['hysteresis_tracker'] must be <= hysteresis ({fresh.hysteresis}), "
+                f"got {tracker}"
+            )
+        fresh.hysteresis_tracker = tracker
         self.__dict__.update(fresh.__dict__)
-        self.scale = float(state["scale"])
-        self.steps = int(state["steps"])
-        self.skipped = int(state["skipped"])
-        self.growth_tracker = int(state["growth_tracker"])
-        self.hysteresis_tracker = int(state["hysteresis_tracker"])
-        self.collapsed = bool(state["collapsed"])
+
+    _STATE = ("scale", "steps", "skipped", "growth_tracker", "hysteresis_tracker", "collapsed")
+
+    @staticmethod
+    def _check_scale(value: Any, into: DynamicLossScaler) -> float:
+        name = "state['scale']"
+        if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+            raise TypeError(f"{name} must be a number, got {value!r}")
+        v = float(value)
+        if into.collapsed and (v == 0 or not math.isfinite(v)) and not v < 0:
+            return v  # a collapsed scaler's scale
+        if not (math.isfinite(v) and v > 0):
+            raise ValueError(
+                f"{name} must be a positive finite number (0, inf or NaN only with "
+                f"collapsed=True), got {value!r}"
+            )
+        return _in_dtype(name, v, into._F)
 
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={getattr(self, k)!r}" for k in self._CONFIG)
@@ -538,9 +605,12 @@ def scale_from_amax(
     """Per-tensor FP8 scale(s) ``(fmt.max / amax) / 2**margin`` in float32, as TE computes them.
 
     Vectorised over ``amax``. Where amax is 0, inf or NaN the ``previous`` scale is kept (TE's
-    delayed scaling; current scaling passes ``previous=1``); a scale that overflows float32
-    becomes float32 max; ``amax`` below ``amax_epsilon`` is raised to it; ``power_of_two`` rounds
-    the scale down to a power of two (TE's ``force_pow_2_scales``: the float32 mantissa cleared).
+    delayed scaling; current scaling passes ``previous=1``); amax beyond float32's range counts
+    as inf (TE's amax is a float32), so it keeps the previous scale too; a scale that overflows
+    float32 saturates to float32 max; one that underflows float32 to 0 is a ValueError (a margin
+    too large for the data); ``margin`` must be finite with ``|margin| <= 126``; ``amax`` below
+    ``amax_epsilon`` is raised to it; ``power_of_two`` rounds the scale down to a power of two
+    (TE's ``force_pow_2_scales``: the float32 mantissa cleared).
 
     >>> scale_from_amax([3.5, 0.0, 1e-45], "e4m3", previous=7.0).tolist()
     [128.0, 7.0, 3.4028234663852886e+38]
@@ -548,21 +618,29 @@ def scale_from_amax(
     128.0
     """
     f = _float_format(fmt)
+    m = _check_margin(margin)
     a = np.asarray(amax, dtype=np.float64)
     if a.dtype.kind != "f":
         raise TypeError(f"amax must be real numbers, got {a.dtype}")
     if (a < 0).any():
         raise ValueError(f"amax must be >= 0 (a maximum of absolute values), got {amax!r}")
-    a32 = a.astype(np.float32)
-    eps = np.float32(amax_epsilon)
     if amax_epsilon < 0 or not math.isfinite(amax_epsilon):
         raise ValueError(f"amax_epsilon must be a finite number >= 0, got {amax_epsilon!r}")
+    with np.errstate(over="ignore"):  # beyond float32: inf, as TE's float32 amax would be
+        a32 = a.astype(np.float32)
+        eps = np.float32(amax_epsilon)
     a32 = np.where(a32 < eps, eps, a32)
     prev = np.broadcast_to(np.asarray(previous, dtype=np.float32), a32.shape)
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore", under="ignore"):
         sf = np.float32(f.max) / a32
-        sf = sf / np.float32(2.0**margin)
+        sf = sf / np.float32(2.0**m)
     usable = (a32 > 0) & np.isfinite(a32)
+    if (usable & (sf == 0)).any():
+        worst = float(np.max(np.where(usable, a32, 0)))
+        raise ValueError(
+            f"the scale underflows float32: {f}.max / amax / 2**margin is below 2**-149 for "
+            f"amax={worst:g}, margin={margin!r} (use a smaller margin)"
+        )
     sf = np.where(usable, sf, prev)
     sf = np.where(np.isinf(sf), np.float32(_F32_MAX), sf).astype(np.float32)
     if power_of_two:
@@ -660,12 +738,9 @@ class DelayedScaling:
                 f"got {amax_compute_algo!r}"
             )
         self.amax_compute_algo = amax_compute_algo
-        if isinstance(margin, bool) or not isinstance(margin, int | float | np.integer):
-            raise TypeError(f"margin must be a number, got {margin!r}")
-        if not math.isfinite(margin):
-            raise ValueError(f"margin must be finite, got {margin!r}")
+        _check_margin(margin)
         self.margin = margin
-        self.scale = float(np.float32(_check_positive("init_scale", init_scale)))
+        self.scale = _in_dtype("init_scale", _check_positive("init_scale", init_scale), np.float32)  # type: ignore[arg-type]
         self.amax_history = np.zeros(self.amax_history_len, dtype=np.float32)
         self.steps = 0
 
@@ -689,7 +764,8 @@ class DelayedScaling:
             raise TypeError(f"amax must be a number >= 0, got {amax!r}")
         if amax < 0:
             raise ValueError(f"amax must be >= 0 (a maximum of absolute values), got {amax!r}")
-        self.amax_history[0] = np.float32(amax)
+        with np.errstate(over="ignore"):  # beyond float32: inf (keeps the previous scale)
+            self.amax_history[0] = np.float32(amax)
         reduced = self._reduce()
         if not (reduced >= 0 or math.isnan(reduced)):
             raise ValueError(f"amax_compute_algo returned a negative amax {reduced!r}")
@@ -728,21 +804,27 @@ class DelayedScaling:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        hist = np.asarray(state["amax_history"], dtype=np.float32)
-        if hist.shape != (int(state["amax_history_len"]),):
+        """Restore from :meth:`state_dict`; every field is checked (error naming it)."""
+        keys = ("fmt", "amax_history_len", "amax_compute_algo", "margin", "scale")
+        _check_state(state, None, (*keys, "amax_history", "steps"))
+        fresh = DelayedScaling(*(state[k] for k in keys[:4]), init_scale=state["scale"])
+        try:
+            with np.errstate(over="ignore"):
+                hist = np.asarray(state["amax_history"], dtype=np.float32)
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"state['amax_history'] must be a list of numbers, got {state['amax_history']!r}"
+            ) from None
+        if hist.shape != (fresh.amax_history_len,):
             raise ValueError(
-                f"amax_history has shape {hist.shape}, expected ({state['amax_history_len']},)"
+                f"state['amax_history'] has shape {hist.shape}, expected "
+                f"({fresh.amax_history_len},)"
             )
-        fresh = DelayedScaling(
-            state["fmt"],
-            state["amax_history_len"],
-            state["amax_compute_algo"],
-            state["margin"],
-            init_scale=state["scale"],
-        )
+        if (hist < 0).any():
+            raise ValueError(f"state['amax_history'] must hold amaxes >= 0, got {hist.tolist()}")
+        fresh.amax_history = hist.copy()
+        fresh.steps = _check_int("state['steps']", state["steps"], 0)
         self.__dict__.update(fresh.__dict__)
-        self.amax_history = hist.copy()
-        self.steps = int(state["steps"])
 
     def __repr__(self) -> str:
         return (
