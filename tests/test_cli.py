@@ -482,3 +482,30 @@ def test_exact_stochastic_fp64_decides_like_round_to_on_fp32(q):
         up32 = float(pl.round_to(1 + float(q29) * 2.0**-23, "fp32", rounding="sr", seed=seed)) > 1
         up64 = round_exact(v, "fp64", rounding="stochastic", seed=seed) > 1
         assert up32 == up64, seed
+
+
+def test_figures_without_scikit_learn_skip_with_one_clear_line(capsys, tmp_path, monkeypatch):
+    # a base install (no extras) has no scikit-learn: block the import instead of uninstalling
+    for mod in [m for m in sys.modules if m == "sklearn" or m.startswith("sklearn.")]:
+        monkeypatch.delitem(sys.modules, mod)
+    monkeypatch.setitem(sys.modules, "sklearn", None)
+    monkeypatch.setitem(sys.modules, "sklearn.datasets", None)
+    with pytest.raises(ImportError):
+        import sklearn.datasets  # noqa: F401
+    argv = ["figures", "--only", "formats", "--only", "training", "--outdir", str(tmp_path)]
+    rc, out, err = run(capsys, *argv)
+    assert rc == 0 and "Traceback" not in out + err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1, err
+    assert "training" in lines[0] and "scikit-learn" in lines[0]
+    assert 'pip install "precision_lab[figures]"' in lines[0]
+    report = (tmp_path / "REPORT.md").read_text()
+    assert "<!-- section: formats -->" in report and "<!-- section: training -->" not in report
+    assert (tmp_path / "format_table.png").exists()
+
+
+def test_figures_extra_names_scikit_learn():
+    tomllib = pytest.importorskip("tomllib")
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    extras = pyproject["project"]["optional-dependencies"]
+    assert any(dep.startswith("scikit-learn") for dep in extras["figures"])

@@ -4,6 +4,11 @@ Each module ``fig_*.py`` in this package is one figure job: it defines ``TITLE``
 (int, the place in the report) and ``make(outdir: pathlib.Path) -> str``, which writes its PNG files
 into ``outdir`` and returns the Markdown section (the numbers behind the figures) for
 ``REPORT.md``. ``make figures`` and ``precision-lab figures`` call :func:`run`.
+
+The jobs built on the training run (``training``, ``underflow``, ``loss_scale``, ``policies``)
+need scikit-learn for its data set (the digits); on a base install without it they are skipped
+with one line saying so (``pip install "precision_lab[figures]"``), and the report keeps their
+previous sections.
 """
 
 from __future__ import annotations
@@ -46,13 +51,32 @@ def run(outdir: str | Path = "figures", only: list[str] | None = None, quiet: bo
     selected = [n for n in all_jobs if not only or n in only]
     sections = _read_sections(out / "REPORT.md")
     t_all = time.perf_counter()
+    skipped: dict[str, str] = {}
     for i, name in enumerate(selected, 1):
         t0 = time.perf_counter()
         if not quiet:
             print(f"[{i}/{len(selected)}] {name}: {all_jobs[name].TITLE} ...", end="", flush=True)
-        sections[name] = all_jobs[name].make(out).strip()
+        try:
+            sections[name] = all_jobs[name].make(out).strip()
+        except ImportError as err:
+            package = _missing_extra(err)
+            if package is None:
+                raise
+            skipped[name] = package
+            if not quiet:
+                print(f" skipped (needs {package})", flush=True)
+            continue
         if not quiet:
             print(f" {time.perf_counter() - t0:.1f} s", flush=True)
+    if skipped:
+        print(
+            f"skipped {len(skipped)} figure job(s) ({', '.join(skipped)}): they need "
+            f"{', '.join(sorted(set(skipped.values())))}; install it with: "
+            'pip install "precision_lab[figures]"',
+            file=sys.stderr,
+            flush=True,
+        )
+    selected = [n for n in selected if n not in skipped]
     report = out / "REPORT.md"
     parts = [
         "# precision_lab report",
@@ -68,6 +92,20 @@ def run(outdir: str | Path = "figures", only: list[str] | None = None, quiet: bo
         took = time.perf_counter() - t_all
         print(f"wrote {len(selected)} figure job(s) and {report} in {took:.1f} s")
     return report
+
+
+#: Optional packages of figure jobs: import name -> package name (in the ``figures`` extra).
+_EXTRAS = {"sklearn": "scikit-learn"}
+
+
+def _missing_extra(err: BaseException) -> str | None:
+    """The package of the ``figures`` extra whose absence raised ``err`` (or its causes)."""
+    e: BaseException | None = err
+    while e is not None:
+        if isinstance(e, ImportError) and (e.name or "").split(".")[0] in _EXTRAS:
+            return _EXTRAS[(e.name or "").split(".")[0]]
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def _read_sections(path: Path) -> dict[str, str]:
