@@ -16,6 +16,10 @@ that a run cut short still leaves what it did; the whole run stays under about 5
 6. ``timing``: each GEMM kernel in emulated multiply-adds per second, next to cuBLAS SGEMM
    (``cupy.matmul`` on float32) in the same run (median of 5 after a warm-up); the elementwise
    kernels in elements per second next to a device copy.
+
+``verdict`` sums it up: ``ok`` (exit 0), ``failed`` with the problems (exit 1: a section's
+error or skip, results not bit-exact, pytest failing), or, without CuPy or a visible GPU,
+``nothing checked`` with the reason, on stderr too (exit 2, and no section is attempted).
 """
 
 from __future__ import annotations
@@ -387,14 +391,66 @@ def timing() -> dict[str, Any]:
     return out
 
 
+def gpu_missing() -> str | None:
+    """Why nothing can be checked here (no CuPy, or no CUDA device); None when there is a GPU."""
+    try:
+        import cupy as cp
+    except Exception as exc:
+        return (
+            f"no GPU / no CuPy: CuPy does not import ({type(exc).__name__}: {exc}); on a machine "
+            "with an NVIDIA GPU: pip install 'precision_lab[gpu]'"
+        )
+    try:
+        n = int(cp.cuda.runtime.getDeviceCount())
+    except Exception as exc:
+        return f"no GPU / no CuPy: CuPy sees no CUDA device ({type(exc).__name__}: {exc})"
+    return None if n > 0 else "no GPU / no CuPy: CuPy sees no CUDA device"
+
+
+SECTIONS = ("environment", "compile", "elementwise", "timing", "gemm", "pytest")
+
+
+def verdict() -> dict[str, Any]:
+    """Which sections failed: an error, a skip, results that are not bit-exact, or pytest
+    failing."""
+    bad = []
+    for name in SECTIONS:
+        r = REPORT.get(name)
+        if not isinstance(r, dict):
+            bad.append(f"{name}: missing")
+        elif "error" in r:
+            bad.append(f"{name}: {r['error'][:200]}")
+        elif "skipped" in r:
+            bad.append(f"{name}: skipped ({r['skipped']})")
+        elif r.get("bit_exact") is False:
+            bad.append(f"{name}: {r.get('mismatching_checks')} checks not bit-exact")
+        elif name == "pytest" and r.get("returncode") != 0:
+            bad.append(f"pytest: returncode {r.get('returncode')}")
+    return {"status": "ok" if not bad else "failed", "problems": bad}
+
+
 def main() -> int:
+    why = gpu_missing()
+    if why is not None:  # one verdict, no section tracebacks; non-zero: nothing was checked
+        import numpy as np
+
+        REPORT["environment"] = {"python": platform.python_version(), "numpy": np.__version__,
+                                 "machine": platform.machine()}  # fmt: skip
+        REPORT["verdict"] = {"status": "nothing checked", "reason": why}
+        REPORT["finished"] = time.ctime()
+        save()
+        print(f"gpu_check: nothing checked: {why} (report: {OUT_PATH})", file=sys.stderr)
+        return 2
     save()
     for step in (environment, compile_modules, elementwise, timing, gemm_agreement, pytest_gpu):
         step()
+    REPORT["verdict"] = verdict()
     REPORT["finished"] = time.ctime()
     save()
-    print(f"report written to {OUT_PATH}")
-    return 0
+    print(f"report written to {OUT_PATH}; verdict: {REPORT['verdict']['status']}")
+    for problem in REPORT["verdict"]["problems"]:
+        print(f"  {problem}", file=sys.stderr)
+    return 0 if REPORT["verdict"]["status"] == "ok" else 1
 
 
 if __name__ == "__main__":
