@@ -31,3 +31,39 @@ def test_gpu_check_without_cupy_says_nothing_was_checked(tmp_path):
     assert "no GPU / no CuPy" in data["verdict"]["reason"]
     assert "traceback" not in report.read_text().lower()
     assert set(data) >= {"environment", "verdict", "finished"}
+
+
+@pytest.fixture
+def bench_cast(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import bench_cast
+
+    return bench_cast
+
+
+def test_bench_cast_verdicts_follow_the_load_rule(bench_cast):
+    v = bench_cast.verdict
+    assert v(3.2, 3.0, load=0.2, cores=2) == "ok"
+    assert v(2.0, 3.0, load=0.9, cores=2) == "MISSED"  # quiet: 0.9 <= 0.5 * 2
+    assert v(2.0, 3.0, load=1.5, cores=2) == "unreliable (load 1.50)"
+    assert v(3.5, 3.0, load=7.0, cores=2) == "ok"  # met under load is still met
+    assert v(1.2, 2.0, load=0.0, cores=2, below=True) == "ok"
+    assert v(2.5, 2.0, load=0.0, cores=2, below=True) == "MISSED"
+    assert v(1.5, 2.0, load=9.0, cores=16) == "unreliable (load 9.00)"
+
+
+@pytest.mark.parametrize(("load", "word"), [(100.0, "unreliable (load 100.00)"), (0.0, None)])
+def test_bench_cast_prints_the_load_and_never_fails_targets_under_load(
+    bench_cast, monkeypatch, capsys, load, word
+):
+    monkeypatch.setattr(bench_cast.os, "getloadavg", lambda: (load, load, load))
+    bench_cast.main(["--n", "4096", "--repeat", "1"])
+    out = capsys.readouterr().out
+    assert f"load average {load:.2f} (1 min)" in out and "rule: above 0.5 x cores" in out
+    table = out[out.index("ratio") :].splitlines()[1:]
+    assert len(table) >= 12
+    if word:
+        assert "MISSED" not in out and "THIS RUN WAS TAKEN UNDER LOAD" in out
+        assert all(ln.endswith(("ok", word)) for ln in table)
+    else:
+        assert "unreliable (load" not in out and "UNDER LOAD" not in out
