@@ -1,4 +1,43 @@
-"""precision_lab: bit-exact emulation of low-precision number formats.
+"""precision_lab: bit-exact emulation of low-precision number formats, and what they do to
+real computations (GEMMs, loss scaling, quantization, training).
+
+Main entry points (all at the top level, ``import precision_lab as pl``):
+
+* formats: ``pl.get_format("e4m3")`` (``.max``, ``.eps``, ``.values()`` ...), ``pl.FloatFormat``,
+  ``pl.IntFormat``, ``pl.FORMATS``, ``pl.known_formats()``
+* casts: ``pl.round_to(x, fmt, rounding=..., overflow=..., subnormals=..., seed=...)``,
+  ``pl.encode`` / ``pl.decode`` (values <-> codes)
+* quantization: ``pl.quantize`` / ``pl.dequantize`` / ``pl.calibrate`` (INT8 ...),
+  ``pl.round_to_blocks`` / ``pl.quantize_blocks`` / ``pl.dequantize_blocks`` (MX, NVFP4 ...)
+* GEMM: ``pl.gemm(a, b, input_format=..., accumulator=...)``, ``pl.Accumulator``,
+  ``pl.tensor_core("h100", "e4m3")``
+* analysis: ``pl.underflow_stats``, ``pl.pick_loss_scale``, ``pl.error_stats``,
+  ``pl.gamma_n``, ``pl.sqrt_n_u``
+* scaling: ``pl.scaling.DynamicLossScaler`` (``.preset("deepspeed")`` ...),
+  ``pl.scaling.DelayedScaling``, ``pl.scaling.simulate`` / ``pl.scaling.diagnose``
+* policies: ``pl.get_policy("mixed_float16")``, ``pl.Policy``, ``pl.POLICIES``
+* command line: ``precision-lab formats | cast | figures | report`` (``python -m precision_lab``)
+
+Modules:
+
+* :mod:`~precision_lab.formats`: number formats as dataclasses, and their registry
+* :mod:`~precision_lab.rounding`: the rounding core every other module calls
+* :mod:`~precision_lab.codec`: values <-> the integer codes (bit patterns) of a format
+* :mod:`~precision_lab.quantization`: integer quantization, dequantization and calibration
+* :mod:`~precision_lab.blocks`: block-scaled formats (OCP MX, NVFP4, DeepSeek-V3 FP8 tiles)
+* :mod:`~precision_lab.gemm`: GEMM with a configurable accumulator, and tensor-core models
+* :mod:`~precision_lab.analysis`: underflow statistics, loss-scale choice, error measures, bounds
+* :mod:`~precision_lab.scaling`: loss scalers, FP8 scaling recipes, simulation over gradients
+* :mod:`~precision_lab.gradients`: seeded gradient-like values, storage of recorded gradients
+* :mod:`~precision_lab.policy`: precision policies (which format each part of a step uses)
+* :mod:`~precision_lab.training`: a real training run (digits MLP) under emulated precision
+* :mod:`~precision_lab.ptq` / :mod:`~precision_lab.qat`: INT8 post-training quantization and
+  quantization-aware training of that network
+* :mod:`~precision_lab.experiments_policy`: the policy and INT8 studies behind the figures
+* :mod:`~precision_lab.strategies`: hypothesis strategies for property tests (needs hypothesis)
+* :mod:`~precision_lab.gpu`: the CuPy backend (optional, ``precision_lab[gpu]``)
+* :mod:`~precision_lab.figures`: the figure jobs and ``figures/REPORT.md``
+* :mod:`~precision_lab.cli`: the ``precision-lab`` command line
 
 >>> import precision_lab as pl
 >>> pl.get_format("e4m3").max

@@ -659,7 +659,7 @@ class Simulation:
         >>> r = simulate(DynamicLossScaler(), [np.float32([1e3, 1e-9])] * 12, "fp16")
         >>> print(r.summary())
         12 steps in fp16: 10 skipped (0 with inf/NaN in the gradients themselves); scale 65536
-        -> 64 (min 64, max 65536); underflow to zero: median 0%, max 0%
+        -> 64 (used 64 to 65536); underflow to zero: median 0%, max 0%
         """
         n = len(self)
         if n == 0:
@@ -669,7 +669,7 @@ class Simulation:
             f"{n} steps in {self.fmt}: {int(self.skipped.sum())} skipped "
             f"({int((self.nonfinite_count > 0).sum())} with inf/NaN in the gradients "
             f"themselves); scale {self.scale[0]:g} -> {self.final_scale:g} "
-            f"(min {self.scale.min():g}, max {self.scale.max():g}); underflow to zero: "
+            f"(used {self.scale.min():g} to {self.scale.max():g}); underflow to zero: "
             f"median {np.median(u):.3g}%, max {u.max():.3g}%"
         )
 
@@ -886,13 +886,13 @@ def diagnose(result: Simulation, *, underflow_threshold: float = 0.01) -> Diagno
                 f"scale at its ceiling: max_scale={top!r} stops the scale below 2**{need}; "
                 f"raise max_scale to at least 2**{need}"
             )
-        elif at < 2.0**need and "growth_interval" in cfg:
-            k = math.ceil(math.log(2.0**need / at, cfg["growth_factor"]))
+        elif end < 2.0**need and "growth_interval" in cfg:
+            k = math.ceil(math.log(2.0**need / end, cfg["growth_factor"]))
             steps = k * (cfg["growth_interval"] + cfg.get("growth_offset", 0))
             kinds.append("slow_growth")
             text.append(
                 f"growth too slow: the scale grows x{cfg['growth_factor']:g} every "
-                f"{cfg['growth_interval']} clean steps; from {_pow2_text(at)}, reaching 2**{need} "
+                f"{cfg['growth_interval']} clean steps; from {_pow2_text(end)}, reaching 2**{need} "
                 f"takes {k} growth intervals ({steps} clean steps): start with "
                 f"init_scale=2**{need}"
             )
