@@ -509,3 +509,18 @@ def test_figures_extra_names_scikit_learn():
     pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
     extras = pyproject["project"]["optional-dependencies"]
     assert any(dep.startswith("scikit-learn") for dep in extras["figures"])
+
+
+def test_cast_fp64_exact_path_flushes_and_saturates(capsys):
+    # not float64 values: 2**-1070 + 2**-1100 (subnormal in fp64) and 2**1024 - 2**960 + tiny
+    info = cast_json(capsys, "-0x1.000000004p-1070", "fp64", "--subnormals", "flush")
+    assert info["result"] == 0.0 and math.copysign(1, info["result"]) == -1
+    info = cast_json(capsys, "0x1.fffffffffffff8p1023", "fp64", "--rounding", "rtz")
+    assert info["result"] == np.finfo(np.float64).max
+    # the tie between max and 2**1024 goes to 2**1024 (even): inf, or max when saturating
+    info = cast_json(capsys, "0x1.fffffffffffff8p1023", "fp64")
+    assert info["result"] == "inf" and info["error"]["reason"] == "overflow"
+    info = cast_json(capsys, "0x1.fffffffffffff8p1023", "fp64", "--overflow", "saturate")
+    assert info["result"] == np.finfo(np.float64).max and info["error"]["exact"] is False
+    info = cast_json(capsys, "0x1.fffffffffffff7p1023", "fp64")
+    assert info["result"] == np.finfo(np.float64).max
