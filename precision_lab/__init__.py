@@ -7,7 +7,7 @@
 0.30078125
 """
 
-from . import analysis, gradients, scaling
+from . import analysis, gradients, ops, scaling
 from .analysis import error_stats, gamma_n, pick_loss_scale, sqrt_n_u, underflow_stats
 from .blocks import (
     BlockFormat,
@@ -19,6 +19,7 @@ from .blocks import (
     round_to_blocks,
 )
 from .codec import decode, encode
+from .emulated import Emulated, emulate
 from .formats import FORMATS, FloatFormat, IntFormat, get_format, known_formats
 from .gemm import Accumulator, gemm, tensor_core
 from .policy import POLICIES, Policy, get_policy
@@ -32,6 +33,7 @@ __all__ = [
     "Accumulator",
     "BlockFormat",
     "Calibration",
+    "Emulated",
     "FloatFormat",
     "IntFormat",
     "Policy",
@@ -41,6 +43,7 @@ __all__ = [
     "decode",
     "dequantize",
     "dequantize_blocks",
+    "emulate",
     "encode",
     "error_stats",
     "gamma_n",
@@ -51,6 +54,7 @@ __all__ = [
     "get_policy",
     "gradients",
     "known_formats",
+    "ops",
     "pick_loss_scale",
     "quantize",
     "quantize_blocks",

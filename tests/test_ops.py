@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -63,7 +63,7 @@ def _referee_cached(v: Fraction | float, fmt: pl.FloatFormat) -> dict[tuple[str,
     return _referee_keyed(v, math.copysign(1.0, v) if isinstance(v, float) else 1.0, fmt)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _referee_keyed(
     v: Fraction | float, sign: float, fmt: pl.FloatFormat
 ) -> dict[tuple[str, str], float]:
@@ -81,7 +81,7 @@ def expected_binary(op: str, fmt: str, x: float, y: float) -> dict[tuple[str, st
     return _referee_cached(exact, f)
 
 
-@lru_cache(maxsize=None)
+@cache
 def table(op: str, fmt: str) -> tuple[np.ndarray, np.ndarray, dict[tuple[str, str], np.ndarray]]:
     v = all_values(fmt)
     X, Y = (a.reshape(-1) for a in np.meshgrid(v, v, indexing="ij"))
@@ -358,7 +358,9 @@ def test_exact_and_faithful_functions() -> None:
         lo = pl.round_to(exact, "bf16", rounding="down")
         hi = pl.round_to(exact, "bf16", rounding="up")
         assert ((got == lo) | (got == hi)).all()
-    assert float(ops.reciprocal(3.0, "bf16", rounding="up")) == float(ops.div(1.0, 3.0, "bf16", rounding="up"))
+    assert float(ops.reciprocal(3.0, "bf16", rounding="up")) == float(
+        ops.div(1.0, 3.0, "bf16", rounding="up")
+    )
     assert float(ops.rsqrt(4.0, "bf16")) == 0.5
     assert float(ops.log(1.0, "bf16")) == 0.0
 

@@ -4,9 +4,10 @@ Semantics (the same for every function here):
 
 * **Operands** are values of the format: each operand is first put on ``fmt``'s grid by
   :func:`~precision_lab.round_to` (``nearest_even``, with the call's ``overflow`` and
-  ``subnormals`` switches; infinities stay infinite where the format has them). That is a no-op for operands already on the grid, the usual case
-  (results of earlier ops, :class:`~precision_lab.Emulated` arrays); an off-grid operand is
-  converted exactly as storing it in the format would.
+  ``subnormals`` switches; infinities stay infinite where the format has them). That is a
+  no-op for operands already on the grid, the usual case (results of earlier ops,
+  :class:`~precision_lab.Emulated` arrays); an off-grid operand is converted exactly as
+  storing it in the format would.
 * **Correctly rounded** (``add``, ``sub``, ``mul``, ``div``, ``fma``, ``sqrt``,
   ``reciprocal``): the exact real result of the operation on those values is rounded once,
   in every mode (``odd`` and ``stochastic`` included), with the core's overflow and subnormal
