@@ -380,3 +380,70 @@ def test_dtypes_and_errors() -> None:
     ro = np.ones(3)
     ro.flags.writeable = False
     assert ops.mul(ro, ro[::-1], "e4m3").tolist() == [1.0, 1.0, 1.0]
+
+
+# ----- reductions -------------------------------------------------------------------------------
+def kahan_oracle(xs: list[float], fmt: pl.FloatFormat) -> float:
+    """Kahan summation with every operation rounded by the referee (exact Fractions)."""
+
+    def rnd(v: Fraction) -> Fraction:
+        return F(referee_formula(v, fmt, "nearest_even"))  # type: ignore[arg-type]
+
+    s = c = F(0)
+    for x in xs:
+        y = rnd(F(x) - c)
+        t = rnd(s + y)
+        c = rnd(rnd(t - s) - y)
+        s = t
+    return float(s)
+
+
+def test_compensated_order_against_oracle() -> None:
+    f = pl.get_format("bf16")
+    assert isinstance(f, pl.FloatFormat)
+    rng = np.random.default_rng(5)
+    x = np.asarray(pl.round_to(rng.uniform(0, 1, (3, 300)), f), dtype=np.float64)
+    acc = pl.Accumulator(f, order="compensated")
+    got = ops.sum(x, accumulator=acc, axis=1)
+    want = [kahan_oracle(row, f) for row in x.tolist()]
+    assert got.tolist() == want
+    assert ops.cumsum(x, accumulator=acc, axis=1)[:, -1].tolist() == want
+    plain = ops.sum(x, accumulator=pl.Accumulator(f), axis=1)
+    exact = [math.fsum(r) for r in x.tolist()]
+    assert np.all(np.abs(got - exact) <= np.abs(plain - exact))
+    d = pl.gemm(x, np.ones((300, 1)), input_format=f, accumulator=acc, out_format=f)
+    assert d[:, 0].tolist() == want
+
+
+def test_cumsum_matches_sum_for_every_prefix() -> None:
+    rng = np.random.default_rng(6)
+    x = np.asarray(pl.round_to(rng.uniform(-1, 1, 40), "fp16"), dtype=np.float64)
+    for acc in (pl.Accumulator("fp16"), pl.Accumulator("fp16", rounding="sr", seed=4)):
+        c = ops.cumsum(x, accumulator=acc)
+        assert float(c[-1]) == float(ops.sum(x, accumulator=acc))
+    c = ops.cumsum(x, accumulator="fp16")
+    for k in (1, 7, 40):
+        assert float(c[k - 1]) == float(ops.sum(x[:k], accumulator="fp16"))
+    with pytest.raises(ValueError, match="cumsum supports"):
+        ops.cumsum(x, accumulator=pl.Accumulator("fp16", order="pairwise"))
+    with pytest.raises(ValueError, match="not on the grid"):
+        ops.sum(np.array([0.1]), accumulator="bf16")
+
+
+def test_cupy_backend_refuses_compensated() -> None:
+    from precision_lab.gemm import cupy_backend
+
+    acc = pl.Accumulator("bf16", order="compensated")
+    f = pl.get_format("bf16")
+    with pytest.raises(NotImplementedError, match="compensated"):
+        cupy_backend.kernel_plan(
+            (2, 3),
+            (3, 2),
+            fa=f,
+            fb=f,
+            acc=acc,
+            out_fmt=f,
+            has_c=False,
+            has_special=False,
+            scales=None,
+        )

@@ -1,0 +1,151 @@
+"""Whole algorithms in emulated low precision: bf16 weight updates (round to nearest, stochastic
+rounding, Kahan-compensated) and mixed-precision iterative refinement with an fp16/bf16 LU.
+
+Bit-reproducible: :mod:`precision_lab.ops`, :class:`~precision_lab.Emulated` arrays and
+elementwise float64 arithmetic in a fixed order; no BLAS or LAPACK.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from ..experiments_emulated import iterative_refinement, random_matrix, sgd_weight_updates
+
+TITLE = "Emulated algorithms: bf16 weight updates (RN, SR, Kahan) and mixed-precision IR"
+ORDER = 72
+
+STEPS = 400
+EVERY = 10
+KAPPAS = [1e1, 1e2, 1e3, 1e4, 1e5, 1e6]
+N = 24
+ITERATIONS = 10
+CONFIGS = [("fp16", "fp64"), ("bf16", "fp64"), ("fp16", "fp32"), ("bf16", "fp32")]
+SEED = 2026
+
+
+def make(outdir: Path) -> str:
+    return "\n".join(
+        ["## Emulated arithmetic: whole algorithms", "", *_updates(outdir), *_refinement(outdir)]
+    )
+
+
+def _updates(outdir: Path) -> list[str]:
+    losses = sgd_weight_updates(STEPS, every=EVERY, seed=SEED)
+    steps = np.arange(1, len(losses["fp32"]) + 1) * EVERY
+    steps[-1] = STEPS
+    fig, ax = plt.subplots(figsize=(7.5, 5), constrained_layout=True)
+    styles = {
+        "fp32": ("0.0", "-"),
+        "RN": ("tab:red", "--"),
+        "SR": ("tab:blue", "-."),
+        "Kahan": ("tab:green", ":"),
+    }
+    labels = {
+        "fp32": "fp32 weights",
+        "RN": "bf16 weights, round to nearest",
+        "SR": "bf16 weights, stochastic rounding",
+        "Kahan": "bf16 weights + bf16 Kahan compensation",
+    }
+    for name, vals in losses.items():
+        color, ls = styles[name]
+        ax.plot(steps, vals, color=color, ls=ls, lw=1.5, label=labels[name])
+    ax.set_yscale("log")
+    ax.set_xlabel("SGD step")
+    ax.set_ylabel("training loss (mean squared error)")
+    ax.set_title("Least squares, 16 weights, batch 32, lr 0.005 (seeded)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.savefig(outdir / "emulated_weight_updates.png", dpi=120)
+    plt.close(fig)
+    final = {k: float(v[-1]) for k, v in losses.items()}
+    return [
+        "### bf16 weight updates: round to nearest, stochastic rounding, Kahan compensation",
+        "",
+        "![weight updates](emulated_weight_updates.png)",
+        "",
+        "Mini-batch SGD on a seeded least-squares problem (512 rows, 16 weights, label noise "
+        f"0.1, lr 0.005, {STEPS} steps); gradients in fp32 (`pl.ops.dot`, sequential fp32 "
+        "sums); the weights are stored in bf16 and updated by `pl.ops.add` with round to "
+        "nearest, with stochastic rounding, or with a Kahan-compensated update (the part of the "
+        "update each bf16 add loses is kept in a bf16 compensation term and added to the next "
+        "update), against fp32 weights. This is a small stand-in for the training emulation of "
+        "`precision_lab.training` (whose GEMMs use BLAS and are not bit-reproducible).",
+        "",
+        "| weights | final training loss |",
+        "|---|---|",
+        *[f"| {labels[k]} | {v:.4g} |" for k, v in final.items()],
+        "",
+        f"Round to nearest stalls ({final['RN'] / final['fp32']:.1f}x the fp32 loss): updates "
+        "below half an ulp of a weight are lost. Stochastic rounding keeps them in expectation "
+        f"but its noise leaves it at {final['SR'] / final['fp32']:.2f}x the fp32 loss; the "
+        f"Kahan-compensated bf16 weights reach {final['Kahan'] / final['fp32']:.2f}x, the fp32 "
+        "result (Zamirai et al. 2020: stochastic rounding alone does not always match fp32, "
+        "Kahan-compensated updates do).",
+        "",
+    ]
+
+
+def _refinement(outdir: Path) -> list[str]:
+    results = {
+        cfg: [
+            iterative_refinement(
+                random_matrix(N, k, SEED + i), *cfg, iterations=ITERATIONS, seed=SEED, kappa=k
+            )
+            for i, k in enumerate(KAPPAS)
+        ]
+        for cfg in CONFIGS
+    }
+    fig, axes = plt.subplots(
+        1, len(CONFIGS), figsize=(15, 4.5), constrained_layout=True, sharey=True
+    )
+    cmap = plt.get_cmap("viridis")
+    for ax, (cfg, res) in zip(axes, results.items(), strict=True):
+        for i, r in enumerate(res):
+            ax.plot(
+                range(len(r.errors)),
+                np.maximum(r.errors, 1e-18),
+                marker=".",
+                color=cmap(i / (len(res) - 1)),
+                label=f"kappa = {r.kappa:.0e}",
+            )
+        ax.axhline(res[0].limit / max(res[0].kappa, 1), color="0.5", lw=0.6, ls=":")
+        ax.set_yscale("log")
+        ax.set_title(f"LU in {cfg[0]}, residual in {cfg[1]}")
+        ax.set_xlabel("refinement step")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel("||x_i - x||_inf / ||x||_inf")
+    axes[0].legend(fontsize=7)
+    fig.savefig(outdir / "emulated_refinement.png", dpi=120)
+    plt.close(fig)
+    lines = [
+        "### Mixed-precision iterative refinement (Carson & Higham)",
+        "",
+        "![iterative refinement](emulated_refinement.png)",
+        "",
+        f"Seeded {N} x {N} matrices with singular values geometrically spaced from 1 to "
+        "1/kappa (Householder reflections, formed without BLAS). LU with partial pivoting "
+        "written with numpy operators on a `pl.emulate(A, 'fp16' or 'bf16')` array, the "
+        "correction solves in the same format (the residual scaled by a power of two first), "
+        "the residual and the solution in fp32 or fp64 (`pl.ops`, sequential sums). Steps "
+        f"until the error is within n kappa u_r of the solution (`-`: not within {ITERATIONS} "
+        "steps), and the final error:",
+        "",
+        "| LU | residual | " + " | ".join(f"kappa = {k:.0e}" for k in KAPPAS) + " |",
+        "|---|---|" + "---|" * len(KAPPAS),
+    ]
+    for cfg, res in results.items():
+        cells = " | ".join(
+            f"{'-' if r.iterations is None else r.iterations} ({r.errors[-1]:.1e})" for r in res
+        )
+        lines.append(f"| {cfg[0]} | {cfg[1]} | {cells} |")
+    lines += [
+        "",
+        "Refinement converges to the residual precision while kappa u_f stays below about 1 "
+        "(fp16: u = 4.9e-4, bf16: u = 3.9e-3) and slows down, then fails, beyond it; bf16's "
+        "3 fewer bits cost it about a decade of condition number against fp16.",
+        "",
+    ]
+    return lines
