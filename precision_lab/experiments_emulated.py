@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from . import ops
-from .bounds import gamma_tilde, probability_q
+from .bounds import exact_solve, gamma_tilde, probability_q
 from .emulated import emulate
 from .formats import FloatFormat, get_format
 from .gemm.accumulator import Accumulator
@@ -286,13 +286,12 @@ class IRResult:
     kappa: float
     errors: tuple[float, ...]  # ||x_i - x||_inf / ||x||_inf
 
-    n: int = 0
-
     @property
     def limit(self) -> float:
-        """The accuracy refinement can reach: ``n kappa u_r`` (the right-hand side is rounded
-        to the residual format, so the exact solution is that far from ``x_true``)."""
-        return max(self.n * self.kappa, 1.0) * _fmt(self.residual_format).unit_roundoff
+        """``4 kappa u_r``: the limiting accuracy of refinement whose residual precision is the
+        working precision (Higham 2002, section 12.1); errors are measured against the exact
+        solution of the system held in the residual format."""
+        return 4 * max(self.kappa, 1.0) * _fmt(self.residual_format).unit_roundoff
 
     @property
     def converged(self) -> bool:
@@ -320,17 +319,16 @@ def iterative_refinement(
     """LU-based iterative refinement (Carson & Higham 2018): the LU factorization and the
     correction solves in ``factor_format`` (an :class:`~precision_lab.Emulated` array, partial
     pivoting), the solution and the residual ``r = b - A x`` in ``residual_format`` (fp32 or
-    fp64: :func:`precision_lab.ops` with sequential sums in that format). ``x_true`` is a
-    seeded random vector on the residual format's grid and ``b`` the exact product rounded to
-    it, so the error is measured against the exact solution of the rounded problem's
-    right-hand side to well within ``u_r``. ``kappa`` is a label for the result."""
+    fp64: :func:`precision_lab.ops` with sequential sums in that format). ``A`` is rounded to the
+    residual format, ``b`` is a seeded random vector on its grid, and errors are measured
+    against the exact solution of that system (:func:`precision_lab.bounds.exact_solve`).
+    ``kappa`` is a label for the result."""
     n = A.shape[0]
     rf = _fmt(residual_format)
     rng = np.random.default_rng(seed)
     A_r = np.asarray(round_to(A, rf), dtype=np.float64)
-    x_true = np.asarray(round_to(rng.uniform(-1, 1, n), rf), dtype=np.float64)
-    b = np.array([math.fsum((A_r[i] * x_true).tolist()) for i in range(n)])  # b = fl(A x)
-    b = np.asarray(round_to(b, rf), dtype=np.float64)
+    b = np.asarray(round_to(rng.uniform(-1, 1, n), rf), dtype=np.float64)
+    x_true = np.array([float(v) for v in exact_solve(A_r, b)])  # to 0.5 ulp of float64
     norm_x = float(np.max(np.abs(x_true)))
     LU, perm = lu_factor(emulate(A_r, factor_format))
     x = np.asarray(lu_solve(LU, perm, emulate(b, factor_format)), dtype=np.float64)
@@ -349,4 +347,4 @@ def iterative_refinement(
         x = np.asarray(ops.add(x, d, rf), dtype=np.float64)
         err = float(np.max(np.abs(x - x_true))) / norm_x
         errors.append(err if math.isfinite(err) else math.inf)
-    return IRResult(factor_format, residual_format, kappa, tuple(errors), n)
+    return IRResult(factor_format, residual_format, kappa, tuple(errors))

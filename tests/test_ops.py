@@ -118,6 +118,16 @@ def test_exhaustive_pairs(fmt: str, op: str, mode: str, overflow: str) -> None:
     X, Y, exp = table(op, fmt)
     got = BINARY[op][0](X, Y, fmt, rounding=mode, overflow=overflow)
     check(got, exp[mode, overflow], X, Y, f"{op} {fmt} {mode} {overflow}")
+    if op in ("add", "mul"):  # float32 and ml_dtypes operands take the float32 path
+        for dt in (np.float32, _ml_dtype(fmt)):
+            got = BINARY[op][0](X.astype(dt), Y.astype(dt), fmt, rounding=mode, overflow=overflow)
+            check(got, exp[mode, overflow], X, Y, f"{op} {fmt} {mode} {overflow} {dt}")
+
+
+def _ml_dtype(fmt: str) -> Any:
+    import ml_dtypes
+
+    return {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}[fmt]
 
 
 # ----- sqrt: every 16-bit value ------------------------------------------------------------------

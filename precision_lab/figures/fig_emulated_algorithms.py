@@ -13,12 +13,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..experiments_emulated import iterative_refinement, random_matrix, sgd_weight_updates
+from ..formats import get_format
 
 TITLE = "Emulated algorithms: bf16 weight updates (RN, SR, Kahan) and mixed-precision IR"
 ORDER = 72
 
-STEPS = 400
-EVERY = 10
+STEPS = 1500
+EVERY = 50
 KAPPAS = [1e1, 1e2, 1e3, 1e4, 1e5, 1e6]
 N = 24
 ITERATIONS = 10
@@ -61,6 +62,17 @@ def _updates(outdir: Path) -> list[str]:
     fig.savefig(outdir / "emulated_weight_updates.png", dpi=120)
     plt.close(fig)
     final = {k: float(v[-1]) for k, v in losses.items()}
+    mid = {k: float(v[400 // EVERY - 1]) for k, v in losses.items()}
+    r_sr, r_k = final["SR"] / final["fp32"], final["Kahan"] / final["fp32"]
+    verdict = (
+        "both come within a few tens of percent of fp32 here: in this small, well-conditioned "
+        "problem the gap Zamirai et al. (2020) report between stochastic rounding alone and "
+        "Kahan-compensated updates does not appear at the end of training, only in the "
+        "transient (step 400)"
+        if max(r_sr, r_k) < 1.5
+        else "Kahan-compensated updates stay closer to fp32 than stochastic rounding alone, as "
+        "Zamirai et al. (2020) report"
+    )
     return [
         "### bf16 weight updates: round to nearest, stochastic rounding, Kahan compensation",
         "",
@@ -72,18 +84,16 @@ def _updates(outdir: Path) -> list[str]:
         "nearest, with stochastic rounding, or with a Kahan-compensated update (the part of the "
         "update each bf16 add loses is kept in a bf16 compensation term and added to the next "
         "update), against fp32 weights. This is a small stand-in for the training emulation of "
-        "`precision_lab.training` (whose GEMMs use BLAS and are not bit-reproducible).",
+        "`precision_lab.training`, whose GEMMs use BLAS and are not bit-reproducible.",
         "",
-        "| weights | final training loss |",
-        "|---|---|",
-        *[f"| {labels[k]} | {v:.4g} |" for k, v in final.items()],
+        "| weights | loss at step 400 | final training loss |",
+        "|---|---|---|",
+        *[f"| {labels[k]} | {mid[k]:.4g} | {final[k]:.4g} |" for k in final],
         "",
-        f"Round to nearest stalls ({final['RN'] / final['fp32']:.1f}x the fp32 loss): updates "
-        "below half an ulp of a weight are lost. Stochastic rounding keeps them in expectation "
-        f"but its noise leaves it at {final['SR'] / final['fp32']:.2f}x the fp32 loss; the "
-        f"Kahan-compensated bf16 weights reach {final['Kahan'] / final['fp32']:.2f}x, the fp32 "
-        "result (Zamirai et al. 2020: stochastic rounding alone does not always match fp32, "
-        "Kahan-compensated updates do).",
+        f"Round to nearest stalls at {final['RN'] / final['fp32']:.0f}x the fp32 loss: "
+        "updates below half an ulp of a weight are lost. Stochastic rounding ends at "
+        f"{r_sr:.2f}x and the Kahan-compensated bf16 weights at {r_k:.2f}x the fp32 loss; "
+        f"{verdict}. Both stay above fp32 by the cost of holding the weights in bf16.",
         "",
     ]
 
@@ -111,7 +121,7 @@ def _refinement(outdir: Path) -> list[str]:
                 color=cmap(i / (len(res) - 1)),
                 label=f"kappa = {r.kappa:.0e}",
             )
-        ax.axhline(res[0].limit / max(res[0].kappa, 1), color="0.5", lw=0.6, ls=":")
+        ax.axhline(4 * get_format(cfg[1]).unit_roundoff, color="0.5", lw=0.6, ls=":")
         ax.set_yscale("log")
         ax.set_title(f"LU in {cfg[0]}, residual in {cfg[1]}")
         ax.set_xlabel("refinement step")
@@ -129,9 +139,11 @@ def _refinement(outdir: Path) -> list[str]:
         "1/kappa (Householder reflections, formed without BLAS). LU with partial pivoting "
         "written with numpy operators on a `pl.emulate(A, 'fp16' or 'bf16')` array, the "
         "correction solves in the same format (the residual scaled by a power of two first), "
-        "the residual and the solution in fp32 or fp64 (`pl.ops`, sequential sums). Steps "
-        f"until the error is within n kappa u_r of the solution (`-`: not within {ITERATIONS} "
-        "steps), and the final error:",
+        "the residual and the solution in fp32 or fp64 (`pl.ops`, sequential sums); errors "
+        "against the exact solution (rational arithmetic) of the system held in the residual "
+        "format. Steps until the error is within 4 kappa u_r, the limiting accuracy when the "
+        f"residual precision is the working precision (`-`: not within {ITERATIONS} steps), "
+        "and the final error (`nan`: the low-precision LU broke down):",
         "",
         "| LU | residual | " + " | ".join(f"kappa = {k:.0e}" for k in KAPPAS) + " |",
         "|---|---|" + "---|" * len(KAPPAS),

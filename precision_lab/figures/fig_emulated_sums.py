@@ -93,9 +93,9 @@ def _harmonic(outdir: Path) -> list[str]:
     lines.append("")
     for fmt, (exact, rn, sr) in finals.items():
         lines.append(
-            f"After {HARMONIC_N} terms in {fmt}: exact {exact:.6f}, round-to-nearest {rn!r}, "
-            f"stochastic rounding mean {np.mean(sr):.6f} (min {np.min(sr)!r}, max "
-            f"{np.max(sr)!r} over {SEEDS} seeds)."
+            f"After {HARMONIC_N} terms in {fmt}: exact {exact:.6f}, round-to-nearest "
+            f"{float(rn)!r}, stochastic rounding mean {np.mean(sr):.6f} (min "
+            f"{float(np.min(sr))!r}, max {float(np.max(sr))!r} over {SEEDS} seeds)."
         )
     lines += [
         "Stochastic rounding (`Accumulator(fmt, rounding='stochastic')`, seeded) keeps "

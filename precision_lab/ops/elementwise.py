@@ -61,12 +61,20 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from ..formats import FloatFormat, get_format
 from ..gemm.exact import Rounder, odd_collapse, quantum_exponent, round_sum, two_sum
 from ..quantization import _two_product_error
-from ..rounding import RoundingOptions, _fits_float32, as_float_array, check_options, round_to
+from ..rounding import (
+    RoundingOptions,
+    _fits_float32,
+    as_float_array,
+    check_options,
+    for_chunks,
+    round_to,
+)
 
 __all__ = [
     "abs",
@@ -115,9 +123,9 @@ def _tame(fmt: FloatFormat) -> bool:
 
 
 def _on_grid(a: np.ndarray, f: FloatFormat, o: RoundingOptions) -> np.ndarray:
-    """An operand as a value of ``f`` (float64): rounded nearest_even with the call's switches;
-    infinities stay infinite in formats that have them (they are values of the format)."""
-    r = round_to(a, f, overflow=o.overflow, subnormals=o.subnormals).astype(np.float64)
+    """An operand as a value of ``f`` (round_to's dtype): rounded nearest_even with the call's
+    switches; infinities stay infinite in formats that have them (values of the format)."""
+    r = round_to(a, f, overflow=o.overflow, subnormals=o.subnormals)
     if f.has_inf and o.overflow == "saturate":
         inf = np.isinf(a)
         if inf.any():
@@ -154,7 +162,9 @@ class Call:
             shapes = ", ".join(f"{n}{a.shape}" for n, a in zip(operands, arrs, strict=True))
             raise ValueError(f"operands do not broadcast together: {shapes}") from None
         wide = any(a.dtype == np.float64 for a in arrs) or not _fits_float32(f)
-        vals = tuple(np.broadcast_to(_on_grid(a, f, o), shape).reshape(-1) for a in arrs)
+        vals = tuple(
+            np.broadcast_to(_on_grid(a, f, o).astype(np.float64), shape).reshape(-1) for a in arrs
+        )
         return cls(f, o, vals, shape, np.dtype(np.float64 if wide else np.float32))
 
     @property
@@ -264,6 +274,107 @@ def _product(a: np.ndarray, b: np.ndarray, tame: bool) -> tuple[np.ndarray, np.n
     return h, lo
 
 
+_F32_OPERANDS = {np.dtype(np.float32), np.dtype(np.float16)} | {
+    np.dtype(getattr(ml_dtypes, n))
+    for n in dir(ml_dtypes)
+    if n.startswith(("float8", "float6", "float4", "bfloat16"))
+}
+
+
+def _float32_path(
+    op: str,
+    x: Any,
+    y: Any,
+    fmt: Any,
+    rounding: str,
+    overflow: str,
+    subnormals: str,
+    seed: int | None,
+) -> np.ndarray | None:
+    """``x + y`` or ``x * y`` computed in float32 and rounded once by the core, where that is
+    the exact result (or, for nearest_even sums, where double rounding is innocuous); None
+    when it does not apply (float64 operands, wide formats, or any element that would need
+    the general path).
+
+    For formats of at most 12 significant bits whose values are float32 values, products are
+    exact in float32 unless they fall below float32's normal range or overflow (those
+    elements send the call to the general path), and a float32 sum is exact where its
+    TwoSum error is zero; nearest_even sums of formats of at most 11 bits need no check
+    (rounding to 24 then to at most 11 bits is innocuous: Figueroa 1995, 24 >= 2p + 2).
+    """
+    if not (isinstance(x, np.ndarray) and isinstance(y, np.ndarray)):
+        return None
+    if x.dtype not in _F32_OPERANDS or y.dtype not in _F32_OPERANDS:
+        return None
+    f = get_format(fmt)
+    if not (isinstance(f, FloatFormat) and _fits_float32(f) and f.precision <= 12):
+        return None
+    o = check_options(rounding, overflow, subnormals, seed, None)
+    if x.shape == y.shape and o.mode != "stochastic":  # in cache-sized chunks, on all cores
+        xf, yf = x.reshape(-1), y.reshape(-1)
+        out = np.empty(xf.size, dtype=np.float32)
+        failed = []
+
+        def work(lo: int, hi: int) -> None:
+            r = _float32_chunk(op, _grid32(xf[lo:hi], f, o), _grid32(yf[lo:hi], f, o), f, o)
+            if r is None:
+                failed.append(lo)
+            else:
+                out[lo:hi] = r
+
+        for_chunks(xf.size, work, chunk=1 << 16)
+        return None if failed else out.reshape(x.shape)
+    return _float32_chunk(op, _grid32(x, f, o), _grid32(y, f, o), f, o)
+
+
+def _float32_chunk(
+    op: str, a: np.ndarray, b: np.ndarray, f: FloatFormat, o: RoundingOptions
+) -> np.ndarray | None:
+    with np.errstate(all="ignore"):
+        if op == "add":
+            r = a + b
+            nearest = o.mode == "nearest_even" and f.precision <= 11
+            if not nearest:
+                bb = r - a
+                bad = ((a - (r - bb)) + (b - bb)) != 0
+                if o.mode == "down":  # exact zero sums are -0 in this mode
+                    bad |= r == 0
+                bad |= ~np.isfinite(r) & np.isfinite(a) & np.isfinite(b)
+                if bad.any():
+                    return None
+        else:
+            r = a * b
+            m = np.abs(r)
+            # underflow below float32's normal range (a zero product of non-zero operands too)
+            if (m < np.float32(2.0**-126)).any():
+                tiny = m < np.float32(2.0**-126)
+                if (tiny & ((r != 0) | ((a != 0) & (b != 0)))).any():
+                    return None
+            if np.isinf(m).any() and (np.isinf(m) & np.isfinite(a) & np.isfinite(b)).any():
+                return None
+    return round_to(
+        r,
+        f,
+        rounding=o.mode,
+        overflow=o.overflow,
+        subnormals=o.subnormals,
+        seed=o.seed if o.mode == "stochastic" else None,
+    )
+
+
+def _grid32(v: np.ndarray, f: FloatFormat, o: RoundingOptions) -> np.ndarray:
+    """A float32 operand on ``f``'s grid (as :func:`_on_grid`; no rounding for arrays of
+    ``f``'s own ml_dtypes type)."""
+    if v.dtype.kind == "V" or v.dtype not in (np.float32, np.float16):
+        try:
+            own = get_format(v.dtype) == f
+        except (TypeError, ValueError):
+            own = False
+        if own:
+            return v.astype(np.float32)
+    return _on_grid(as_float_array(v), f, o).astype(np.float32, copy=False)
+
+
 # ----- correctly rounded ---------------------------------------------------------------------
 def add(
     x: Any,
@@ -281,6 +392,9 @@ def add(
     >>> pl.ops.add([1.0, 448.0], [0.0625, 32.0], "e4m3").tolist()   # 1.0625 ties to even; overflow
     [1.0, nan]
     """
+    fast = _float32_path("add", x, y, fmt, rounding, overflow, subnormals, seed)
+    if fast is not None:
+        return fast
     c = Call.make(fmt, rounding, overflow, subnormals, seed, {"x": x, "y": y})
     return _add_vals(c, *c.vals)
 
@@ -331,6 +445,9 @@ def mul(
     >>> float(pl.ops.mul(1.125, 1.125, "e4m3", rounding="odd"))   # exact 1.265625
     1.375
     """
+    fast = _float32_path("mul", x, y, fmt, rounding, overflow, subnormals, seed)
+    if fast is not None:
+        return fast
     c = Call.make(fmt, rounding, overflow, subnormals, seed, {"x": x, "y": y})
     a, b = c.vals
     h, lo = _product(a, b, _tame(c.fmt))
@@ -494,7 +611,7 @@ def abs(x: Any, fmt: Any, **opts: Any) -> np.ndarray:
     return c.round_values(np.abs(c.vals[0]))
 
 
-def _defaults(opts: dict[str, Any]) -> tuple[Any, ...]:
+def _defaults(opts: dict[str, Any]) -> tuple[str, str, str, int | None]:
     allowed = {"rounding", "overflow", "subnormals", "seed"}
     extra = set(opts) - allowed
     if extra:

@@ -50,13 +50,12 @@ def _input_format(values: list[np.ndarray], acc: Accumulator, given: Any) -> Flo
                 "(products must be exact in float64)"
             )
         return f
-    candidates = [acc.format, _FP32]
-    for f in candidates:
-        assert isinstance(f, FloatFormat)
-        if f.precision > 26:
+    for cand in (acc.format, _FP32):
+        assert isinstance(cand, FloatFormat)
+        if cand.precision > 26:
             continue
-        if builtins.all(_on_grid(v, f) for v in values):
-            return f
+        if builtins.all(_on_grid(v, cand) for v in values):
+            return cand
     raise ValueError(
         "the values are not on the grid of the accumulator's format or of fp32: pass "
         "input_format=, or round them first (e.g. pl.round_to(x, 'fp32'))"
