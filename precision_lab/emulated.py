@@ -503,7 +503,13 @@ def _call_ufunc(ufunc: Any, inputs: tuple[Any, ...], ctx: EmulationContext) -> A
     if ufunc in _UNARY:
         return Emulated(_UNARY[ufunc](vals[0], ctx.fmt, **ctx.opts()), ctx)
     if ufunc in _COMPARE:
-        return ops.elementwise._compare(vals[0], vals[1], ctx.fmt, {}, _COMPARE[ufunc])
+        return ops.elementwise._compare(
+            vals[0],
+            vals[1],
+            ctx.fmt,
+            ("nearest_even", ctx.overflow, ctx.subnormals, None),
+            _COMPARE[ufunc],
+        )
     if ufunc in _PREDICATES:
         return ufunc(vals[0])
     if ufunc is np.matmul:

@@ -589,43 +589,48 @@ def reciprocal(
 
 
 # ----- exact ---------------------------------------------------------------------------------
-def neg(x: Any, fmt: Any, **opts: Any) -> np.ndarray:
+def neg(
+    x: Any,
+    fmt: Any,
+    *,
+    rounding: str = "nearest_even",
+    overflow: str = "ieee",
+    subnormals: str = "keep",
+    seed: int | None = None,
+) -> np.ndarray:
     """``-x`` (exact).
 
     >>> import precision_lab as pl
     >>> pl.ops.neg([0.0, 1.5], "e4m3").tolist()
     [-0.0, -1.5]
     """
-    c = Call.make(fmt, *_defaults(opts), {"x": x})
+    c = Call.make(fmt, rounding, overflow, subnormals, seed, {"x": x})
     return c.round_values(-c.vals[0])
 
 
-def abs(x: Any, fmt: Any, **opts: Any) -> np.ndarray:
+def abs(
+    x: Any,
+    fmt: Any,
+    *,
+    rounding: str = "nearest_even",
+    overflow: str = "ieee",
+    subnormals: str = "keep",
+    seed: int | None = None,
+) -> np.ndarray:
     """``|x|`` (exact).
 
     >>> import precision_lab as pl
     >>> pl.ops.abs([-0.0, -1.5], "e4m3").tolist()
     [0.0, 1.5]
     """
-    c = Call.make(fmt, *_defaults(opts), {"x": x})
+    c = Call.make(fmt, rounding, overflow, subnormals, seed, {"x": x})
     return c.round_values(np.abs(c.vals[0]))
 
 
-def _defaults(opts: dict[str, Any]) -> tuple[str, str, str, int | None]:
-    allowed = {"rounding", "overflow", "subnormals", "seed"}
-    extra = set(opts) - allowed
-    if extra:
-        raise TypeError(f"unexpected keyword argument(s) {sorted(extra)}; expected {allowed}")
-    return (
-        opts.get("rounding", "nearest_even"),
-        opts.get("overflow", "ieee"),
-        opts.get("subnormals", "keep"),
-        opts.get("seed"),
-    )
-
-
-def _min_max(x: Any, y: Any, fmt: Any, opts: dict[str, Any], smaller: bool) -> np.ndarray:
-    c = Call.make(fmt, *_defaults(opts), {"x": x, "y": y})
+def _min_max(
+    x: Any, y: Any, fmt: Any, opts: tuple[str, str, str, int | None], smaller: bool
+) -> np.ndarray:
+    c = Call.make(fmt, *opts, {"x": x, "y": y})
     a, b = c.vals
     m = np.minimum(a, b) if smaller else np.maximum(a, b)  # NaN propagates
     zeros = (a == 0) & (b == 0)
@@ -635,110 +640,216 @@ def _min_max(x: Any, y: Any, fmt: Any, opts: dict[str, Any], smaller: bool) -> n
     return c.round_values(m)
 
 
-def minimum(x: Any, y: Any, fmt: Any, **opts: Any) -> np.ndarray:
+def minimum(
+    x: Any,
+    y: Any,
+    fmt: Any,
+    *,
+    rounding: str = "nearest_even",
+    overflow: str = "ieee",
+    subnormals: str = "keep",
+    seed: int | None = None,
+) -> np.ndarray:
     """Elementwise minimum (exact; NaN propagates; ``-0 < +0``).
 
     >>> import precision_lab as pl
     >>> pl.ops.minimum([0.0, 1.0], [-0.0, float("nan")], "bf16").tolist()
     [-0.0, nan]
     """
-    return _min_max(x, y, fmt, opts, True)
+    return _min_max(x, y, fmt, (rounding, overflow, subnormals, seed), True)
 
 
-def maximum(x: Any, y: Any, fmt: Any, **opts: Any) -> np.ndarray:
+def maximum(
+    x: Any,
+    y: Any,
+    fmt: Any,
+    *,
+    rounding: str = "nearest_even",
+    overflow: str = "ieee",
+    subnormals: str = "keep",
+    seed: int | None = None,
+) -> np.ndarray:
     """Elementwise maximum (exact; NaN propagates; ``-0 < +0``).
 
     >>> import precision_lab as pl
     >>> pl.ops.maximum([0.0, 1.0], [-0.0, 3.0], "bf16").tolist()
     [0.0, 3.0]
     """
-    return _min_max(x, y, fmt, opts, False)
+    return _min_max(x, y, fmt, (rounding, overflow, subnormals, seed), False)
 
 
-def _compare(x: Any, y: Any, fmt: Any, opts: dict[str, Any], ufunc: Any) -> np.ndarray:
-    c = Call.make(fmt, *_defaults(opts), {"x": x, "y": y})
+def _compare(
+    x: Any, y: Any, fmt: Any, opts: tuple[str, str, str, int | None], ufunc: Any
+) -> np.ndarray:
+    c = Call.make(fmt, *opts, {"x": x, "y": y})
     a, b = c.vals
     return np.asarray(ufunc(a, b)).reshape(c.shape)
 
 
-def equal(x: Any, y: Any, fmt: Any, **opts: Any) -> np.ndarray:
+def equal(
+    x: Any,
+    y: Any,
+    fmt: Any,
+    *,
+    rounding: str = "nearest_even",
+    overflow: str = "ieee",
+    subnormals: str = "keep",
+    seed: int | None = None,
+) -> np.ndarray:
     """``x == y`` on the values in ``fmt`` (a bool array).
 
     >>> import precision_lab as pl
     >>> pl.ops.equal(1.0, 1.001, "bf16").tolist()   # both round to 1.0
     True
     """
-    return _compare(x, y, fmt, opts, np.equal)
+    return _compare(x, y, fmt, (rounding, overflow, subnormals, seed), np.equal)
 
 
-def not_equal(x: Any, y: Any, fmt: Any, **opts: Any) -> np.ndarray:
+def not_equal(
+    x: Any,
+    y: Any,
+    fmt: Any,
+    *,
+    rounding: str = "nearest_even",
+    overflow: str = "ieee",
+    subnormals: str = "keep",
+    seed: int | None = None,
+) -> np.ndarray:
     """``x != y`` on the values in ``fmt``."""
-    return _compare(x, y, fmt, opts, np.not_equal)
+    return _compare(x, y, fmt, (rounding, overflow, subnormals, seed), np.not_equal)
 
 
-def less(x: Any, y: Any, fmt: Any, **opts: Any) -> np.ndarray:
+def less(
+    x: Any,
+    y: Any,
+    fmt: Any,
+    *,
+    rounding: str = "nearest_even",
+    overflow: str = "ieee",
+    subnormals: str = "keep",
+    seed: int | None = None,
+) -> np.ndarray:
     """``x < y`` on the values in ``fmt``."""
-    return _compare(x, y, fmt, opts, np.less)
+    return _compare(x, y, fmt, (rounding, overflow, subnormals, seed), np.less)
 
 
-def less_equal(x: Any, y: Any, fmt: Any, **opts: Any) -> np.ndarray:
+def less_equal(
+    x: Any,
+    y: Any,
+    fmt: Any,
+    *,
+    rounding: str = "nearest_even",
+    overflow: str = "ieee",
+    subnormals: str = "keep",
+    seed: int | None = None,
+) -> np.ndarray:
     """``x <= y`` on the values in ``fmt``."""
-    return _compare(x, y, fmt, opts, np.less_equal)
+    return _compare(x, y, fmt, (rounding, overflow, subnormals, seed), np.less_equal)
 
 
-def greater(x: Any, y: Any, fmt: Any, **opts: Any) -> np.ndarray:
+def greater(
+    x: Any,
+    y: Any,
+    fmt: Any,
+    *,
+    rounding: str = "nearest_even",
+    overflow: str = "ieee",
+    subnormals: str = "keep",
+    seed: int | None = None,
+) -> np.ndarray:
     """``x > y`` on the values in ``fmt``."""
-    return _compare(x, y, fmt, opts, np.greater)
+    return _compare(x, y, fmt, (rounding, overflow, subnormals, seed), np.greater)
 
 
-def greater_equal(x: Any, y: Any, fmt: Any, **opts: Any) -> np.ndarray:
+def greater_equal(
+    x: Any,
+    y: Any,
+    fmt: Any,
+    *,
+    rounding: str = "nearest_even",
+    overflow: str = "ieee",
+    subnormals: str = "keep",
+    seed: int | None = None,
+) -> np.ndarray:
     """``x >= y`` on the values in ``fmt``."""
-    return _compare(x, y, fmt, opts, np.greater_equal)
+    return _compare(x, y, fmt, (rounding, overflow, subnormals, seed), np.greater_equal)
 
 
 # ----- faithful ------------------------------------------------------------------------------
-def _faithful(x: Any, fmt: Any, opts: dict[str, Any], func: Any) -> np.ndarray:
-    c = Call.make(fmt, *_defaults(opts), {"x": x})
+def _faithful(x: Any, fmt: Any, opts: tuple[str, str, str, int | None], func: Any) -> np.ndarray:
+    c = Call.make(fmt, *opts, {"x": x})
     with np.errstate(all="ignore"):
         v = func(c.vals[0])
     return c.round_values(v)
 
 
-def exp(x: Any, fmt: Any, **opts: Any) -> np.ndarray:
+def exp(
+    x: Any,
+    fmt: Any,
+    *,
+    rounding: str = "nearest_even",
+    overflow: str = "ieee",
+    subnormals: str = "keep",
+    seed: int | None = None,
+) -> np.ndarray:
     """``exp(x)``: float64 exp rounded once to ``fmt`` (faithful, see the module docstring).
 
     >>> import precision_lab as pl
     >>> float(pl.ops.exp(1.0, "bf16"))
     2.71875
     """
-    return _faithful(x, fmt, opts, np.exp)
+    return _faithful(x, fmt, (rounding, overflow, subnormals, seed), np.exp)
 
 
-def log(x: Any, fmt: Any, **opts: Any) -> np.ndarray:
+def log(
+    x: Any,
+    fmt: Any,
+    *,
+    rounding: str = "nearest_even",
+    overflow: str = "ieee",
+    subnormals: str = "keep",
+    seed: int | None = None,
+) -> np.ndarray:
     """Natural logarithm: float64 log rounded once to ``fmt`` (faithful).
 
     >>> import precision_lab as pl
     >>> float(pl.ops.log(2.0, "fp16"))
     0.693359375
     """
-    return _faithful(x, fmt, opts, np.log)
+    return _faithful(x, fmt, (rounding, overflow, subnormals, seed), np.log)
 
 
-def tanh(x: Any, fmt: Any, **opts: Any) -> np.ndarray:
+def tanh(
+    x: Any,
+    fmt: Any,
+    *,
+    rounding: str = "nearest_even",
+    overflow: str = "ieee",
+    subnormals: str = "keep",
+    seed: int | None = None,
+) -> np.ndarray:
     """``tanh(x)``: float64 tanh rounded once to ``fmt`` (faithful).
 
     >>> import precision_lab as pl
     >>> float(pl.ops.tanh(0.5, "e4m3"))
     0.46875
     """
-    return _faithful(x, fmt, opts, np.tanh)
+    return _faithful(x, fmt, (rounding, overflow, subnormals, seed), np.tanh)
 
 
-def rsqrt(x: Any, fmt: Any, **opts: Any) -> np.ndarray:
+def rsqrt(
+    x: Any,
+    fmt: Any,
+    *,
+    rounding: str = "nearest_even",
+    overflow: str = "ieee",
+    subnormals: str = "keep",
+    seed: int | None = None,
+) -> np.ndarray:
     """``1 / sqrt(x)``: computed in float64 (two roundings there) and rounded once (faithful).
 
     >>> import precision_lab as pl
     >>> float(pl.ops.rsqrt(4.0, "bf16"))
     0.5
     """
-    return _faithful(x, fmt, opts, lambda v: 1.0 / np.sqrt(v))
+    return _faithful(x, fmt, (rounding, overflow, subnormals, seed), lambda v: 1.0 / np.sqrt(v))
