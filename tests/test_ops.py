@@ -457,3 +457,35 @@ def test_cupy_backend_refuses_compensated() -> None:
             has_special=False,
             scales=None,
         )
+
+
+def beyond_fp64(v: Fraction, mode: str, overflow: str) -> float:
+    """IEEE 754 rounding of a real beyond the float64 range (|v| > DBL_MAX) onto fp64."""
+    big = float(np.finfo(np.float64).max)
+    neg = v < 0
+    mag = abs(v)
+    threshold = F(2) ** 1024 - F(2) ** 970  # DBL_MAX + half an ulp: the nearest-mode tie
+    if mode in ("toward_zero", "odd") or (mode == "up" and neg) or (mode == "down" and not neg):
+        to_inf = False
+    elif mode in ("up", "down"):
+        to_inf = True
+    else:  # ties go to 2**1024 (even significand) in both nearest modes
+        to_inf = mag >= threshold
+    r = math.inf if to_inf and overflow == "ieee" else big
+    return -r if neg else r
+
+
+@pytest.mark.parametrize(("mode", "overflow"), KEYS)
+def test_fp64_sums_beyond_float64_range(mode: str, overflow: str) -> None:
+    big = float(np.finfo(np.float64).max)
+    cases = [
+        (big, big),
+        (-big, -big),
+        (big, big * 2**-53),
+        (big, big * 2**-54),
+        (-big, -big * 2**-52),
+    ]
+    for x, y in cases:
+        got = float(ops.add(x, y, "fp64", rounding=mode, overflow=overflow))
+        want = beyond_fp64(F(x) + F(y), mode, overflow)
+        assert same(np.array(got), np.array(want)), (x, y, got, want)

@@ -139,7 +139,8 @@ def _round_sum_fp64(s: np.ndarray, t: np.ndarray, r: Rounder) -> np.ndarray:
             z = np.where(tie & (np.signbit(t) == np.signbit(s)), side, s)
         else:
             z = s
-    return round_to(z, r.fmt, overflow=r.overflow, subnormals=r.subnormals)
+    # z is on the float64 grid: this applies the mode's overflow rule and the subnormal switch
+    return round_to(z, r.fmt, rounding=mode, overflow=r.overflow, subnormals=r.subnormals)
 
 
 def round_sum(
@@ -181,7 +182,8 @@ def round_sum(
     frac = d1u + ts.astype(np.int64).view(np.uint64)
     away = finite & (frac != 0) & (words >= np.uint64(0) - frac)
     step = np.ldexp(np.where(np.signbit(z), -1.0, 1.0), qexp)
-    up = round_to(np.where(away, trunc + step, trunc), fmt, overflow=r.overflow)
+    with np.errstate(over="ignore"):  # trunc + step may pass the float64 range (fp64 itself)
+        up = round_to(np.where(away, trunc + step, trunc), fmt, overflow=r.overflow)
     out = np.where(finite, up, round_to(s, fmt, overflow=r.overflow))
     if r.subnormals == "flush":
         out = round_to(out, fmt, subnormals="flush", overflow=r.overflow)

@@ -39,8 +39,8 @@ Semantics (the same for every function here):
   beyond fp32's range, the Dekker product must neither overflow nor underflow: ``*``, ``/``,
   sqrt and fma are correctly rounded while their operands, products and results stay within
   ``[2**-960, 2**990]`` in magnitude (every format whose values fit in float32 is always
-  inside; add, sub and sqrt have no such limit). fp64
-  results that overflow float64 under stochastic rounding become ``inf``.
+  inside; add, sub and sqrt have no such limit: a sum beyond float64's range is rounded at
+  half scale).
 
 Results are float32 arrays when the format's values fit in float32 and no operand is float64
 (Python floats are float64), else float64.
@@ -56,6 +56,7 @@ Results are float32 arrays when the format's values fit in float32 and no operan
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -405,7 +406,25 @@ def _add_vals(c: Call, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     ok = np.isfinite(shadow)
     s, t = two_sum(np.where(ok, a, 0.0), np.where(ok, b, 0.0))
     s = np.where(ok, s, shadow)
-    return c.finish(s, t, shadow, ok, zero_pair=(a, b))
+    out = c.finish(s, t, shadow, ok, zero_pair=(a, b))
+    over = np.flatnonzero(~ok & np.isfinite(a) & np.isfinite(b))
+    if over.size:  # finite operands whose sum leaves float64's range (formats that wide only)
+        out.reshape(-1)[over] = _add_at_half_scale(c, a[over], b[over], over)
+    return out
+
+
+def _add_at_half_scale(c: Call, a: np.ndarray, b: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Round ``a + b`` beyond float64's range: ``(a/2 + b/2)`` (exact: such operands are
+    normal) rounded onto the format with the same grid at half the scale (bias one larger,
+    the same overflow rule at half the threshold), then doubled (exact)."""
+    f, o = c.fmt, c.opts
+    assert f.bias is not None
+    # (no subnormals: they are never reached here, and fp64's would fall below float64's)
+    half = dataclasses.replace(f, bias=f.bias + 1, has_subnormals=False, name=None)
+    words = c.words()
+    r = Rounder(half, o.mode, o.overflow, o.subnormals, o.seed, o.random_bits)
+    s, t = two_sum(a / 2, b / 2)
+    return round_sum(s, t, r, None if words is None else words[idx]) * 2
 
 
 def sub(
