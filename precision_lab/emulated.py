@@ -227,6 +227,8 @@ _PASS_THROUGH = {
     np.array_split,
     np.split,
 }
+#: numpy functions that join a sequence of arrays
+_JOIN = {np.concatenate, np.stack, np.vstack, np.hstack}
 #: numpy functions whose result is not a value of the format (shapes, indices, booleans)
 _PLAIN = {
     np.shape,
@@ -426,6 +428,12 @@ class Emulated(np.lib.mixins.NDArrayOperatorsMixin):
             wide = _wider(x.ctx, y.ctx)
             xv, yv = (_to_grid(v, wide) if v.ctx.fmt != wide.fmt else v._v for v in (x, y))
             return Emulated(np.where(cond, xv, yv), wide)
+        if func in _JOIN:  # every array joined is a value: plain ones are rounded first
+            parts = [
+                _to_grid(v, ctx) if not isinstance(v, Emulated) or v.fmt != ctx.fmt else v._v
+                for v in args[0]
+            ]
+            return Emulated(func(parts, *args[1:], **kwargs), ctx)
         if func in _PASS_THROUGH:
             v = func(*_plain_args(args), **{k: _plain_args(v) for k, v in kwargs.items()})
             if isinstance(v, list):

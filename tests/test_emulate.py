@@ -158,6 +158,8 @@ def test_pass_through_keeps_values_and_format() -> None:
     ]:
         assert isinstance(got, pl.Emulated) and got.fmt == e.fmt
         assert bits_equal(got, want)
+    joined = np.concatenate([e, np.full((1, 4), 0.3)])  # plain parts are rounded
+    assert float(joined[3, 0]) == float(pl.round_to(0.3, "e4m3"))
     e[0, 0] = 0.3  # assignment rounds
     assert float(e[0, 0]) == float(pl.round_to(0.3, "e4m3"))
     assert (e > 0).dtype == bool
