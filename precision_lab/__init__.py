@@ -46,7 +46,7 @@ Modules:
 0.30078125
 """
 
-from . import analysis, gradients, scaling
+from . import analysis, gradients, ops, scaling
 from .analysis import error_stats, gamma_n, pick_loss_scale, sqrt_n_u, underflow_stats
 from .blocks import (
     BlockFormat,
@@ -58,6 +58,7 @@ from .blocks import (
     round_to_blocks,
 )
 from .codec import decode, encode
+from .emulated import Emulated, emulate
 from .formats import FORMATS, FloatFormat, IntFormat, get_format, known_formats
 from .gemm import Accumulator, gemm, tensor_core
 from .policy import POLICIES, Policy, get_policy
@@ -71,6 +72,7 @@ __all__ = [
     "Accumulator",
     "BlockFormat",
     "Calibration",
+    "Emulated",
     "FloatFormat",
     "IntFormat",
     "Policy",
@@ -80,6 +82,7 @@ __all__ = [
     "decode",
     "dequantize",
     "dequantize_blocks",
+    "emulate",
     "encode",
     "error_stats",
     "gamma_n",
@@ -90,6 +93,7 @@ __all__ = [
     "get_policy",
     "gradients",
     "known_formats",
+    "ops",
     "pick_loss_scale",
     "quantize",
     "quantize_blocks",

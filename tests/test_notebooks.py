@@ -26,6 +26,7 @@ EXPECTED = {
     "03_underflow_and_loss_scaling.ipynb",
     "04_gemm_accumulation.ipynb",
     "05_policies_and_int8.ipynb",
+    "06_emulated_algorithms.ipynb",
 }
 
 _MISSING = [m for m in ("nbclient", "nbformat", "ipykernel") if importlib.util.find_spec(m) is None]

@@ -87,6 +87,12 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
      products with ``l % 4`` in {0, 1} first, then those with ``l % 4`` in {2, 3}.) A last,
      shorter block (``K`` not a multiple of ``n``) uses the same rule with its ``l``.
 
+   ``compensated`` (Kahan summation, every operation in ``acc``): ``s = s0``, ``c = 0``; for
+   each k: ``y = round(p_k - c)``, ``t = round(s + y)``, ``c = round(round(t - s) - y)``,
+   ``s = t``; the segment's value is ``s``. The compensation ``c`` feeds the next term, so a
+   long sum of small terms does not stagnate. Numpy reference only: the CuPy backend raises
+   NotImplementedError.
+
    ``blas``: fp32 only: ``P = float32 matmul`` (numpy/BLAS, its own order and FMA use) of the
    inputs held in float32, plus ``s0`` added in float32. Not bit-reproducible across BLAS builds;
    for speed (training emulation), not for bit-exact studies.
@@ -122,6 +128,8 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
      ``in_block``, its ``round(X, acc, block_rounding)`` with ``after_block``); with inner
      blocks, inner block ``i`` of that block is event ``k0 + i``; the ``after_block``
      addition is event ``K + k0``;
+   * compensated: ``t`` of step k is event ``k``, ``y`` event ``5K + k``,
+     ``round(t - s)`` event ``6K + k``, ``c`` event ``7K + k``;
    * products rounded to ``product_format``: event ``4K + k``;
    * promotion of segment ``s``: event ``2K + s``; the output rounding: event ``3K``.
 
@@ -146,7 +154,7 @@ from ..rounding import OVERFLOW_MODES, SUBNORMAL_MODES, check_rounding
 __all__ = ["ADDENDS", "ORDERS", "Accumulator"]
 
 #: summation orders of :class:`Accumulator`
-ORDERS = ("sequential", "pairwise", "blocked", "block_fma", "blas")
+ORDERS = ("sequential", "pairwise", "blocked", "block_fma", "blas", "compensated")
 #: where a block-FMA unit adds the running accumulator
 ADDENDS = ("in_block", "after_block")
 
@@ -189,8 +197,9 @@ class Accumulator:
         ``stochastic`` ... and the aliases of :func:`~precision_lab.round_to`).
     order:
         ``"sequential"`` (recursive summation), ``"pairwise"``, ``"blocked"`` (needs ``block``),
-        ``"block_fma"`` (tensor-core block FMA: needs ``block`` and ``align_bits``) or
-        ``"blas"`` (float32 BLAS matmul: fast, not bit-reproducible).
+        ``"block_fma"`` (tensor-core block FMA: needs ``block`` and ``align_bits``),
+        ``"compensated"`` (Kahan, the compensation held in ``format``; numpy backend
+        only) or ``"blas"`` (float32 BLAS matmul: fast, not bit-reproducible).
     block:
         Block length of ``blocked``, products per block FMA of ``block_fma``.
     promote_every:
@@ -422,6 +431,8 @@ class Accumulator:
                 txt += f", block sum rounded {self.block_rounding} before the accumulator add"
         elif self.order == "blocked":
             txt = f"blocked sum (block {self.block}) in {fmt} ({self.rounding})"
+        elif self.order == "compensated":
+            txt = f"compensated (Kahan) sum in {fmt} ({self.rounding})"
         elif self.order == "blas":
             txt = "float32 BLAS matmul"
         else:

@@ -109,6 +109,10 @@ def kernel_plan(
     assert isinstance(fmt, FloatFormat) and isinstance(acc.promote_format, FloatFormat)
     if acc.order == "blas":
         raise ValueError("order='blas' has no kernel (run() uses cupy.matmul)")
+    if acc.order not in _ORDERS:
+        raise NotImplementedError(
+            f"order={acc.order!r} has no CuPy kernel: use backend='numpy' (the reference)"
+        )
     kblock = None if scales is None else scales[2]
     promote, seg = acc.segments(k, kblock, scales is not None)
     if acc.order == "block_fma":
@@ -230,6 +234,10 @@ def run(
         fa = fb = get_format(input_format)
     out_fmt = get_format(out_format)
     acc = accumulator
+    if acc.order not in _ORDERS and acc.order != "blas":
+        raise NotImplementedError(
+            f"order={acc.order!r} has no CuPy kernel: use backend='numpy' (the reference)"
+        )
     assert isinstance(fa, FloatFormat) and isinstance(fb, FloatFormat)
     assert isinstance(out_fmt, FloatFormat)
     a = _float_array(xp, a, "a")

@@ -29,7 +29,14 @@ from .._random import random_words
 from ..formats import FloatFormat, get_format
 from ..rounding import round_to
 
-__all__ = ["Rounder", "odd_collapse", "round_sum", "stochastic_words", "two_sum"]
+__all__ = [
+    "Rounder",
+    "odd_collapse",
+    "quantum_exponent",
+    "round_sum",
+    "stochastic_words",
+    "two_sum",
+]
 
 
 def two_sum(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -99,26 +106,70 @@ def stochastic_words(
     return w.reshape(shape)
 
 
+def quantum_exponent(trunc: np.ndarray, fmt: FloatFormat) -> np.ndarray:
+    """Exponent of the quantum of ``fmt`` at the (on-grid, finite) values ``trunc``: that of
+    their binade, or the format's subnormal quantum below the normal range."""
+    sub_m = fmt.mantissa_bits if fmt.has_subnormals else 0
+    e = np.frexp(trunc)[1] - 1
+    return np.where((trunc != 0) & (e >= fmt.emin), e - fmt.mantissa_bits, fmt.emin - sub_m)
+
+
+def _toward_zero_pair(s: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Float64 truncation (round toward zero at 53 bits) of the exact ``s + t``."""
+    inward = (t != 0) & (np.signbit(t) != np.signbit(s))
+    return (s.view(np.int64) - inward.view(np.int8)).view(np.float64)
+
+
+def _round_sum_fp64(s: np.ndarray, t: np.ndarray, r: Rounder) -> np.ndarray:
+    """Deterministic modes onto fp64 itself (``s = RN(s + t)``): the neighbour of ``s`` on
+    ``t``'s side, or ``s``."""
+    mode = r.mode
+    with np.errstate(invalid="ignore", over="ignore"):
+        side = np.nextafter(s, np.where(t > 0, np.inf, -np.inf))
+        if mode == "odd":
+            z = odd_collapse(s, t)
+        elif mode == "toward_zero":
+            z = _toward_zero_pair(s, t)
+        elif mode == "up":
+            z = np.where(t > 0, side, s)
+        elif mode == "down":
+            z = np.where(t < 0, side, s)
+        elif mode == "nearest_away":  # RNE's tie went to the even neighbour: take the outer one
+            tie = (t != 0) & (2 * np.abs(t) == np.abs(side - s))
+            z = np.where(tie & (np.signbit(t) == np.signbit(s)), side, s)
+        else:
+            z = s
+    # z is on the float64 grid: this applies the mode's overflow rule and the subnormal switch
+    return round_to(z, r.fmt, rounding=mode, overflow=r.overflow, subnormals=r.subnormals)
+
+
 def round_sum(
     s: np.ndarray, t: np.ndarray, r: Rounder, words: np.ndarray | None = None
 ) -> np.ndarray:
-    """Round the exact ``s + t`` (a two-sum pair, float64) onto ``r.fmt`` once (float64 result)."""
+    """Round the exact ``s + t`` (a two-sum pair, float64) onto ``r.fmt`` once (float64 result).
+
+    ``s`` need only be a float64 neighbour of the exact value (``|t|`` below one ulp of ``s``)
+    for formats of at most 51 significant bits; for fp64 itself ``s`` must be ``RN(s + t)``.
+    """
     fmt = r.fmt
     assert isinstance(fmt, FloatFormat)
     if r.fp64_native:
         return round_to(s, fmt, overflow=r.overflow, subnormals=r.subnormals)
+    wide = fmt.precision > 51
     if r.mode != "stochastic":
+        if wide:
+            return _round_sum_fp64(s, t, r)
         z = odd_collapse(s, t)
         return round_to(z, fmt, rounding=r.mode, overflow=r.overflow, subnormals=r.subnormals)
     if words is None:
         raise ValueError("stochastic rounding needs random words")
     z = odd_collapse(s, t)
-    trunc = round_to(z, fmt, rounding="toward_zero", overflow=r.overflow).astype(np.float64)
+    if wide:
+        trunc = _toward_zero_pair(s, t)
+    else:
+        trunc = round_to(z, fmt, rounding="toward_zero", overflow=r.overflow).astype(np.float64)
     finite = np.isfinite(s) & np.isfinite(trunc)
-    # quantum of the result's binade (the format's subnormal quantum below the normal range)
-    sub_m = fmt.mantissa_bits if fmt.has_subnormals else 0
-    e = np.frexp(np.where(finite, trunc, 0.0))[1] - 1
-    qexp = np.where((trunc != 0) & (e >= fmt.emin), e - fmt.mantissa_bits, fmt.emin - sub_m)
+    qexp = quantum_exponent(np.where(finite, trunc, 0.0), fmt)
     # exact discarded fraction: d = |s + t| - |trunc| = (|s| - |trunc|) + sign(s) * t
     with np.errstate(invalid="ignore", over="ignore"):
         d1 = np.abs(s) - np.abs(trunc)  # exact (Sterbenz), a multiple of ulp(s)
@@ -131,7 +182,8 @@ def round_sum(
     frac = d1u + ts.astype(np.int64).view(np.uint64)
     away = finite & (frac != 0) & (words >= np.uint64(0) - frac)
     step = np.ldexp(np.where(np.signbit(z), -1.0, 1.0), qexp)
-    up = round_to(np.where(away, trunc + step, trunc), fmt, overflow=r.overflow)
+    with np.errstate(over="ignore"):  # trunc + step may pass the float64 range (fp64 itself)
+        up = round_to(np.where(away, trunc + step, trunc), fmt, overflow=r.overflow)
     out = np.where(finite, up, round_to(s, fmt, overflow=r.overflow))
     if r.subnormals == "flush":
         out = round_to(out, fmt, subnormals="flush", overflow=r.overflow)

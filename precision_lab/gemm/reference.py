@@ -487,6 +487,8 @@ class _Model:
             return self._pairwise(ch, k0, k1, s0)
         if order == "block_fma":
             return self._block_fma(ch, k0, k1, s0)
+        if order == "compensated":
+            return self._compensated(ch, k0, k1, s0)
         return self._blas(ch, k0, k1, s0)
 
     def _product(self, ch: _Chunk, k: int) -> np.ndarray:
@@ -582,6 +584,20 @@ class _Model:
             return top
         s0 = np.zeros(top.shape) if s0 is None else s0
         return self._add(s0, top, self.r_acc, self.K + k0, exact_hint=False)
+
+    def _compensated(self, ch: _Chunk, k0: int, k1: int, s0: np.ndarray | None) -> np.ndarray:
+        """Kahan's compensated summation, every operation rounded to the accumulator."""
+        K, r = self.K, self.r_acc
+        shape = (ch.A.shape[0], ch.A.shape[1], ch.B.shape[2])
+        s = np.zeros(shape) if s0 is None else s0
+        comp = np.zeros(shape)
+        for k in range(k0, k1):
+            y = self._add(self._product(ch, k), -comp, r, 5 * K + k, exact_hint=False)
+            t = self._add(s, y, r, k, exact_hint=False)
+            d = self._add(t, -s, r, 6 * K + k, exact_hint=False)
+            comp = self._add(d, -y, r, 7 * K + k, exact_hint=False)
+            s = t
+        return s
 
     def _block_fma(self, ch: _Chunk, k0: int, k1: int, s0: np.ndarray | None) -> np.ndarray:
         acc = self.acc

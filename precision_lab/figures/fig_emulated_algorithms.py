@@ -1,0 +1,183 @@
+"""Whole algorithms in emulated low precision: bf16 weight updates (round to nearest, stochastic
+rounding, Kahan-compensated) and mixed-precision iterative refinement with an fp16/bf16 LU.
+
+Bit-reproducible: :mod:`precision_lab.ops`, :class:`~precision_lab.Emulated` arrays and
+elementwise float64 arithmetic in a fixed order; no BLAS or LAPACK.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from ..experiments_emulated import (
+    IRResult,
+    iterative_refinement,
+    random_matrix,
+    sgd_weight_updates,
+)
+from ..formats import get_format
+
+TITLE = "Emulated algorithms: bf16 weight updates (RN, SR, Kahan) and mixed-precision IR"
+ORDER = 72
+
+STEPS = 1500
+EVERY = 50
+KAPPAS = [1e1, 1e2, 1e3, 1e4, 1e5, 1e6]
+N = 24
+ITERATIONS = 10
+CONFIGS = [("fp16", "fp64"), ("bf16", "fp64"), ("fp16", "fp32"), ("bf16", "fp32")]
+SEED = 2026
+
+
+def make(outdir: Path) -> str:
+    return "\n".join(
+        ["## Emulated arithmetic: whole algorithms", "", *_updates(outdir), *_refinement(outdir)]
+    )
+
+
+def _updates(outdir: Path) -> list[str]:
+    losses = sgd_weight_updates(STEPS, every=EVERY, seed=SEED)
+    steps = np.arange(1, len(losses["fp32"]) + 1) * EVERY
+    steps[-1] = STEPS
+    fig, ax = plt.subplots(figsize=(7.5, 5), constrained_layout=True)
+    styles = {
+        "fp32": ("0.0", "-"),
+        "RN": ("tab:red", "--"),
+        "SR": ("tab:blue", "-."),
+        "Kahan": ("tab:green", ":"),
+    }
+    labels = {
+        "fp32": "fp32 weights",
+        "RN": "bf16 weights, round to nearest",
+        "SR": "bf16 weights, stochastic rounding",
+        "Kahan": "bf16 weights + bf16 Kahan compensation",
+    }
+    for name, vals in losses.items():
+        color, ls = styles[name]
+        ax.plot(steps, vals, color=color, ls=ls, lw=1.5, label=labels[name])
+    ax.set_yscale("log")
+    ax.set_xlabel("SGD step")
+    ax.set_ylabel("training loss (mean squared error)")
+    ax.set_title("Least squares, 16 weights, batch 32, lr 0.005 (seeded)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.savefig(outdir / "emulated_weight_updates.png", dpi=120)
+    plt.close(fig)
+    final = {k: float(v[-1]) for k, v in losses.items()}
+    mid = {k: float(v[400 // EVERY - 1]) for k, v in losses.items()}
+    r_sr, r_k = final["SR"] / final["fp32"], final["Kahan"] / final["fp32"]
+    d_sr, d_k = (abs(mid[k] / mid["fp32"] - 1) for k in ("SR", "Kahan"))
+    closer = "Kahan-compensated" if d_k < d_sr else "stochastically rounded"
+    return [
+        "### bf16 weight updates: round to nearest, stochastic rounding, Kahan compensation",
+        "",
+        "![weight updates](emulated_weight_updates.png)",
+        "",
+        "Mini-batch SGD on a seeded least-squares problem (512 rows, 16 weights, label noise "
+        f"0.1, lr 0.005, {STEPS} steps); gradients in fp32 (`pl.ops.dot`, sequential fp32 "
+        "sums); the weights are stored in bf16 and updated by `pl.ops.add` with round to "
+        "nearest, with stochastic rounding, or with a Kahan-compensated update (the part of the "
+        "update each bf16 add loses is kept in a bf16 compensation term and added to the next "
+        "update), against fp32 weights. This is a small stand-in for the training emulation of "
+        "`precision_lab.training`, whose GEMMs use BLAS and are not bit-reproducible.",
+        "",
+        "| weights | loss at step 400 | final training loss |",
+        "|---|---|---|",
+        *[f"| {labels[k]} | {mid[k]:.4g} | {final[k]:.4g} |" for k in final],
+        "",
+        f"Round to nearest stalls at {final['RN'] / final['fp32']:.0f}x the fp32 loss: "
+        "updates below half an ulp of a weight are lost. At step 400 the Kahan-compensated "
+        f"run is {d_k:.0%} from the fp32 loss and the stochastically rounded one {d_sr:.0%}: "
+        f"the {closer} run follows the fp32 trajectory more closely (Zamirai et al. 2020: "
+        "stochastic rounding reproduces fp32 only in expectation, Kahan-compensated updates "
+        f"track it). At the end both sit above fp32 ({r_sr:.2f}x with stochastic rounding, "
+        f"{r_k:.2f}x with compensation): the loss is evaluated at the bf16 weights, whose "
+        "rounding error is the floor for both.",
+        "",
+    ]
+
+
+def _refinement(outdir: Path) -> list[str]:
+    results = {
+        cfg: [
+            iterative_refinement(
+                random_matrix(N, k, SEED + i), *cfg, iterations=ITERATIONS, seed=SEED, kappa=k
+            )
+            for i, k in enumerate(KAPPAS)
+        ]
+        for cfg in CONFIGS
+    }
+    fig, axes = plt.subplots(
+        1, len(CONFIGS), figsize=(15, 4.5), constrained_layout=True, sharey=True
+    )
+    cmap = plt.get_cmap("viridis")
+    for ax, (cfg, res) in zip(axes, results.items(), strict=True):
+        for i, r in enumerate(res):
+            ax.plot(
+                range(len(r.errors)),
+                np.maximum(r.errors, 1e-18),
+                marker=".",
+                color=cmap(i / (len(res) - 1)),
+                label=f"kappa = {r.kappa:.0e}",
+            )
+        ax.axhline(4 * get_format(cfg[1]).unit_roundoff, color="0.5", lw=0.6, ls=":")
+        ax.set_yscale("log")
+        ax.set_title(f"LU in {cfg[0]}, residual in {cfg[1]}")
+        ax.set_xlabel("refinement step")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel("||x_i - x||_inf / ||x||_inf")
+    axes[0].legend(fontsize=7)
+    fig.savefig(outdir / "emulated_refinement.png", dpi=120)
+    plt.close(fig)
+    lines = [
+        "### Mixed-precision iterative refinement (Carson & Higham)",
+        "",
+        "![iterative refinement](emulated_refinement.png)",
+        "",
+        f"Seeded {N} x {N} matrices with singular values geometrically spaced from 1 to "
+        "1/kappa (Householder reflections, formed without BLAS). LU with partial pivoting "
+        "written with numpy operators on a `pl.emulate(A, 'fp16' or 'bf16')` array, the "
+        "correction solves in the same format (the residual scaled by a power of two first), "
+        "the residual and the solution in fp32 or fp64 (`pl.ops`, sequential sums); errors "
+        "against the exact solution (rational arithmetic) of the system held in the residual "
+        "format. Steps until the error is within 4 kappa u_r, the limiting accuracy when the "
+        f"residual precision is the working precision (`-`: not within {ITERATIONS} steps), "
+        "and the final error (`nan`: the low-precision LU broke down):",
+        "",
+        "| LU | residual | " + " | ".join(f"kappa = {k:.0e}" for k in KAPPAS) + " |",
+        "|---|---|" + "---|" * len(KAPPAS),
+    ]
+    for cfg, res in results.items():
+        cells = " | ".join(
+            f"{'-' if r.iterations is None else r.iterations} ({r.errors[-1]:.1e})" for r in res
+        )
+        lines.append(f"| {cfg[0]} | {cfg[1]} | {cells} |")
+    lines += [
+        "",
+        *_ir_summary(results),
+        "",
+    ]
+    return lines
+
+
+def _ir_summary(results: dict[tuple[str, str], list[IRResult]]) -> list[str]:
+    out = []
+    for (lu, res_fmt), res in results.items():
+        ok = [r.kappa for r in res if r.converged]
+        broke = [r.kappa for r in res if not np.isfinite(r.errors[-1])]
+        text = f"LU in {lu}, residual in {res_fmt}: "
+        text += f"converged up to kappa = {max(ok):.0e}" if ok else "never converged"
+        if broke:
+            text += f"; the {lu} LU broke down (inf/NaN) from kappa = {min(broke):.0e}"
+        out.append(text)
+    return [
+        "; ".join(out) + ".",
+        "",
+        "Refinement converges while kappa u_f is below about 1 (fp16: u_f = 4.9e-4, bf16: "
+        "u_f = 3.9e-3) and slows down beyond it; fp16's narrow range (max 65504, normals down "
+        "to 6.1e-5) breaks the factorization of the worst-conditioned matrices, where bf16, with "
+        "fp32's range, keeps finite numbers but diverges.",
+    ]

@@ -1,0 +1,63 @@
+"""Arithmetic in a format: elementwise operations and reductions, each result rounded by the core.
+
+* :mod:`.elementwise`: ``add sub mul div fma sqrt reciprocal`` (correctly rounded), ``neg abs
+  minimum maximum`` and comparisons (exact), ``exp log tanh rsqrt`` (faithful).
+* :mod:`.reductions`: ``sum dot cumsum`` along an axis with any
+  :class:`~precision_lab.Accumulator`.
+
+>>> import precision_lab as pl
+>>> float(pl.ops.add(1.0, 2.0**-8, "bf16")), float(pl.ops.add(1.0, 2.0**-8, "bf16", rounding="up"))
+(1.0, 1.0078125)
+"""
+
+from .elementwise import (
+    abs,
+    add,
+    div,
+    equal,
+    exp,
+    fma,
+    greater,
+    greater_equal,
+    less,
+    less_equal,
+    log,
+    maximum,
+    minimum,
+    mul,
+    neg,
+    not_equal,
+    reciprocal,
+    rsqrt,
+    sqrt,
+    sub,
+    tanh,
+)
+from .reductions import cumsum, dot, sum
+
+__all__ = [
+    "abs",
+    "add",
+    "cumsum",
+    "div",
+    "dot",
+    "equal",
+    "exp",
+    "fma",
+    "greater",
+    "greater_equal",
+    "less",
+    "less_equal",
+    "log",
+    "maximum",
+    "minimum",
+    "mul",
+    "neg",
+    "not_equal",
+    "reciprocal",
+    "rsqrt",
+    "sqrt",
+    "sub",
+    "sum",
+    "tanh",
+]
