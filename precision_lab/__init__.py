@@ -15,6 +15,7 @@ Main entry points (all at the top level, ``import precision_lab as pl``):
   ``pl.gamma_n``, ``pl.sqrt_n_u``
 * scaling: ``pl.scaling.DynamicLossScaler`` (``.preset("deepspeed")`` ...),
   ``pl.scaling.DelayedScaling``, ``pl.scaling.simulate`` / ``pl.scaling.diagnose``
+* emulated arithmetic: ``pl.ops.add(x, y, fmt, rounding=...)`` ..., ``pl.emulate(x, "bf16")``
 * policies: ``pl.get_policy("mixed_float16")``, ``pl.Policy``, ``pl.POLICIES``
 * command line: ``precision-lab formats | cast | figures | report`` (``python -m precision_lab``)
 
@@ -33,7 +34,12 @@ Modules:
 * :mod:`~precision_lab.training`: a real training run (digits MLP) under emulated precision
 * :mod:`~precision_lab.ptq` / :mod:`~precision_lab.qat`: INT8 post-training quantization and
   quantization-aware training of that network
+* :mod:`~precision_lab.ops`: correctly rounded elementwise arithmetic and reductions in any format
+* :mod:`~precision_lab.emulated`: ``pl.emulate`` and the ``Emulated`` array (numpy code in a format)
+* :mod:`~precision_lab.bounds`: deterministic and probabilistic rounding-error bounds, condition
+  numbers, backward errors, repeated trials
 * :mod:`~precision_lab.experiments_policy`: the policy and INT8 studies behind the figures
+* :mod:`~precision_lab.experiments_emulated`: the emulated-arithmetic studies behind the figures
 * :mod:`~precision_lab.strategies`: hypothesis strategies for property tests (needs hypothesis)
 * :mod:`~precision_lab.gpu`: the CuPy backend (optional, ``precision_lab[gpu]``)
 * :mod:`~precision_lab.figures`: the figure jobs and ``figures/REPORT.md``
