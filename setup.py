@@ -27,7 +27,14 @@ assert _spec is not None and _spec.loader is not None
 sources = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(sources)
 
-GCC_FLAGS = ["-O3", "-std=c++17", "-ffp-contract=off", "-fno-fast-math", "-fvisibility=hidden"]
+GCC_FLAGS = [
+    "-O3",
+    "-g0",
+    "-std=c++17",
+    "-ffp-contract=off",
+    "-fno-fast-math",
+    "-fvisibility=hidden",
+]
 MSVC_FLAGS = ["/O2", "/std:c++17", "/fp:precise"]
 
 

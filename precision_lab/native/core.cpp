@@ -51,6 +51,12 @@
 #define PL_CLONES
 #endif
 
+#if defined(__GNUC__)
+#define PL_INLINE inline __attribute__((always_inline))  // into each clone: compiled for its ISA
+#else
+#define PL_INLINE inline
+#endif
+
 namespace {
 
 const int BLOCK = 1024;  // elements per block: the block's scratch stays in L1
@@ -78,10 +84,10 @@ inline pl_u64 float_bits_to_double_bits(pl_u32 u) { return pl_bits_of((double)pl
 // Bits of elements [i0, i0 + n) of src (itemsize src_size) in the working type U; points into
 // src itself when no conversion is needed.
 template <typename U>
-const U* load_block(const void* src, int src_size, size_t i0, int n, U* buf);
+PL_INLINE const U* load_block(const void* src, int src_size, size_t i0, int n, U* buf);
 
 template <>
-const pl_u32* load_block<pl_u32>(const void* src, int src_size, size_t i0, int n, pl_u32* buf) {
+PL_INLINE const pl_u32* load_block<pl_u32>(const void* src, int src_size, size_t i0, int n, pl_u32* buf) {
   if (src_size == 4) return (const pl_u32*)src + i0;
   const pl_u16* h = (const pl_u16*)src + i0;
   for (int i = 0; i < n; ++i) buf[i] = half_to_float_bits(h[i]);
@@ -89,7 +95,7 @@ const pl_u32* load_block<pl_u32>(const void* src, int src_size, size_t i0, int n
 }
 
 template <>
-const pl_u64* load_block<pl_u64>(const void* src, int src_size, size_t i0, int n, pl_u64* buf) {
+PL_INLINE const pl_u64* load_block<pl_u64>(const void* src, int src_size, size_t i0, int n, pl_u64* buf) {
   if (src_size == 8) return (const pl_u64*)src + i0;
   if (src_size == 4) {
     const pl_u32* f = (const pl_u32*)src + i0;
@@ -130,7 +136,7 @@ void fill_words(const pl_sr_key& key, size_t start, int n, pl_u64* rw) {
 // 1 when the element with bits x needs the exact routine (constants passed by value, so that
 // stores through byte pointers cannot alias them and the loops vectorise)
 template <typename U>
-inline U needs_exact(U x, U keep, U thr, U range, U zero_fast) {
+PL_INLINE U needs_exact(U x, U keep, U thr, U range, U zero_fast) {
   const U a = x & keep;
   return (U)((U)(a - thr) > range) & ~(zero_fast & ((U)0 - (U)(a == 0)));
 }
@@ -170,12 +176,11 @@ struct fast_consts {
     sign_code = f.is_signed ? ((U)1 << (nbits - 1)) : (U)0;
   }
 
-  U flagged(U x) const { return needs_exact(x, keep, thr, range, zero_fast); }
 };
 
 // Rounded bits (low s bits not yet cleared) of the in-range element x, by mode.
 template <typename U, int MODE>
-inline U fast_round(U x, int s, U notmask, U half_m1, U flip, pl_u64 rw) {
+PL_INLINE U fast_round(U x, int s, U notmask, U half_m1, U flip, pl_u64 rw) {
   const int W = (int)sizeof(U) * 8;
   const U mask = ~notmask;
   switch (MODE) {
@@ -202,7 +207,7 @@ inline U fast_round(U x, int s, U notmask, U half_m1, U flip, pl_u64 rw) {
 
 // Round one block: r[i] = result bits of b[i]; returns nonzero when some element is flagged.
 template <typename F, int MODE>
-typename pl_traits<F>::U round_block_fast(const fast_consts<F>& c,
+PL_INLINE typename pl_traits<F>::U round_block_fast(const fast_consts<F>& c,
                                           const typename pl_traits<F>::U* __restrict b,
                                           typename pl_traits<F>::U* __restrict r,
                                           const pl_u64* __restrict rw, int n) {
@@ -221,7 +226,7 @@ typename pl_traits<F>::U round_block_fast(const fast_consts<F>& c,
 
 // Codes of one block (the element's sign moved to the format's sign bit); flagged as above.
 template <typename F, int MODE, typename C>
-typename pl_traits<F>::U encode_block_fast(const fast_consts<F>& c,
+PL_INLINE typename pl_traits<F>::U encode_block_fast(const fast_consts<F>& c,
                                            const typename pl_traits<F>::U* __restrict b,
                                            C* __restrict out, const pl_u64* __restrict rw,
                                            int n) {
@@ -245,6 +250,25 @@ typename pl_traits<F>::U encode_block_fast(const fast_consts<F>& c,
   }
   for (int i = 0; i < n; ++i) out[i] = (C)codes[i];  // narrowing in its own loop vectorises
   return any;
+}
+
+// Calls fix(i) for each flagged element of a block: the flags are computed in one vectorised
+// pass and scanned eight at a time (a block usually holds few flagged elements, if any).
+template <typename F, typename Fix>
+PL_INLINE void for_flagged(const fast_consts<F>& c, const typename pl_traits<F>::U* __restrict b,
+                        int n, Fix fix) {
+  typedef typename pl_traits<F>::U U;
+  const U keep = c.keep, thr = c.thr, range = c.range, zero_fast = c.zero_fast;
+  pl_u8 flag[BLOCK + 8];
+  for (int i = 0; i < n; ++i) flag[i] = (pl_u8)needs_exact(b[i], keep, thr, range, zero_fast);
+  for (int i = n; i < ((n + 7) & ~7); ++i) flag[i] = 0;
+  for (int i = 0; i < n; i += 8) {
+    pl_u64 eight;
+    memcpy(&eight, flag + i, 8);
+    if (eight == 0) continue;
+    for (int k = i; k < i + 8; ++k)
+      if (flag[k]) fix(k);
+  }
 }
 
 // ----- whole ranges -----------------------------------------------------------------------------
@@ -274,10 +298,8 @@ PL_CLONES void round_range_mode(const job<F>& j, const void* src, int src_size, 
       for (int i = 0; i < n; ++i) r[i] = pl_round_bits(j.p, b[i], j.random ? rw[i] : 0);
       continue;
     }
-    if (round_block_fast<F, MODE>(j.c, b, r, rw, n)) {
-      for (int i = 0; i < n; ++i)
-        if (j.c.flagged(b[i])) r[i] = pl_round_bits(j.p, b[i], j.random ? rw[i] : 0);
-    }
+    if (round_block_fast<F, MODE>(j.c, b, r, rw, n))
+      for_flagged(j.c, b, n, [&](int i) { r[i] = pl_round_bits(j.p, b[i], j.random ? rw[i] : 0); });
   }
 }
 
@@ -294,12 +316,14 @@ PL_CLONES int encode_range_mode(const job<F>& j, const void* src, int src_size, 
     const U* b = load_block<U>(src, src_size, i0, n, buf);
     C* out = (C*)dst + i0;
     if (j.random) fill_words(j.key, i0, n, rw);
-    if (!known || encode_block_fast<F, MODE, C>(j.c, b, out, rw, n)) {
-      for (int i = 0; i < n; ++i) {
-        if (known && !j.c.flagged(b[i])) continue;
-        const U rb = pl_round_bits(j.p, b[i], j.random ? rw[i] : 0);
-        out[i] = (C)pl_encode_rounded(j.p, rb, &err);
-      }
+    auto exact = [&](int i) {
+      const U rb = pl_round_bits(j.p, b[i], j.random ? rw[i] : 0);
+      out[i] = (C)pl_encode_rounded(j.p, rb, &err);
+    };
+    if (!known) {  // a mode added to the header after this file: the exact routine throughout
+      for (int i = 0; i < n; ++i) exact(i);
+    } else if (encode_block_fast<F, MODE, C>(j.c, b, out, rw, n)) {
+      for_flagged(j.c, b, n, exact);
     }
   }
   return err;
