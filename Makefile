@@ -10,12 +10,12 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
-	touch $(STAMP)
+	touch $(STAMP) $(NATIVE)
 
 # the compiled backend (precision_lab._native): rebuilt when its sources change; `make test`
 # requires it to load (PRECISION_LAB_REQUIRE_NATIVE=1: a missing or stale build fails the run)
-NATIVE_SRC = setup.py $(wildcard precision_lab/native/*.cpp precision_lab/native/*.h \
-	precision_lab/native/sources.py precision_lab/cuda/*.cuh)
+NATIVE_SRC = setup.py precision_lab/native/sources.py \
+             $(wildcard precision_lab/native/*.cpp precision_lab/native/*.h precision_lab/cuda/*.cuh)
 NATIVE     = $(VENV)/.native
 
 $(NATIVE): $(STAMP) $(NATIVE_SRC)
