@@ -317,13 +317,13 @@ def test_missing_or_stale_extension(monkeypatch) -> None:
     # a stale build: the hash compiled in differs from the sources' hash
     monkeypatch.setattr(native, "source_hash", lambda files: "0123456789abcdef")
     mod, why = native.load("precision_lab._native")
-    assert mod is None and "stale" in why and "rebuild with: pip install" in why
+    assert mod is None and "stale" in why and "rebuild with: pip install -e ." in why
     monkeypatch.setenv(native.REQUIRE_ENV, "1")
     with pytest.raises(ImportError, match="stale"):
-        native._load_or_warn("precision_lab._native")
+        native.load_or_warn("precision_lab._native")
     monkeypatch.delenv(native.REQUIRE_ENV)
     with pytest.warns(RuntimeWarning, match="numpy backend serves"):
-        native._load_or_warn("precision_lab._native")
+        native.load_or_warn("precision_lab._native")
 
 
 def test_fresh_build_matches_the_sources() -> None:

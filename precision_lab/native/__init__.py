@@ -42,7 +42,17 @@ from ..rounding import (
 )
 from .sources import EXTENSIONS, REBUILD, source_hash
 
-__all__ = ["CHUNK", "REQUIRE_ENV", "WHY", "decode", "encode", "ext", "load", "round_to"]
+__all__ = [
+    "CHUNK",
+    "REQUIRE_ENV",
+    "WHY",
+    "decode",
+    "encode",
+    "ext",
+    "load",
+    "load_or_warn",
+    "round_to",
+]
 
 #: set to 1 to turn a missing or stale extension into an ImportError (``make test`` does)
 REQUIRE_ENV = "PRECISION_LAB_REQUIRE_NATIVE"
@@ -71,7 +81,12 @@ def load(name: str) -> tuple[ModuleType | None, str]:
     return mod, ""
 
 
-def _load_or_warn(name: str) -> tuple[ModuleType | None, str]:
+def load_or_warn(name: str) -> tuple[ModuleType | None, str]:
+    """:func:`load`, warning once (or raising ImportError under ``REQUIRE_ENV=1``) on failure.
+
+    Every compiled extension of the package is loaded this way (list it in
+    :data:`precision_lab.native.sources.EXTENSIONS` so that setup.py builds and hashes it).
+    """
     mod, why = load(name)
     if mod is None:
         if os.environ.get(REQUIRE_ENV) == "1":
@@ -86,7 +101,7 @@ def _load_or_warn(name: str) -> tuple[ModuleType | None, str]:
 
 
 #: the extension module, or None; WHY says why it is None
-ext, WHY = _load_or_warn("precision_lab._native")
+ext, WHY = load_or_warn("precision_lab._native")
 
 
 def _sr(o: RoundingOptions) -> tuple[int, int, int]:

@@ -26,8 +26,11 @@ EXTENSIONS: dict[str, list[str]] = {
     "precision_lab._native": ["native/core.cpp", "cuda/pl_round.cuh"],
 }
 
-#: the one command that rebuilds the extensions of a source checkout (editable install)
-REBUILD = "pip install -e .  (in the source checkout; `make native` does it in the venv)"
+#: how to rebuild the extensions (said by the warning when one is missing or stale)
+REBUILD = (
+    "pip install -e . in the source checkout (or make native); an installed package: reinstall it "
+    "where a C++ compiler is available"
+)
 
 
 def source_hash(files: list[str], root: Path = PACKAGE) -> str:
