@@ -18,15 +18,13 @@
 // - Every entry point works on a range [lo, hi) of flat, C-contiguous buffers and releases the
 //   GIL, so precision_lab.native spreads chunks of a large array over its thread pool.
 //
-// Python API (all buffers C-contiguous; itemsizes tell the dtypes; see precision_lab/native/):
-//   round_float(src, out, fmt, mode, saturate, flush, seed_lo, seed_hi, random_bits, lo, hi)
-//   encode_float(src, out, fmt, mode, saturate, flush, seed_lo, seed_hi, random_bits, lo, hi)
-//       -> 1 if a NaN met a format without NaN code, else 0
-//   round_int(src, out, bits, signed, mode, seed_lo, seed_hi, random_bits, lo, hi)
-//   encode_int(src, out, bits, signed, mode, seed_lo, seed_hi, random_bits, lo, hi) -> NaN flag
-//   decode_table(codes, code_signed, table, out, lo, hi) -> 1 if a code is outside the table
-//   decode_float(codes, out, fmt, lo, hi) -> 1 if a code is out of range
-//   decode_int(codes, out, bits, signed, lo, hi) -> 1 if a code is out of range
+// Python API (all buffers C-contiguous and native-endian; the itemsizes tell their dtypes: 2/4/8
+// for float16/32/64 input, 4/8 for float32/64 output, 1/2/4/8 for uint codes; see the methods'
+// docstrings and precision_lab/native/__init__.py). Each works on elements [lo, hi):
+//   round_float / round_int: values rounded to the format, in the output's float type;
+//   encode_float / encode_int: codes; they return 1 if a NaN met a format without a NaN code;
+//   decode_table / decode_float / decode_int: values of codes; they return 1 if a code is out of
+//   range (the caller then lets the numpy backend raise the error).
 // fmt is the tuple (exponent_bits, mantissa_bits, bias, nan_style, flags) of
 // precision_lab.gpu.format_args; mode is the index in precision_lab.rounding.ROUNDING_MODES.
 #define PY_SSIZE_T_CLEAN
