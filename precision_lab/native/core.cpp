@@ -234,7 +234,6 @@ PL_INLINE typename pl_traits<F>::U encode_block_fast(const fast_consts<F>& c,
   const U notmask = c.notmask, half_m1 = c.half_m1, flip = c.flip, offset = c.offset;
   const U keep = c.keep, thr = c.thr, range = c.range, zero_fast = c.zero_fast;
   const U sign_code = c.sign_code, low = sign_code ? sign_code - 1 : ~(U)0;
-  U codes[BLOCK];
   U any = 0;
   for (int i = 0; i < n; ++i) {
     const U x = b[i];
@@ -243,10 +242,9 @@ PL_INLINE typename pl_traits<F>::U encode_block_fast(const fast_consts<F>& c,
     k = (k & low) | ((k >> drop) & sign_code);     // the sign bit moves down to the format's
     const U zero = (U)0 - (U)((x & keep) == 0);  // ±0: the sign alone
     k = (k & ~zero) | (((x >> (W - 1)) << top) & sign_code & zero);
-    codes[i] = k;
+    out[i] = (C)k;
     any |= needs_exact(x, keep, thr, range, zero_fast);
   }
-  for (int i = 0; i < n; ++i) out[i] = (C)codes[i];  // narrowing in its own loop vectorises
   return any;
 }
 
