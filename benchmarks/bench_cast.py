@@ -61,38 +61,6 @@ def peak_rss_during(fn: Callable[[], object]) -> int:
     return peak[0]
 
 
-def issue11_checks(r: dict[str, float]) -> list[tuple[str, float, float | None]]:
-    """The native backend's targets (issue 11), from the rates of one run."""
-    ne = r["pl e4m3 nearest_even"]
-    out: list[tuple[str, float, float | None]] = [
-        ("[11] round_to e4m3 / ml_dtypes round trip", ne / r["ml e4m3 round trip"], 8.0),
-        ("[11] x.copy() time / round_to e4m3 time", ne / r["copy"], 1 / 1.5),
-        ("[11] encode e4m3 / ml_dtypes astype", r["pl e4m3 encode"] / r["ml e4m3 encode"], 3.0),
-        ("[11] decode e4m3 / ml_dtypes astype", r["pl e4m3 decode"] / r["ml e4m3 decode"], 4.0),
-        ("[11] round_to bf16 / ml_dtypes round trip", r["pl bf16"] / r["ml bf16 round trip"], 2.0),
-        ("[11] round_to fp16 / numpy round trip", r["pl fp16"] / r["np fp16 round trip"], 2.0),
-        (
-            "[11] float64 input / ml_dtypes from f64",
-            r["pl e4m3 from f64"] / r["ml e4m3 from f64"],
-            5.0,
-        ),
-        ("[11] stochastic / our nearest_even", r["pl e4m3 stochastic"] / ne, 0.5),
-        ("[11] round_to e4m3 / numpy backend", ne / r["pl(numpy) e4m3 nearest_even"], 1.0),
-        ("[11] encode e4m3 / numpy backend", r["pl e4m3 encode"] / r["pl(numpy) e4m3 encode"], 1.0),
-    ]
-    for mode in ("nearest_away", "toward_zero", "up", "down", "odd", "saturate"):
-        out.append((f"[11] {mode} / our nearest_even", r[f"pl e4m3 {mode}"] / ne, 0.8))
-    if "torch e4m3 encode" in r:
-        out.append(
-            (
-                "[11] encode e4m3 / torch (same threads)",
-                r["pl e4m3 encode"] / r["torch e4m3 encode"],
-                1.0,
-            )
-        )
-    return out
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--n", type=int, default=16_000_000)
@@ -177,6 +145,38 @@ def main() -> None:
         else:
             ok = "ok" if value >= target else "MISSED"
             print(f"{name:44s} {value:9.2f} {target:7.1f}x {ok}")
+
+
+def issue11_checks(r: dict[str, float]) -> list[tuple[str, float, float | None]]:
+    """The native backend's targets (issue 11), from the rates of one run."""
+    ne = r["pl e4m3 nearest_even"]
+    out: list[tuple[str, float, float | None]] = [
+        ("[11] round_to e4m3 / ml_dtypes round trip", ne / r["ml e4m3 round trip"], 8.0),
+        ("[11] x.copy() time / round_to e4m3 time", ne / r["copy"], 1 / 1.5),
+        ("[11] encode e4m3 / ml_dtypes astype", r["pl e4m3 encode"] / r["ml e4m3 encode"], 3.0),
+        ("[11] decode e4m3 / ml_dtypes astype", r["pl e4m3 decode"] / r["ml e4m3 decode"], 4.0),
+        ("[11] round_to bf16 / ml_dtypes round trip", r["pl bf16"] / r["ml bf16 round trip"], 2.0),
+        ("[11] round_to fp16 / numpy round trip", r["pl fp16"] / r["np fp16 round trip"], 2.0),
+        (
+            "[11] float64 input / ml_dtypes from f64",
+            r["pl e4m3 from f64"] / r["ml e4m3 from f64"],
+            5.0,
+        ),
+        ("[11] stochastic / our nearest_even", r["pl e4m3 stochastic"] / ne, 0.5),
+        ("[11] round_to e4m3 / numpy backend", ne / r["pl(numpy) e4m3 nearest_even"], 1.0),
+        ("[11] encode e4m3 / numpy backend", r["pl e4m3 encode"] / r["pl(numpy) e4m3 encode"], 1.0),
+    ]
+    for mode in ("nearest_away", "toward_zero", "up", "down", "odd", "saturate"):
+        out.append((f"[11] {mode} / our nearest_even", r[f"pl e4m3 {mode}"] / ne, 0.8))
+    if "torch e4m3 encode" in r:
+        out.append(
+            (
+                "[11] encode e4m3 / torch (same threads)",
+                r["pl e4m3 encode"] / r["torch e4m3 encode"],
+                1.0,
+            )
+        )
+    return out
 
 
 if __name__ == "__main__":
