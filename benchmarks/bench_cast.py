@@ -138,6 +138,17 @@ def main(argv: list[str] | None = None) -> None:
     r["pl e4m3 stochastic"] = rate(
         lambda: pl.round_to(x, "e4m3", rounding="stochastic", seed=1), n, rep
     )
+    # issue 11 (native backend): decode, and the numpy reference beside the backend in use
+    print(f"backend of round_to/encode/decode: {pl.backend_info()['round_to']}")
+    codes = x.astype(e4m3)
+    r["ml e4m3 decode"] = rate(lambda: codes.astype(np.float32), n, rep)
+    r["pl e4m3 decode"] = rate(lambda: pl.decode(codes.view(np.uint8), "e4m3"), n, rep)
+    with pl.use_backend("numpy"):
+        r["pl(numpy) e4m3 nearest_even"] = rate(lambda: pl.round_to(x, "e4m3"), n, rep)
+        r["pl(numpy) e4m3 encode"] = rate(lambda: pl.encode(x, "e4m3"), n, rep)
+    if torch is not None:
+        torch.set_num_threads(os.cpu_count() or 1)  # torch on the threads we use
+        r["torch e4m3 encode"] = rate(lambda: torch.from_numpy(x).to(torch.float8_e4m3fn), n, rep)
     if torch is not None:
         tx = torch.from_numpy(x)
         r["torch e4m3 round trip"] = rate(
@@ -167,11 +178,44 @@ def main(argv: list[str] | None = None) -> None:
     for mode in ("nearest_away", "toward_zero", "up", "down", "odd", "saturate"):
         checks.append((f"{mode} / our nearest_even", r[f"pl e4m3 {mode}"] / ne, 0.7))
     checks.append(("stochastic / our nearest_even", r["pl e4m3 stochastic"] / ne, 0.3))
+    checks.extend(issue11_checks(r))
     if gfloat is not None:
         checks.append(("round_to e4m3 / gfloat", ne / r["gfloat e4m3 (1M)"], 1.0))
     peak = peak_rss_during(lambda: pl.round_to(x, "e4m3"))
     checks.append(("peak extra memory / output size", peak / x.nbytes, None))
     report(checks, load, cores)
+
+
+def issue11_checks(r: dict[str, float]) -> list[tuple[str, float, float | None]]:
+    """The native backend's targets (issue 11), from the rates of one run."""
+    ne = r["pl e4m3 nearest_even"]
+    out: list[tuple[str, float, float | None]] = [
+        ("[11] round_to e4m3 / ml_dtypes round trip", ne / r["ml e4m3 round trip"], 8.0),
+        ("[11] x.copy() time / round_to e4m3 time", ne / r["copy"], 1 / 1.5),
+        ("[11] encode e4m3 / ml_dtypes astype", r["pl e4m3 encode"] / r["ml e4m3 encode"], 3.0),
+        ("[11] decode e4m3 / ml_dtypes astype", r["pl e4m3 decode"] / r["ml e4m3 decode"], 4.0),
+        ("[11] round_to bf16 / ml_dtypes round trip", r["pl bf16"] / r["ml bf16 round trip"], 2.0),
+        ("[11] round_to fp16 / numpy round trip", r["pl fp16"] / r["np fp16 round trip"], 2.0),
+        (
+            "[11] float64 input / ml_dtypes from f64",
+            r["pl e4m3 from f64"] / r["ml e4m3 from f64"],
+            5.0,
+        ),
+        ("[11] stochastic / our nearest_even", r["pl e4m3 stochastic"] / ne, 0.5),
+        ("[11] round_to e4m3 / numpy backend", ne / r["pl(numpy) e4m3 nearest_even"], 1.0),
+        ("[11] encode e4m3 / numpy backend", r["pl e4m3 encode"] / r["pl(numpy) e4m3 encode"], 1.0),
+    ]
+    for mode in ("nearest_away", "toward_zero", "up", "down", "odd", "saturate"):
+        out.append((f"[11] {mode} / our nearest_even", r[f"pl e4m3 {mode}"] / ne, 0.8))
+    if "torch e4m3 encode" in r:
+        out.append(
+            (
+                "[11] encode e4m3 / torch (same threads)",
+                r["pl e4m3 encode"] / r["torch e4m3 encode"],
+                1.0,
+            )
+        )
+    return out
 
 
 if __name__ == "__main__":

@@ -64,6 +64,7 @@ from .blocks import (
     round_to_blocks,
 )
 from .codec import decode, encode
+from .dispatch import backend_info, use_backend
 from .emulated import Emulated, emulate
 from .formats import FORMATS, FloatFormat, IntFormat, get_format, known_formats
 from .gemm import Accumulator, gemm, tensor_core
@@ -84,6 +85,7 @@ __all__ = [
     "Policy",
     "QuantizedBlocks",
     "analysis",
+    "backend_info",
     "calibrate",
     "decode",
     "dequantize",
@@ -109,6 +111,7 @@ __all__ = [
     "sqrt_n_u",
     "tensor_core",
     "underflow_stats",
+    "use_backend",
 ]
 
 __version__ = "0.1.0"

@@ -8,6 +8,7 @@
     precision-lab figures [--only NAME] [--outdir DIR] [--list]   regenerate figures/REPORT.md
     precision-lab report [--outdir DIR] [--regenerate] [--show]   where the report is (or make it)
     precision-lab --version
+    precision-lab info [--json]                        which backend serves each operation
 
 ``VALUE`` is read exactly: a decimal string is the exact decimal number (``0.1`` is one tenth, not
 the float64 nearest to it), a hex float (``0x1.8p-3``) the exact binary number, and either is
@@ -629,6 +630,20 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+# ----- info --------------------------------------------------------------------------------------
+def cmd_info(args: argparse.Namespace) -> int:
+    """Print :func:`precision_lab.backend_info`: the backend of each operation, and why."""
+    from .dispatch import backend_info
+
+    info = backend_info()
+    if args.json:
+        print(json.dumps(info, indent=2))
+    else:
+        for op, backend in info.items():
+            print(f"{op:12s} {backend}")
+    return 0
+
+
 # ----- the parser --------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -717,6 +732,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--show", action="store_true", help="print the report instead of its path")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser(
+        "info",
+        help="which backend (native, numpy, cupy) serves each operation",
+        description="Print the backend of round_to, encode and decode, and why.",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_info)
     return parser
 
 

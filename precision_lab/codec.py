@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from . import rounding as _core
 from .formats import FloatFormat, IntFormat, get_format
 from .rounding import (
     _Plan,
@@ -28,7 +29,6 @@ from .rounding import (
     as_float_array,
     check_options,
     for_chunks,
-    is_device_array,
     repair,
     round_to,
     working_dtype,
@@ -134,8 +134,9 @@ def encode(
     """
     f = get_format(fmt)
     o = check_options(rounding, overflow, subnormals, seed, random_bits)
-    if is_device_array(x):
-        return o.on_device("encode", x, f)  # type: ignore[no-any-return]
+    served = _core.route("encode", x, f, o)
+    if served is not None:
+        return served  # type: ignore[no-any-return]
     if isinstance(f, IntFormat):
         vals = round_to(x, f, rounding=o.mode, seed=o.seed, random_bits=o.random_bits)
         if np.isnan(vals).any():
@@ -232,10 +233,9 @@ def decode(codes: Any, fmt: str | FloatFormat | IntFormat) -> np.ndarray:
     ValueError: codes must be in 0..15 for e2m1 (a 4-bit format), got values up to 16
     """
     f = get_format(fmt)
-    if is_device_array(codes):
-        from . import gpu
-
-        return gpu.decode(codes, f)
+    served = _core.route("decode", codes, f, None)
+    if served is not None:
+        return served  # type: ignore[no-any-return]
     c = np.asarray(codes)
     if c.dtype.kind not in "ui":
         raise TypeError(f"codes must be an integer array, got {c.dtype.name}")

@@ -32,6 +32,7 @@ import math
 import os
 import sys
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
@@ -135,20 +136,6 @@ class RoundingOptions:
             return None
         return _random_for(self.random_bits, self.seed, n, start)
 
-    def on_device(self, func: str, x: Any, fmt: FloatFormat | IntFormat) -> Any:
-        """Run ``precision_lab.gpu.<func>`` on a CuPy array with these options."""
-        from . import gpu
-
-        return getattr(gpu, func)(
-            x,
-            fmt,
-            rounding=self.mode,
-            overflow=self.overflow,
-            subnormals=self.subnormals,
-            seed=self.seed,
-            random_bits=self.random_bits,
-        )
-
 
 def check_options(
     rounding: str, overflow: str, subnormals: str, seed: int | None, random_bits: int | None
@@ -162,6 +149,19 @@ def check_options(
         seed=check_seed(seed) if mode == "stochastic" else 0,
         random_bits=check_random_bits(random_bits),
     )
+
+
+def _numpy_reference(
+    op: str, x: Any, fmt: FloatFormat | IntFormat, options: RoundingOptions | None
+) -> Any:
+    return None
+
+
+#: The backend router of round_to / encode / decode: it returns the result of the chosen
+#: backend (native, cupy), or None to let the numpy reference in this module run.
+#: precision_lab.dispatch installs it when the package loads; so the backends and the dispatch
+#: layer sit above this module and nothing here imports them.
+route: Callable[[str, Any, FloatFormat | IntFormat, RoundingOptions | None], Any] = _numpy_reference
 
 
 def is_device_array(x: Any) -> bool:
@@ -631,8 +631,9 @@ def round_to(
     """
     f = get_format(fmt)
     o = check_options(rounding, overflow, subnormals, seed, random_bits)
-    if is_device_array(x):
-        return o.on_device("round_to", x, f)  # type: ignore[no-any-return]
+    served = route("round_to", x, f, o)
+    if served is not None:
+        return served  # type: ignore[no-any-return]
     a = as_float_array(x)
     wdt = working_dtype(a.dtype, f)
     src = np.ascontiguousarray(a).reshape(-1)

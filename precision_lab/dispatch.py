@@ -1,0 +1,130 @@
+"""The dispatch layer: which backend serves round_to, encode and decode.
+
+Three backends compute the same bits:
+
+- ``numpy``: the readable reference in :mod:`precision_lab.rounding` and :mod:`precision_lab.codec`,
+  and the fallback;
+- ``native``: the compiled C++ extension (:mod:`precision_lab.native`), the default on the CPU
+  when it is built;
+- ``cupy``: the CUDA kernels (:mod:`precision_lab.gpu`), for CuPy arrays, whatever is selected.
+
+The public functions (:func:`precision_lab.round_to`, :func:`~precision_lab.encode`,
+:func:`~precision_lab.decode`) validate their options (:func:`precision_lab.rounding.check_options`)
+and hand them to :func:`serve`, which this module installs as ``precision_lab.rounding.route`` when
+the package loads. So the layers import downward only: formats <- rounding <- codec <- gpu,
+native <- dispatch.
+
+Choosing the CPU backend: ``"auto"`` (native where built, else numpy), ``"native"`` (an error
+where it is not built) or ``"numpy"``, from the context manager :func:`use_backend` (per thread
+and async task), else the environment variable ``PRECISION_LAB_BACKEND``, else ``"auto"``.
+
+>>> import precision_lab as pl
+>>> with pl.use_backend("numpy"):
+...     pl.backend_info()["round_to"]
+'numpy (selected by use_backend)'
+>>> sorted(pl.backend_info())
+['cupy arrays', 'decode', 'encode', 'round_to']
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+from . import gpu, native, rounding
+from .formats import FloatFormat, IntFormat
+from .rounding import RoundingOptions, check_choice, is_device_array
+
+__all__ = ["BACKENDS", "BACKEND_ENV", "OPERATIONS", "backend_info", "serve", "use_backend"]
+
+#: CPU backends one can select ("auto": native where built, else numpy)
+BACKENDS = ("auto", "native", "numpy")
+#: the environment variable that selects the CPU backend
+BACKEND_ENV = "PRECISION_LAB_BACKEND"
+#: the operations this layer dispatches
+OPERATIONS = ("round_to", "encode", "decode")
+
+_selected: ContextVar[str | None] = ContextVar("precision_lab_backend", default=None)
+
+
+def _choice() -> tuple[str, str]:
+    """(selected backend, where the choice comes from)."""
+    chosen = _selected.get()
+    if chosen is not None:
+        return chosen, "use_backend"
+    env = os.environ.get(BACKEND_ENV)
+    if env is None or not env.strip():
+        return "auto", "default"
+    return check_choice(BACKEND_ENV, env.strip().lower(), BACKENDS), BACKEND_ENV
+
+
+@contextmanager
+def use_backend(name: str) -> Iterator[None]:
+    """Run the block with CPU backend ``name`` (``"auto"``, ``"native"`` or ``"numpy"``).
+
+    >>> import numpy as np, precision_lab as pl
+    >>> with pl.use_backend("numpy"):
+    ...     pl.round_to(np.float32(0.3), "e4m3")
+    array(0.3125, dtype=float32)
+    """
+    token = _selected.set(check_choice("backend", name, BACKENDS))
+    try:
+        yield
+    finally:
+        _selected.reset(token)
+
+
+def serve(op: str, x: Any, fmt: FloatFormat | IntFormat, options: RoundingOptions | None) -> Any:
+    """Result of ``op`` on the backend that serves it, or None when the numpy reference does."""
+    if is_device_array(x):
+        return _on_device(op, x, fmt, options)
+    chosen, _ = _choice()
+    if chosen == "numpy":
+        return None
+    if native.ext is None:
+        if chosen == "native":
+            raise RuntimeError(f"backend 'native' was selected, but {native.WHY}")
+        return None
+    if op == "decode":
+        return native.decode(x, fmt)
+    assert options is not None
+    return native.round_to(x, fmt, options) if op == "round_to" else native.encode(x, fmt, options)
+
+
+def _on_device(op: str, x: Any, fmt: FloatFormat | IntFormat, o: RoundingOptions | None) -> Any:
+    if op == "decode":
+        return gpu.decode(x, fmt)
+    assert o is not None
+    return getattr(gpu, op)(
+        x,
+        fmt,
+        rounding=o.mode,
+        overflow=o.overflow,
+        subnormals=o.subnormals,
+        seed=o.seed,
+        random_bits=o.random_bits,
+    )
+
+
+def backend_info() -> dict[str, str]:
+    """Which backend serves each operation on CPU arrays, and why; and CuPy arrays' backend.
+
+    Values are ``"native"``, or ``"numpy (<why>)"``: selected explicitly, or the extension is
+    not built or stale (with the command that rebuilds it).
+    """
+    chosen, source = _choice()
+    if chosen == "numpy":
+        cpu = f"numpy (selected by {source})"
+    elif native.ext is None:
+        cpu = f"numpy ({native.WHY})"
+    else:
+        cpu = "native"
+    info = dict.fromkeys(OPERATIONS, cpu)
+    info["cupy arrays"] = "cupy" if gpu.available() else "cupy (not available: no CuPy or no GPU)"
+    return info
+
+
+rounding.route = serve

@@ -1,0 +1,203 @@
+"""The compiled CPU backend: round_to, encode and decode in C++ (``precision_lab._native``).
+
+The extension is built by ``setup.py`` from ``native/core.cpp`` and the CUDA kernels' own header
+``cuda/pl_round.cuh`` (one rounding core for CPU and GPU), and gives the numpy reference's bits.
+:mod:`precision_lab.dispatch` sends calls here; users call :func:`precision_lab.round_to` etc.
+
+Loading. The extension is optional: when it is missing (no compiler when the package was
+installed) or stale (its sources were edited after the build: the hash compiled into it differs
+from the hash of the files in the package, see :mod:`precision_lab.native.sources`), the numpy
+backend serves everything and one RuntimeWarning at import says why and how to rebuild. With the
+environment variable ``PRECISION_LAB_REQUIRE_NATIVE=1`` (``make test`` sets it) that warning is
+an ImportError instead, so a machine that should have the extension cannot silently lose it.
+
+Dtype rules are the numpy backend's. Inputs of any strides and byte order are first made
+contiguous and native-endian; large arrays are cut into chunks of :data:`CHUNK` elements spread
+over the thread pool of :func:`precision_lab.rounding.for_chunks` (the extension releases the GIL).
+
+>>> mod, why = load("precision_lab._no_such_extension")
+>>> mod is None and why.startswith("extension not built")
+True
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import warnings
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from ..codec import _table
+from ..formats import FloatFormat, IntFormat, get_format
+from ..gpu import format_args
+from ..rounding import (
+    ROUNDING_MODES,
+    RoundingOptions,
+    as_float_array,
+    for_chunks,
+    working_dtype,
+)
+from .sources import EXTENSIONS, REBUILD, source_hash
+
+__all__ = [
+    "CHUNK",
+    "REQUIRE_ENV",
+    "WHY",
+    "decode",
+    "encode",
+    "ext",
+    "load",
+    "load_or_warn",
+    "round_to",
+]
+
+#: set to 1 to turn a missing or stale extension into an ImportError (``make test`` does)
+REQUIRE_ENV = "PRECISION_LAB_REQUIRE_NATIVE"
+#: elements per call into the extension (each call holds no GIL; a chunk's data stays in L2)
+CHUNK = 1 << 16
+
+_M64 = (1 << 64) - 1
+
+
+def load(name: str) -> tuple[ModuleType | None, str]:
+    """``(module, "")``, or ``(None, why)`` when the extension is not built or is stale."""
+    try:
+        mod = importlib.import_module(name)
+    except ImportError as exc:
+        return None, f"extension not built ({exc}); rebuild with: {REBUILD}"
+    try:
+        want = source_hash(EXTENSIONS[name])
+    except (KeyError, OSError):  # sources not shipped with this install: nothing to compare
+        return mod, ""
+    have = getattr(mod, "SOURCE_HASH", "unknown")
+    if have != want:
+        return None, (
+            f"extension {name} is stale (built from sources {have}, the package's sources hash to "
+            f"{want}); rebuild with: {REBUILD}"
+        )
+    return mod, ""
+
+
+def load_or_warn(name: str) -> tuple[ModuleType | None, str]:
+    """:func:`load`, warning once (or raising ImportError under ``REQUIRE_ENV=1``) on failure.
+
+    Every compiled extension of the package is loaded this way (list it in
+    :data:`precision_lab.native.sources.EXTENSIONS` so that setup.py builds and hashes it).
+    """
+    mod, why = load(name)
+    if mod is None:
+        if os.environ.get(REQUIRE_ENV) == "1":
+            raise ImportError(f"precision_lab: {why} ({REQUIRE_ENV}=1 requires it)")
+        if os.environ.get("PRECISION_LAB_BACKEND", "").strip().lower() != "numpy":
+            warnings.warn(
+                f"precision_lab: {why}. The numpy backend serves round_to, encode and decode.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+    return mod, why
+
+
+#: the extension module, or None; WHY says why it is None
+ext, WHY = load_or_warn("precision_lab._native")
+
+
+def _sr(o: RoundingOptions) -> tuple[int, int, int]:
+    return o.seed & _M64, (o.seed >> 64) & _M64, o.random_bits
+
+
+def _source(x: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(the input as an array, its flat contiguous native-endian float16/32/64 data)."""
+    a = as_float_array(x)
+    return a, np.ascontiguousarray(a).reshape(-1)
+
+
+def _rounded(
+    x: Any, fmt: FloatFormat | IntFormat, o: RoundingOptions, out_dtype: np.dtype | None
+) -> np.ndarray:
+    """round_to (out_dtype None: the working dtype) or encode (out_dtype: the code dtype)."""
+    assert ext is not None
+    a, src = _source(x)
+    encode = out_dtype is not None
+    out = np.empty(a.shape, dtype=out_dtype if encode else working_dtype(a.dtype, fmt))
+    flat = out.reshape(-1)
+    if src.size == 0:
+        return out
+    mode = ROUNDING_MODES.index(o.mode)
+    isz, osz = src.dtype.itemsize, out.dtype.itemsize
+    if isinstance(fmt, IntFormat):
+        fn = ext.encode_int if encode else ext.round_int
+        args: tuple[Any, ...] = (fmt.bits, int(fmt.signed), mode, *_sr(o))
+    else:
+        fn = ext.encode_float if encode else ext.round_float
+        sat, flush = int(o.overflow == "saturate"), int(o.subnormals == "flush")
+        args = (format_args(fmt), mode, sat, flush, *_sr(o))
+    errors: list[int] = []
+
+    def work(lo: int, hi: int) -> None:
+        if fn(src, isz, flat, osz, *args, lo, hi):
+            errors.append(1)
+
+    for_chunks(src.size, work, chunk=CHUNK)
+    if errors:
+        extra = "" if isinstance(fmt, IntFormat) else " (it has no NaN code)"
+        raise ValueError(f"x contains NaN, which {fmt} cannot represent{extra}")
+    return out
+
+
+def round_to(x: Any, fmt: FloatFormat | IntFormat, o: RoundingOptions) -> np.ndarray:
+    """:func:`precision_lab.round_to` on the extension (options already checked)."""
+    return _rounded(x, fmt, o, None)
+
+
+def encode(x: Any, fmt: FloatFormat | IntFormat, o: RoundingOptions) -> np.ndarray:
+    """:func:`precision_lab.encode` on the extension (options already checked)."""
+    return _rounded(x, fmt, o, np.dtype(fmt.code_dtype))
+
+
+def decode(codes: Any, fmt: FloatFormat | IntFormat, o: None = None) -> np.ndarray | None:
+    """:func:`precision_lab.decode` on the extension; None leaves the call to numpy.
+
+    Formats of at most 16 bits decode by lookup in the numpy reference's own table. None is
+    returned for what numpy does as well or must report: non-integer or out-of-range codes (numpy
+    raises the error) and fp32/fp64 (a bit view).
+    """
+    assert ext is not None
+    c = np.asarray(codes)
+    if c.dtype.kind not in "ui" or fmt in (get_format("fp32"), get_format("fp64")):
+        return None
+    if not c.dtype.isnative:
+        c = c.astype(c.dtype.newbyteorder("="))
+    src = np.ascontiguousarray(c).reshape(-1)
+    out = np.empty(c.shape, dtype=working_dtype(np.dtype(np.float32), fmt))
+    flat = out.reshape(-1)
+    if src.size == 0:
+        return out
+    csz, signed, osz = src.dtype.itemsize, src.dtype.kind == "i", out.dtype.itemsize
+    if fmt.bits <= 16:
+        table = _table(fmt)
+
+        def call(lo: int, hi: int) -> int:
+            return int(ext.decode_table(src, csz, signed, table, flat, osz, lo, hi))
+
+    elif isinstance(fmt, IntFormat):
+
+        def call(lo: int, hi: int) -> int:
+            return int(ext.decode_int(src, csz, signed, flat, osz, fmt.bits, fmt.signed, lo, hi))
+
+    else:
+        fa = format_args(fmt)
+
+        def call(lo: int, hi: int) -> int:
+            return int(ext.decode_float(src, csz, signed, flat, osz, fa, lo, hi))
+
+    bad: list[int] = []
+
+    def work(lo: int, hi: int) -> None:
+        if call(lo, hi):
+            bad.append(1)
+
+    for_chunks(src.size, work, chunk=CHUNK)
+    return None if bad else out

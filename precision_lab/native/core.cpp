@@ -1,0 +1,665 @@
+// core.cpp: precision_lab._native, the compiled CPU backend of round_to, encode and decode.
+//
+// The arithmetic is the CUDA kernels' own: precision_lab/cuda/pl_round.cuh compiled as plain C++.
+// Its per-element routines (pl_round_bits, pl_encode_rounded, pl_decode, pl_round_int) are the
+// exact reference; this file adds what makes them fast on a CPU:
+//
+// - Blocks of BLOCK elements go through a tight, branch-free loop per rounding mode that rounds
+//   the common case (magnitude within the format's normal range) by an integer add-and-mask on the
+//   bit pattern, exactly as precision_lab/rounding.py does, and flags the other elements
+//   (subnormal results, overflow, inf, NaN, negative inputs of unsigned formats). The compiler
+//   vectorises these loops. Flagged elements are then redone by the header's exact routine.
+//   Rounding modes this file does not know (added to the header later) take the per-element
+//   routine for every element.
+// - Stochastic rounding uses the header's Philox4x64-10 words (pl_random_group), keyed by
+//   (seed, flat index) like precision_lab/_random.py, so chunking and threads do not matter.
+// - float16 input is widened exactly to the working type; codes are written as uint8/16/32/64;
+//   decode of formats of at most 16 bits is a lookup in a table the caller passes in.
+// - Every entry point works on a range [lo, hi) of flat, C-contiguous buffers and releases the
+//   GIL, so precision_lab.native spreads chunks of a large array over its thread pool.
+//
+// Python API (all buffers C-contiguous and native-endian; the itemsizes tell their dtypes: 2/4/8
+// for float16/32/64 input, 4/8 for float32/64 output, 1/2/4/8 for uint codes; see the methods'
+// docstrings and precision_lab/native/__init__.py). Each works on elements [lo, hi):
+//   round_float / round_int: values rounded to the format, in the output's float type;
+//   encode_float / encode_int: codes; they return 1 if a NaN met a format without a NaN code;
+//   decode_table / decode_float / decode_int: values of codes; they return 1 if a code is out of
+//   range (the caller then lets the numpy backend raise the error).
+// fmt is the tuple (exponent_bits, mantissa_bits, bias, nan_style, flags) of
+// precision_lab.gpu.format_args; mode is the index in precision_lab.rounding.ROUNDING_MODES.
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stddef.h>
+#include <string.h>
+
+#include "../cuda/pl_round.cuh"
+
+#ifndef PL_SOURCE_HASH
+#define PL_SOURCE_HASH "unknown"
+#endif
+
+// x86-64 with GCC on Linux: the hot loops are compiled twice, for the baseline (SSE2) and for
+// AVX2, and the loader picks one for the CPU it runs on (function multi-versioning: the binary
+// stays portable; no -march flag). Elsewhere the baseline only.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(PL_NO_CLONES)
+#define PL_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define PL_CLONES
+#endif
+
+#if defined(__GNUC__)
+#define PL_INLINE inline __attribute__((always_inline))  // into each clone: compiled for its ISA
+#else
+#define PL_INLINE inline
+#endif
+
+namespace {
+
+const int BLOCK = 1024;  // elements per block: the block's scratch stays in L1
+
+typedef unsigned char pl_u8;
+typedef unsigned short pl_u16;
+
+// ----- loading a block of input as bits of the working type (exact widening) --------------------
+// float16 bits -> float32 bits, exactly, without branches (selects; the loops vectorise)
+inline pl_u32 half_to_float_bits(pl_u16 h) {
+  const pl_u32 sign = (pl_u32)(h & 0x8000u) << 16;
+  const pl_u32 em = (pl_u32)(h & 0x7FFFu) << 13;  // exponent and mantissa at float32 positions
+  const pl_u32 e = em & 0x0F800000u;
+  const pl_u32 normal = em + 0x38000000u;                      // rebias by 127 - 15
+  const pl_u32 special = em | 0x7F800000u;                     // inf, NaN (payload kept)
+  // subnormal (or zero): m * 2**-24 = (1.m * 2**-14) - 2**-14, exact in float32
+  const float sub = pl_f32_of(em + 0x38800000u) - 6.103515625e-05f;
+  pl_u32 r = e == 0x0F800000u ? special : normal;
+  r = e == 0 ? pl_bits_of(sub) : r;
+  return sign | r;
+}
+
+inline pl_u64 float_bits_to_double_bits(pl_u32 u) { return pl_bits_of((double)pl_f32_of(u)); }
+
+// Bits of elements [i0, i0 + n) of src (itemsize src_size) in the working type U; points into
+// src itself when no conversion is needed.
+template <typename U>
+PL_INLINE const U* load_block(const void* src, int src_size, size_t i0, int n, U* buf);
+
+template <>
+PL_INLINE const pl_u32* load_block<pl_u32>(const void* src, int src_size, size_t i0, int n, pl_u32* buf) {
+  if (src_size == 4) return (const pl_u32*)src + i0;
+  const pl_u16* h = (const pl_u16*)src + i0;
+  for (int i = 0; i < n; ++i) buf[i] = half_to_float_bits(h[i]);
+  return buf;
+}
+
+template <>
+PL_INLINE const pl_u64* load_block<pl_u64>(const void* src, int src_size, size_t i0, int n, pl_u64* buf) {
+  if (src_size == 8) return (const pl_u64*)src + i0;
+  if (src_size == 4) {
+    const pl_u32* f = (const pl_u32*)src + i0;
+    for (int i = 0; i < n; ++i) buf[i] = float_bits_to_double_bits(f[i]);
+  } else {
+    const pl_u16* h = (const pl_u16*)src + i0;
+    for (int i = 0; i < n; ++i) buf[i] = float_bits_to_double_bits(half_to_float_bits(h[i]));
+  }
+  return buf;
+}
+
+// Value of element i of src as a double (exact), for the integer formats.
+inline double load_double(const void* src, int src_size, size_t i) {
+  if (src_size == 8) return pl_f64_of(((const pl_u64*)src)[i]);
+  if (src_size == 4) return (double)pl_f32_of(((const pl_u32*)src)[i]);
+  return (double)pl_f32_of(half_to_float_bits(((const pl_u16*)src)[i]));
+}
+
+// ----- random words of flat indices [start, start + n) ------------------------------------------
+// (One Philox block after another: the CPU already overlaps consecutive blocks, and the 64x64-bit
+// multiplications' throughput bounds the cost; interleaving blocks by hand measured slower.)
+void fill_words(const pl_sr_key& key, size_t start, int n, pl_u64* rw) {
+  const size_t end = start + (size_t)n;
+  for (size_t g = start >> 2; 4 * g < end; ++g) {
+    if (4 * g >= start && 4 * g + 4 <= end) {  // a whole group inside the range
+      pl_random_group((pl_u64)g, key.seed_lo, key.seed_hi, key.random_bits, rw + (4 * g - start));
+      continue;
+    }
+    pl_u64 w[4];
+    pl_random_group((pl_u64)g, key.seed_lo, key.seed_hi, key.random_bits, w);
+    for (int j = 0; j < 4; ++j) {
+      const size_t i = 4 * g + (size_t)j;
+      if (i >= start && i < end) rw[i - start] = w[j];
+    }
+  }
+}
+
+// 1 when the element with bits x needs the exact routine (constants passed by value, so that
+// stores through byte pointers cannot alias them and the loops vectorise)
+template <typename U>
+PL_INLINE U needs_exact(U x, U keep, U thr, U range, U zero_fast) {
+  const U a = x & keep;
+  return (U)((U)(a - thr) > range) & ~(zero_fast & ((U)0 - (U)(a == 0)));
+}
+
+// ----- the fast path: constants of one job in the integer view of the working type --------------
+template <typename F>
+struct fast_consts {
+  typedef typename pl_traits<F>::U U;
+  int s;          // bits dropped in the format's normal range
+  U notmask;      // keeps the format's bits
+  U half_m1;      // 2**(s-1) - 1
+  U flip;         // exponent-only formats whose bias parity differs from the working type's
+  U keep;         // magnitude mask for the range test (all bits for unsigned formats)
+  U thr, range;   // fast iff (bits & keep) - thr <= range
+  U zero_fast;    // all ones when ±0 rounds to ±0 on the fast path
+  // encoding
+  U offset;       // bias difference, in code units
+  int drop;       // sign shift from the working type's code position to the format's
+  U sign_code;    // the format's sign bit (0 when unsigned)
+  int nbits;
+
+  explicit fast_consts(const pl_plan<F>& p) {
+    const int W = pl_traits<F>::W;
+    const pl_format& f = p.fmt;
+    s = p.s;
+    const U mask = s ? (((U)1 << s) - 1) : (U)0;
+    notmask = ~mask;
+    half_m1 = s ? (((U)1 << (s - 1)) - 1) : (U)0;
+    flip = (U)p.flip_parity;
+    keep = f.is_signed ? (((U)1 << (W - 1)) - 1) : ~(U)0;
+    thr = p.threshold;
+    range = p.maxbits - p.threshold;
+    zero_fast = (f.is_signed && f.has_zero && f.nan_style != PL_NAN_FNUZ) ? ~(U)0 : (U)0;
+    offset = (U)((U)(pl_i64)(pl_traits<F>::BIAS - f.bias) << f.mbits);
+    nbits = pl_total_bits(f);
+    drop = (W - 1 - s) - (nbits - 1);
+    sign_code = f.is_signed ? ((U)1 << (nbits - 1)) : (U)0;
+  }
+
+};
+
+// Rounded bits (low s bits not yet cleared) of the in-range element x, by mode.
+template <typename U, int MODE>
+PL_INLINE U fast_round(U x, int s, U notmask, U half_m1, U flip, pl_u64 rw) {
+  const int W = (int)sizeof(U) * 8;
+  const U mask = ~notmask;
+  switch (MODE) {
+    case PL_RNE:
+      return (((x >> s) & 1) ^ flip) + half_m1 + x;
+    case PL_RNA:
+      return x + half_m1 + 1;
+    case PL_RTZ:
+      return x;
+    case PL_RUP:
+      return x + (((x >> (W - 1)) ^ 1) * mask);
+    case PL_RDN:
+      return x + ((x >> (W - 1)) * mask);
+    case PL_RTO: {
+      const U r = x & notmask;
+      const U inexact = ((x & mask) + mask) >> s;  // 1 iff a dropped bit is set (no compare)
+      const U even = ((r >> s) & 1) ^ flip ^ 1;
+      return r + ((inexact & even) << s);
+    }
+    default:  // PL_SR: add the top s bits of the random word below the kept part
+      return x + (U)(rw >> (64 - s));
+  }
+}
+
+// Round one block: r[i] = result bits of b[i]; returns nonzero when some element is flagged.
+template <typename F, int MODE>
+PL_INLINE typename pl_traits<F>::U round_block_fast(const fast_consts<F>& c,
+                                          const typename pl_traits<F>::U* __restrict b,
+                                          typename pl_traits<F>::U* __restrict r,
+                                          const pl_u64* __restrict rw, int n) {
+  typedef typename pl_traits<F>::U U;
+  const int s = c.s;
+  const U notmask = c.notmask, half_m1 = c.half_m1, flip = c.flip;
+  const U keep = c.keep, thr = c.thr, range = c.range, zero_fast = c.zero_fast;
+  U any = 0;
+  for (int i = 0; i < n; ++i) {
+    const U x = b[i];
+    r[i] = fast_round<U, MODE>(x, s, notmask, half_m1, flip, MODE == PL_SR ? rw[i] : 0) & notmask;
+    any |= needs_exact(x, keep, thr, range, zero_fast);
+  }
+  return any;
+}
+
+// Codes of one block (the element's sign moved to the format's sign bit); flagged as above.
+template <typename F, int MODE, typename C>
+PL_INLINE typename pl_traits<F>::U encode_block_fast(const fast_consts<F>& c,
+                                           const typename pl_traits<F>::U* __restrict b,
+                                           C* __restrict out, const pl_u64* __restrict rw,
+                                           int n) {
+  typedef typename pl_traits<F>::U U;
+  const int W = pl_traits<F>::W;
+  const int s = c.s, drop = c.drop > 0 ? c.drop : 0, top = c.nbits - 1;
+  const U notmask = c.notmask, half_m1 = c.half_m1, flip = c.flip, offset = c.offset;
+  const U keep = c.keep, thr = c.thr, range = c.range, zero_fast = c.zero_fast;
+  const U sign_code = c.sign_code, low = sign_code ? sign_code - 1 : ~(U)0;
+  U any = 0;
+  for (int i = 0; i < n; ++i) {
+    const U x = b[i];
+    U k = (fast_round<U, MODE>(x, s, notmask, half_m1, flip, MODE == PL_SR ? rw[i] : 0) >> s) -
+          offset;
+    k = (k & low) | ((k >> drop) & sign_code);     // the sign bit moves down to the format's
+    const U zero = (U)0 - (U)((x & keep) == 0);  // ±0: the sign alone
+    k = (k & ~zero) | (((x >> (W - 1)) << top) & sign_code & zero);
+    out[i] = (C)k;
+    any |= needs_exact(x, keep, thr, range, zero_fast);
+  }
+  return any;
+}
+
+// Calls fix(i) for each flagged element of a block: the flags are computed in one vectorised
+// pass and scanned eight at a time (a block usually holds few flagged elements, if any).
+template <typename F, typename Fix>
+PL_INLINE void for_flagged(const fast_consts<F>& c, const typename pl_traits<F>::U* __restrict b,
+                        int n, Fix fix) {
+  typedef typename pl_traits<F>::U U;
+  const U keep = c.keep, thr = c.thr, range = c.range, zero_fast = c.zero_fast;
+  pl_u8 flag[BLOCK + 8];
+  for (int i = 0; i < n; ++i) flag[i] = (pl_u8)needs_exact(b[i], keep, thr, range, zero_fast);
+  for (int i = n; i < ((n + 7) & ~7); ++i) flag[i] = 0;
+  for (int i = 0; i < n; i += 8) {
+    pl_u64 eight;
+    memcpy(&eight, flag + i, 8);
+    if (eight == 0) continue;
+    for (int k = i; k < i + 8; ++k)
+      if (flag[k]) fix(k);
+  }
+}
+
+// ----- whole ranges -----------------------------------------------------------------------------
+template <typename F>
+struct job {
+  pl_plan<F> p;
+  fast_consts<F> c;
+  pl_sr_key key;
+  bool random;  // the mode needs random words
+  job(const pl_format& f, int mode, int saturate, int flush, pl_sr_key k)
+      : p(pl_make_plan<F>(f, mode, saturate, flush)), c(p), key(k), random(mode >= PL_SR) {}
+};
+
+template <typename F, int MODE>
+PL_CLONES void round_range_mode(const job<F>& j, const void* src, int src_size, void* dst, size_t lo,
+                      size_t hi) {
+  typedef typename pl_traits<F>::U U;
+  U buf[BLOCK];
+  pl_u64 rw[BLOCK];
+  const bool known = MODE <= PL_SR;
+  for (size_t i0 = lo; i0 < hi; i0 += BLOCK) {
+    const int n = (int)(hi - i0 < (size_t)BLOCK ? hi - i0 : (size_t)BLOCK);
+    const U* b = load_block<U>(src, src_size, i0, n, buf);
+    U* r = (U*)dst + i0;
+    if (j.random) fill_words(j.key, i0, n, rw);
+    if (!known) {  // a mode added to the header after this file: the exact routine throughout
+      for (int i = 0; i < n; ++i) r[i] = pl_round_bits(j.p, b[i], j.random ? rw[i] : 0);
+      continue;
+    }
+    if (round_block_fast<F, MODE>(j.c, b, r, rw, n))
+      for_flagged(j.c, b, n, [&](int i) { r[i] = pl_round_bits(j.p, b[i], j.random ? rw[i] : 0); });
+  }
+}
+
+template <typename F, typename C, int MODE>
+PL_CLONES int encode_range_mode(const job<F>& j, const void* src, int src_size, void* dst, size_t lo,
+                      size_t hi) {
+  typedef typename pl_traits<F>::U U;
+  U buf[BLOCK];
+  pl_u64 rw[BLOCK];
+  int err = 0;
+  const bool known = MODE <= PL_SR;
+  for (size_t i0 = lo; i0 < hi; i0 += BLOCK) {
+    const int n = (int)(hi - i0 < (size_t)BLOCK ? hi - i0 : (size_t)BLOCK);
+    const U* b = load_block<U>(src, src_size, i0, n, buf);
+    C* out = (C*)dst + i0;
+    if (j.random) fill_words(j.key, i0, n, rw);
+    auto exact = [&](int i) {
+      const U rb = pl_round_bits(j.p, b[i], j.random ? rw[i] : 0);
+      out[i] = (C)pl_encode_rounded(j.p, rb, &err);
+    };
+    if (!known) {  // a mode added to the header after this file: the exact routine throughout
+      for (int i = 0; i < n; ++i) exact(i);
+    } else if (encode_block_fast<F, MODE, C>(j.c, b, out, rw, n)) {
+      for_flagged(j.c, b, n, exact);
+    }
+  }
+  return err;
+}
+
+// The rounding mode as a template argument (modes 0..6 have fast paths; the rest use MODE 7).
+#define PL_BY_MODE(mode, CALL)             \
+  switch (mode) {                          \
+    case PL_RNE: CALL(PL_RNE); break;      \
+    case PL_RNA: CALL(PL_RNA); break;      \
+    case PL_RTZ: CALL(PL_RTZ); break;      \
+    case PL_RUP: CALL(PL_RUP); break;      \
+    case PL_RDN: CALL(PL_RDN); break;      \
+    case PL_RTO: CALL(PL_RTO); break;      \
+    case PL_SR: CALL(PL_SR); break;        \
+    default: CALL(PL_SR + 1); break;       \
+  }
+
+template <typename F>
+void round_range(const job<F>& j, const void* src, int src_size, void* dst, size_t lo, size_t hi) {
+  if (j.c.s == 0) {  // no bits to drop in the normal range (fp32 from float32): no rounding
+    round_range_mode<F, PL_RTZ>(j, src, src_size, dst, lo, hi);
+    return;
+  }
+#define PL_CALL(M) round_range_mode<F, M>(j, src, src_size, dst, lo, hi)
+  PL_BY_MODE(j.p.mode, PL_CALL)
+#undef PL_CALL
+}
+
+template <typename F, typename C>
+int encode_range(const job<F>& j, const void* src, int src_size, void* dst, size_t lo,
+                 size_t hi) {
+  int err = 0;
+  if (j.c.s == 0) return encode_range_mode<F, C, PL_RTZ>(j, src, src_size, dst, lo, hi);
+#define PL_CALL(M) err = encode_range_mode<F, C, M>(j, src, src_size, dst, lo, hi)
+  PL_BY_MODE(j.p.mode, PL_CALL)
+#undef PL_CALL
+  return err;
+}
+
+// ----- buffers from Python ----------------------------------------------------------------------
+struct buffer {
+  Py_buffer view;
+  bool held = false;
+  ~buffer() {
+    if (held) PyBuffer_Release(&view);
+  }
+  bool get(PyObject* obj, bool writable, const char* name) {
+    if (PyObject_GetBuffer(obj, &view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) != 0) {
+      PyErr_Format(PyExc_TypeError, "%s must be a C-contiguous%s buffer", name,
+                   writable ? " writable" : "");
+      return false;
+    }
+    held = true;
+    return true;
+  }
+};
+
+// Checks lo <= hi <= elements of each buffer, given their itemsizes.
+bool check_range(Py_ssize_t lo, Py_ssize_t hi, const buffer& a, int asize, const buffer& b,
+                 int bsize) {
+  if (lo < 0 || hi < lo || a.view.len < hi * asize || b.view.len < hi * bsize) {
+    PyErr_Format(PyExc_ValueError, "range [%zd, %zd) outside the buffers", lo, hi);
+    return false;
+  }
+  return true;
+}
+
+bool check_size(int size, const char* name, int a, int b, int c, int d) {
+  if (size == a || size == b || size == c || size == d) return true;
+  PyErr_Format(PyExc_ValueError, "unsupported itemsize %d of %s", size, name);
+  return false;
+}
+
+pl_format parse_format(PyObject* t, bool* ok) {
+  int e = 0, m = 0, bias = 0, nan = 0, flags = 0;
+  *ok = PyArg_ParseTuple(t, "iiiii", &e, &m, &bias, &nan, &flags) != 0;
+  return pl_make_format(e, m, bias, nan, flags);
+}
+
+pl_sr_key make_key(unsigned long long lo, unsigned long long hi, int random_bits) {
+  pl_sr_key k;
+  k.seed_lo = lo;
+  k.seed_hi = hi;
+  k.random_bits = random_bits;
+  return k;
+}
+
+// round_float / encode_float share their arguments; `encode` selects the operation.
+PyObject* float_op(PyObject* args, bool encode) {
+  PyObject *src_obj, *out_obj, *fmt_obj;
+  int src_size, out_size, mode, saturate, flush, random_bits;
+  unsigned long long seed_lo, seed_hi;
+  Py_ssize_t lo, hi;
+  if (!PyArg_ParseTuple(args, "OiOiOiiiKKinn", &src_obj, &src_size, &out_obj, &out_size, &fmt_obj,
+                        &mode, &saturate, &flush, &seed_lo, &seed_hi, &random_bits, &lo, &hi))
+    return NULL;
+  bool ok;
+  const pl_format f = parse_format(fmt_obj, &ok);
+  if (!ok) return NULL;
+  buffer src, out;
+  if (!src.get(src_obj, false, "src") || !out.get(out_obj, true, "out")) return NULL;
+  if (!check_size(src_size, "src", 2, 4, 8, 8) ||
+      !(encode ? check_size(out_size, "out", 1, 2, 4, 8) : check_size(out_size, "out", 4, 8, 4, 8)))
+    return NULL;
+  if (!check_range(lo, hi, src, src_size, out, out_size)) return NULL;
+  const bool wide = encode ? !pl_fits_float32(f) || src_size == 8 : out_size == 8;
+  const pl_sr_key key = make_key(seed_lo, seed_hi, random_bits);
+  const void* s = src.view.buf;
+  void* d = out.view.buf;
+  int err = 0;
+  Py_BEGIN_ALLOW_THREADS;
+  if (wide) {
+    const job<double> j(f, mode, saturate, flush, key);
+    if (!encode) round_range(j, s, src_size, d, (size_t)lo, (size_t)hi);
+    else if (out_size == 1) err = encode_range<double, pl_u8>(j, s, src_size, d, lo, hi);
+    else if (out_size == 2) err = encode_range<double, pl_u16>(j, s, src_size, d, lo, hi);
+    else if (out_size == 4) err = encode_range<double, pl_u32>(j, s, src_size, d, lo, hi);
+    else err = encode_range<double, pl_u64>(j, s, src_size, d, lo, hi);
+  } else {
+    const job<float> j(f, mode, saturate, flush, key);
+    if (!encode) round_range(j, s, src_size, d, (size_t)lo, (size_t)hi);
+    else if (out_size == 1) err = encode_range<float, pl_u8>(j, s, src_size, d, lo, hi);
+    else if (out_size == 2) err = encode_range<float, pl_u16>(j, s, src_size, d, lo, hi);
+    else if (out_size == 4) err = encode_range<float, pl_u32>(j, s, src_size, d, lo, hi);
+    else err = encode_range<float, pl_u64>(j, s, src_size, d, lo, hi);
+  }
+  Py_END_ALLOW_THREADS;
+  return PyLong_FromLong(err);
+}
+
+PyObject* round_float(PyObject*, PyObject* args) { return float_op(args, false); }
+PyObject* encode_float(PyObject*, PyObject* args) { return float_op(args, true); }
+
+// Integer formats: the header's per-element routine (one double rounding per element).
+PyObject* int_op(PyObject* args, bool encode) {
+  PyObject *src_obj, *out_obj;
+  int src_size, out_size, bits, is_signed, mode, random_bits;
+  unsigned long long seed_lo, seed_hi;
+  Py_ssize_t lo, hi;
+  if (!PyArg_ParseTuple(args, "OiOiiiiKKinn", &src_obj, &src_size, &out_obj, &out_size, &bits,
+                        &is_signed, &mode, &seed_lo, &seed_hi, &random_bits, &lo, &hi))
+    return NULL;
+  buffer src, out;
+  if (!src.get(src_obj, false, "src") || !out.get(out_obj, true, "out")) return NULL;
+  if (!check_size(src_size, "src", 2, 4, 8, 8) ||
+      !(encode ? check_size(out_size, "out", 1, 2, 4, 8) : check_size(out_size, "out", 4, 8, 4, 8)))
+    return NULL;
+  if (!check_range(lo, hi, src, src_size, out, out_size)) return NULL;
+  const pl_sr_key key = make_key(seed_lo, seed_hi, random_bits);
+  const void* s = src.view.buf;
+  void* d = out.view.buf;
+  int err = 0;
+  Py_BEGIN_ALLOW_THREADS;
+  pl_u64 rw[BLOCK];
+  for (size_t i0 = (size_t)lo; i0 < (size_t)hi; i0 += BLOCK) {
+    const int n = (int)((size_t)hi - i0 < (size_t)BLOCK ? (size_t)hi - i0 : (size_t)BLOCK);
+    if (mode >= PL_SR) fill_words(key, i0, n, rw);
+    for (int i = 0; i < n; ++i) {
+      const size_t k = i0 + (size_t)i;
+      const double v = pl_round_int(load_double(s, src_size, k), bits, is_signed, mode,
+                                    mode >= PL_SR ? rw[i] : 0);
+      if (!encode) {
+        if (out_size == 4) ((pl_u32*)d)[k] = pl_traits<float>::bits_from_double(v);
+        else ((pl_u64*)d)[k] = pl_traits<double>::bits_from_double(v);
+      } else {
+        const pl_u64 code = pl_encode_int(v, bits, &err);
+        if (out_size == 1) ((pl_u8*)d)[k] = (pl_u8)code;
+        else if (out_size == 2) ((pl_u16*)d)[k] = (pl_u16)code;
+        else if (out_size == 4) ((pl_u32*)d)[k] = (pl_u32)code;
+        else ((pl_u64*)d)[k] = code;
+      }
+    }
+  }
+  Py_END_ALLOW_THREADS;
+  return PyLong_FromLong(err);
+}
+
+PyObject* round_int(PyObject*, PyObject* args) { return int_op(args, false); }
+PyObject* encode_int(PyObject*, PyObject* args) { return int_op(args, true); }
+
+// ----- decode -----------------------------------------------------------------------------------
+// Code i as an unsigned 64-bit number (negative signed codes become huge: out of range).
+inline pl_u64 load_code(const void* codes, int size, bool is_signed, size_t i) {
+  switch (size) {
+    case 1:
+      return is_signed ? (pl_u64)(pl_i64)((const signed char*)codes)[i] : ((const pl_u8*)codes)[i];
+    case 2:
+      return is_signed ? (pl_u64)(pl_i64)((const short*)codes)[i] : ((const pl_u16*)codes)[i];
+    case 4:
+      return is_signed ? (pl_u64)(pl_i64)((const int*)codes)[i] : ((const pl_u32*)codes)[i];
+    default:
+      return ((const pl_u64*)codes)[i];
+  }
+}
+
+template <typename C, typename T>
+PL_CLONES pl_u64 lookup(const C* codes, const T* table, pl_u64 size, T* out, size_t lo, size_t hi) {
+  pl_u64 bad = 0;
+  const pl_u64 mask = size - 1;
+  for (size_t i = lo; i < hi; ++i) {
+    const pl_u64 c = (pl_u64)codes[i];
+    bad |= c & ~mask;
+    out[i] = table[c & mask];
+  }
+  return bad;
+}
+
+template <typename T>
+pl_u64 lookup_any(const void* codes, int size, bool is_signed, const T* table, pl_u64 tsize,
+                  T* out, size_t lo, size_t hi) {
+  switch (size) {  // signed codes are sign-extended: negative ones are out of range
+    case 1:
+      return is_signed ? lookup((const signed char*)codes, table, tsize, out, lo, hi)
+                       : lookup((const pl_u8*)codes, table, tsize, out, lo, hi);
+    case 2:
+      return is_signed ? lookup((const short*)codes, table, tsize, out, lo, hi)
+                       : lookup((const pl_u16*)codes, table, tsize, out, lo, hi);
+    case 4:
+      return is_signed ? lookup((const int*)codes, table, tsize, out, lo, hi)
+                       : lookup((const pl_u32*)codes, table, tsize, out, lo, hi);
+    default:
+      return is_signed ? lookup((const pl_i64*)codes, table, tsize, out, lo, hi)
+                       : lookup((const pl_u64*)codes, table, tsize, out, lo, hi);
+  }
+}
+
+PyObject* decode_table(PyObject*, PyObject* args) {
+  PyObject *codes_obj, *table_obj, *out_obj;
+  int code_size, code_signed, out_size;
+  Py_ssize_t lo, hi;
+  if (!PyArg_ParseTuple(args, "OipOOinn", &codes_obj, &code_size, &code_signed, &table_obj,
+                        &out_obj, &out_size, &lo, &hi))
+    return NULL;
+  buffer codes, table, out;
+  if (!codes.get(codes_obj, false, "codes") || !table.get(table_obj, false, "table") ||
+      !out.get(out_obj, true, "out"))
+    return NULL;
+  if (!check_size(code_size, "codes", 1, 2, 4, 8) || !check_size(out_size, "out", 4, 8, 4, 8) ||
+      !check_range(lo, hi, codes, code_size, out, out_size))
+    return NULL;
+  const pl_u64 tsize = (pl_u64)(table.view.len / out_size);
+  if (tsize == 0 || (tsize & (tsize - 1)) != 0) {
+    PyErr_SetString(PyExc_ValueError, "table size must be a power of two");
+    return NULL;
+  }
+  pl_u64 bad;
+  Py_BEGIN_ALLOW_THREADS;
+  if (out_size == 4)
+    bad = lookup_any(codes.view.buf, code_size, code_signed, (const pl_u32*)table.view.buf, tsize,
+                     (pl_u32*)out.view.buf, (size_t)lo, (size_t)hi);
+  else
+    bad = lookup_any(codes.view.buf, code_size, code_signed, (const pl_u64*)table.view.buf, tsize,
+                     (pl_u64*)out.view.buf, (size_t)lo, (size_t)hi);
+  Py_END_ALLOW_THREADS;
+  return PyLong_FromLong(bad != 0);
+}
+
+// Formats wider than 16 bits: the header's pl_decode / pl_decode_int per element.
+PyObject* decode_op(PyObject* args, bool integer) {
+  PyObject *codes_obj, *out_obj, *fmt_obj = NULL;
+  int code_size, code_signed, out_size, bits = 0, is_signed = 0;
+  Py_ssize_t lo, hi;
+  bool ok = true;
+  pl_format f = pl_make_format(0, 0, 0, 0, 0);
+  if (integer) {
+    if (!PyArg_ParseTuple(args, "OipOiiinn", &codes_obj, &code_size, &code_signed, &out_obj,
+                          &out_size, &bits, &is_signed, &lo, &hi))
+      return NULL;
+  } else {
+    if (!PyArg_ParseTuple(args, "OipOiOnn", &codes_obj, &code_size, &code_signed, &out_obj,
+                          &out_size, &fmt_obj, &lo, &hi))
+      return NULL;
+    f = parse_format(fmt_obj, &ok);
+    if (!ok) return NULL;
+    bits = pl_total_bits(f);
+  }
+  buffer codes, out;
+  if (!codes.get(codes_obj, false, "codes") || !out.get(out_obj, true, "out")) return NULL;
+  if (!check_size(code_size, "codes", 1, 2, 4, 8) || !check_size(out_size, "out", 4, 8, 4, 8) ||
+      !check_range(lo, hi, codes, code_size, out, out_size))
+    return NULL;
+  const pl_u64 limit = bits >= 64 ? ~0ULL : (1ULL << bits) - 1;
+  pl_u64 bad = 0;
+  const void* c = codes.view.buf;
+  void* d = out.view.buf;
+  Py_BEGIN_ALLOW_THREADS;
+  for (size_t i = (size_t)lo; i < (size_t)hi; ++i) {
+    const pl_u64 code = load_code(c, code_size, code_signed != 0, i);
+    bad |= (code > limit) | (code_signed && (code >> 63));  // negative signed codes too
+    const double v = integer ? pl_decode_int(code & limit, bits, is_signed) : pl_decode(f, code & limit);
+    if (out_size == 4) ((pl_u32*)d)[i] = pl_traits<float>::bits_from_double(v);
+    else ((pl_u64*)d)[i] = pl_traits<double>::bits_from_double(v);
+  }
+  Py_END_ALLOW_THREADS;
+  return PyLong_FromLong(bad != 0);
+}
+
+PyObject* decode_float(PyObject*, PyObject* args) { return decode_op(args, false); }
+PyObject* decode_int(PyObject*, PyObject* args) { return decode_op(args, true); }
+
+PyMethodDef methods[] = {
+    {"round_float", round_float, METH_VARARGS,
+     "round_float(src, src_itemsize, out, out_itemsize, fmt, mode, saturate, flush, seed_lo, "
+     "seed_hi, random_bits, lo, hi): round elements lo..hi-1 of src into out"},
+    {"encode_float", encode_float, METH_VARARGS,
+     "encode_float(src, src_itemsize, out, code_itemsize, fmt, mode, saturate, flush, seed_lo, "
+     "seed_hi, random_bits, lo, hi) -> 1 if NaN met a format without NaN"},
+    {"round_int", round_int, METH_VARARGS,
+     "round_int(src, src_itemsize, out, out_itemsize, bits, signed, mode, seed_lo, seed_hi, "
+     "random_bits, lo, hi)"},
+    {"encode_int", encode_int, METH_VARARGS,
+     "encode_int(src, src_itemsize, out, code_itemsize, bits, signed, mode, seed_lo, seed_hi, "
+     "random_bits, lo, hi) -> 1 if NaN met"},
+    {"decode_table", decode_table, METH_VARARGS,
+     "decode_table(codes, code_itemsize, code_signed, table, out, out_itemsize, lo, hi) -> 1 if a "
+     "code lies outside the table"},
+    {"decode_float", decode_float, METH_VARARGS,
+     "decode_float(codes, code_itemsize, code_signed, out, out_itemsize, fmt, lo, hi) -> 1 if a "
+     "code is out of range"},
+    {"decode_int", decode_int, METH_VARARGS,
+     "decode_int(codes, code_itemsize, code_signed, out, out_itemsize, bits, signed, lo, hi) -> 1 "
+     "if a code is out of range"},
+    {NULL, NULL, 0, NULL}};
+
+PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "precision_lab._native",
+                          "Compiled CPU backend of round_to, encode and decode "
+                          "(see precision_lab/native/core.cpp).",
+                          -1, methods, NULL, NULL, NULL, NULL};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__native(void) {
+  PyObject* m = PyModule_Create(&module_def);
+  if (m == NULL) return NULL;
+  if (PyModule_AddStringConstant(m, "SOURCE_HASH", PL_SOURCE_HASH) < 0 ||
+      PyModule_AddIntConstant(m, "BLOCK", BLOCK) < 0 ||
+      PyModule_AddIntConstant(m, "FAST_MODES", PL_SR + 1) < 0) {
+    Py_DECREF(m);
+    return NULL;
+  }
+  return m;
+}

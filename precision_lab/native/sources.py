@@ -1,0 +1,41 @@
+"""The C++ sources of precision_lab's compiled extensions, and their fingerprint.
+
+Standard library only: ``setup.py`` loads this file by path (the package's dependencies are not
+installed yet when it builds), hashes the sources of each extension and compiles the hash into it
+(``SOURCE_HASH``). At import, :mod:`precision_lab.native` hashes the files it finds in the package
+again: a different hash means the extension was built from other sources (an edited header in an
+editable install), and it is not used.
+
+>>> "precision_lab._native" in EXTENSIONS
+True
+>>> len(source_hash(["native/sources.py"]))
+16
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+#: package folder (precision_lab/)
+PACKAGE = Path(__file__).resolve().parent.parent
+
+#: extension module -> its source files (the first is compiled; all are hashed), relative to
+#: the package folder
+EXTENSIONS: dict[str, list[str]] = {
+    "precision_lab._native": ["native/core.cpp", "cuda/pl_round.cuh"],
+}
+
+#: how to rebuild the extensions (said by the warning when one is missing or stale)
+REBUILD = (
+    "pip install -e . in the source checkout (or make native); an installed package: reinstall it "
+    "where a C++ compiler is available"
+)
+
+
+def source_hash(files: list[str], root: Path = PACKAGE) -> str:
+    """First 16 hex digits of the SHA-256 of the files (names and contents, in order)."""
+    h = hashlib.sha256()
+    for name in files:
+        h.update(name.encode() + b"\0" + (root / name).read_bytes() + b"\0")
+    return h.hexdigest()[:16]

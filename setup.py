@@ -1,0 +1,85 @@
+"""Build of precision_lab's optional C++ extensions; the metadata lives in pyproject.toml.
+
+The extensions (precision_lab/native/sources.py lists them) are the compiled CPU backend. They are
+optional: if the compiler fails, the package installs anyway, runs on its numpy backend, and says
+so once at import (``precision_lab.backend_info()`` tells why). Flags are portable (no
+-march=native): -O3, -ffp-contract=off and no fast-math, since the arithmetic must be exact.
+Each extension gets the hash of its sources compiled in, so an import notices a stale build.
+
+Build commands: ``pip install .`` / ``pip install -e .``, or in a source checkout
+``make native`` (the same ``pip install -e .`` in the venv).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+HERE = Path(__file__).resolve().parent
+_spec = importlib.util.spec_from_file_location(
+    "_pl_sources", HERE / "precision_lab" / "native" / "sources.py"
+)
+assert _spec is not None and _spec.loader is not None
+sources = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(sources)
+
+GCC_FLAGS = [
+    "-O3",
+    "-g0",
+    "-std=c++17",
+    "-ffp-contract=off",
+    "-fno-fast-math",
+    "-fvisibility=hidden",
+]
+MSVC_FLAGS = ["/O2", "/std:c++17", "/fp:precise"]
+
+
+class OptionalBuildExt(build_ext):
+    """build_ext that warns instead of failing when an extension does not compile."""
+
+    def build_extensions(self) -> None:
+        msvc = self.compiler.compiler_type == "msvc"
+        for ext in self.extensions:
+            ext.extra_compile_args = list(MSVC_FLAGS if msvc else GCC_FLAGS)
+        super().build_extensions()
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as exc:  # no compiler at all, broken toolchain
+            self._skip("all extensions", exc)
+
+    def build_extension(self, ext: Extension) -> None:
+        try:
+            super().build_extension(ext)
+        except Exception as exc:  # a compile or link error
+            self._skip(ext.name, exc)
+
+    @staticmethod
+    def _skip(what: str, exc: Exception) -> None:
+        print(
+            f"WARNING: precision_lab: could not build {what} ({type(exc).__name__}: {exc}); "
+            "the package will use its numpy backend",
+            file=sys.stderr,
+        )
+
+
+def extension(name: str, files: list[str]) -> Extension:
+    digest = sources.source_hash(files, HERE / "precision_lab")
+    return Extension(
+        name,
+        sources=[f"precision_lab/{files[0]}"],
+        depends=[f"precision_lab/{f}" for f in files[1:]],
+        define_macros=[("PL_SOURCE_HASH", f'"{digest}"')],
+        language="c++",
+    )
+
+
+setup(
+    ext_modules=[extension(name, files) for name, files in sources.EXTENSIONS.items()],
+    cmdclass={"build_ext": OptionalBuildExt},
+)

@@ -1,0 +1,381 @@
+"""The compiled backend (precision_lab._native) against the numpy reference, bit for bit.
+
+- round_to and encode for every format of at most 16 bits (the registry's and custom ones), every
+  deterministic mode, both overflow and both subnormal switches, over all 65536 float16 and all
+  65536 bfloat16 bit patterns, as float32 input, as float64 input and (the float16 ones) as
+  float16 input; float64 edges (grid points, midpoints, neighbours) and random float64 patterns;
+- wider float formats and integer formats on random inputs;
+- hypothesis: custom formats, inputs at ties, around the overflow threshold and in the subnormal
+  range, float32 and float64;
+- stochastic rounding: the same bits as numpy whatever the seed, random_bits, chunk size and
+  thread count;
+- decode of every code of every format of at most 16 bits (and random codes of wider ones), code
+  dtypes of every width and sign, and the numpy backend's errors for bad codes;
+- layouts: non-contiguous, big-endian, 0-d, empty and read-only inputs, never modified;
+- the dispatch layer: backend_info, use_backend, PRECISION_LAB_BACKEND, a missing or stale build.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_cuda_host import (
+    DETERMINISTIC,
+    INTS,
+    SMALL_FLOATS,
+    WIDE_FLOATS,
+    X32,
+    _edges64,
+    _random64,
+    _random_near,
+    _same_bits,
+)
+
+import precision_lab as pl
+from precision_lab import FloatFormat, decode, dispatch, encode, native, round_to, rounding
+from precision_lab.gpu import CUDA_DIR
+
+pytestmark = [
+    pytest.mark.skipif(native.ext is None, reason=f"precision_lab._native: {native.WHY}"),
+    pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning"),
+]
+
+SWITCHES = (("ieee", "keep"), ("saturate", "keep"), ("ieee", "flush"), ("saturate", "flush"))
+X16 = np.arange(1 << 16, dtype=np.uint16).view(np.float16)  # every float16, as float16 input
+
+
+def both(op, x, fmt, **kw) -> tuple[np.ndarray | Exception, np.ndarray | Exception]:
+    """(native result, numpy result) of ``op(x, fmt, **kw)``; an exception stands for a result."""
+    out = []
+    for backend in ("native", "numpy"):
+        with pl.use_backend(backend):
+            try:
+                out.append(op(x, fmt, **kw))
+            except (ValueError, TypeError) as exc:
+                out.append(exc)
+    return out[0], out[1]
+
+
+def check(op, x, fmt, what: str = "", **kw) -> None:
+    got, want = both(op, x, fmt, **kw)
+    if isinstance(want, Exception) or isinstance(got, Exception):
+        assert type(got) is type(want) and str(got) == str(want), (what, got, want)
+        return
+    _same_bits(got, want, f"{op.__name__} {fmt} {what} {kw}", x)
+
+
+def without_nan(x: np.ndarray, fmt) -> np.ndarray:
+    return x if fmt.has_nan else x[~np.isnan(x)]
+
+
+# ----- exhaustive over 16-bit patterns ------------------------------------------------------------
+@pytest.mark.parametrize("name", list(SMALL_FLOATS))
+def test_all_half_patterns(name: str) -> None:
+    """Every fp16/bf16 pattern (float32 and float64 input), every fp16 (float16 input)."""
+    fmt = SMALL_FLOATS[name]
+    x64 = X32.astype(np.float64)
+    for rounding_mode in DETERMINISTIC:
+        for overflow, subnormals in SWITCHES[:3]:
+            kw = {"rounding": rounding_mode, "overflow": overflow, "subnormals": subnormals}
+            for x in (X32, x64, X16) if overflow == "ieee" else (X32, x64):
+                check(round_to, x, fmt, **kw)
+                check(encode, without_nan(x, fmt), fmt, **kw)
+            if not fmt.has_nan:  # both refuse NaN with the same message
+                check(encode, X32, fmt, **kw)
+
+
+@pytest.mark.parametrize("name", list(SMALL_FLOATS))
+def test_float64_edges_and_random(name: str) -> None:
+    fmt = SMALL_FLOATS[name]
+    x = np.concatenate([_edges64(fmt), _random64(3000, 1), _random_near(3000, -30, 30, 2, float)])
+    for rounding_mode in DETERMINISTIC:
+        for overflow, subnormals in SWITCHES[::3]:
+            kw = {"rounding": rounding_mode, "overflow": overflow, "subnormals": subnormals}
+            check(round_to, x, fmt, **kw)
+            check(encode, without_nan(x, fmt), fmt, **kw)
+
+
+@pytest.mark.parametrize("name", list(WIDE_FLOATS))
+def test_wide_formats(name: str) -> None:
+    fmt = WIDE_FLOATS[name]
+    lo, hi = fmt.emin - fmt.mantissa_bits - 3, fmt.emax + 2
+    x32 = np.concatenate([_random_near(5000, max(lo, -150), min(hi, 128), 3, np.float32), X32])
+    x64 = np.concatenate(
+        [_random_near(5000, max(lo, -1075), min(hi, 1023), 4, float), _random64(3000, 5)]
+    )
+    for rounding_mode in DETERMINISTIC:
+        for overflow, subnormals in SWITCHES[::3]:
+            kw = {"rounding": rounding_mode, "overflow": overflow, "subnormals": subnormals}
+            for x in (x32, x64, X16):
+                check(round_to, x, fmt, **kw)
+                check(encode, without_nan(x, fmt), fmt, **kw)
+
+
+@pytest.mark.parametrize("fmt", INTS, ids=str)
+def test_integer_formats(fmt) -> None:
+    x = np.concatenate([X32, _random_near(3000, -3, 40, 6, np.float32)])
+    x64 = np.concatenate([x.astype(np.float64), _random64(2000, 7)])
+    for rounding_mode in DETERMINISTIC:
+        for inp in (x, x64, X16):
+            check(round_to, inp, fmt, rounding=rounding_mode)
+            check(encode, inp[~np.isnan(inp)], fmt, rounding=rounding_mode)
+        check(encode, x, fmt, rounding=rounding_mode)  # NaN: the same ValueError
+
+
+# ----- hypothesis: custom formats, ties, overflow threshold, subnormals --------------------------
+@st.composite
+def custom_formats(draw) -> FloatFormat:
+    e = draw(st.integers(2, 8))
+    m = draw(st.integers(0, min(10, 15 - e)))  # at most 16 bits: fmt.values() lists them
+    nan = draw(st.sampled_from(["ieee", "fn", "fnuz", "none"]))
+    if nan == "ieee" and m == 0:
+        nan = "fn"
+    kw = {
+        "nan": nan,
+        "has_inf": nan == "ieee",
+        "has_subnormals": draw(st.booleans()) if m else False,
+        "signed": draw(st.booleans()) if nan != "fnuz" else True,
+    }
+    if draw(st.booleans()):
+        kw["bias"] = (1 << (e - 1)) - 1 + draw(st.integers(-2, 2))
+    return FloatFormat(e, m, **kw)  # type: ignore[arg-type]
+
+
+@st.composite
+def tricky_inputs(draw, fmt: FloatFormat, dtype) -> np.ndarray:
+    """Ties, their neighbours, the overflow threshold and subnormal-range values, both signs."""
+    v = fmt.values()
+    v = v[v >= 0]
+    i = draw(st.integers(0, v.size - 2))
+    lo, hi = float(v[i]), float(v[i + 1])
+    top = fmt.max + float(fmt.ulp(fmt.max))
+    pts = [lo, hi, (lo + hi) / 2, (fmt.max + top) / 2, top, fmt.smallest_subnormal / 2]
+    pts.append(draw(st.floats(0, fmt.smallest_normal, allow_subnormal=True)))
+    pts.append(draw(st.floats(lo, hi)))
+    with np.errstate(over="ignore"):
+        x = np.array(pts, dtype=np.float64).astype(dtype)
+    steps = draw(st.integers(1, 3))
+    x = np.concatenate([x, np.nextafter(x, np.inf * steps), np.nextafter(x, -np.inf)])
+    return np.concatenate([x, -x])
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), fmt=custom_formats(), dtype=st.sampled_from([np.float32, np.float64]))
+def test_hypothesis_custom_formats(data, fmt: FloatFormat, dtype) -> None:
+    x = data.draw(tricky_inputs(fmt, dtype))
+    for rounding_mode in DETERMINISTIC:
+        for overflow, subnormals in SWITCHES:
+            kw = {"rounding": rounding_mode, "overflow": overflow, "subnormals": subnormals}
+            check(round_to, x, fmt, **kw)
+            check(encode, x, fmt, **kw)
+
+
+# ----- stochastic rounding ----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("seed", "random_bits"), [(0, None), ((1 << 64) + 99, 3), ((1 << 128) - 1, 1), (8, 52)]
+)
+def test_stochastic_same_bits_as_numpy(seed: int, random_bits: int | None) -> None:
+    kw = {"rounding": "stochastic", "seed": seed, "random_bits": random_bits}
+    for name in ("e4m3", "e5m2", "bf16", "e2m1", "e8m0", "fp16"):
+        fmt = pl.get_format(name)
+        for x in (X32, X32.astype(np.float64)):
+            check(round_to, x, fmt, **kw)
+            check(encode, without_nan(x, fmt), fmt, **kw)
+    check(round_to, X32, pl.get_format("int8"), **kw)
+    check(round_to, _random_near(3000, -10, 10, 8, float), WIDE_FLOATS["fp32"], **kw)
+
+
+@pytest.mark.parametrize("chunk", [1, 999, 1 << 12, 1 << 20])
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_stochastic_independent_of_chunks_and_threads(monkeypatch, chunk: int, workers: int):
+    x = _random_near(50_001, -12, 10, 9, np.float32)
+    x = x[:4001] if chunk == 1 else x
+    with pl.use_backend("numpy"):
+        want = round_to(x, "e4m3", rounding="sr", seed=42, random_bits=9)
+        want_codes = encode(x, "e5m2", rounding="sr", seed=42)
+    monkeypatch.setattr(native, "CHUNK", chunk)
+    monkeypatch.setattr(rounding, "WORKERS", workers)
+    with pl.use_backend("native"):
+        _same_bits(round_to(x, "e4m3", rounding="sr", seed=42, random_bits=9), want, "sr", x)
+        _same_bits(encode(x, "e5m2", rounding="sr", seed=42), want_codes, "sr codes", x)
+
+
+# ----- decode -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", list(SMALL_FLOATS))
+def test_decode_every_code(name: str) -> None:
+    fmt = SMALL_FLOATS[name]
+    codes = np.arange(1 << fmt.bits, dtype=fmt.code_dtype)
+    check(decode, codes, fmt)
+    for dt in (np.int16, np.int32, np.uint32, np.int64, np.uint64):  # other code dtypes
+        check(decode, codes.astype(dt), fmt)
+    check(decode, codes[::-3], fmt)
+    check(decode, codes.astype(">u4"), fmt)
+    check(decode, np.array([1 << fmt.bits], dtype=np.uint32), fmt)  # out of range: same error
+    check(decode, np.array([0, -1], dtype=np.int32), fmt)
+    check(decode, np.array([0.0]), fmt)  # not integers: same TypeError
+
+
+@pytest.mark.parametrize("fmt", [*WIDE_FLOATS.values(), *INTS], ids=str)
+def test_decode_wide_and_integer_formats(fmt) -> None:
+    rng = np.random.default_rng(10)
+    codes = rng.integers(0, 1 << min(fmt.bits, 63), size=5000, dtype=np.uint64)
+    codes = codes.astype(fmt.code_dtype)
+    check(decode, codes, fmt)
+    check(decode, codes.astype(np.int64), fmt)
+    if fmt.bits < 64:
+        check(decode, np.array([1 << fmt.bits], dtype=np.uint64), fmt)
+        check(decode, np.array([-1], dtype=np.int64), fmt)
+
+
+# ----- layouts ----------------------------------------------------------------------------------
+def test_layouts_and_inputs_untouched() -> None:
+    base = _random_near(6000, -12, 10, 11, np.float32).reshape(60, 100)
+    cases = {
+        "strided": base[::2, ::3],
+        "transposed": base.T,
+        "big-endian": base.astype(">f4"),
+        "big-endian f64": base.astype(">f8")[:, ::2],
+        "0-d": base[3, 4].copy().reshape(()),
+        "empty": base[:0],
+        "empty 2-d": np.empty((0, 5), dtype=np.float64),
+        "float16 strided": base.astype(np.float16)[1::2],
+        "scalar": float(base[0, 0]),
+        "list": base[0, :5].tolist(),
+    }
+    for what, x in cases.items():
+        if isinstance(x, np.ndarray):
+            x.flags.writeable = False
+            keep = x.copy()
+        for fmt in ("e4m3", "bf16", "int8"):
+            check(round_to, x, fmt, what)
+            check(round_to, x, fmt, what, rounding="sr", seed=3)
+            check(encode, x, fmt, what)
+        codes = encode(x, "e4m3")
+        check(decode, codes, "e4m3", what)
+        if isinstance(x, np.ndarray):
+            assert np.array_equal(x, keep) and x.dtype == keep.dtype, what
+    got = round_to(np.float32(1.3), "e4m3")
+    assert got.shape == () and got.dtype == np.float32
+    codes = np.arange(256, dtype=np.uint8).reshape(16, 16)
+    codes.flags.writeable = False
+    check(decode, codes.T, "e4m3")
+    check(decode, codes[3, 4], "e4m3")
+
+
+# ----- the dispatch layer -----------------------------------------------------------------------
+def test_backend_info_reports_native() -> None:
+    info = pl.backend_info()
+    assert [info[op] for op in ("round_to", "encode", "decode")] == ["native"] * 3
+    with pl.use_backend("numpy"):
+        assert pl.backend_info()["encode"] == "numpy (selected by use_backend)"
+
+
+@pytest.mark.skipif(
+    os.environ.get(native.REQUIRE_ENV) != "1", reason=f"{native.REQUIRE_ENV}=1 not set"
+)
+def test_required_native_build_is_loaded() -> None:
+    """`make test` sets PRECISION_LAB_REQUIRE_NATIVE=1: there the extension must serve."""
+    assert native.ext is not None, native.WHY
+    assert all(pl.backend_info()[op] == "native" for op in dispatch.OPERATIONS)
+
+
+def test_backend_selection(monkeypatch) -> None:
+    x = np.array([0.3, 1e5], dtype=np.float32)
+    calls: list[str] = []
+    monkeypatch.setattr(native, "round_to", lambda *a: calls.append("native"))
+    round_to(x, "e4m3")
+    assert calls == ["native"]
+    monkeypatch.setenv(dispatch.BACKEND_ENV, "numpy")
+    assert pl.backend_info()["round_to"] == f"numpy (selected by {dispatch.BACKEND_ENV})"
+    assert round_to(x, "e4m3").tolist()[0] == 0.3125 and calls == ["native"]
+    with pl.use_backend("native"):  # the context manager wins over the environment
+        round_to(x, "e4m3")
+    assert calls == ["native", "native"]
+    monkeypatch.setenv(dispatch.BACKEND_ENV, "fast")
+    with pytest.raises(ValueError, match="PRECISION_LAB_BACKEND must be one of"):
+        round_to(x, "e4m3")
+    with pytest.raises(ValueError, match="backend must be one of"), pl.use_backend("c++"):
+        pass
+
+
+def test_missing_or_stale_extension(monkeypatch) -> None:
+    """Without the extension everything runs on numpy; selecting native says why it cannot."""
+    monkeypatch.setattr(native, "ext", None)
+    monkeypatch.setattr(native, "WHY", "extension not built (test)")
+    assert pl.backend_info()["decode"] == "numpy (extension not built (test))"
+    assert float(round_to(0.3, "e4m3")) == 0.3125
+    with pytest.raises(RuntimeError, match="extension not built"), pl.use_backend("native"):
+        round_to(0.3, "e4m3")
+    # a stale build: the hash compiled in differs from the sources' hash
+    monkeypatch.setattr(native, "source_hash", lambda files: "0123456789abcdef")
+    mod, why = native.load("precision_lab._native")
+    assert mod is None and "stale" in why and "rebuild with: pip install -e ." in why
+    monkeypatch.setenv(native.REQUIRE_ENV, "1")
+    with pytest.raises(ImportError, match="stale"):
+        native.load_or_warn("precision_lab._native")
+    monkeypatch.delenv(native.REQUIRE_ENV)
+    with pytest.warns(RuntimeWarning, match="numpy backend serves"):
+        native.load_or_warn("precision_lab._native")
+
+
+def test_fresh_build_matches_the_sources() -> None:
+    assert native.ext is not None
+    assert native.ext.SOURCE_HASH == native.source_hash(native.EXTENSIONS["precision_lab._native"])
+
+
+def _imports(path: Path) -> set[str]:
+    """Modules of precision_lab a file imports, anywhere in it (function-level imports too)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            if node.module:
+                found.add(node.module.split(".")[0])
+            else:
+                found.update(a.name for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(
+                a.name.split(".")[1] for a in node.names if a.name.startswith("precision_lab.")
+            )
+    return found
+
+
+def test_backends_sit_below_the_dispatch_layer() -> None:
+    """The numpy core, codec and GPU module never import the dispatch layer or the native backend,
+    and the GPU module is imported by the dispatch layer only (no rounding <-> gpu loop)."""
+    root = Path(pl.__file__).parent
+    below = {"formats", "rounding", "codec", "gpu", "_random"}
+    for name in below:
+        imported = _imports(root / f"{name}.py")
+        assert not imported & {"dispatch", "native"}, (name, imported)
+        if name != "gpu":
+            assert "gpu" not in imported, name
+    assert _imports(root / "gpu.py") <= {"formats", "rounding"}
+    assert "dispatch" not in _imports(root / "native" / "__init__.py")
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++")
+def test_mulhi64_without_int128(tmp_path) -> None:
+    """The header's portable 64x64 -> high 64 product equals the __int128 one."""
+    src = tmp_path / "t.cpp"
+    src.write_text(
+        '#include "pl_round.cuh"\n#include <stdio.h>\n'
+        "int main() { pl_u64 x = 0x9E3779B97F4A7C15ULL, y = 1, bad = 0;\n"
+        "  for (int i = 0; i < 200000; ++i) {\n"
+        "    x = x * 6364136223846793005ULL + 1442695040888963407ULL;\n"
+        "    y ^= x >> 17; y *= 0xD2E7470EE14C6C93ULL;\n"
+        "    bad += pl_mulhi64(x, y) != (pl_u64)(((unsigned __int128)x * y) >> 64);\n"
+        "    bad += pl_mulhi64(~0ULL, x) != (pl_u64)(((unsigned __int128)~0ULL * x) >> 64); }\n"
+        '  printf("%llu\\n", bad); return 0; }\n'
+    )
+    exe = tmp_path / "t"
+    cmd = ["g++", "-O1", "-DPL_NO_INT128", f"-I{CUDA_DIR}", str(src), "-o", str(exe)]
+    subprocess.run(cmd, check=True, capture_output=True)
+    assert subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout == "0\n"
