@@ -30,7 +30,7 @@ test: $(NATIVE)
 	$(PY) -m mypy
 	PRECISION_LAB_REQUIRE_NATIVE=1 $(PY) -m pytest
 
-figures: $(STAMP)
+figures: $(NATIVE)
 	$(PY) -m precision_lab.figures
 
 bench: $(NATIVE)

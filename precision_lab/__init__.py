@@ -41,6 +41,10 @@ Modules:
 * :mod:`~precision_lab.experiments_policy`: the policy and INT8 studies behind the figures
 * :mod:`~precision_lab.experiments_emulated`: the emulated-arithmetic studies behind the figures
 * :mod:`~precision_lab.strategies`: hypothesis strategies for property tests (needs hypothesis)
+* :mod:`~precision_lab.dispatch`: chooses the backend (numpy, native, cupy) of each operation;
+  ``pl.backend_info()``, ``pl.use_backend(...)``
+* :mod:`~precision_lab.native`: the compiled CPU backend (C++ from the CUDA headers): build,
+  loading and staleness check
 * :mod:`~precision_lab.gpu`: the CuPy backend (optional, ``precision_lab[gpu]``)
 * :mod:`~precision_lab.figures`: the figure jobs and ``figures/REPORT.md``
 * :mod:`~precision_lab.cli`: the ``precision-lab`` command line
