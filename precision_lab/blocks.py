@@ -155,8 +155,8 @@ class BlockFormat:
     _emax: int = field(init=False, repr=False, compare=False, default=0)
 
     def __post_init__(self) -> None:
-        elem = get_format(self.element)
-        scale = get_format(self.scale)
+        elem = get_format(self.element, name="element")
+        scale = get_format(self.scale, name="scale")
         object.__setattr__(self, "element", elem)
         object.__setattr__(self, "scale", scale)
         if not isinstance(scale, FloatFormat):

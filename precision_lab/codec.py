@@ -103,7 +103,7 @@ def _float_codes(p: _Plan, rb: np.ndarray) -> np.ndarray:
         if nan.any() and not fmt.has_nan:
             raise ValueError(f"x contains NaN, which {fmt} cannot represent (it has no NaN code)")
         sign = (rb[idx] >> U(W - 1)) << U(fmt.bits - 1) if fmt.signed else U(0)
-        inf_code = ((1 << fmt.exponent_bits) - 1) << m
+        inf_code = max(fmt.inf_code, 0)
         nan_code = _nan_code(fmt)
         nan_sign = sign if fmt.nan in ("ieee", "fn") else U(0)
         code[idx] = np.where(nan, U(max(nan_code, 0)) | nan_sign, U(inf_code) | sign)
@@ -196,6 +196,8 @@ def _decode_arith(codes: np.ndarray, fmt: FloatFormat) -> np.ndarray:
         val = np.where(mag == np.uint64((1 << (e + m)) - 1), np.nan, val)
     elif fmt.nan == "fnuz":
         val = np.where(neg & (mag == 0), np.nan, val)
+    if fmt.has_inf and fmt.nan != "ieee":  # P3109 extended: inf next to the NaN code
+        val = np.where(mag == np.uint64(fmt.inf_code), np.inf, val)
     nan_keeps_sign = fmt.nan in ("ieee", "fn")
     return np.where(neg & (nan_keeps_sign | ~np.isnan(val)), -val, val)
 

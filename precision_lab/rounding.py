@@ -193,10 +193,11 @@ def as_float_array(x: Any, name: str = "x") -> np.ndarray:
 
 
 def _fits_float32(fmt: FloatFormat) -> bool:
+    """Whether float32 holds every value: the quantum of the lowest binade is >= 2**-149."""
     return (
         fmt.mantissa_bits <= 23
         and fmt.max <= float(np.finfo(np.float32).max)
-        and fmt.smallest_subnormal >= 2.0**-149
+        and fmt.emin - fmt.mantissa_bits >= -149
     )
 
 
@@ -231,6 +232,8 @@ class _Plan:
     fixed_quantum: bool  # inputs below threshold all round to multiples of 2**qexp
     inf_bits: int
     nan_bits: int  # canonical quiet NaN (positive)
+    least_bits: int  # bits of the least positive value (of zero-less formats: where -x goes)
+    all_low: bool  # max below the smallest normal (exponent_bits=0): every input is flagged
 
 
 @lru_cache(maxsize=256)
@@ -267,6 +270,8 @@ def _plan(fmt: FloatFormat, wdt: str, mode: str, overflow: str, flush: bool) -> 
         abs_mask=(1 << (W - 1)) - 1,
         inf_bits=bits(math.inf),
         nan_bits=bits(math.nan) & ((1 << (W - 1)) - 1),
+        least_bits=bits(fmt.smallest_subnormal),
+        all_low=bits(fmt.max) < bits(max(fmt.smallest_normal, work_min_normal)),
     )
 
 
@@ -278,6 +283,10 @@ def _round_quantum(
     Returns ``k`` as float64 integers. ``neg`` tells the sign for the directed modes.
     """
     v = np.ldexp(mag, -qexp)
+    if np.any(np.asarray(qexp) > 0):  # scaling down a tiny input can underflow: v < 2**-126
+        lost = np.ldexp(v, qexp) != mag  # then stands in for it (every mode decides the same)
+        if lost.any():
+            v = np.where(lost, v.dtype.type(2.0**-100), v)
     if mode == "nearest_even":
         return np.rint(v)
     f = np.floor(v)
@@ -424,7 +433,10 @@ def _round_float_chunk(
     else:  # negative inputs of unsigned formats are out of range too
         np.copyto(tmp, bits)
     tmp -= U(p.threshold)
-    np.greater(tmp, U(p.maxbits - p.threshold), out=flag)
+    if p.all_low:
+        flag.fill(True)
+    else:
+        np.greater(tmp, U(p.maxbits - p.threshold), out=flag)
     if not flag.any():
         return None
     if fast_zero and p.zero_is_fast:  # the fast path already gives ±0 for ±0: no repair
@@ -478,7 +490,7 @@ def _patch(
         if fmt.has_nan:
             nan |= negative
         else:
-            res[negative] = U(0) if fmt.has_zero else U(p.threshold)
+            res[negative] = U(0) if fmt.has_zero else U(p.least_bits)
         res[nan] = U(p.nan_bits)
     if fmt.nan == "fnuz" or not fmt.signed:
         res[(res & U(p.abs_mask)) == 0] = U(0)  # no negative zero

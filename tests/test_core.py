@@ -150,7 +150,7 @@ def test_integer_formats_round_then_saturate():
         (lambda: pl.encode(1.0, "nope"), ValueError, "unknown format"),
         (lambda: pl.FloatFormat(0, 3), ValueError, "exponent_bits"),
         (lambda: pl.FloatFormat(4, -1), ValueError, "mantissa_bits"),
-        (lambda: pl.FloatFormat(4, 3, nan="fn"), ValueError, "has_inf"),
+        (lambda: pl.FloatFormat(4, 3, nan="none", has_inf=True), ValueError, "has_inf"),
         (lambda: pl.FloatFormat(12, 60), ValueError, "64 bits"),
         (lambda: pl.FloatFormat(12, 40), ValueError, "float64"),
         (lambda: pl.FloatFormat(5, 0), ValueError, "mantissa_bits >= 1"),

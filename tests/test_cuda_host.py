@@ -44,8 +44,11 @@ CXXFLAGS = ["-O2", "-std=c++17", "-ffp-contract=off", "-fno-fast-math", "-shared
 # casting the signalling NaNs among the float16/bfloat16 patterns raises numpy's "invalid" flag
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning")
 
-DETERMINISTIC = [m for m in ROUNDING_MODES if m != "stochastic"]
+DETERMINISTIC = [m for m in ROUNDING_MODES if not m.startswith("stochastic")]
 M64 = (1 << 64) - 1
+
+P3109_SAMPLE = ["p3109_k8p3se", "p3109_k8p1ue", "p3109_k4p4se", "p3109_k3p2sf", "p3109_k8p8uf"]
+P3109_SAMPLE += ["p3109_k6p3ue", "p3109_k3p3sf"]
 
 #: formats of at most 16 bits: the registry's and custom ones exercising every option
 SMALL_FLOATS: dict[str, FloatFormat] = {
@@ -64,6 +67,20 @@ SMALL_FLOATS.update(
         "e4m0_scale": FloatFormat(
             4, 0, nan="fn", has_inf=False, has_subnormals=False, has_zero=False, signed=False
         ),
+        # a quantum above 1 below the normal range (tiny inputs underflow when scaled)
+        "e2m1_bias-4_unsigned": FloatFormat(2, 1, bias=-4, has_subnormals=False, signed=False),
+        "e8m0_bias130_finite": FloatFormat(
+            8,
+            0,
+            bias=130,
+            nan="none",
+            has_inf=False,
+            has_subnormals=False,
+            has_zero=False,
+            signed=False,
+        ),
+        # P3109: inf next to the NaN code, no exponent bits, p = 1, unsigned
+        **{name: get_format(name) for name in P3109_SAMPLE},
     }
 )
 WIDE_FLOATS: dict[str, FloatFormat] = {

@@ -151,9 +151,13 @@ PL_HD pl_u64 pl_max_code_magnitude(const pl_format& f) {
   const int e = f.ebits, m = f.mbits;
   const pl_u64 top = (1ULL << (e + m)) - 1;
   if (f.nan_style == PL_NAN_IEEE) return ((((1ULL << e) - 2) << m) | ((1ULL << m) - 1));
-  if (f.nan_style == PL_NAN_FN) return top - 1;
-  return top;
+  // fn: the all-ones code is NaN; an inf outside the IEEE style (P3109 extended domain) takes the
+  // next code below the NaNs
+  return top - (f.nan_style == PL_NAN_FN ? 1 : 0) - (f.has_inf ? 1 : 0);
 }
+
+// Magnitude code of +inf (formats.FloatFormat.inf_code; meaningful only when f.has_inf).
+PL_HD pl_u64 pl_inf_code(const pl_format& f) { return pl_max_code_magnitude(f) + 1; }
 
 PL_HD int pl_emin(const pl_format& f) { return (f.has_zero ? 1 : 0) - f.bias; }
 
@@ -171,10 +175,10 @@ PL_HD double pl_smallest_subnormal(const pl_format& f) {
   return pl_smallest_normal(f);
 }
 
-// rounding.working_dtype: can float32 hold every value of the format?
+// rounding.working_dtype: can float32 hold every value of the format? (the quantum of the lowest
+// binade is at least 2**-149)
 PL_HD bool pl_fits_float32(const pl_format& f) {
-  return f.mbits <= 23 && pl_fmt_max(f) <= 3.4028234663852886e38 &&
-         pl_smallest_subnormal(f) >= 1.401298464324817e-45;
+  return f.mbits <= 23 && pl_fmt_max(f) <= 3.4028234663852886e38 && pl_emin(f) - f.mbits >= -149;
 }
 
 // ----- counter-based random words: Philox4x64-10 (precision_lab/_random.py) ----------------------
@@ -225,7 +229,10 @@ PL_HD pl_u64 pl_random_word(pl_u64 index, pl_u64 seed_lo, pl_u64 seed_hi, int ra
 // ----- rounding to an integer multiple of 2**qexp (rounding._round_quantum) ----------------------
 // mag >= 0 finite; returns k as a double integer; rw: the element's (masked) random word.
 PL_HD double pl_round_quantum(double mag, bool neg, int qexp, int mode, pl_u64 rw) {
-  const double v = ldexp(mag, -qexp);
+  double v = ldexp(mag, -qexp);
+  // scaling down a tiny input can underflow: v < 2**-1022 then stands in for it (every mode
+  // decides the same for any value in (0, 2**-64))
+  if (qexp > 0 && ldexp(v, qexp) != mag) v = ldexp(1.0, -100);
   if (mode == PL_RNE) return rint(v);
   const double f = floor(v);
   switch (mode) {
@@ -411,7 +418,7 @@ PL_HD typename pl_traits<F>::U pl_round_bits(const pl_plan<F>& p, typename pl_tr
     if (p.fmt.nan_style != PL_NAN_NONE) {
       nan = nan || negative;
     } else if (negative) {
-      res = p.fmt.has_zero ? (U)0 : p.threshold;
+      res = p.fmt.has_zero ? (U)0 : T::bits_from_double(pl_smallest_subnormal(p.fmt));
     }
     if (nan) res = T::nan_bits();
   }
@@ -492,7 +499,7 @@ PL_HD pl_u64 pl_encode_rounded(const pl_plan<F>& p, typename pl_traits<F>::U rb,
   if (mag >= T::inf_bits()) {
     const bool nan = mag > T::inf_bits();
     if (nan && fmt.nan_style == PL_NAN_NONE) *nan_error = 1;
-    const U inf_code = (U)(((1ULL << fmt.ebits) - 1) << m);
+    const U inf_code = (U)pl_inf_code(fmt);
     const pl_i64 nan_code = pl_nan_code(fmt);
     const U nan_sign =
         (fmt.nan_style == PL_NAN_IEEE || fmt.nan_style == PL_NAN_FN) ? sign : (U)0;
@@ -549,6 +556,7 @@ PL_HD double pl_decode(const pl_format& f, pl_u64 c) {
   } else if (f.nan_style == PL_NAN_FNUZ) {
     nan = neg && mag == 0;
   }
+  if (f.has_inf && f.nan_style != PL_NAN_IEEE && mag == pl_inf_code(f)) val = pl_inf64();
   const bool nan_keeps_sign = f.nan_style == PL_NAN_IEEE || f.nan_style == PL_NAN_FN;
   if (nan) return (neg && nan_keeps_sign) ? -pl_nan64() : pl_nan64();
   return neg ? -val : val;
