@@ -19,7 +19,7 @@ from .blocks import (
     round_to_blocks,
 )
 from .codec import decode, encode
-from .formats import FORMATS, FloatFormat, IntFormat, get_format, known_formats
+from .formats import FORMATS, FloatFormat, IntFormat, get_format, known_formats, p3109
 from .gemm import Accumulator, gemm, tensor_core
 from .policy import POLICIES, Policy, get_policy
 from .quantization import Calibration, calibrate, dequantize, quantize
@@ -51,6 +51,7 @@ __all__ = [
     "get_policy",
     "gradients",
     "known_formats",
+    "p3109",
     "pick_loss_scale",
     "quantize",
     "quantize_blocks",

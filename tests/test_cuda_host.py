@@ -431,10 +431,13 @@ def test_wide_formats_random(lib, name: str) -> None:
 SR_CASES = [(0, None), (12345, None), ((1 << 64) + 99, 3), ((1 << 128) - 1, 1), (7, 13), (8, 52)]
 
 
-@pytest.mark.parametrize(("seed", "random_bits"), SR_CASES)
-def test_stochastic_rounding_same_bits(lib, seed: int, random_bits: int | None) -> None:
+@pytest.mark.parametrize(
+    ("mode", "seed", "random_bits"),
+    [("stochastic", *c) for c in SR_CASES] + [("stochastic_equal", *c) for c in SR_CASES[::2]],
+)
+def test_stochastic_rounding_same_bits(lib, mode: str, seed: int, random_bits: int | None) -> None:
     """The same random words and the same up/down rule: identical results, element by element."""
-    kw = {"rounding": "stochastic", "seed": seed, "random_bits": random_bits}
+    kw = {"rounding": mode, "seed": seed, "random_bits": random_bits}
     x64 = np.concatenate(
         [_random_near(9999, -26, 18, seed % 1000, float), _edges64(SMALL_FLOATS["e4m3"])]
     )

@@ -38,8 +38,12 @@ enum {
   PL_RUP = 3,  // up (toward +inf)
   PL_RDN = 4,  // down (toward -inf)
   PL_RTO = 5,  // odd
-  PL_SR = 6    // stochastic
+  PL_SR = 6,   // stochastic
+  PL_RNZ = 7,  // nearest_zero (ties toward zero)
+  PL_SRE = 8   // stochastic_equal (inexact: up or down with probability 1/2, top random bit)
 };
+// Whether a mode draws random words (rounding.STOCHASTIC_MODES).
+PL_HD bool pl_is_stochastic(int mode) { return mode == PL_SR || mode == PL_SRE; }
 enum { PL_NAN_IEEE = 0, PL_NAN_FN = 1, PL_NAN_FNUZ = 2, PL_NAN_NONE = 3 };
 enum { PL_HAS_INF = 1, PL_HAS_SUBNORMALS = 2, PL_HAS_ZERO = 4, PL_SIGNED = 8 };
 
@@ -246,6 +250,10 @@ PL_HD double pl_round_quantum(double mag, bool neg, int qexp, int mode, pl_u64 r
       return neg ? ceil(v) : f;
     case PL_RTO:
       return f + ((v != f && fmod(f, 2.0) == 0.0) ? 1.0 : 0.0);
+    case PL_RNZ:
+      return f + (v - f > 0.5 ? 1.0 : 0.0);
+    case PL_SRE:
+      return f + ((v != f && (rw >> 63) != 0) ? 1.0 : 0.0);
     default: {  // stochastic: up iff floor(frac * 2**64) + R >= 2**64
       const pl_u64 frac64 = (pl_u64)floor(ldexp(v - f, 64));
       return f + ((frac64 != 0 && rw >= 0ULL - frac64) ? 1.0 : 0.0);
@@ -304,7 +312,7 @@ PL_HD typename pl_traits<F>::U pl_special(const pl_plan<F>& p, typename pl_trait
   bool to_inf;
   if (p.saturate) {
     to_inf = false;
-  } else if (p.mode == PL_RNE || p.mode == PL_RNA || p.mode == PL_SR) {
+  } else if (p.mode == PL_RNE || p.mode == PL_RNA || p.mode == PL_RNZ || pl_is_stochastic(p.mode)) {
     to_inf = true;
   } else if (p.mode == PL_RUP) {
     to_inf = !neg;
@@ -396,6 +404,12 @@ PL_HD typename pl_traits<F>::U pl_round_bits(const pl_plan<F>& p, typename pl_tr
       case PL_RDN:
         r = u + (sign != 0 ? mask : (U)0);
         break;
+      case PL_RNZ:  // half the quantum less one: exact ties stay down
+        r = u + (((U)1 << (s - 1)) - 1);
+        break;
+      case PL_SRE:  // inexact: a whole quantum up iff the top random bit is set
+        r = u + (((u & mask) != 0 && (rw >> 63) != 0) ? ((U)1 << s) : (U)0);
+        break;
       case PL_RTO:  // inexact: the neighbour whose code is odd
         r = u & ~mask;
         if ((u & mask) != 0 && (((r >> s) & 1) ^ (U)p.flip_parity) == 0) r += (U)1 << s;
@@ -422,6 +436,8 @@ PL_HD typename pl_traits<F>::U pl_round_bits(const pl_plan<F>& p, typename pl_tr
     }
     if (nan) res = T::nan_bits();
   }
+  // every value subnormal (no exponent bits): saturated results flush too
+  if (p.flush && p.maxbits < p.threshold && (res & abs_mask) < T::inf_bits()) res &= ~abs_mask;
   if (p.fmt.nan_style == PL_NAN_FNUZ || !p.fmt.is_signed) {
     if ((res & abs_mask) == 0) res = 0;  // no negative zero
   }
@@ -580,7 +596,7 @@ template <typename F>
 PL_HD void pl_round_group(const pl_plan<F>& p, const F* x, F* out, pl_u64 n, pl_u64 g,
                           const pl_sr_key& key) {
   pl_u64 w[4] = {0, 0, 0, 0};
-  if (p.mode == PL_SR) pl_random_group(g, key.seed_lo, key.seed_hi, key.random_bits, w);
+  if (pl_is_stochastic(p.mode)) pl_random_group(g, key.seed_lo, key.seed_hi, key.random_bits, w);
   for (int j = 0; j < 4; ++j) {
     const pl_u64 i = 4 * g + j;
     if (i < n) out[i] = pl_round_value(p, x[i], w[j]);
@@ -592,7 +608,7 @@ PL_HD int pl_encode_group(const pl_plan<F>& p, const F* x, C* out, pl_u64 n, pl_
                           const pl_sr_key& key) {
   pl_u64 w[4] = {0, 0, 0, 0};
   int err = 0;
-  if (p.mode == PL_SR) pl_random_group(g, key.seed_lo, key.seed_hi, key.random_bits, w);
+  if (pl_is_stochastic(p.mode)) pl_random_group(g, key.seed_lo, key.seed_hi, key.random_bits, w);
   for (int j = 0; j < 4; ++j) {
     const pl_u64 i = 4 * g + j;
     if (i < n) out[i] = (C)pl_encode_value(p, x[i], w[j], &err);
@@ -604,7 +620,7 @@ template <typename F>
 PL_HD void pl_round_int_group(const F* x, F* out, pl_u64 n, pl_u64 g, int bits, int is_signed,
                               int mode, const pl_sr_key& key) {
   pl_u64 w[4] = {0, 0, 0, 0};
-  if (mode == PL_SR) pl_random_group(g, key.seed_lo, key.seed_hi, key.random_bits, w);
+  if (pl_is_stochastic(mode)) pl_random_group(g, key.seed_lo, key.seed_hi, key.random_bits, w);
   for (int j = 0; j < 4; ++j) {
     const pl_u64 i = 4 * g + j;
     if (i < n) {
@@ -619,7 +635,7 @@ PL_HD int pl_encode_int_group(const F* x, C* out, pl_u64 n, pl_u64 g, int bits, 
                               int mode, const pl_sr_key& key) {
   pl_u64 w[4] = {0, 0, 0, 0};
   int err = 0;
-  if (mode == PL_SR) pl_random_group(g, key.seed_lo, key.seed_hi, key.random_bits, w);
+  if (pl_is_stochastic(mode)) pl_random_group(g, key.seed_lo, key.seed_hi, key.random_bits, w);
   for (int j = 0; j < 4; ++j) {
     const pl_u64 i = 4 * g + j;
     if (i < n) {

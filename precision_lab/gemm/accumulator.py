@@ -275,6 +275,11 @@ class Accumulator:
                 put(self, mode_field, check_rounding(getattr(self, mode_field)))
             except ValueError as exc:
                 raise ValueError(f"{mode_field}: {exc}") from None
+            if getattr(self, mode_field) == "stochastic_equal":
+                raise ValueError(
+                    f"{mode_field}: the GEMM models do not support 'stochastic_equal' yet "
+                    "(use 'stochastic', or round with round_to)"
+                )
         if self.order not in ORDERS:
             raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {self.order!r}")
         if self.addend not in ADDENDS:
