@@ -9,7 +9,8 @@ array type:
   arrays); results come back as numpy arrays, 0-d arrays included (never numpy scalars);
 * CuPy arrays: passed through (the GPU backend takes them);
 * anything else that speaks DLPack (``__dlpack__``: torch tensors, JAX arrays, ...): a CPU array
-  is read without copying by ``numpy.from_dlpack``; a CUDA array goes to CuPy
+  is read without copying by ``numpy.from_dlpack`` (bfloat16 and float8 tensors, which DLPack
+  cannot hand to numpy, through an integer view as ml_dtypes arrays); a CUDA array goes to CuPy
   (``cupy.from_dlpack``; without CuPy a TypeError says so). The result goes back through the
   caller's namespace (``x.__array_namespace__().from_dlpack``, or the ``from_dlpack`` of the
   array type's top-level module, such as ``torch.from_dlpack``), so a torch tensor in gives a
@@ -33,6 +34,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 __all__ = ["as_input", "is_device_array"]
@@ -75,6 +77,21 @@ def _namespace_restore(x: Any) -> Callable[[Any], Any]:
     return restore
 
 
+def _ml_dtypes_view(x: Any) -> np.ndarray | None:
+    """bfloat16/float8 arrays of another library (torch) as ml_dtypes arrays, without a copy:
+    DLPack carries no such numpy dtype, so the data goes through a same-width integer view."""
+    name = str(getattr(x, "dtype", "")).rsplit(".", 1)[-1]
+    ml = getattr(ml_dtypes, name, None) if name.startswith(("bfloat16", "float8")) else None
+    module = sys.modules.get(type(x).__module__.split(".")[0])
+    if ml is None or not hasattr(x, "view"):
+        return None
+    ints = getattr(module, f"int{8 * np.dtype(ml).itemsize}", None)
+    try:
+        return np.from_dlpack(x.view(ints)).view(ml)  # type: ignore[no-any-return]
+    except (BufferError, TypeError, RuntimeError, ValueError, AttributeError):
+        return None
+
+
 def as_input(x: Any, name: str = "x") -> tuple[Any, Callable[[Any], Any]]:
     """``(array, restore)``: x as a numpy array (a CuPy array for GPU data), and the function
     that returns a result in x's array type (see the module docstring)."""
@@ -96,8 +113,9 @@ def as_input(x: Any, name: str = "x") -> tuple[Any, Callable[[Any], Any]]:
         if int(device) in _CPU_DEVICES:
             try:
                 return np.from_dlpack(x), restore
-            except (BufferError, TypeError, RuntimeError):  # e.g. a dtype DLPack lacks
-                return np.asarray(x), restore
+            except (BufferError, TypeError, RuntimeError, ValueError):  # a dtype numpy lacks
+                a = _ml_dtypes_view(x)
+                return (np.asarray(x) if a is None else a), restore
         try:
             import cupy
         except ImportError:

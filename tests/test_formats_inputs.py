@@ -492,8 +492,28 @@ def test_torch_tensors_come_back_as_torch_tensors():
     t = torch.linspace(-2, 2, 11, dtype=torch.float32)
     r = pl.round_to(t, "e4m3")
     assert isinstance(r, torch.Tensor) and r.dtype == torch.float32
+    assert np.shares_memory(pl._arrays.as_input(t)[0], t.numpy())  # read without a copy
     np.testing.assert_array_equal(r.numpy(), pl.round_to(t.numpy(), "e4m3"))
     assert isinstance(pl.round_to(torch.arange(5), "bf16"), torch.Tensor)
+    # bfloat16 / float8 tensors (no numpy dtype in DLPack): read as ml_dtypes arrays
+    import ml_dtypes
+
+    b = torch.tensor([1.3, -2.7, 1e-3], dtype=torch.bfloat16)
+    want = pl.round_to(b.float().numpy().astype(ml_dtypes.bfloat16), "e4m3")
+    np.testing.assert_array_equal(pl.round_to(b, "e4m3").numpy(), want)
+    codes = pl.encode(b, "bf16")
+    assert codes.dtype == torch.uint16
+    np.testing.assert_array_equal(codes.numpy(), b.view(torch.int16).numpy().view(np.uint16))
+    f8 = torch.tensor([0.3, 448.0]).to(torch.float8_e4m3fn)
+    np.testing.assert_array_equal(pl.round_to(f8, "e2m1").numpy(), [0.5, 6.0])  # 0.3125 -> 0.5
+    d = pl.decode(torch.tensor([56, 64], dtype=torch.uint8), "e4m3")
+    assert isinstance(d, torch.Tensor) and d.tolist() == [1.0, 2.0]
+    g = pl.gemm(
+        torch.ones(3, 4), torch.ones(4, 2), input_format="bf16", accumulator=pl.Accumulator()
+    )
+    assert isinstance(g, torch.Tensor) and g.tolist() == [[4.0, 4.0]] * 3
+    r0 = pl.round_to(torch.tensor(1.3), "bf16")
+    assert isinstance(r0, torch.Tensor) and r0.shape == ()
 
 
 def test_jax_arrays_come_back_as_jax_arrays():
@@ -502,6 +522,13 @@ def test_jax_arrays_come_back_as_jax_arrays():
     r = pl.round_to(x, "e4m3")
     assert type(r).__module__.startswith(("jax", "jaxlib"))
     np.testing.assert_array_equal(np.asarray(r), pl.round_to(np.asarray(x), "e4m3"))
+    b = x.astype(jnp.bfloat16)
+    np.testing.assert_array_equal(
+        np.asarray(pl.round_to(b, "e4m3")), pl.round_to(np.asarray(b), "e4m3")
+    )
+    ints = pl.round_to(jnp.arange(4), "bf16")
+    assert type(ints).__module__.startswith(("jax", "jaxlib"))
+    assert np.asarray(ints).tolist() == [0.0, 1.0, 2.0, 3.0]
 
 
 # ============================== issue 12 item 3: nearest_zero, stochastic_equal, P3109 formats
