@@ -30,6 +30,12 @@ ALL_HALF = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16
 
 
 # ----------------------------------------------------------------- item 6: fmt=None is refused
+def _train_config(**kw):
+    from precision_lab.training.config import TrainConfig
+
+    return TrainConfig(**kw)
+
+
 def _format_entries():
     x = np.ones((2, 2))
     acc = pl.Accumulator()
@@ -50,6 +56,9 @@ def _format_entries():
         "pick_loss_scale fmt": lambda: pl.pick_loss_scale(x, None),
         "DelayedScaling fmt": lambda: pl.scaling.DelayedScaling(fmt=None),
         "round_to_blocks element": lambda: pl.BlockFormat("b", None, "e8m0", (32,), "floor"),
+        "BlockFormat scale": lambda: pl.BlockFormat("b", "e4m3", None, (32,), "floor"),
+        "TrainConfig forward_format": lambda: _train_config(forward_format=None),
+        "tensor_core out_format": lambda: pl.tensor_core("h100", "e4m3", out_format=None),
     }
 
 
