@@ -300,9 +300,9 @@ def _round_quantum(
     Returns ``k`` as float64 integers. ``neg`` tells the sign for the directed modes.
     """
     v = np.ldexp(mag, -qexp)
-    if np.any(np.asarray(qexp) > 0):  # scaling down a tiny input can underflow: v < 2**-126
-        lost = np.ldexp(v, qexp) != mag  # then stands in for it (every mode decides the same)
-        if lost.any():
+    if np.any(np.asarray(qexp) > 0):  # scaling a tiny input down can underflow (v < 2**-126):
+        lost = np.ldexp(v, qexp) != mag  # 2**-100 stands in for such a v, as every mode decides
+        if lost.any():  # the same for any value in (0, 2**-64)
             v = np.where(lost, v.dtype.type(2.0**-100), v)
     if mode == "nearest_even":
         return np.rint(v)
