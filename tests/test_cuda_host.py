@@ -666,6 +666,7 @@ def _gemm_cases():
         ("bf16 rtz", "e4m3", A("bf16", "rtz"), "fp32", {}),
         ("bf16 rna", "e4m3", A("bf16", "rna"), "fp32", {}),
         ("bf16 rto", "e4m3", A("bf16", "rto"), "fp32", {}),
+        ("bf16 rnz", "e4m3", A("bf16", "rnz", out_rounding="rnz"), "bf16", {}),
         ("bf16 sr", "e4m3", A("bf16", "sr", seed=5), "fp32", {}),
         ("fp16 sr 3 bits", "e5m2", A("fp16", "sr", seed=2**70 + 3, random_bits=3), "fp16", {}),
         ("fp16 promote 16", "e4m3", A("fp16", promote_every=16), "fp32", {}),
