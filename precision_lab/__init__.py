@@ -70,7 +70,7 @@ from .blocks import (
 from .codec import decode, encode
 from .dispatch import backend_info, use_backend
 from .emulated import Emulated, emulate
-from .formats import FORMATS, FloatFormat, IntFormat, get_format, known_formats
+from .formats import FORMATS, FloatFormat, IntFormat, get_format, known_formats, p3109
 from .gemm import Accumulator, gemm, tensor_core
 from .policy import POLICIES, Policy, get_policy
 from .quantization import Calibration, calibrate, dequantize, quantize
@@ -106,6 +106,7 @@ __all__ = [
     "gradients",
     "known_formats",
     "ops",
+    "p3109",
     "pick_loss_scale",
     "quantize",
     "quantize_blocks",

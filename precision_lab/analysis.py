@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .formats import FloatFormat, get_format
-from .rounding import as_float_array, check_rounding, for_chunks, round_to
+from .rounding import STOCHASTIC_MODES, as_float_array, check_rounding, for_chunks, round_to
 
 __all__ = [
     "ErrorStats",
@@ -369,7 +369,7 @@ class _Accumulator:
         """IEEE overflow of the scaled values v (candidates: result at or beyond fmt.max)."""
         f = self.f
         big = np.abs(v.astype(np.float64)) > f.max
-        if self.mode == "stochastic":
+        if self.mode in STOCHASTIC_MODES:
             return big
         out = np.zeros(v.shape, dtype=bool)
         if big.any():

@@ -77,11 +77,13 @@ from typing import Any
 
 import numpy as np
 
+from ._arrays import as_input
 from ._random import check_seed
 from .codec import decode, encode
 from .formats import FloatFormat, IntFormat, get_format
 from .rounding import (
     CHUNK,
+    STOCHASTIC_MODES,
     _plan,
     _random_for,
     _round_float_chunk,
@@ -155,8 +157,8 @@ class BlockFormat:
     _emax: int = field(init=False, repr=False, compare=False, default=0)
 
     def __post_init__(self) -> None:
-        elem = get_format(self.element)
-        scale = get_format(self.scale)
+        elem = get_format(self.element, name="element")
+        scale = get_format(self.scale, name="scale")
         object.__setattr__(self, "element", elem)
         object.__setattr__(self, "scale", scale)
         if not isinstance(scale, FloatFormat):
@@ -700,7 +702,7 @@ class _Kernel:
     ) -> None:
         self.elem, self.mode = elem, mode
         self.rbits = check_random_bits(random_bits)
-        self.key = check_seed(seed) if mode == "stochastic" else 0
+        self.key = check_seed(seed) if mode in STOCHASTIC_MODES else 0
 
     def __call__(self, scaled: np.ndarray, start: int, out: np.ndarray | None = None) -> np.ndarray:
         """Rounded values of the chunk ``scaled`` (C order), whose first element has flat index
@@ -714,7 +716,7 @@ class _Kernel:
         out = out.reshape(-1)
         rw = (
             _random_for(self.rbits, self.key, src.size, start)
-            if self.mode == "stochastic"
+            if self.mode in STOCHASTIC_MODES
             else None
         )
         with np.errstate(all="ignore"):
@@ -760,7 +762,7 @@ def _elements(
     U, A, B, C = lay.dims
     upc = _units_per_chunk(lay)
     out = np.empty(ps.src.shape, dtype=bf.element.code_dtype if codes else out_dtype)
-    if not (mode == "stochastic" and lay.needs_pad):
+    if not (mode in STOCHASTIC_MODES and lay.needs_pad):
 
         def work(lo: int, hi: int) -> None:
             o, dec = ps.scaled(lo, hi)
@@ -938,6 +940,7 @@ def round_to_blocks(
     array([ 1.        ,  0.1015625 , -0.00976562,  0.00292969], dtype=float32)
     """
     bf = get_block_format(block_format)
+    x, restore = as_input(x)
     values, *_ = _elements(
         x,
         bf,
@@ -948,7 +951,7 @@ def round_to_blocks(
         pad=pad,
         codes=False,
     )
-    return values
+    return restore(values)  # type: ignore[no-any-return]
 
 
 # ----- GEMM on block-quantized operands ---------------------------------------------------------

@@ -676,7 +676,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--rounding",
         default="nearest_even",
-        help=f"one of {', '.join(ROUNDING_MODES)} or rne rna rtz rup rdn rto sr "
+        help=f"one of {', '.join(ROUNDING_MODES)} or rne rna rtz rup rdn rto sr rnz sre "
         "(default nearest_even)",
     )
     p.add_argument(

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from . import rounding as _core
+from ._arrays import as_input, is_device_array
 from .formats import FloatFormat, IntFormat, get_format
 from .rounding import (
     _Plan,
@@ -103,7 +104,7 @@ def _float_codes(p: _Plan, rb: np.ndarray) -> np.ndarray:
         if nan.any() and not fmt.has_nan:
             raise ValueError(f"x contains NaN, which {fmt} cannot represent (it has no NaN code)")
         sign = (rb[idx] >> U(W - 1)) << U(fmt.bits - 1) if fmt.signed else U(0)
-        inf_code = ((1 << fmt.exponent_bits) - 1) << m
+        inf_code = max(fmt.inf_code, 0)
         nan_code = _nan_code(fmt)
         nan_sign = sign if fmt.nan in ("ieee", "fn") else U(0)
         code[idx] = np.where(nan, U(max(nan_code, 0)) | nan_sign, U(inf_code) | sign)
@@ -124,6 +125,8 @@ def encode(
 
     Codes are unsigned integers of the format's width: uint8 for formats of 8 bits or fewer (the
     low bits hold the code), then uint16, uint32, uint64. Integer formats use two's complement.
+    ``x`` is converted as by :func:`~precision_lab.round_to` (integer and bool input, DLPack and
+    array-API arrays, whose type the codes come back in); a 0-d input gives a 0-d array.
     NaN is the format's canonical quiet NaN with the input's sign where the format has one; NaN
     input raises ValueError for formats without NaN (e2m1, e2m3, e3m2, integers).
 
@@ -134,14 +137,22 @@ def encode(
     """
     f = get_format(fmt)
     o = check_options(rounding, overflow, subnormals, seed, random_bits)
-    served = _core.route("encode", x, f, o)
-    if served is not None:
-        return served  # type: ignore[no-any-return]
+    x, restore = as_input(x)
+    if is_device_array(x) or x.dtype.kind not in "biu":  # integers: the numpy path below
+        served = _core.route("encode", x, f, o)
+        if served is not None:
+            return restore(served)  # type: ignore[no-any-return]
     if isinstance(f, IntFormat):
         vals = round_to(x, f, rounding=o.mode, seed=o.seed, random_bits=o.random_bits)
         if np.isnan(vals).any():
             raise ValueError(f"x contains NaN, which {f} cannot represent")
-        return (vals.astype(np.int64) & ((1 << f.bits) - 1)).astype(f.code_dtype)
+        return restore(
+            np.asarray((vals.astype(np.int64) & ((1 << f.bits) - 1)).astype(f.code_dtype))
+        )  # type: ignore[no-any-return]
+    if x.dtype.kind in "biu":  # integers: rounded once (round_to), then the exact grid values
+        kw: dict[str, Any] = {"subnormals": o.subnormals, "random_bits": o.random_bits}
+        vals = round_to(x, f, rounding=o.mode, overflow=o.overflow, seed=o.seed, **kw)
+        return restore(encode(vals, f, overflow=o.overflow, **kw))  # type: ignore[no-any-return]
     a = as_float_array(x)
     wdt = working_dtype(a.dtype, f)
     p = _plan(f, wdt.name, o.mode, o.overflow, o.subnormals == "flush")
@@ -167,7 +178,7 @@ def encode(
         with np.errstate(all="ignore"):
             where, res = repair(p, src, flagged)
             flat[where] = _float_codes(p, res.view(p.U))
-    return out
+    return restore(out)  # type: ignore[no-any-return]
 
 
 def _decode_arith(codes: np.ndarray, fmt: FloatFormat) -> np.ndarray:
@@ -197,6 +208,8 @@ def _decode_arith(codes: np.ndarray, fmt: FloatFormat) -> np.ndarray:
         val = np.where(mag == np.uint64((1 << (e + m)) - 1), np.nan, val)
     elif fmt.nan == "fnuz":
         val = np.where(neg & (mag == 0), np.nan, val)
+    if fmt.has_inf and fmt.nan != "ieee":  # P3109 extended: inf next to the NaN code
+        val = np.where(mag == np.uint64(fmt.inf_code), np.inf, val)
     nan_keeps_sign = fmt.nan in ("ieee", "fn")
     return np.where(neg & (nan_keeps_sign | ~np.isnan(val)), -val, val)
 
@@ -223,7 +236,8 @@ def _decode_any(codes: np.ndarray, fmt: FloatFormat | IntFormat) -> np.ndarray:
 def decode(codes: Any, fmt: str | FloatFormat | IntFormat) -> np.ndarray:
     """Values of ``codes`` (any unsigned or non-negative integer array) in ``fmt``.
 
-    Returns float32 (float64 for formats float32 cannot hold, such as fp64).
+    Returns float32 (float64 for formats float32 cannot hold, such as fp64), of the codes' shape
+    (0-d for 0-d codes) and array type (numpy, or the DLPack / array-API type passed in).
 
     >>> decode([0x3C00, 0x7C00, 0x0001], "fp16")
     array([1.0000000e+00,           inf, 5.9604645e-08], dtype=float32)
@@ -233,10 +247,14 @@ def decode(codes: Any, fmt: str | FloatFormat | IntFormat) -> np.ndarray:
     ValueError: codes must be in 0..15 for e2m1 (a 4-bit format), got values up to 16
     """
     f = get_format(fmt)
+    codes, restore = as_input(codes, "codes")
     served = _core.route("decode", codes, f, None)
     if served is not None:
-        return served  # type: ignore[no-any-return]
-    c = np.asarray(codes)
+        return restore(served)  # type: ignore[no-any-return]
+    return restore(_decode_numpy(codes, f))  # type: ignore[no-any-return]
+
+
+def _decode_numpy(c: np.ndarray, f: FloatFormat | IntFormat) -> np.ndarray:
     if c.dtype.kind not in "ui":
         raise TypeError(f"codes must be an integer array, got {c.dtype.name}")
     if c.size:
@@ -249,7 +267,7 @@ def decode(codes: Any, fmt: str | FloatFormat | IntFormat) -> np.ndarray:
                 f"got values up to {int(c.max())}"
             )
     if f.bits <= 16:
-        return _table(f)[c.astype(np.intp, copy=False)]
+        return np.asarray(_table(f)[c.astype(np.intp, copy=False)])
     out = _out_dtype(f)
     if isinstance(f, FloatFormat) and f == get_format("fp32"):
         return c.astype(np.uint32).view(np.float32).copy()

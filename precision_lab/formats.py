@@ -14,7 +14,9 @@ codes are NaN, whether it has infinities, subnormals, a zero and a sign bit); ev
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Literal
 
 import numpy as np
@@ -26,10 +28,25 @@ __all__ = [
     "IntFormat",
     "get_format",
     "known_formats",
+    "p3109",
 ]
 
 NanStyle = Literal["ieee", "fn", "fnuz", "none"]
 _NAN_STYLES = ("ieee", "fn", "fnuz", "none")
+
+
+def _check_int(value: object, name: str, expected: str = "an int") -> int:
+    """``value`` as a Python int (numpy integers accepted); TypeError for bool/float/str/None."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
+        raise TypeError(f"{name} must be {expected}, got {value!r} ({type(value).__name__})")
+    return int(value)
+
+
+def _check_bool(value: object, name: str) -> bool:
+    """``value`` as a Python bool (numpy bools accepted); TypeError for anything else."""
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"{name} must be a bool, got {value!r} ({type(value).__name__})")
+    return bool(value)
 
 
 @dataclass(frozen=True)
@@ -39,16 +56,23 @@ class FloatFormat:
     Parameters
     ----------
     exponent_bits, mantissa_bits:
-        Widths of the exponent and trailing-significand fields.
+        Widths of the exponent and trailing-significand fields (ints; numpy integers are
+        accepted). ``exponent_bits=0`` gives a format whose every value is subnormal (P3109
+        K3P3, K4P4 ...).
     bias:
-        Exponent bias; ``None`` means the IEEE default ``2**(exponent_bits - 1) - 1``.
+        Exponent bias; ``None`` means the IEEE default ``2**(exponent_bits - 1) - 1`` (0 when
+        ``exponent_bits`` is 0).
     nan:
         Which codes are NaN. ``"ieee"``: all-ones exponent with a non-zero mantissa (and the
         all-ones exponent with a zero mantissa is infinity). ``"fn"``: only the all-ones code
         (S.111..1) is NaN, every other code is finite (OCP E4M3, e8m0). ``"fnuz"``: only the
         negative-zero code is NaN (there is no -0). ``"none"``: no NaN (OCP FP6/FP4).
     has_inf:
-        Whether the format has infinities (only with ``nan="ieee"``).
+        Whether the format has infinities (default: exactly with ``nan="ieee"``). With
+        ``nan="ieee"`` they are the all-ones exponent with a zero mantissa; with ``nan="fn"`` or
+        ``"fnuz"`` they take the largest magnitude code that is not NaN (the P3109 extended
+        domain: ``+inf`` is 0x7F in a signed 8-bit P3109 format, 0xFE in an unsigned one, see
+        :func:`p3109`).
     has_subnormals:
         Whether exponent-field 0 holds subnormal numbers; without them the only value below the
         smallest normal is zero.
@@ -71,50 +95,72 @@ class FloatFormat:
     mantissa_bits: int
     bias: int | None = None
     nan: NanStyle = "ieee"
-    has_inf: bool = True
+    has_inf: bool = None  # type: ignore[assignment]  # None: True exactly for nan="ieee"
     has_subnormals: bool = True
     has_zero: bool = True
     signed: bool = True
     name: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
+        for fname in ("exponent_bits", "mantissa_bits"):
+            object.__setattr__(self, fname, _check_int(getattr(self, fname), fname))
+        if self.bias is not None:
+            object.__setattr__(self, "bias", _check_int(self.bias, "bias", "an int or None"))
+        if self.has_inf is None:
+            object.__setattr__(self, "has_inf", self.nan == "ieee")
+        for fname in ("has_inf", "has_subnormals", "has_zero", "signed"):
+            object.__setattr__(self, fname, _check_bool(getattr(self, fname), fname))
+        if not isinstance(self.nan, str):
+            raise TypeError(f"nan must be one of {_NAN_STYLES}, got {self.nan!r}")
+        if self.name is not None and not isinstance(self.name, str):
+            raise TypeError(f"name must be a str or None, got {self.name!r}")
         e, m = self.exponent_bits, self.mantissa_bits
-        if not isinstance(e, int) or isinstance(e, bool) or e < 1:
-            raise ValueError(f"exponent_bits must be an integer >= 1, got {e!r}")
-        if not isinstance(m, int) or isinstance(m, bool) or m < 0:
+        if e < 0:
+            raise ValueError(f"exponent_bits must be an integer >= 0, got {e!r}")
+        if m < 0:
             raise ValueError(f"mantissa_bits must be an integer >= 0, got {m!r}")
         if self.nan not in _NAN_STYLES:
             raise ValueError(f"nan must be one of {_NAN_STYLES}, got {self.nan!r}")
-        if self.has_inf and self.nan != "ieee":
+        if self.has_inf and self.nan == "none":
             raise ValueError(
-                f"has_inf=True needs nan='ieee' (inf uses its codes), got nan={self.nan!r}"
+                "has_inf=True needs a NaN style other than 'none' (inf uses the codes next to NaN)"
             )
         if self.nan == "ieee" and not self.has_inf:
             raise ValueError(
                 "nan='ieee' reserves the all-ones exponent for inf and NaN: set has_inf=True"
             )
-        if self.nan == "ieee" and m == 0:
-            raise ValueError("nan='ieee' needs mantissa_bits >= 1 (NaN needs a non-zero mantissa)")
+        if self.nan == "ieee" and (m == 0 or e == 0):
+            raise ValueError(
+                "nan='ieee' needs mantissa_bits >= 1 and exponent_bits >= 1 "
+                "(NaN is the all-ones exponent with a non-zero mantissa)"
+            )
         if self.nan == "fnuz" and not self.signed:
             raise ValueError("nan='fnuz' puts NaN on the negative-zero code and needs signed=True")
         if not self.has_zero and (self.has_subnormals or self.signed):
             raise ValueError(
                 "has_zero=False (e8m0 style) needs has_subnormals=False and signed=False"
             )
+        if e == 0 and not (self.has_zero and self.has_subnormals):
+            raise ValueError(
+                "exponent_bits=0 (every value subnormal, as P3109 K3P3) needs has_zero=True and "
+                "has_subnormals=True"
+            )
         if self.bits > 64:
             raise ValueError(f"a format is at most 64 bits wide, got {self.bits} bits")
         if self.bias is None:
-            object.__setattr__(self, "bias", (1 << (e - 1)) - 1)
+            object.__setattr__(self, "bias", (1 << (e - 1)) - 1 if e else 0)
         # every value must be a float64 so the rounding core can hold it exactly
-        if self.emax > 1023 or self.emin - (m if self.has_subnormals else 0) < -1074 or m > 52:
+        if self.emax > 1023 or self.emin - m < -1074 or m > 52:
             raise ValueError(
                 f"format e{e}m{m} with bias {self.bias} has values outside float64 "
-                "(emax <= 1023, smallest value >= 2**-1074 and mantissa_bits <= 52 are needed)"
+                "(emax <= 1023, a quantum >= 2**-1074 in the lowest binade and mantissa_bits <= 52 "
+                "are needed)"
             )
-        if self.max_code_magnitude < 0 or self.max < self.smallest_normal:
+        top = self.max_code_magnitude
+        if top < 1 or (self.has_zero and not self.has_subnormals and top >> m == 0):
             raise ValueError(
-                f"format e{e}m{m} with nan={self.nan!r} has no normal finite value "
-                "(its largest exponent field holds only inf/NaN)"
+                f"format e{e}m{m} with nan={self.nan!r} and has_inf={self.has_inf} has no "
+                "positive finite value (its codes hold only zero, inf and NaN)"
             )
 
     # ----- layout --------------------------------------------------------------------------
@@ -160,9 +206,13 @@ class FloatFormat:
         top = (1 << (e + m)) - 1
         if self.nan == "ieee":
             return (((1 << e) - 2) << m) | ((1 << m) - 1)
-        if self.nan == "fn":
-            return top - 1
-        return top
+        # fn: the all-ones code is NaN; a non-IEEE inf takes the next code below the NaNs
+        return top - int(self.nan == "fn") - int(self.has_inf)
+
+    @property
+    def inf_code(self) -> int:
+        """Magnitude code of +inf (-1 when the format has no inf)."""
+        return self.max_code_magnitude + 1 if self.has_inf else -1
 
     # ----- exponents -------------------------------------------------------------------------
     @property
@@ -237,16 +287,32 @@ class FloatFormat:
         return _values(self)
 
     def ulp(self, x: float | np.ndarray) -> np.ndarray:
-        """Spacing of the format's values at ``|x|`` (the quantum of the binade holding x).
+        """Gap between the two values of the format around ``|x|`` (float64, x's shape).
 
-        >>> float(get_format("e4m3").ulp(300.0))
-        32.0
+        The convention of Python's :func:`math.ulp`, on the format's grid: for ``v <= |x| < w``
+        with ``v``, ``w`` adjacent values of the format, ``ulp(x) = w - v``; so ``ulp(0)`` is the
+        smallest positive value (the smallest subnormal), and ``ulp(v)`` of a value ``v`` is the
+        distance to the next larger one. At and beyond ``max`` the grid continues as if the
+        exponent were unbounded (``ulp(max)`` is the spacing of max's binade), and below the
+        least value of a format without zero (e8m0) it is the gap above that least value.
+        ``ulp(±inf)`` is inf and ``ulp(nan)`` is NaN.
+
+        >>> get_format("e4m3").ulp([300.0, 1.0, 0.0, np.inf, np.nan])
+        array([3.2000000e+01, 1.2500000e-01, 1.9531250e-03,           inf,           nan])
         """
         a = np.abs(np.asarray(x, dtype=np.float64))
-        with np.errstate(divide="ignore"):
-            e = np.floor(np.log2(np.where(a > 0, a, 1.0)))
-        e = np.clip(e, self.emin, self.emax)
-        return np.ldexp(1.0, (e - self.mantissa_bits).astype(np.int64))
+        finite = np.isfinite(a)
+        m = self.mantissa_bits
+        if self.max < self.smallest_normal:  # every value subnormal (exponent_bits=0)
+            out = np.full(a.shape, self.smallest_subnormal)
+        else:
+            e = np.frexp(np.where(finite, a, 0.0))[1] - 1  # exponent of |x|
+            q = np.clip(e, self.emin, self.emax) - m
+            # below the smallest normal: the subnormal quantum, or 2**emin without subnormals
+            below = a < self.smallest_normal
+            q = np.where(below, self.emin - (m if self.has_subnormals else 0), q)
+            out = np.ldexp(1.0, q.astype(np.int64))
+        return np.where(finite, out, a)
 
     def next_up(self, x: float | np.ndarray) -> np.ndarray:
         """Smallest value of the format strictly greater than x (x rounded up first if off-grid).
@@ -282,7 +348,11 @@ class IntFormat:
     name: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.bits, int) or not 1 <= self.bits <= 32:
+        object.__setattr__(self, "bits", _check_int(self.bits, "bits", "an int in 1..32"))
+        object.__setattr__(self, "signed", _check_bool(self.signed, "signed"))
+        if self.name is not None and not isinstance(self.name, str):
+            raise TypeError(f"name must be a str or None, got {self.name!r}")
+        if not 1 <= self.bits <= 32:
             raise ValueError(f"bits must be an integer in 1..32, got {self.bits!r}")
 
     @property
@@ -420,16 +490,67 @@ ALIASES: dict[str, str] = {
 }
 
 
+def p3109(k: int, p: int, *, signed: bool = True, domain: str = "extended") -> FloatFormat:
+    """The IEEE P3109 binary format K``k``P``p`` (``k`` bits, precision ``p`` bits).
+
+    As gfloat's ``format_info_p3109(k, p, signedness, domain)`` and the P3109 interim report:
+    ``p - 1`` mantissa bits; signed formats have ``k - p`` exponent bits, bias
+    ``floor(2**(k - p - 1))``, one NaN on the negative-zero code (0x80 for k = 8) and no -0;
+    unsigned formats have ``k - p + 1`` exponent bits, bias ``2**(k - p)`` and their NaN on the
+    all-ones code. The ``"extended"`` domain has ``±inf`` on the largest magnitude codes below
+    the NaN; ``"finite"`` uses them for finite values. Subnormals are always there: with
+    ``p = k`` (signed) there are no exponent bits and every value is subnormal. Registry names
+    are ``p3109_k{k}p{p}{s|u}{e|f}``.
+
+    >>> f = p3109(8, 3)
+    >>> f.name, f.max, f.smallest_subnormal, f.bias
+    ('p3109_k8p3se', 49152.0, 7.62939453125e-06, 16)
+    >>> get_format("p3109_k8p4sf") == get_format("e4m3fnuz")
+    True
+    """
+    k = _check_int(k, "k")
+    p = _check_int(p, "p")
+    signed = _check_bool(signed, "signed")
+    if domain not in ("extended", "finite"):
+        raise ValueError(f"domain must be 'extended' or 'finite', got {domain!r}")
+    if not 2 <= k <= 64 or not 1 <= p <= k:
+        raise ValueError(f"P3109 formats need 2 <= k <= 64 and 1 <= p <= k, got k={k}, p={p}")
+    name = f"p3109_k{k}p{p}{'s' if signed else 'u'}{domain[0]}"
+    exp_bits = k - p if signed else k - p + 1
+    bias = (1 << (k - p - 1) if k - p >= 1 else 0) if signed else 1 << (k - p)
+    return FloatFormat(
+        exp_bits,
+        p - 1,
+        bias=bias,
+        nan="fnuz" if signed else "fn",
+        has_inf=domain == "extended",
+        has_subnormals=True,
+        has_zero=True,
+        signed=signed,
+        name=name,
+    )
+
+
+_P3109_NAME = re.compile(r"p3109_k(\d+)p(\d+)([su])([ef])")
+
+
 def known_formats() -> list[str]:
-    """Names accepted by :func:`get_format` (registry names first, then aliases)."""
+    """Names accepted by :func:`get_format` (registry names first, then aliases).
+
+    P3109 names ``p3109_k{k}p{p}{s|u}{e|f}`` (:func:`p3109`) are accepted too, for every k and p.
+    """
     return list(FORMATS) + list(ALIASES)
 
 
-def get_format(fmt: str | FloatFormat | IntFormat | np.dtype | type) -> FloatFormat | IntFormat:
+def get_format(
+    fmt: str | FloatFormat | IntFormat | np.dtype | type, *, name: str = "fmt"
+) -> FloatFormat | IntFormat:
     """Look a format up by name (or pass a format through).
 
     Accepts registry names (``"e4m3"``), ml_dtypes/numpy names (``"float8_e4m3fn"``,
-    ``"bfloat16"``), numpy/ml_dtypes dtypes, and ``FloatFormat``/``IntFormat`` instances.
+    ``"bfloat16"``), P3109 names (``"p3109_k8p3se"``), numpy/ml_dtypes dtypes, and
+    ``FloatFormat``/``IntFormat`` instances. ``name`` is the argument's name in error messages.
+    ``None`` is refused (numpy would read it as float64).
 
     >>> get_format("bfloat16").mantissa_bits
     7
@@ -437,21 +558,34 @@ def get_format(fmt: str | FloatFormat | IntFormat | np.dtype | type) -> FloatFor
     Traceback (most recent call last):
     ...
     ValueError: unknown format 'fp7'; known formats: fp64, fp32, tf32, fp16, bf16, ...
+    >>> get_format(None, name="out_format")
+    Traceback (most recent call last):
+    ...
+    TypeError: out_format must be a format name, FloatFormat, IntFormat or dtype, got None
     """
     if isinstance(fmt, FloatFormat | IntFormat):
         return fmt
+    expected = f"{name} must be a format name, FloatFormat, IntFormat or dtype"
+    if fmt is None:
+        raise TypeError(f"{expected}, got None")
     if not isinstance(fmt, str):
         try:
-            fmt = str(np.dtype(fmt).name)
+            fmt = str(np.dtype(fmt).name)  # type: ignore[arg-type]
         except TypeError:
-            raise TypeError(
-                "fmt must be a format name, FloatFormat, IntFormat or dtype, "
-                f"got {type(fmt).__name__}"
-            ) from None
+            raise TypeError(f"{expected}, got {type(fmt).__name__}") from None
     assert isinstance(fmt, str)
     key = fmt.strip().lower()
     key = ALIASES.get(key, key)
     if key in FORMATS:
         return FORMATS[key]
+    match = _P3109_NAME.fullmatch(key)
+    if match:
+        k, p, sign, dom = match.groups()
+        return _p3109_cached(int(k), int(p), sign == "s", "extended" if dom == "e" else "finite")
     names = ", ".join(known_formats())
-    raise ValueError(f"unknown format {fmt!r}; known formats: {names}")
+    raise ValueError(f"unknown format {fmt!r}; known formats: {names}, p3109_k{{k}}p{{p}}[su][ef]")
+
+
+@cache
+def _p3109_cached(k: int, p: int, signed: bool, domain: str) -> FloatFormat:
+    return p3109(k, p, signed=signed, domain=domain)

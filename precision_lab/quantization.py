@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from ._arrays import as_input
 from .formats import IntFormat, get_format
 from .rounding import as_float_array, check_rounding, for_chunks, round_to
 
@@ -329,6 +330,7 @@ def quantize(
     mode = check_rounding(rounding)
     if division not in DIVISIONS:
         raise ValueError(f"division must be one of {DIVISIONS}, got {division!r}")
+    x, restore = as_input(x)
     a = as_float_array(x)
     ax = _check_axis(axis, a.ndim)
     s = _scale(scale, a.shape, ax)
@@ -345,7 +347,7 @@ def quantize(
     k = round_to(quotient, _WIDE, rounding=mode, seed=seed, random_bits=random_bits)
     k += z  # exact: integers below 2**53
     np.clip(k, qmin, qmax, out=k)
-    return np.asarray(k.astype(_q_dtype(f)))
+    return restore(np.asarray(k.astype(_q_dtype(f))))  # type: ignore[no-any-return]
 
 
 def _result_dtype(scale: Any, dtype: Any) -> np.dtype:
@@ -379,7 +381,11 @@ def dequantize(
     >>> dequantize([10, 10], np.array([0.1, 0.2]), [0, 5], axis=0)
     array([1., 1.])
     """
-    c = np.asarray(q)
+    c, restore = as_input(q, "q")
+    return restore(_dequantize(c, scale, zero_point, axis, dtype))  # type: ignore[no-any-return]
+
+
+def _dequantize(c: np.ndarray, scale: Any, zero_point: Any, axis: int | None, dtype: Any) -> Any:
     if c.dtype.kind not in "iu":
         raise TypeError(f"q must be an integer array, got dtype {c.dtype.name}")
     ax = _check_axis(axis, c.ndim)

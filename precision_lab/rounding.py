@@ -41,18 +41,22 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from ._arrays import as_input, is_device_array
 from ._random import check_seed, random_words
 from .formats import FloatFormat, IntFormat, get_format
 
 __all__ = [
     "OVERFLOW_MODES",
     "ROUNDING_MODES",
+    "STOCHASTIC_MODES",
     "SUBNORMAL_MODES",
     "as_float_array",
     "check_rounding",
+    "is_stochastic",
     "round_to",
 ]
 
+#: rounding modes; their positions are the mode numbers of the C++/CUDA header (append only)
 ROUNDING_MODES = (
     "nearest_even",
     "nearest_away",
@@ -61,7 +65,11 @@ ROUNDING_MODES = (
     "down",
     "odd",
     "stochastic",
+    "nearest_zero",
+    "stochastic_equal",
 )
+#: the modes that draw random words (keyed by seed and flat index)
+STOCHASTIC_MODES = ("stochastic", "stochastic_equal")
 _MODE_ALIASES = {
     "rne": "nearest_even",
     "rna": "nearest_away",
@@ -71,7 +79,11 @@ _MODE_ALIASES = {
     "rto": "odd",
     "sr": "stochastic",
     "nearest": "nearest_even",
+    "rnz": "nearest_zero",
+    "sre": "stochastic_equal",
 }
+#: modes that overflow to inf under overflow="ieee" whatever the sign (round-to-nearest family)
+_TO_INF_MODES = ("nearest_even", "nearest_away", "nearest_zero", *STOCHASTIC_MODES)
 OVERFLOW_MODES = ("ieee", "saturate")
 SUBNORMAL_MODES = ("keep", "flush")
 
@@ -87,8 +99,18 @@ _ML_FLOATS = {
 }
 
 
+def is_stochastic(rounding: str) -> bool:
+    """Whether a rounding mode (or its alias) draws random words.
+
+    >>> is_stochastic("sre"), is_stochastic("nearest_zero")
+    (True, False)
+    """
+    key = rounding.strip().lower() if isinstance(rounding, str) else rounding
+    return _MODE_ALIASES.get(key, key) in STOCHASTIC_MODES
+
+
 def check_rounding(rounding: str) -> str:
-    """Canonical name of a rounding mode (aliases ``rne rna rtz rup rdn rto sr`` accepted).
+    """Canonical name of a rounding mode (aliases ``rne rna rtz rup rdn rto sr rnz sre``).
 
     >>> check_rounding("rtz")
     'toward_zero'
@@ -132,7 +154,7 @@ class RoundingOptions:
 
     def words(self, n: int, start: int) -> np.ndarray | None:
         """Random words of flat indices ``start .. start + n - 1`` (stochastic rounding only)."""
-        if self.mode != "stochastic":
+        if self.mode not in STOCHASTIC_MODES:
             return None
         return _random_for(self.random_bits, self.seed, n, start)
 
@@ -146,7 +168,7 @@ def check_options(
         mode=mode,
         overflow=check_choice("overflow", overflow, OVERFLOW_MODES),
         subnormals=check_choice("subnormals", subnormals, SUBNORMAL_MODES),
-        seed=check_seed(seed) if mode == "stochastic" else 0,
+        seed=check_seed(seed) if mode in STOCHASTIC_MODES else 0,
         random_bits=check_random_bits(random_bits),
     )
 
@@ -162,11 +184,6 @@ def _numpy_reference(
 #: precision_lab.dispatch installs it when the package loads; so the backends and the dispatch
 #: layer sit above this module and nothing here imports them.
 route: Callable[[str, Any, FloatFormat | IntFormat, RoundingOptions | None], Any] = _numpy_reference
-
-
-def is_device_array(x: Any) -> bool:
-    """True for CuPy arrays, which the GPU backend (:mod:`precision_lab.gpu`) handles."""
-    return type(x).__module__.split(".")[0] == "cupy"
 
 
 def as_float_array(x: Any, name: str = "x") -> np.ndarray:
@@ -193,10 +210,11 @@ def as_float_array(x: Any, name: str = "x") -> np.ndarray:
 
 
 def _fits_float32(fmt: FloatFormat) -> bool:
+    """Whether float32 holds every value: the quantum of the lowest binade is >= 2**-149."""
     return (
         fmt.mantissa_bits <= 23
         and fmt.max <= float(np.finfo(np.float32).max)
-        and fmt.smallest_subnormal >= 2.0**-149
+        and fmt.emin - fmt.mantissa_bits >= -149
     )
 
 
@@ -231,6 +249,8 @@ class _Plan:
     fixed_quantum: bool  # inputs below threshold all round to multiples of 2**qexp
     inf_bits: int
     nan_bits: int  # canonical quiet NaN (positive)
+    least_bits: int  # bits of the least positive value (of zero-less formats: where -x goes)
+    all_low: bool  # max below the smallest normal (exponent_bits=0): every input is flagged
 
 
 @lru_cache(maxsize=256)
@@ -267,6 +287,8 @@ def _plan(fmt: FloatFormat, wdt: str, mode: str, overflow: str, flush: bool) -> 
         abs_mask=(1 << (W - 1)) - 1,
         inf_bits=bits(math.inf),
         nan_bits=bits(math.nan) & ((1 << (W - 1)) - 1),
+        least_bits=bits(fmt.smallest_subnormal),
+        all_low=bits(fmt.max) < bits(max(fmt.smallest_normal, work_min_normal)),
     )
 
 
@@ -278,6 +300,10 @@ def _round_quantum(
     Returns ``k`` as float64 integers. ``neg`` tells the sign for the directed modes.
     """
     v = np.ldexp(mag, -qexp)
+    if np.any(np.asarray(qexp) > 0):  # scaling a tiny input down can underflow (v < 2**-126):
+        lost = np.ldexp(v, qexp) != mag  # 2**-100 stands in for such a v, as every mode decides
+        if lost.any():  # the same for any value in (0, 2**-64)
+            v = np.where(lost, v.dtype.type(2.0**-100), v)
     if mode == "nearest_even":
         return np.rint(v)
     f = np.floor(v)
@@ -290,10 +316,18 @@ def _round_quantum(
         return np.where(away, np.ceil(v), f)
     if mode == "odd":
         return f + ((v != f) & (np.fmod(f, 2.0) == 0.0))
+    if mode == "nearest_zero":
+        return f + (v - f > 0.5)
     assert rw is not None
-    frac64 = np.floor(np.ldexp(v - f, 64)).astype(np.uint64)
-    up = (frac64 != 0) & (rw >= np.uint64(0) - frac64)
-    return f + up
+    if mode == "stochastic_equal":  # inexact: up iff the top random bit is set
+        return f + ((v != f) & (rw >= np.uint64(1 << 63)))
+    return f + _sr_up(np.floor(np.ldexp(v - f, 64)).astype(np.uint64), rw)
+
+
+def _sr_up(frac64: np.ndarray, rw: np.ndarray) -> np.ndarray:
+    """Stochastic rounding's choice: away from zero iff ``frac64 + R >= 2**64`` (``frac64`` the
+    discarded fraction times 2**64, floored; ``R`` the random word)."""
+    return (frac64 != 0) & (rw >= np.uint64(0) - frac64)
 
 
 def _random_for(plan_rbits: int, seed: int, n: int, start: int) -> np.ndarray:
@@ -312,7 +346,7 @@ def _special(p: _Plan, u: np.ndarray, neg: np.ndarray) -> np.ndarray:
     is_inf = u == p.inf_bits
     if p.overflow == "saturate":
         to_inf = np.zeros(u.shape, dtype=bool)
-    elif p.mode in ("nearest_even", "nearest_away", "stochastic"):
+    elif p.mode in _TO_INF_MODES:
         to_inf = np.ones(u.shape, dtype=bool)
     elif p.mode == "up":
         to_inf = ~neg
@@ -389,6 +423,8 @@ def _round_float_chunk(
             r += bits
         elif mode == "nearest_away":
             np.add(bits, U(1 << (s - 1)), out=r)
+        elif mode == "nearest_zero":  # add half the quantum less one: exact ties stay down
+            np.add(bits, U((1 << (s - 1)) - 1), out=r)
         elif mode == "toward_zero":
             np.copyto(r, bits)
         elif mode in ("up", "down"):
@@ -408,7 +444,7 @@ def _round_float_chunk(
             tmp *= flag
             tmp <<= U(s)
             r += tmp
-        else:  # stochastic: add the top s random bits below the kept part
+        elif mode == "stochastic":  # add the top s random bits below the kept part
             assert rw is not None
             if W == 32:  # the high halves of the random words, as a strided uint32 view
                 words = rw.view(np.uint32)[1::2] if _LITTLE else rw.view(np.uint32)[0::2]
@@ -416,6 +452,14 @@ def _round_float_chunk(
             else:
                 np.right_shift(rw, U(64 - s), out=r)
             r += bits
+        else:  # stochastic_equal: inexact -> add a whole quantum iff the top random bit is set
+            assert rw is not None
+            np.bitwise_and(bits, mask, out=tmp)
+            np.not_equal(tmp, U(0), out=flag)
+            np.right_shift(rw, np.uint64(63), out=tmp, casting="unsafe")
+            tmp &= flag
+            tmp <<= U(s)
+            np.add(bits, tmp, out=r)
         if masked or mode in ("toward_zero", "odd"):
             r &= notmask
     # flag inputs outside [threshold, maxbits] (one unsigned compare: below wraps around)
@@ -424,7 +468,10 @@ def _round_float_chunk(
     else:  # negative inputs of unsigned formats are out of range too
         np.copyto(tmp, bits)
     tmp -= U(p.threshold)
-    np.greater(tmp, U(p.maxbits - p.threshold), out=flag)
+    if p.all_low:
+        flag.fill(True)
+    else:
+        np.greater(tmp, U(p.maxbits - p.threshold), out=flag)
     if not flag.any():
         return None
     if fast_zero and p.zero_is_fast:  # the fast path already gives ±0 for ±0: no repair
@@ -478,8 +525,10 @@ def _patch(
         if fmt.has_nan:
             nan |= negative
         else:
-            res[negative] = U(0) if fmt.has_zero else U(p.threshold)
+            res[negative] = U(0) if fmt.has_zero else U(p.least_bits)
         res[nan] = U(p.nan_bits)
+    if p.flush and p.all_low:  # every value is subnormal: saturated results flush too
+        res[(res & U(p.abs_mask)) < U(p.inf_bits)] &= U(p.sign)
     if fmt.nan == "fnuz" or not fmt.signed:
         res[(res & U(p.abs_mask)) == 0] = U(0)  # no negative zero
     if fmt.nan not in ("ieee", "fn"):  # NaN without sign
@@ -495,7 +544,7 @@ def _low_bits(p: _Plan, u: np.ndarray, neg: np.ndarray, rw: np.ndarray | None) -
     are subnormal in the working dtype (quantum from their own binade).
     """
     fmt = p.fmt
-    if p.fixed_quantum and p.mode != "stochastic":
+    if p.fixed_quantum and p.mode not in STOCHASTIC_MODES:
         # every input here is below 2**emin: k = |x| / q < 2**mantissa_bits is exact in the
         # working dtype, so is its rounding to an integer, and so is k * q
         k = _round_quantum(u.view(p.F), neg, p.qexp, p.mode, None)
@@ -574,6 +623,61 @@ def for_chunks(n: int, work: Any, chunk: int | None = None) -> None:
     list(_pool().map(run, range(0, n, per)))
 
 
+def _round_big_integers(
+    n: np.ndarray, fmt: FloatFormat, o: RoundingOptions, rw: np.ndarray | None
+) -> np.ndarray:
+    """float64 values of int64/uint64 ``n`` (all with ``|n| > 2**53``) rounded once, from the
+    exact integer, onto ``fmt``'s grid with an unbounded exponent (the caller applies overflow).
+
+    ``|n| = k * 2**sh + rem`` with ``k`` the ``precision`` leading bits. The mode decides the
+    increment of ``k`` by :func:`_round_quantum` on a float64 stand-in ``parity + g`` whose
+    fraction ``g`` is ``rem / 2**sh`` rounded to odd at 51 bits (which keeps zero, the tie and
+    either side of it); stochastic rounding uses the exact ``floor(rem / 2**sh * 2**64)``.
+    """
+    neg = n < 0
+    mag = n.astype(np.uint64)  # two's complement: negate the negative ones modulo 2**64
+    mag = np.where(neg, np.uint64(0) - mag, mag)
+    L = np.frexp((mag >> np.uint64(11)).astype(np.float64))[1] + 11  # bit length (> 53)
+    m = fmt.mantissa_bits
+    sh = (L - (m + 1)).astype(np.uint64)  # 1 <= sh <= 63
+    k = mag >> sh
+    rem = mag & ((np.uint64(1) << sh) - np.uint64(1))
+    assert fmt.bias is not None
+    parity = (k & np.uint64(1)) if m else ((L - 1 + fmt.bias) & 1).astype(np.uint64)
+    if o.mode == "stochastic":
+        assert rw is not None
+        inc = _sr_up(rem << (np.uint64(64) - sh), rw)
+    else:
+        cut = np.maximum(sh.astype(np.int64) - 51, 0).astype(np.uint64)
+        sticky = (rem & ((np.uint64(1) << cut) - np.uint64(1))) != 0
+        g = np.ldexp(((rem >> cut) | sticky).astype(np.float64), -(sh - cut).astype(np.int64))
+        kk = _round_quantum(parity + g, neg, 0, o.mode, rw)
+        inc = kk.astype(np.uint64) - parity
+    val = np.ldexp((k + inc).astype(np.float64), sh.astype(np.int64))
+    return np.where(neg, -val, val)
+
+
+def _round_integers(a: np.ndarray, fmt: FloatFormat | IntFormat, o: RoundingOptions) -> np.ndarray:
+    """:func:`round_to` of an integer or bool array: float64 results, each rounded once from the
+    exact integer (int64/uint64 beyond 2**53 through :func:`_round_big_integers`)."""
+    kw: dict[str, Any] = {"overflow": o.overflow, "subnormals": o.subnormals}
+    kw["random_bits"] = o.random_bits
+    out = round_to(a.astype(np.float64), fmt, rounding=o.mode, seed=o.seed, **kw)
+    if a.dtype.itemsize < 8 or a.dtype.kind == "b" or not isinstance(fmt, FloatFormat):
+        return out  # exact in float64 (integer formats saturate long before 2**53)
+    flat = a.reshape(-1)
+    big = np.flatnonzero(
+        (flat > 2**53) | (flat < -(2**53)) if a.dtype.kind == "i" else flat > 2**53
+    )
+    if big.size:
+        rw = o.words(flat.size, 0)
+        grid = _round_big_integers(flat[big], fmt, o, None if rw is None else rw[big])
+        # the values are on the (unbounded) grid: this only applies the overflow rules
+        mode = "nearest_even" if o.mode in STOCHASTIC_MODES else o.mode
+        out.reshape(-1)[big] = round_to(grid, fmt, rounding=mode, **kw)
+    return out
+
+
 def round_to(
     x: Any,
     fmt: str | FloatFormat | IntFormat,
@@ -589,29 +693,37 @@ def round_to(
     Parameters
     ----------
     x:
-        Array-like of floats: float16, float32, float64 or an ml_dtypes float; any shape, strides or
-        byte order. It is never modified.
+        Array-like of floats (float16, float32, float64, ml_dtypes floats), integers or bools (see
+        Returns), any shape, strides or byte order; or any array that speaks DLPack or the
+        array API (torch, JAX, CuPy), converted without a copy where possible. It is never
+        modified. Masked arrays raise TypeError (pass ``x.filled(...)`` or ``x.data``).
     fmt:
         A format name (``"e4m3"``, ``"bf16"``, ``"int8"``, ml_dtypes names ...) or a format object.
     rounding:
-        ``nearest_even`` (default), ``nearest_away``, ``toward_zero``, ``up``, ``down``, ``odd`` or
-        ``stochastic`` (aliases ``rne rna rtz rup rdn rto sr``).
+        ``nearest_even`` (default), ``nearest_away``, ``toward_zero``, ``up``, ``down``, ``odd``,
+        ``stochastic`` (probability proportional to the distance), ``nearest_zero`` (ties toward
+        zero) or ``stochastic_equal`` (an inexact value goes up or down with probability 1/2
+        each); aliases ``rne rna rtz rup rdn rto sr rnz sre``.
     overflow:
         ``"ieee"``: values beyond the largest finite value become inf (NaN in formats without inf,
-        such as e4m3) under the round-to-nearest modes, stochastic rounding and the directed mode
+        such as e4m3) under the round-to-nearest modes, the stochastic modes and the directed mode
         pointing outward, and ``±max`` under ``toward_zero``, ``odd`` and the inward directed mode;
         ``"saturate"``: every overflow, infinities included, clamps to ``±max``. Formats with
         neither inf nor NaN (e2m1, e2m3, e3m2) and integer formats always saturate.
     subnormals:
         ``"keep"``, or ``"flush"``: results that would be subnormal become zero (sign kept).
     seed, random_bits:
-        For ``stochastic`` rounding: an int seed (``None`` draws one) and the number of random bits
-        (1..64; ``None`` for exact probabilities).
+        For the stochastic modes: an int seed (``None`` draws one) and the number of random bits
+        (1..64; ``None`` for exact probabilities). The random word of each element depends only
+        on (seed, flat index).
 
     Returns
     -------
-    numpy.ndarray of the input's shape: float64 for float64 input, else float32 when the format's
-    values fit in float32 (every format of 16 bits or fewer), else float64.
+    An array of the input's shape, numpy unless ``x`` was another array type (then that type,
+    through DLPack / its array namespace); 0-d for scalar or 0-d input. float64 for float64,
+    integer and bool input, else float32 when the format's values fit in float32 (every format
+    of 16 bits or fewer), else float64. Integers are rounded once from their exact value, also
+    int64/uint64 beyond 2**53; bools are 0 and 1.
 
     Special values. NaN stays NaN, keeping its sign where the format can hold it (not in fnuz
     formats or formats without NaN: there the result is a positive NaN, which :func:`encode`
@@ -631,9 +743,12 @@ def round_to(
     """
     f = get_format(fmt)
     o = check_options(rounding, overflow, subnormals, seed, random_bits)
+    x, restore = as_input(x)
+    if not is_device_array(x) and x.dtype.kind in "biu":
+        return restore(_round_integers(x, f, o))  # type: ignore[no-any-return]
     served = route("round_to", x, f, o)
     if served is not None:
-        return served  # type: ignore[no-any-return]
+        return restore(served)  # type: ignore[no-any-return]
     a = as_float_array(x)
     wdt = working_dtype(a.dtype, f)
     src = np.ascontiguousarray(a).reshape(-1)
@@ -663,4 +778,4 @@ def round_to(
         with np.errstate(all="ignore"):
             where, res = repair(p, src, flagged)
         flat[where] = res
-    return out
+    return restore(out)  # type: ignore[no-any-return]

@@ -32,11 +32,11 @@ from hypothesis import reject
 from hypothesis import strategies as st
 
 from .formats import FloatFormat, IntFormat, get_format
-from .rounding import ROUNDING_MODES
+from .rounding import ROUNDING_MODES, STOCHASTIC_MODES
 
 __all__ = ["codes", "floats_near_ties", "formats", "rounding_modes", "values"]
 
-_ALIASES = ("rne", "rna", "rtz", "rup", "rdn", "rto")
+_ALIASES = ("rne", "rna", "rtz", "rup", "rdn", "rto", "rnz")
 
 
 def _format(fmt: Any) -> FloatFormat | IntFormat:
@@ -273,14 +273,14 @@ def formats(
 
 def rounding_modes(*, stochastic: bool = False, aliases: bool = False) -> st.SearchStrategy[str]:
     """Rounding mode names: the deterministic modes of :func:`~precision_lab.round_to`, plus
-    ``"stochastic"`` with ``stochastic=True`` and the short aliases (``rne`` ...) with
+    the stochastic modes with ``stochastic=True`` and the short aliases (``rne`` ...) with
     ``aliases=True``.
 
     >>> from hypothesis import find
     >>> find(rounding_modes(), lambda m: True)
     'nearest_even'
     """
-    modes = [m for m in ROUNDING_MODES if stochastic or m != "stochastic"]
+    modes = [m for m in ROUNDING_MODES if stochastic or m not in STOCHASTIC_MODES]
     if aliases:
-        modes += list(_ALIASES) + (["sr"] if stochastic else [])
+        modes += list(_ALIASES) + (["sr", "sre"] if stochastic else [])
     return st.sampled_from(modes)

@@ -15,7 +15,7 @@ from functools import cache
 
 from precision_lab.formats import FloatFormat, IntFormat
 
-DETERMINISTIC = ("nearest_even", "nearest_away", "toward_zero", "up", "down", "odd")
+DETERMINISTIC = ("nearest_even", "nearest_away", "toward_zero", "up", "down", "odd", "nearest_zero")
 OVERFLOWS = ("ieee", "saturate")
 KEYS = [(m, o) for m in DETERMINISTIC for o in OVERFLOWS]
 
@@ -48,6 +48,8 @@ def grid(fmt: FloatFormat | IntFormat) -> Grid:
             continue  # inf and NaN
         if fmt.nan == "fn" and code == (1 << (e + m)) - 1:
             continue  # the NaN code
+        if fmt.has_inf and fmt.nan != "ieee" and code == fmt.inf_code:
+            continue  # P3109 extended domain: inf next to the NaN code
         if ef == 0 and fmt.has_zero:
             if frac and not fmt.has_subnormals:
                 continue
@@ -57,7 +59,7 @@ def grid(fmt: FloatFormat | IntFormat) -> Grid:
         pairs.append((value, code))
     pairs.sort()
     top, top_code = pairs[-1]
-    ulp_top = Fraction(2) ** ((top_code >> m) - bias - m)
+    ulp_top = Fraction(2) ** (max(top_code >> m, 1) - bias - m)  # a subnormal top: field 1
     return Grid(
         tuple(float(v) for v, _ in pairs),
         tuple(c for _, c in pairs),
@@ -129,7 +131,9 @@ def referee_all(x: float, fmt: FloatFormat | IntFormat) -> dict[tuple[str, str],
                     r = g.max
                 elif mm == "away":
                     r = _overflow(g, o)
-                elif a < mid or (a == mid and mm == "nearest_even" and max_is_even):
+                elif a < mid or (
+                    a == mid and (mm == "nearest_zero" or (mm == "nearest_even" and max_is_even))
+                ):
                     r = g.max
                 else:
                     r = _overflow(g, o)
@@ -158,6 +162,8 @@ def referee_all(x: float, fmt: FloatFormat | IntFormat) -> dict[tuple[str, str],
                     r = lo if below < above else hi
                 elif mm == "nearest_away":
                     r = hi
+                elif mm == "nearest_zero":
+                    r = lo
                 else:
                     r = lo if lo_code % 2 == 0 else hi
         if r == 0:
@@ -193,6 +199,8 @@ def _referee_int(x: float, fmt: IntFormat, mode: str) -> float:
             k = lo if below < above else hi
         elif mode == "nearest_away":
             k = hi if a > 0 else lo
+        elif mode == "nearest_zero":
+            k = lo if a > 0 else hi
         else:
             k = lo if lo % 2 == 0 else hi
     return float(min(max(k, fmt.min), fmt.max))
@@ -238,6 +246,8 @@ def referee_formula(x: float, fmt: FloatFormat, mode: str, overflow: str = "ieee
         kr = lo if k - lo < Fraction(1, 2) else lo + 1
     elif mm == "nearest_away":
         kr = lo + 1
+    elif mm == "nearest_zero":
+        kr = lo
     else:
         kr = lo if lo % 2 == 0 else lo + 1
     r = kr * q

@@ -53,8 +53,11 @@ CXXFLAGS = ["-O2", "-std=c++17", "-ffp-contract=off", "-fno-fast-math", "-shared
 # casting the signalling NaNs among the float16/bfloat16 patterns raises numpy's "invalid" flag
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning")
 
-DETERMINISTIC = [m for m in ROUNDING_MODES if m != "stochastic"]
+DETERMINISTIC = [m for m in ROUNDING_MODES if not m.startswith("stochastic")]
 M64 = (1 << 64) - 1
+
+P3109_SAMPLE = ["p3109_k8p3se", "p3109_k8p1ue", "p3109_k4p4se", "p3109_k3p2sf", "p3109_k8p8uf"]
+P3109_SAMPLE += ["p3109_k6p3ue", "p3109_k3p3sf"]
 
 #: formats of at most 16 bits: the registry's and custom ones exercising every option
 SMALL_FLOATS: dict[str, FloatFormat] = {
@@ -73,6 +76,20 @@ SMALL_FLOATS.update(
         "e4m0_scale": FloatFormat(
             4, 0, nan="fn", has_inf=False, has_subnormals=False, has_zero=False, signed=False
         ),
+        # a quantum above 1 below the normal range (tiny inputs underflow when scaled)
+        "e2m1_bias-4_unsigned": FloatFormat(2, 1, bias=-4, has_subnormals=False, signed=False),
+        "e8m0_bias130_finite": FloatFormat(
+            8,
+            0,
+            bias=130,
+            nan="none",
+            has_inf=False,
+            has_subnormals=False,
+            has_zero=False,
+            signed=False,
+        ),
+        # P3109: inf next to the NaN code, no exponent bits, p = 1, unsigned
+        **{name: get_format(name) for name in P3109_SAMPLE},
     }
 )
 WIDE_FLOATS: dict[str, FloatFormat] = {
@@ -425,10 +442,13 @@ def test_wide_formats_random(lib, name: str) -> None:
 SR_CASES = [(0, None), (12345, None), ((1 << 64) + 99, 3), ((1 << 128) - 1, 1), (7, 13), (8, 52)]
 
 
-@pytest.mark.parametrize(("seed", "random_bits"), SR_CASES)
-def test_stochastic_rounding_same_bits(lib, seed: int, random_bits: int | None) -> None:
+@pytest.mark.parametrize(
+    ("mode", "seed", "random_bits"),
+    [("stochastic", *c) for c in SR_CASES] + [("stochastic_equal", *c) for c in SR_CASES[::2]],
+)
+def test_stochastic_rounding_same_bits(lib, mode: str, seed: int, random_bits: int | None) -> None:
     """The same random words and the same up/down rule: identical results, element by element."""
-    kw = {"rounding": "stochastic", "seed": seed, "random_bits": random_bits}
+    kw = {"rounding": mode, "seed": seed, "random_bits": random_bits}
     x64 = np.concatenate(
         [_random_near(9999, -26, 18, seed % 1000, float), _edges64(SMALL_FLOATS["e4m3"])]
     )
@@ -660,6 +680,7 @@ def _gemm_cases():
         ("bf16 rtz", "e4m3", A("bf16", "rtz"), "fp32", {}),
         ("bf16 rna", "e4m3", A("bf16", "rna"), "fp32", {}),
         ("bf16 rto", "e4m3", A("bf16", "rto"), "fp32", {}),
+        ("bf16 rnz", "e4m3", A("bf16", "rnz", out_rounding="rnz"), "bf16", {}),
         ("bf16 sr", "e4m3", A("bf16", "sr", seed=5), "fp32", {}),
         ("fp16 sr 3 bits", "e5m2", A("fp16", "sr", seed=2**70 + 3, random_bits=3), "fp16", {}),
         ("fp16 promote 16", "e4m3", A("fp16", promote_every=16), "fp32", {}),

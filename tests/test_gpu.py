@@ -11,7 +11,7 @@ import pytest
 
 import precision_lab as pl
 from precision_lab import FORMATS, FloatFormat, IntFormat
-from precision_lab.rounding import ROUNDING_MODES
+from precision_lab.rounding import ROUNDING_MODES, STOCHASTIC_MODES
 
 pytestmark = [
     pytest.mark.gpu,
@@ -34,7 +34,7 @@ def cp():
     return cupy
 
 
-DETERMINISTIC = [m for m in ROUNDING_MODES if m != "stochastic"]
+DETERMINISTIC = [m for m in ROUNDING_MODES if m not in STOCHASTIC_MODES]
 SMALL = [f for f in FORMATS.values() if isinstance(f, FloatFormat) and f.bits <= 16]
 SMALL += [
     FloatFormat(3, 2, nan="none", has_inf=False, has_subnormals=False),
@@ -109,9 +109,9 @@ def test_round_to_and_encode_match_cpu(cp, fmt: FloatFormat) -> None:
 
 @pytest.mark.parametrize("seed, random_bits", [(0, None), (2**64 + 5, 3), (2**128 - 1, 13)])
 def test_stochastic_rounding_matches_cpu(cp, seed: int, random_bits: int | None) -> None:
-    kw = {"rounding": "stochastic", "seed": seed, "random_bits": random_bits}
     for fmt in (FORMATS["e4m3"], FORMATS["bf16"], FORMATS["e2m1"], FORMATS["e8m0"]):
-        for x in (X32, X64):
+        for x, mode in ((X32, "stochastic"), (X64, "stochastic"), (X32, "stochastic_equal")):
+            kw = {"rounding": mode, "seed": seed, "random_bits": random_bits}
             _same(pl.round_to(cp.asarray(x), fmt, **kw), pl.round_to(x, fmt, **kw), str(fmt))
             xs = x if fmt.has_nan else x[~np.isnan(x)]
             _same(pl.encode(cp.asarray(xs), fmt, **kw), pl.encode(xs, fmt, **kw), str(fmt))

@@ -182,8 +182,9 @@ def test_hypothesis_custom_formats(data, fmt: FloatFormat, dtype) -> None:
 @pytest.mark.parametrize(
     ("seed", "random_bits"), [(0, None), ((1 << 64) + 99, 3), ((1 << 128) - 1, 1), (8, 52)]
 )
-def test_stochastic_same_bits_as_numpy(seed: int, random_bits: int | None) -> None:
-    kw = {"rounding": "stochastic", "seed": seed, "random_bits": random_bits}
+@pytest.mark.parametrize("mode", ["stochastic", "stochastic_equal"])
+def test_stochastic_same_bits_as_numpy(mode: str, seed: int, random_bits: int | None) -> None:
+    kw = {"rounding": mode, "seed": seed, "random_bits": random_bits}
     for name in ("e4m3", "e5m2", "bf16", "e2m1", "e8m0", "fp16"):
         fmt = pl.get_format(name)
         for x in (X32, X32.astype(np.float64)):

@@ -67,7 +67,8 @@ def neighbours(f: FloatFormat, a: Fraction) -> tuple[int, Fraction, Fraction]:
     if lo < max_code(f):
         return lo, code_value(f, lo), code_value(f, lo + 1)
     assert f.bias is not None
-    return lo, code_value(f, lo), code_value(f, lo) + Fraction(2) ** ((lo >> m) - f.bias - m)
+    field = max(lo >> m, 1) if f.has_zero else lo >> m  # a subnormal max: the quantum of field 1
+    return lo, code_value(f, lo), code_value(f, lo) + Fraction(2) ** (field - f.bias - m)
 
 
 def lower_is_even(f: FloatFormat, lo_code: int, lo: Fraction, hi: Fraction) -> bool:
@@ -126,6 +127,9 @@ def ref_round(x: float, f: FloatFormat, mode: str, overflow: str, subnormals: st
         exact = hi if away else lo
         if exact > fmax:  # overflow; round-to-odd gives max (round_to's docstring)
             r = float(fmax) if mode == "odd" else overflowed(f, mode, neg, overflow)
+            all_sub = f.has_zero and max_code(f) < 1 << f.mantissa_bits
+            if subnormals == "flush" and all_sub and 0 < r < math.inf:
+                r = 0.0  # a format whose every value is subnormal: a saturated max flushes too
         elif (
             subnormals == "flush" and f.has_zero and 0 < exact < code_value(f, 1 << f.mantissa_bits)
         ):
@@ -151,10 +155,14 @@ def test_exponent_only_format_with_even_bias_ties_by_code(x, mode, want):
     assert core(np.float32(x), f, mode) == want
 
 
-def test_format_without_normal_values_is_rejected():
-    # found with formats(): e1m1 with bias 0 has only subnormals and crashed round_to (fixed)
-    with pytest.raises(ValueError, match="no normal finite value"):
-        FloatFormat(1, 1, bias=0)
+def test_format_without_normal_values_rounds_correctly():
+    # found with formats(): e1m1 with bias 0 has only subnormals and crashed round_to; such
+    # formats (P3109 K3P3 ...) are supported now: every input goes the core's exact path
+    f = FloatFormat(1, 1, bias=0)  # 0 and the subnormal 1.0; the exponent field 1 is inf/NaN
+    assert f.values().tolist() == [-1.0, 0.0, 1.0]
+    for x in (0.0, -0.0, 0.3, 0.5, 0.7, 1.0, 1.4, 1.5, 1.6, 3.0, -1.5, -0.5, 1e-300):
+        check_all_modes(np.float64(x), f)
+        check_all_modes(np.float32(x), f)
 
 
 def same(a: float, b: float) -> bool:

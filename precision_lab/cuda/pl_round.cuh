@@ -38,8 +38,12 @@ enum {
   PL_RUP = 3,  // up (toward +inf)
   PL_RDN = 4,  // down (toward -inf)
   PL_RTO = 5,  // odd
-  PL_SR = 6    // stochastic
+  PL_SR = 6,   // stochastic
+  PL_RNZ = 7,  // nearest_zero (ties toward zero)
+  PL_SRE = 8   // stochastic_equal (inexact: up or down with probability 1/2, top random bit)
 };
+// Whether a mode draws random words (rounding.STOCHASTIC_MODES).
+PL_HD bool pl_is_stochastic(int mode) { return mode == PL_SR || mode == PL_SRE; }
 enum { PL_NAN_IEEE = 0, PL_NAN_FN = 1, PL_NAN_FNUZ = 2, PL_NAN_NONE = 3 };
 enum { PL_HAS_INF = 1, PL_HAS_SUBNORMALS = 2, PL_HAS_ZERO = 4, PL_SIGNED = 8 };
 
@@ -151,9 +155,13 @@ PL_HD pl_u64 pl_max_code_magnitude(const pl_format& f) {
   const int e = f.ebits, m = f.mbits;
   const pl_u64 top = (1ULL << (e + m)) - 1;
   if (f.nan_style == PL_NAN_IEEE) return ((((1ULL << e) - 2) << m) | ((1ULL << m) - 1));
-  if (f.nan_style == PL_NAN_FN) return top - 1;
-  return top;
+  // fn: the all-ones code is NaN; an inf outside the IEEE style (P3109 extended domain) takes the
+  // next code below the NaNs
+  return top - (f.nan_style == PL_NAN_FN ? 1 : 0) - (f.has_inf ? 1 : 0);
 }
+
+// Magnitude code of +inf (formats.FloatFormat.inf_code; meaningful only when f.has_inf).
+PL_HD pl_u64 pl_inf_code(const pl_format& f) { return pl_max_code_magnitude(f) + 1; }
 
 PL_HD int pl_emin(const pl_format& f) { return (f.has_zero ? 1 : 0) - f.bias; }
 
@@ -171,10 +179,10 @@ PL_HD double pl_smallest_subnormal(const pl_format& f) {
   return pl_smallest_normal(f);
 }
 
-// rounding.working_dtype: can float32 hold every value of the format?
+// rounding.working_dtype: can float32 hold every value of the format? (the quantum of the lowest
+// binade is at least 2**-149)
 PL_HD bool pl_fits_float32(const pl_format& f) {
-  return f.mbits <= 23 && pl_fmt_max(f) <= 3.4028234663852886e38 &&
-         pl_smallest_subnormal(f) >= 1.401298464324817e-45;
+  return f.mbits <= 23 && pl_fmt_max(f) <= 3.4028234663852886e38 && pl_emin(f) - f.mbits >= -149;
 }
 
 // ----- counter-based random words: Philox4x64-10 (precision_lab/_random.py) ----------------------
@@ -230,7 +238,10 @@ PL_HD pl_u64 pl_random_word(pl_u64 index, pl_u64 seed_lo, pl_u64 seed_hi, int ra
 // ----- rounding to an integer multiple of 2**qexp (rounding._round_quantum) ----------------------
 // mag >= 0 finite; returns k as a double integer; rw: the element's (masked) random word.
 PL_HD double pl_round_quantum(double mag, bool neg, int qexp, int mode, pl_u64 rw) {
-  const double v = ldexp(mag, -qexp);
+  double v = ldexp(mag, -qexp);
+  // scaling down a tiny input can underflow: v < 2**-1022 then stands in for it (every mode
+  // decides the same for any value in (0, 2**-64))
+  if (qexp > 0 && ldexp(v, qexp) != mag) v = ldexp(1.0, -100);
   if (mode == PL_RNE) return rint(v);
   const double f = floor(v);
   switch (mode) {
@@ -244,6 +255,10 @@ PL_HD double pl_round_quantum(double mag, bool neg, int qexp, int mode, pl_u64 r
       return neg ? ceil(v) : f;
     case PL_RTO:
       return f + ((v != f && fmod(f, 2.0) == 0.0) ? 1.0 : 0.0);
+    case PL_RNZ:
+      return f + (v - f > 0.5 ? 1.0 : 0.0);
+    case PL_SRE:
+      return f + ((v != f && (rw >> 63) != 0) ? 1.0 : 0.0);
     default: {  // stochastic: up iff floor(frac * 2**64) + R >= 2**64
       const pl_u64 frac64 = (pl_u64)floor(ldexp(v - f, 64));
       return f + ((frac64 != 0 && rw >= 0ULL - frac64) ? 1.0 : 0.0);
@@ -302,7 +317,7 @@ PL_HD typename pl_traits<F>::U pl_special(const pl_plan<F>& p, typename pl_trait
   bool to_inf;
   if (p.saturate) {
     to_inf = false;
-  } else if (p.mode == PL_RNE || p.mode == PL_RNA || p.mode == PL_SR) {
+  } else if (p.mode == PL_RNE || p.mode == PL_RNA || p.mode == PL_RNZ || pl_is_stochastic(p.mode)) {
     to_inf = true;
   } else if (p.mode == PL_RUP) {
     to_inf = !neg;
@@ -394,6 +409,12 @@ PL_HD typename pl_traits<F>::U pl_round_bits(const pl_plan<F>& p, typename pl_tr
       case PL_RDN:
         r = u + (sign != 0 ? mask : (U)0);
         break;
+      case PL_RNZ:  // half the quantum less one: exact ties stay down
+        r = u + (((U)1 << (s - 1)) - 1);
+        break;
+      case PL_SRE:  // inexact: a whole quantum up iff the top random bit is set
+        r = u + (((u & mask) != 0 && (rw >> 63) != 0) ? ((U)1 << s) : (U)0);
+        break;
       case PL_RTO:  // inexact: the neighbour whose code is odd
         r = u & ~mask;
         if ((u & mask) != 0 && (((r >> s) & 1) ^ (U)p.flip_parity) == 0) r += (U)1 << s;
@@ -416,10 +437,12 @@ PL_HD typename pl_traits<F>::U pl_round_bits(const pl_plan<F>& p, typename pl_tr
     if (p.fmt.nan_style != PL_NAN_NONE) {
       nan = nan || negative;
     } else if (negative) {
-      res = p.fmt.has_zero ? (U)0 : p.threshold;
+      res = p.fmt.has_zero ? (U)0 : T::bits_from_double(pl_smallest_subnormal(p.fmt));
     }
     if (nan) res = T::nan_bits();
   }
+  // every value subnormal (no exponent bits): saturated results flush too
+  if (p.flush && p.maxbits < p.threshold && (res & abs_mask) < T::inf_bits()) res &= ~abs_mask;
   if (p.fmt.nan_style == PL_NAN_FNUZ || !p.fmt.is_signed) {
     if ((res & abs_mask) == 0) res = 0;  // no negative zero
   }
@@ -497,7 +520,7 @@ PL_HD pl_u64 pl_encode_rounded(const pl_plan<F>& p, typename pl_traits<F>::U rb,
   if (mag >= T::inf_bits()) {
     const bool nan = mag > T::inf_bits();
     if (nan && fmt.nan_style == PL_NAN_NONE) *nan_error = 1;
-    const U inf_code = (U)(((1ULL << fmt.ebits) - 1) << m);
+    const U inf_code = (U)pl_inf_code(fmt);
     const pl_i64 nan_code = pl_nan_code(fmt);
     const U nan_sign =
         (fmt.nan_style == PL_NAN_IEEE || fmt.nan_style == PL_NAN_FN) ? sign : (U)0;
@@ -554,6 +577,7 @@ PL_HD double pl_decode(const pl_format& f, pl_u64 c) {
   } else if (f.nan_style == PL_NAN_FNUZ) {
     nan = neg && mag == 0;
   }
+  if (f.has_inf && f.nan_style != PL_NAN_IEEE && mag == pl_inf_code(f)) val = pl_inf64();
   const bool nan_keeps_sign = f.nan_style == PL_NAN_IEEE || f.nan_style == PL_NAN_FN;
   if (nan) return (neg && nan_keeps_sign) ? -pl_nan64() : pl_nan64();
   return neg ? -val : val;
@@ -577,7 +601,7 @@ template <typename F>
 PL_HD void pl_round_group(const pl_plan<F>& p, const F* x, F* out, pl_u64 n, pl_u64 g,
                           const pl_sr_key& key) {
   pl_u64 w[4] = {0, 0, 0, 0};
-  if (p.mode == PL_SR) pl_random_group(g, key.seed_lo, key.seed_hi, key.random_bits, w);
+  if (pl_is_stochastic(p.mode)) pl_random_group(g, key.seed_lo, key.seed_hi, key.random_bits, w);
   for (int j = 0; j < 4; ++j) {
     const pl_u64 i = 4 * g + j;
     if (i < n) out[i] = pl_round_value(p, x[i], w[j]);
@@ -589,7 +613,7 @@ PL_HD int pl_encode_group(const pl_plan<F>& p, const F* x, C* out, pl_u64 n, pl_
                           const pl_sr_key& key) {
   pl_u64 w[4] = {0, 0, 0, 0};
   int err = 0;
-  if (p.mode == PL_SR) pl_random_group(g, key.seed_lo, key.seed_hi, key.random_bits, w);
+  if (pl_is_stochastic(p.mode)) pl_random_group(g, key.seed_lo, key.seed_hi, key.random_bits, w);
   for (int j = 0; j < 4; ++j) {
     const pl_u64 i = 4 * g + j;
     if (i < n) out[i] = (C)pl_encode_value(p, x[i], w[j], &err);
@@ -601,7 +625,7 @@ template <typename F>
 PL_HD void pl_round_int_group(const F* x, F* out, pl_u64 n, pl_u64 g, int bits, int is_signed,
                               int mode, const pl_sr_key& key) {
   pl_u64 w[4] = {0, 0, 0, 0};
-  if (mode == PL_SR) pl_random_group(g, key.seed_lo, key.seed_hi, key.random_bits, w);
+  if (pl_is_stochastic(mode)) pl_random_group(g, key.seed_lo, key.seed_hi, key.random_bits, w);
   for (int j = 0; j < 4; ++j) {
     const pl_u64 i = 4 * g + j;
     if (i < n) {
@@ -616,7 +640,7 @@ PL_HD int pl_encode_int_group(const F* x, C* out, pl_u64 n, pl_u64 g, int bits, 
                               int mode, const pl_sr_key& key) {
   pl_u64 w[4] = {0, 0, 0, 0};
   int err = 0;
-  if (mode == PL_SR) pl_random_group(g, key.seed_lo, key.seed_hi, key.random_bits, w);
+  if (pl_is_stochastic(mode)) pl_random_group(g, key.seed_lo, key.seed_hi, key.random_bits, w);
   for (int j = 0; j < 4; ++j) {
     const pl_u64 i = 4 * g + j;
     if (i < n) {

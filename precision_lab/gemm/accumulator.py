@@ -148,8 +148,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._random import check_seed
 from ..formats import FloatFormat, get_format
-from ..rounding import OVERFLOW_MODES, SUBNORMAL_MODES, check_rounding
+from ..rounding import OVERFLOW_MODES, SUBNORMAL_MODES, check_random_bits, check_rounding
 
 __all__ = ["ADDENDS", "ORDERS", "Accumulator"]
 
@@ -283,6 +284,11 @@ class Accumulator:
                 put(self, mode_field, check_rounding(getattr(self, mode_field)))
             except ValueError as exc:
                 raise ValueError(f"{mode_field}: {exc}") from None
+            if getattr(self, mode_field) == "stochastic_equal":
+                raise ValueError(
+                    f"{mode_field}: the GEMM models do not support 'stochastic_equal' yet "
+                    "(use 'stochastic', or round with round_to)"
+                )
         if self.order not in ORDERS:
             raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {self.order!r}")
         if self.addend not in ADDENDS:
@@ -355,18 +361,10 @@ class Accumulator:
                 f"order='blas' is float32 BLAS summation: format must be fp32 and rounding "
                 f"nearest_even, got format={fmt}, rounding={self.rounding!r}"
             )
-        if self.random_bits is not None and (
-            isinstance(self.random_bits, bool)
-            or not isinstance(self.random_bits, int)
-            or not 1 <= self.random_bits <= 64
-        ):
-            raise ValueError(f"random_bits must be in 1..64 or None, got {self.random_bits!r}")
-        if self.seed is not None and (
-            isinstance(self.seed, bool)
-            or not isinstance(self.seed, int)
-            or not 0 <= self.seed < 1 << 128
-        ):
-            raise ValueError(f"seed must be an int in [0, 2**128) or None, got {self.seed!r}")
+        if self.random_bits is not None:  # numpy integers accepted, as by round_to
+            object.__setattr__(self, "random_bits", check_random_bits(self.random_bits))
+        if self.seed is not None:
+            object.__setattr__(self, "seed", check_seed(self.seed))
 
     @property
     def stochastic(self) -> bool:

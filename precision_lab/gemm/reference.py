@@ -25,8 +25,16 @@ from typing import Any
 
 import numpy as np
 
+from .._arrays import as_input
 from ..formats import FloatFormat, get_format
-from ..rounding import _fits_float32, as_float_array, check_rounding, is_device_array, round_to
+from ..rounding import (
+    _fits_float32,
+    as_float_array,
+    check_rounding,
+    is_device_array,
+    is_stochastic,
+    round_to,
+)
 from .accumulator import Accumulator, _float_format
 from .exact import Rounder, round_sum, stochastic_words, two_sum
 from .scales import expand_scales
@@ -106,6 +114,10 @@ def gemm(
     acc = _as_accumulator(accumulator)
     fa, fb = _input_formats(input_format)
     out_fmt = _float_format(out_format, "out_format")
+    a, restore = as_input(a, "a")
+    b, _ = as_input(b, "b")
+    if c is not None:
+        c, _ = as_input(c, "c")
     on_device = is_device_array(a) or is_device_array(b) or is_device_array(c)
     if backend == "cupy" or (backend == "auto" and on_device):
         try:
@@ -126,11 +138,11 @@ def gemm(
             out_format=out_fmt,
             **extra,
         )
-        return _canonical_nan(out)
+        return restore(_canonical_nan(out))
     if on_device:
         raise TypeError("backend='numpy' got CuPy arrays: use backend='cupy' or 'auto'")
     out = _gemm_numpy(a, b, c, fa, fb, acc, out_fmt, input_rounding, scale_a, scale_b, scale_block)
-    return _canonical_nan(out)
+    return restore(_canonical_nan(out))
 
 
 def _canonical_nan(out: Any) -> Any:
@@ -273,8 +285,9 @@ def _blas_fast_path_applies(
         acc.order == "blas"
         and scale_a is None
         and scale_b is None
-        and input_rounding not in ("exact", "stochastic", "sr")
-        and acc.out_rounding != "stochastic"
+        and input_rounding != "exact"
+        and not is_stochastic(input_rounding)
+        and not is_stochastic(acc.out_rounding)
         and all(_fits_float32(f) for f in (fa, fb, out_fmt))
     )
 

@@ -198,6 +198,12 @@ PL_INLINE U fast_round(U x, int s, U notmask, U half_m1, U flip, pl_u64 rw) {
       const U even = ((r >> s) & 1) ^ flip ^ 1;
       return r + ((inexact & even) << s);
     }
+    case PL_RNZ:  // half the quantum less one: exact ties stay down
+      return x + half_m1;
+    case PL_SRE: {  // inexact: a whole quantum up iff the top random bit is set
+      const U inexact = ((x & mask) + mask) >> s;
+      return x + ((inexact & (U)(rw >> 63)) << s);
+    }
     default:  // PL_SR: add the top s bits of the random word below the kept part
       return x + (U)(rw >> (64 - s));
   }
@@ -216,7 +222,7 @@ PL_INLINE typename pl_traits<F>::U round_block_fast(const fast_consts<F>& c,
   U any = 0;
   for (int i = 0; i < n; ++i) {
     const U x = b[i];
-    r[i] = fast_round<U, MODE>(x, s, notmask, half_m1, flip, MODE == PL_SR ? rw[i] : 0) & notmask;
+    r[i] = fast_round<U, MODE>(x, s, notmask, half_m1, flip, (MODE == PL_SR || MODE == PL_SRE) ? rw[i] : 0) & notmask;
     any |= needs_exact(x, keep, thr, range, zero_fast);
   }
   return any;
@@ -237,7 +243,7 @@ PL_INLINE typename pl_traits<F>::U encode_block_fast(const fast_consts<F>& c,
   U any = 0;
   for (int i = 0; i < n; ++i) {
     const U x = b[i];
-    U k = (fast_round<U, MODE>(x, s, notmask, half_m1, flip, MODE == PL_SR ? rw[i] : 0) >> s) -
+    U k = (fast_round<U, MODE>(x, s, notmask, half_m1, flip, (MODE == PL_SR || MODE == PL_SRE) ? rw[i] : 0) >> s) -
           offset;
     k = (k & low) | ((k >> drop) & sign_code);     // the sign bit moves down to the format's
     const U zero = (U)0 - (U)((x & keep) == 0);  // ±0: the sign alone
@@ -273,9 +279,15 @@ struct job {
   pl_plan<F> p;
   fast_consts<F> c;
   pl_sr_key key;
-  bool random;  // the mode needs random words
+  bool random;      // the mode needs random words
+  bool exact_only;  // no input takes the fast path: the format has no normal value, or the
+                    // mode was added to the header after this file
   job(const pl_format& f, int mode, int saturate, int flush, pl_sr_key k)
-      : p(pl_make_plan<F>(f, mode, saturate, flush)), c(p), key(k), random(mode >= PL_SR) {}
+      : p(pl_make_plan<F>(f, mode, saturate, flush)),
+        c(p),
+        key(k),
+        random(pl_is_stochastic(mode)),
+        exact_only(mode > PL_SRE || p.maxbits < p.threshold) {}
 };
 
 template <typename F, int MODE>
@@ -284,13 +296,12 @@ PL_CLONES void round_range_mode(const job<F>& j, const void* src, int src_size, 
   typedef typename pl_traits<F>::U U;
   U buf[BLOCK];
   pl_u64 rw[BLOCK];
-  const bool known = MODE <= PL_SR;
   for (size_t i0 = lo; i0 < hi; i0 += BLOCK) {
     const int n = (int)(hi - i0 < (size_t)BLOCK ? hi - i0 : (size_t)BLOCK);
     const U* b = load_block<U>(src, src_size, i0, n, buf);
     U* r = (U*)dst + i0;
     if (j.random) fill_words(j.key, i0, n, rw);
-    if (!known) {  // a mode added to the header after this file: the exact routine throughout
+    if (j.exact_only) {  // the exact routine throughout
       for (int i = 0; i < n; ++i) r[i] = pl_round_bits(j.p, b[i], j.random ? rw[i] : 0);
       continue;
     }
@@ -306,7 +317,6 @@ PL_CLONES int encode_range_mode(const job<F>& j, const void* src, int src_size, 
   U buf[BLOCK];
   pl_u64 rw[BLOCK];
   int err = 0;
-  const bool known = MODE <= PL_SR;
   for (size_t i0 = lo; i0 < hi; i0 += BLOCK) {
     const int n = (int)(hi - i0 < (size_t)BLOCK ? hi - i0 : (size_t)BLOCK);
     const U* b = load_block<U>(src, src_size, i0, n, buf);
@@ -316,7 +326,7 @@ PL_CLONES int encode_range_mode(const job<F>& j, const void* src, int src_size, 
       const U rb = pl_round_bits(j.p, b[i], j.random ? rw[i] : 0);
       out[i] = (C)pl_encode_rounded(j.p, rb, &err);
     };
-    if (!known) {  // a mode added to the header after this file: the exact routine throughout
+    if (j.exact_only) {  // the exact routine throughout
       for (int i = 0; i < n; ++i) exact(i);
     } else if (encode_block_fast<F, MODE, C>(j.c, b, out, rw, n)) {
       for_flagged(j.c, b, n, exact);
@@ -325,7 +335,8 @@ PL_CLONES int encode_range_mode(const job<F>& j, const void* src, int src_size, 
   return err;
 }
 
-// The rounding mode as a template argument (modes 0..6 have fast paths; the rest use MODE 7).
+// The rounding mode as a template argument (modes 0..8 have fast paths; a later mode runs the
+// header's exact routine throughout).
 #define PL_BY_MODE(mode, CALL)             \
   switch (mode) {                          \
     case PL_RNE: CALL(PL_RNE); break;      \
@@ -335,7 +346,9 @@ PL_CLONES int encode_range_mode(const job<F>& j, const void* src, int src_size, 
     case PL_RDN: CALL(PL_RDN); break;      \
     case PL_RTO: CALL(PL_RTO); break;      \
     case PL_SR: CALL(PL_SR); break;        \
-    default: CALL(PL_SR + 1); break;       \
+    case PL_RNZ: CALL(PL_RNZ); break;      \
+    case PL_SRE: CALL(PL_SRE); break;      \
+    default: CALL(PL_SRE + 1); break;      \
   }
 
 template <typename F>
@@ -657,7 +670,7 @@ PyMODINIT_FUNC PyInit__native(void) {
   if (m == NULL) return NULL;
   if (PyModule_AddStringConstant(m, "SOURCE_HASH", PL_SOURCE_HASH) < 0 ||
       PyModule_AddIntConstant(m, "BLOCK", BLOCK) < 0 ||
-      PyModule_AddIntConstant(m, "FAST_MODES", PL_SR + 1) < 0) {
+      PyModule_AddIntConstant(m, "FAST_MODES", PL_SRE + 1) < 0) {
     Py_DECREF(m);
     return NULL;
   }

@@ -111,7 +111,7 @@ class TrainConfig:
             "gradient_format",
             "master_format",
         ):
-            f = get_format(getattr(self, name))
+            f = get_format(getattr(self, name), name=name)
             if not isinstance(f, FloatFormat):
                 raise ValueError(f"{name} must be a floating-point format, got {f}")
         if self.loss_scaling not in ("none", "static", "dynamic"):
