@@ -9,11 +9,13 @@ import threading
 import time
 import warnings
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 import precision_lab as pl
 from precision_lab import _parallel, rounding
+from precision_lab.scaling import has_inf_or_nan
 
 # ---------------------------------------------------------------- item 1: fork and Ctrl-C
 
@@ -150,3 +152,26 @@ def test_item1_worker_error_stops_other_workers(monkeypatch):
 
 def test_item1_for_chunks_still_importable_from_rounding():
     assert rounding.for_chunks is _parallel.for_chunks
+
+
+# ---------------------------------------------------------------- item 3: has_inf_or_nan
+
+
+_ML_FLOAT_NAMES = sorted(
+    n for n in dir(ml_dtypes) if n.startswith(("float8", "float6", "float4", "bfloat16"))
+)
+
+
+@pytest.mark.parametrize("dtype", [*_ML_FLOAT_NAMES, "float16", "float32", "float64"])
+def test_item3_has_inf_or_nan_every_float_dtype(dtype):
+    """inf and NaN are found in ml_dtypes arrays (bfloat16, float8_*, ...) as in numpy floats."""
+    dt = np.dtype(getattr(ml_dtypes, dtype, None) or dtype)
+    for special in (np.inf, -np.inf, np.nan):
+        a = np.array([1.0, 0.5, special, -2.0]).astype(dt)
+        # the referee: the same values widened to float64 (formats without inf hold NaN or max)
+        expected = not np.isfinite(a.astype(np.float64)).all()
+        assert has_inf_or_nan(np.ones(3, dt), a) is expected, (dtype, special)
+        assert has_inf_or_nan(a[2:3].reshape(1, 1)) is expected
+    assert has_inf_or_nan(np.array([1.0, -0.5, 0.0]).astype(dt)) is False
+    big = np.array([float(ml_dtypes.finfo(dt).max)]).astype(dt)
+    assert has_inf_or_nan(big) is False
