@@ -3,6 +3,7 @@ named ``test_item<N>_...``. Each failed before its fix."""
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import threading
@@ -175,3 +176,171 @@ def test_item3_has_inf_or_nan_every_float_dtype(dtype):
     assert has_inf_or_nan(np.array([1.0, 0.5, 2.0]).astype(dt)) is False
     big = np.array([float(ml_dtypes.finfo(dt).max)]).astype(dt)
     assert has_inf_or_nan(big) is False
+
+
+# ---------------------------------------------------------------- item 4: underflow_stats
+
+
+def _stats_oracle(g: np.ndarray, fmt: str, scale: float) -> dict[str, float]:
+    """Fractions and relative errors from Fractions: the exact S*g, its rounding by the core (from
+    the exact product as a float64, which it is for a power-of-two S without underflow), and
+    exact sums; IEEE overflow = the unbounded rounding beyond fmt.max."""
+    from fractions import Fraction
+
+    f = pl.get_format(fmt)
+    x = [Fraction(float(v)) for v in g.astype(np.float64)]
+    xs = [v * Fraction(scale) for v in x]
+    q = [float(pl.round_to(np.float64(v), f)) if abs(v) < 2**1024 else math.inf for v in xs]
+    nz = [i for i, v in enumerate(x) if v != 0]
+    zero = sum(q[i] == 0 for i in nz)
+    sub = sum(0 < abs(q[i]) < f.smallest_normal for i in nz)
+    over = [i for i in nz if abs(xs[i]) > f.max and not abs(q[i]) <= f.max]
+    keep = [i for i in nz if i not in over]
+    l1d = sum(abs(Fraction(q[i]) - xs[i]) for i in keep)
+    l1x = sum(abs(xs[i]) for i in keep)
+    l2d = sum((Fraction(q[i]) - xs[i]) ** 2 for i in keep)
+    l2x = sum(xs[i] ** 2 for i in keep)
+    n = max(len(nz), 1)
+    return {
+        "zero_fraction": zero / n,
+        "subnormal_fraction": sub / n,
+        "overflow_fraction": len(over) / n,
+        "rel_l1_error": float(l1d / l1x) if l1x else 0.0,
+        "rel_l2_error": _sqrt(l2d / l2x) if l2x else 0.0,
+    }
+
+
+def _sqrt(r) -> float:
+    """sqrt of a positive Fraction, also where the Fraction itself is beyond float64's range."""
+    k = (r.numerator.bit_length() - r.denominator.bit_length()) // 2
+    return math.ldexp(math.sqrt(float(r / 4**k if k >= 0 else r * 4**-k)), k)
+
+
+@pytest.mark.parametrize(
+    ("values", "fmt", "scale"),
+    [
+        ([1e-310, 1.0], "fp16", 1.0),  # a float64 subnormal: was OverflowError
+        ([1e-310, -3e-320, 5e-324], "fp64", 1.0),
+        ([1e170, 1.0, 1e-3], "fp16", 1.0),  # was ZeroDivisionError
+        ([1e170, -1e-300], "fp16", 1.0),
+        ([1.0, 0.5, 3e-5], "fp16", 2.0**1020),  # scale products overflow float64
+        ([1e-150, 3.3e-150], "bf16", 1.0),  # squares underflow: rel_l2 was 0.0, is 1.0
+        ([1e150, 3.3e150, -7e149], "bf16", 1.0),  # squares overflow
+        ([1e300, 1.5e300, 1.7e308], "fp64", 1.0),
+        ([2.0**-1074, 2.0**-1000, 1.0], "e4m3", 2.0**-60),
+        ([1e-30, 3e-38, 7.0], "e5m2", 2.0**100),
+    ],
+)
+def test_item4_underflow_stats_extreme_values(values, fmt, scale):
+    g = np.array(values, dtype=np.float64)
+    st = pl.underflow_stats(g, fmt, scale)
+    ref = _stats_oracle(g, fmt, scale)
+    for key, want in ref.items():
+        assert getattr(st, key) == pytest.approx(want, rel=1e-12, abs=0), key
+
+
+def test_item4_rel_l2_tiny_values_is_one():
+    st = pl.underflow_stats(np.array([1e-150, 3.3e-150]), "bf16")
+    assert st.zero_fraction == 1.0 and st.rel_l1_error == 1.0 and st.rel_l2_error == 1.0
+
+
+def test_item4_huge_scale():
+    """scale=1e308 (not a power of two): the products overflow float64; no ZeroDivisionError."""
+    st = pl.underflow_stats(np.array([1.0, 2.0, 1e-320]), "fp16", scale=1e308)
+    assert st.overflow_fraction == pytest.approx(2 / 3)
+    assert st.zero_fraction == pytest.approx(1 / 3)
+    assert st.rel_l1_error == 1.0 and st.rel_l2_error == 1.0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_item4_underflow_stats_random_wide_range(seed):
+    """Magnitudes over float64's whole range, several chunks: against the exact sums."""
+    rng = np.random.default_rng(seed)
+    n = 3000
+    g = np.ldexp(rng.uniform(0.5, 1.0, n), rng.integers(-1074, 1024, n)) * rng.choice([-1, 1], n)
+    g[:5] = [0.0, -0.0, 5e-324, -1.7e308, 1.0]
+    scale = 2.0 ** int(rng.integers(-40, 40))
+    st = pl.underflow_stats(g, "bf16", scale)
+    ref = _stats_oracle(g, "bf16", scale)
+    for key, want in ref.items():
+        assert getattr(st, key) == pytest.approx(want, rel=1e-12, abs=0), key
+
+
+# ------------------------------------------- item 13 (part): error_stats with NaN and extremes
+
+
+def test_item13_error_stats_agreeing_nan_and_inf_are_not_errors():
+    """As numpy.testing.assert_allclose(equal_nan=True): NaN against NaN and inf against the same
+    inf are exact; the other positions give the statistics."""
+    ref = np.array([np.nan, 1.0, np.inf, -np.inf, 4.0])
+    app = np.array([np.nan, 1.0 + 2**-20, np.inf, -np.inf, 4.0])
+    st = pl.error_stats(app, ref)
+    fin = pl.error_stats(app[[1, 4]], ref[[1, 4]])
+    assert st.n == 5
+    assert st.max_abs == fin.max_abs == 2**-20
+    assert st.max_rel == fin.max_rel and st.max_ulp == fin.max_ulp
+    assert st.normwise == fin.normwise == pytest.approx(2**-20 / math.sqrt(17), rel=1e-15)
+    assert st.snr_db == fin.snr_db
+    both_nan = pl.error_stats(np.array([np.nan]), np.array([np.nan]))
+    assert both_nan.max_abs == 0 and both_nan.normwise == 0 and both_nan.snr_db == math.inf
+    # disagreement propagates: NaN where the approximation lost the value
+    bad = pl.error_stats(np.array([np.nan, 1.0]), np.array([2.0, 1.0]))
+    assert math.isnan(bad.max_abs) and math.isnan(bad.normwise)
+    assert pl.error_stats(np.array([np.inf]), np.array([-np.inf])).max_abs == math.inf
+
+
+@pytest.mark.parametrize("mag", [1e-160, 1e-310, 1e160, 1e300])
+def test_item13_error_stats_norms_of_extreme_values(mag):
+    """normwise and snr_db from scaled sums: no underflow or overflow of the squares."""
+    from fractions import Fraction
+
+    ref = np.array([1.0, -3.0, 2.5]) * mag
+    app = ref * (1 + np.array([2.0**-30, 0.0, -(2.0**-25)]))
+    st = pl.error_stats(app, ref)
+    num = sum((Fraction(a) - Fraction(r)) ** 2 for a, r in zip(app, ref, strict=True))
+    den = sum(Fraction(r) ** 2 for r in ref)
+    assert num > 0
+    assert st.normwise == pytest.approx(_sqrt(num / den), rel=1e-12)
+    assert st.snr_db == pytest.approx(10 * math.log10(den / num), rel=1e-12)
+
+
+# ------------------------------------------------- item 13 (part): pick_loss_scale's margin
+
+
+def _largest_k(amax: float, fmax: float, margin: int) -> int:
+    """The largest k with amax * 2**k <= fmax / 2**margin, with Fractions."""
+    from fractions import Fraction
+
+    k = -3000
+    while Fraction(amax) * Fraction(2) ** (k + 1) <= Fraction(fmax) / Fraction(2) ** margin:
+        k += 1
+    return k
+
+
+@pytest.mark.parametrize(
+    ("amax", "fmt", "margin"),
+    [(1.0, "fp16", 1), (1e-310, "fp16", 0), (1.7e308, "e4m3", 3), (3e-5, "bf16", 40)],
+)
+def test_item13_pick_loss_scale_exact_k(amax, fmt, margin):
+    c = pl.pick_loss_scale(np.array([amax, amax / 3]), fmt, margin=margin)
+    k = min(_largest_k(amax, float(pl.get_format(fmt).max), margin), 1023)
+    assert c.log2_scale == k and c.scale == math.ldexp(1.0, k)
+    assert math.isfinite(c.headroom_log2)
+
+
+def test_item13_pick_loss_scale_huge_margin():
+    """margin=2000 was 'math domain error': the scale it asks for is below float64's range."""
+    with pytest.raises(ValueError, match="margin"):
+        pl.pick_loss_scale(np.ones(3), "fp16", margin=2000)
+    with pytest.raises(ValueError, match="margin"):
+        pl.pick_loss_scale(np.ones(3), "fp16", margin=2000, target_underflow=0.1)
+    # a large negative margin only asks for a huge scale: the largest power of two float64 has
+    assert pl.pick_loss_scale(np.ones(3), "fp16", margin=-2000).log2_scale == 1023
+
+
+def test_item13_pick_loss_scale_target_extreme_gradients():
+    """target_underflow with gradients near float64's ends: no overflow in the search."""
+    g = np.array([1e308, 1e-300, 3e-200])
+    c = pl.pick_loss_scale(g, "fp16", target_underflow=0.5)
+    assert c.rule in ("underflow", "underflow-unmet")
+    assert pl.underflow_stats(g, "fp16", c.scale).zero_fraction == c.zero_fraction
