@@ -344,3 +344,31 @@ def test_item13_pick_loss_scale_target_extreme_gradients():
     c = pl.pick_loss_scale(g, "fp16", target_underflow=0.5)
     assert c.rule in ("underflow", "underflow-unmet")
     assert pl.underflow_stats(g, "fp16", c.scale).zero_fraction == c.zero_fraction
+
+
+# ---------------------------------------------------------------- item 5: wide input formats
+
+
+def test_item5_gemm_refuses_formats_whose_products_leave_float64():
+    """FloatFormat(11, 10) was 'math domain error': its products overflow/underflow float64."""
+    a = np.ones((2, 3))
+    for fmt in (pl.FloatFormat(11, 10), pl.FloatFormat(11, 2), (pl.FloatFormat(11, 2), "fp16")):
+        with pytest.raises(ValueError, match=r"input_format.*float64's range"):
+            pl.gemm(a, a.T, input_format=fmt, accumulator="fp64", out_format="fp64")
+
+
+def test_item5_gemm_wide_exponent_format_within_range():
+    """A 10-exponent-bit format (values below 2**512, subnormals to 2**-515): products are exact
+    in float64, and the fp64 sequential accumulation is Python's float addition in order."""
+    f = pl.FloatFormat(10, 5)
+    rng = np.random.default_rng(5)
+    a = pl.round_to(np.ldexp(rng.standard_normal((3, 8)), rng.integers(-516, 511, (3, 8))), f)
+    b = pl.round_to(np.ldexp(rng.standard_normal((8, 4)), rng.integers(-516, 511, (8, 4))), f)
+    a[0, :2], b[:2, 0] = f.max, [f.max, -f.smallest_subnormal]
+    d = pl.gemm(a, b, input_format=f, accumulator="fp64", out_format="fp64")
+    for i in range(3):
+        for j in range(4):
+            s = 0.0
+            for k in range(8):
+                s += float(a[i, k]) * float(b[k, j])
+            assert d[i, j] == s
