@@ -372,3 +372,62 @@ def test_item5_gemm_wide_exponent_format_within_range():
             for k in range(8):
                 s += float(a[i, k]) * float(b[k, j])
             assert d[i, j] == s
+
+
+# ------------------------------------------------- item 2: block formats beyond float32's range
+
+
+def _with_huge_block(bf: pl.blocks.BlockFormat, huge: float) -> tuple[np.ndarray, tuple]:
+    """float64 x: one ordinary block (or tile), then one holding ``huge``; and that block's
+    index. The ordinary block is x[ordinary]."""
+    rng = np.random.default_rng(1)
+    if len(bf.block_shape) == 2:
+        r, c = bf.block_shape
+        x = rng.standard_normal((r, 2 * c))
+        x[3, c + 5] = huge
+        return x, (slice(None), slice(0, c))
+    n = bf.block_shape[0]
+    x = rng.standard_normal(2 * n)
+    x[n + 3] = huge
+    return x, (slice(0, n),)
+
+
+@pytest.mark.parametrize("name", pl.blocks.known_block_formats())
+@pytest.mark.parametrize("huge", [1e300, -1e300, 3.5e38, np.inf])
+def test_item2_blocks_with_values_beyond_float32(name, huge):
+    """A float64 value whose block scale the format cannot represent (MX: E8M0 stops at 2**127;
+    FP32 scales; NVFP4: the FP32 per-tensor arithmetic, where it is infinite) makes its block
+    NaN, like an infinity; the other block is as if alone. 1e300 gave 2688 with nvfp4."""
+    bf = pl.get_block_format(name)
+    x, ordinary = _with_huge_block(bf, huge)
+    other = tuple(
+        slice(s.stop, None) if s.stop is not None else s for s in ordinary
+    )  # the huge block
+    fake = pl.round_to_blocks(x, bf)
+    q = pl.quantize_blocks(x, bf)
+    deq = pl.dequantize_blocks(q)
+    alone = pl.round_to_blocks(x[ordinary], bf)
+    finite_scale = {
+        "floor": lambda a: math.frexp(a)[1] - 1 - bf.element_emax <= bf.scale.emax,
+        "ceil": lambda a: math.frexp(a / bf.element_max)[1] <= bf.scale.emax,
+        "amax": lambda a: (
+            abs(a) <= float(np.finfo(np.float32).max)  # nvfp4: FP32 arithmetic
+            if bf.tensor_scale
+            else float(pl.round_to(abs(a) / bf.element_max, bf.scale)) <= bf.scale.max
+        ),
+    }[bf.scale_rule]
+    np.testing.assert_array_equal(fake, deq)
+    if math.isfinite(huge) and finite_scale(abs(huge)):  # MX and FP32 scales reach 3.5e38
+        assert np.isfinite(fake).all()
+        return
+    assert np.isnan(fake[other]).all() and np.isnan(deq[other]).all()
+    assert np.isnan(q.scales.reshape(-1)[-1])
+    np.testing.assert_array_equal(fake[ordinary], alone)
+    np.testing.assert_array_equal(deq[ordinary], alone)
+    assert np.isfinite(alone).all()
+
+
+def test_item2_nvfp4_just_below_float32_max_is_finite():
+    x = np.array([1.0] * 16 + [float(np.finfo(np.float32).max)] + [0.0] * 15)
+    r = pl.round_to_blocks(x, "nvfp4")
+    assert np.isfinite(r).all() and r[16] == pytest.approx(float(np.finfo(np.float32).max), 0.5)
