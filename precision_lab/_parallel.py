@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 
 __all__ = ["CHUNK", "WORKERS", "for_chunks"]
 
@@ -30,6 +30,9 @@ __all__ = ["CHUNK", "WORKERS", "for_chunks"]
 CHUNK = 1 << 15
 #: threads that share the chunks of a large array
 WORKERS = os.cpu_count() or 1
+
+#: seconds between the caller's checks for Ctrl-C while it waits (see _collect)
+_POLL = 0.1
 
 _POOL: ThreadPoolExecutor | None = None
 _LOCK = threading.Lock()
@@ -58,9 +61,20 @@ if hasattr(os, "register_at_fork"):
 
 
 def _collect(futures: list[Future[None]]) -> None:
-    """Wait for every job; the first exception (in job order) is raised."""
+    """Wait for every job (until one fails); the first exception, in job order, is raised.
+
+    The wait wakes up every ``_POLL`` seconds: a SIGINT that reaches the main thread while it
+    is not blocked can otherwise stay unhandled until the wait ends (CPython 3.11 lets another
+    thread clear the "signal pending" check; taking the GIL back after a timed wait restores it).
+    """
+    pending: set[Future[None]] = set(futures)
+    while pending:
+        done, pending = wait(pending, timeout=_POLL, return_when=FIRST_EXCEPTION)
+        if any(f.exception() is not None for f in done):
+            break
     for f in futures:
-        f.result()
+        if f.done() and f.exception() is not None:
+            f.result()
 
 
 def _drain(futures: list[Future[None]]) -> None:
