@@ -431,3 +431,133 @@ def test_item2_nvfp4_just_below_float32_max_is_finite():
     x = np.array([1.0] * 16 + [float(np.finfo(np.float32).max)] + [0.0] * 15)
     r = pl.round_to_blocks(x, "nvfp4")
     assert np.isfinite(r).all() and r[16] == pytest.approx(float(np.finfo(np.float32).max), 0.5)
+
+
+# ---------------------------------------------------------------- item 7: calibrate
+
+
+def test_item7_calibrate_scale_beyond_float32_is_refused():
+    """[1e308, -1e308] gave scale inf silently: the scale (float32) cannot be represented."""
+    for kwargs in ({}, {"symmetric": False}, {"method": "entropy", "num_bins": 256}):
+        with pytest.raises(ValueError, match=r"scale.*float32"):
+            pl.calibrate(np.array([1e308, -1e308]), "int8", **kwargs)
+    with pytest.raises(ValueError, match=r"scale.*float32"):
+        pl.calibrate(np.array([1e308, -1e308]), "uint8", symmetric=False)  # (hi - lo) overflows
+    # the largest amax that still fits: scale <= float32 max, never clipping
+    big = float(np.finfo(np.float32).max) * 127
+    c = pl.calibrate(np.array([big, -big]), "int8")
+    assert np.isfinite(c.scale) and float(c.scale) * 127 >= big
+    a = pl.calibrate(np.array([-1e40, 3e40]), "uint8", symmetric=False)
+    assert np.isfinite(a.scale) and a.clip_min <= -1e40 and a.clip_max >= 3e40
+
+
+@pytest.mark.parametrize("method", ["entropy", "mse", "percentile"])
+def test_item7_calibrate_num_bins_range(method):
+    x = np.random.default_rng(0).standard_normal(100)
+    low = 2 if method == "entropy" else 1
+    with pytest.raises(ValueError, match=rf"num_bins.*{low}\.\."):
+        pl.calibrate(x, "int8", method=method, num_bins=low - 1, start_bin=1)
+    with pytest.raises(ValueError, match=r"num_bins.*\.\.16777216"):
+        pl.calibrate(x, "int8", method=method, num_bins=2**24 + 1)
+    c = pl.calibrate(x, "int8", method=method, num_bins=low, start_bin=1)  # was IndexError
+    assert 0 <= float(c.amax) <= np.abs(x).max()  # (percentile: the lower edge, 0 with 1 bin)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"method": "percentile", "percentile": "99"}, "percentile"),
+        ({"method": "percentile", "percentile": None}, "percentile"),
+        ({"method": "percentile", "percentile": True}, "percentile"),
+        ({"method": "entropy", "num_bins": 256.0}, "num_bins"),
+        ({"method": "entropy", "start_bin": "1"}, "start_bin"),
+        ({"method": "mse", "stride": 1.5}, "stride"),
+        ({"symmetric": "no"}, "symmetric"),
+        ({"narrow_range": 1}, "narrow_range"),
+    ],
+)
+def test_item7_calibrate_argument_types(kwargs, name):
+    """Wrong types are a TypeError naming the argument, before any work (percentile="99" was a
+    TypeError from inside numpy's searchsorted)."""
+    with pytest.raises(TypeError, match=name):
+        pl.calibrate(np.ones(10), "int8", **kwargs)
+
+
+def _quadratic_entropy_oracle(hist, edges, nbins, start_bin, stride):
+    """The former implementation of ``quantization._amax_entropy`` (O(num_bins) per candidate:
+    O(num_bins**2) in all), kept as the oracle of the fast one."""
+    bins = hist.astype(np.float64)
+    bins[0] = bins[1]
+    tail = np.concatenate([np.cumsum(bins[::-1])[::-1], [0.0]])
+    best_i, best_kl = -1, np.inf
+    for i in range(start_bin, len(bins) + 1, stride):
+        space = np.linspace(0, i, num=nbins + 1)
+        groups = np.digitize(np.arange(i), space) - 1
+        b = bins[:i]
+        nonzero = b != 0
+        sums = np.bincount(groups[nonzero], weights=b[nonzero], minlength=nbins)
+        counts = np.bincount(groups[nonzero], minlength=nbins)
+        avg = sums / np.maximum(counts, 1)
+        q = np.where(nonzero, avg[groups], 0.0)
+        p = b.copy()
+        p[-1] += tail[i]
+        p_sum, q_sum = p.sum(), q.sum()
+        if p_sum == 0 or q_sum == 0:
+            continue
+        p, q = p / p_sum, q / q_sum
+        pos = p > 0
+        kl = np.inf if np.any(pos & (q == 0)) else float(np.sum(p[pos] * np.log(p[pos] / q[pos])))
+        if kl <= best_kl:
+            best_i, best_kl = i, kl
+    return float(edges[best_i]) if best_i >= 0 else float(edges[-1])
+
+
+def _entropy_samples(seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    kind = seed % 5
+    n = 20000
+    if kind == 0:
+        return rng.standard_normal(n)
+    if kind == 1:
+        return np.concatenate([rng.laplace(0, 1, n), [40.0, -35.0]])
+    if kind == 2:  # ReLU: many exact zeros
+        return np.maximum(rng.standard_normal(n), 0.0)
+    if kind == 3:  # sparse histogram: few distinct values, long runs of empty bins
+        return rng.choice([0.1, 0.5, 3.0, 7.0, 50.0], n, p=[0.4, 0.3, 0.2, 0.09, 0.01])
+    return np.concatenate([rng.standard_normal(n), rng.normal(30, 1, n // 50)])  # bimodal
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_item7_entropy_fast_equals_quadratic(seed):
+    """The O(num_bins + candidates * levels) entropy calibration picks exactly the threshold of
+    the former quadratic implementation."""
+    from precision_lab import quantization
+
+    x = np.abs(_entropy_samples(seed))
+    rng = np.random.default_rng(100 + seed)
+    num_bins = int(rng.choice([130, 512, 2048]))
+    nbins = int(rng.choice([8, 128, 129]))
+    start_bin = int(rng.integers(1, 128))
+    stride = int(rng.choice([1, 1, 3]))
+    hist, edges = np.histogram(x, bins=num_bins, range=(0.0, float(x.max())))
+    want = _quadratic_entropy_oracle(hist, edges, nbins, start_bin, stride)
+    got = quantization._amax_entropy(hist, edges, nbins, start_bin, stride)
+    assert got == want, (num_bins, nbins, start_bin, stride)
+
+
+def test_item7_entropy_degenerate_histograms():
+    from precision_lab import quantization
+
+    edges = np.linspace(0, 1, 9)
+    for hist in (
+        np.array([0, 0, 0, 0, 0, 0, 0, 5]),  # everything in the last bin: all candidates skipped
+        np.array([3, 0, 0, 0, 0, 0, 0, 0]),
+        np.array([0, 1, 0, 1, 0, 1, 0, 1]),
+        np.array([4, 4, 4, 4, 4, 4, 4, 4]),  # ties of the divergence: the largest i wins
+        np.array([1, 2]),
+    ):
+        e = edges[: hist.size + 1]
+        for nbins in (1, 2, 3, 16):
+            for start in range(1, hist.size + 1):
+                want = _quadratic_entropy_oracle(hist, e, nbins, start, 1)
+                assert quantization._amax_entropy(hist, e, nbins, start, 1) == want
