@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from ._shapes import broadcast_shapes
 from .formats import IntFormat, get_format
 from .rounding import as_float_array, check_rounding, for_chunks, round_to
 
@@ -138,14 +139,33 @@ def _scale(scale: Any, shape: tuple[int, ...], axis: int | None) -> np.ndarray:
     return s
 
 
-def _zero_point(zero_point: Any, fmt: IntFormat, shape: tuple[int, ...], axis: int | None):
-    z = _per_axis(zero_point, "zero_point", shape, axis, "iu").astype(np.int64)
-    bad = (z < fmt.min) | (z > fmt.max)
+def _zero_point(
+    zero_point: Any, fmt: IntFormat | None, shape: tuple[int, ...], axis: int | None
+) -> np.ndarray:
+    """The zero point(s) as int64, checked against ``fmt``'s range (int64's without a format).
+
+    Values are compared before any conversion, so ``np.uint64(2**63)`` or ``2**70`` are reported
+    as they are instead of wrapping around.
+    """
+    lo, hi = (fmt.min, fmt.max) if fmt is not None else (-(2**63), 2**63 - 1)
+    where = f" for {fmt}" if fmt is not None else " (int64)"
+
+    def out_of_range(v: int) -> ValueError:
+        return ValueError(f"zero_point must lie in {lo}..{hi}{where}, got {v}")
+
+    if isinstance(zero_point, int) and not isinstance(zero_point, bool):
+        if not lo <= zero_point <= hi:
+            raise out_of_range(zero_point)
+        zero_point = np.int64(zero_point)
+    z = _per_axis(zero_point, "zero_point", shape, axis, "iu")
+    if z.dtype == np.uint64:  # beyond int64: compare as unsigned (lo <= 0 for every format)
+        bad = z > np.uint64(hi)
+    else:
+        z = z.astype(np.int64)
+        bad = (z < lo) | (z > hi)
     if bad.any():
-        raise ValueError(
-            f"zero_point must lie in {fmt.min}..{fmt.max} for {fmt}, got {int(z[bad].flat[0])}"
-        )
-    return z
+        raise out_of_range(int(z[bad].flat[0]))
+    return z.astype(np.int64)
 
 
 # ----- exact arithmetic helpers ----------------------------------------------------------------
@@ -199,7 +219,7 @@ def _odd_quotient(x: Any, s: Any) -> np.ndarray:
     """
     xa = np.asarray(x)
     sa = np.asarray(s, dtype=np.float64)
-    shape = np.broadcast_shapes(xa.shape, sa.shape)
+    shape = broadcast_shapes(xa.shape, sa.shape)
     xf = np.broadcast_to(xa, shape).reshape(-1)
     sf = sa.reshape(()) if sa.size == 1 else np.broadcast_to(sa, shape).reshape(-1)
     short = bool(np.all(sa.view(np.uint64) & _LOW27 == 0))
@@ -387,7 +407,7 @@ def dequantize(
         raise TypeError(f"q must be an integer array, got dtype {c.dtype.name}")
     ax = _check_axis(axis, c.ndim)
     s = _scale(scale, c.shape, ax)
-    z = _per_axis(zero_point, "zero_point", c.shape, ax, "iu").astype(np.int64)
+    z = _zero_point(zero_point, None, c.shape, ax)
     out = _result_dtype(scale, dtype)
     k = c.astype(np.float64)  # exact below 2**53
     k -= z

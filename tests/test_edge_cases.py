@@ -561,3 +561,57 @@ def test_item7_entropy_degenerate_histograms():
             for start in range(1, hist.size + 1):
                 want = _quadratic_entropy_oracle(hist, e, nbins, start, 1)
                 assert quantization._amax_entropy(hist, e, nbins, start, 1) == want
+
+
+# ---------------------------------------- item 13 (part): zero_point range, > 32 dimensions
+
+
+@pytest.mark.parametrize(
+    ("zero_point", "shown"),
+    [
+        (np.uint64(2**63), "9223372036854775808"),  # was reported as -9223372036854775808
+        (np.uint64(2**64 - 1), "18446744073709551615"),
+        (2**70, "1180591620717411303424"),
+        (np.array([0, 2**63], dtype=np.uint64), "9223372036854775808"),
+        (-129, "-129"),
+        (np.int64(-(2**63)), "-9223372036854775808"),
+    ],
+)
+def test_item13_quantize_zero_point_out_of_range(zero_point, shown):
+    x = np.ones((3, 2))
+    axis = 1 if np.ndim(zero_point) else None
+    with pytest.raises(
+        ValueError, match=rf"zero_point must lie in -128\.\.127 for int8, got {shown}"
+    ):
+        pl.quantize(x, "int8", 1.0, zero_point=zero_point, axis=axis)
+    if np.max(zero_point) >= 2**63:  # dequantize has no format: int64's range
+        with pytest.raises(ValueError, match=rf"zero_point must lie in .* \(int64\), got {shown}"):
+            pl.dequantize(np.ones((3, 2), np.int8), 1.0, zero_point=zero_point, axis=axis)
+
+
+def test_item13_quantize_zero_point_unsigned_edges():
+    assert pl.quantize([1.0], "uint8", 1.0, zero_point=np.uint64(255)).tolist() == [255]
+    assert pl.quantize([-1.0], "int8", 1.0, zero_point=np.int8(-128)).tolist() == [-128]
+    with pytest.raises(TypeError, match="zero_point"):
+        pl.quantize([1.0], "int8", 1.0, zero_point=1.5)
+
+
+@pytest.mark.parametrize("ndim", [33, 40, 62])
+def test_item13_more_than_32_dimensions(ndim):
+    """quantize, dequantize, calibrate and gemm on arrays of more than 32 dimensions, as round_to
+    (np.broadcast_shapes stops at 32)."""
+    rng = np.random.default_rng(ndim)
+    x = rng.standard_normal((1,) * (ndim - 1) + (3,))
+    q = pl.quantize(x, "int8", [0.01, 0.02, 0.03], axis=-1)
+    np.testing.assert_array_equal(
+        q.reshape(-1), pl.quantize(x.reshape(1, 3), "int8", [0.01, 0.02, 0.03], axis=-1).reshape(-1)
+    )
+    assert pl.dequantize(q, 0.5).shape == x.shape
+    assert pl.calibrate(x, "int8", axis=-1).scale.shape == (3,)
+    a = pl.round_to(rng.standard_normal((1,) * (ndim - 2) + (2, 3)), "bf16")
+    b = pl.round_to(rng.standard_normal((3, 4)), "bf16")
+    for acc in (pl.Accumulator("fp32"), pl.Accumulator("fp32", order="blas")):
+        d = pl.gemm(a, b, input_format="bf16", accumulator=acc)
+        assert d.shape == (1,) * (ndim - 2) + (2, 4)
+        flat = pl.gemm(a.reshape(2, 3), b, input_format="bf16", accumulator=acc)
+        np.testing.assert_array_equal(d.reshape(2, 4), flat)
