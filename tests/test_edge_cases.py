@@ -59,36 +59,37 @@ def test_item1_fork_after_pool_use(monkeypatch):
     np.testing.assert_array_equal(pl.round_to(x, "bf16"), expected)
 
 
-def _gated_work():
-    """Work whose chunks record themselves and block until ``gate`` opens (10 s at most)."""
+def _gated_work(monkeypatch):
+    """Two workers, and work whose chunks record themselves and block until the gate opens (10 s
+    at most): it opens when for_chunks drains the running jobs, after setting its cancel flag."""
+    monkeypatch.setattr(_parallel, "WORKERS", 2)
     ran: list[int] = []
     started = threading.Semaphore(0)
     gate = threading.Event()
+    real_drain = _parallel._drain
 
     def work(lo: int, hi: int) -> None:
         ran.append(lo)
         started.release()
         gate.wait(timeout=10)
 
-    return ran, started, gate, work
+    def drain(futures):
+        gate.set()
+        real_drain(futures)
+
+    monkeypatch.setattr(_parallel, "_drain", drain)
+    return ran, started, work
 
 
 def test_item1_interrupt_stops_remaining_chunks(monkeypatch):
     """KeyboardInterrupt in the caller's wait stops the chunks the workers have not started."""
-    monkeypatch.setattr(_parallel, "WORKERS", 2)
-    ran, started, gate, work = _gated_work()
-    real_drain = _parallel._drain
+    ran, started, work = _gated_work(monkeypatch)
 
     def collect(futures):  # the caller's wait, interrupted by Ctrl-C once both workers run
         assert started.acquire(timeout=10) and started.acquire(timeout=10)
         raise KeyboardInterrupt
 
-    def drain(futures):  # the cancel flag is set by now: let the running chunks finish
-        gate.set()
-        real_drain(futures)
-
     monkeypatch.setattr(_parallel, "_collect", collect)
-    monkeypatch.setattr(_parallel, "_drain", drain)
     with pytest.raises(KeyboardInterrupt):
         _parallel.for_chunks(64 * 100, work, chunk=100)
     assert sorted(ran) == [0, 3200]  # one chunk per worker, the 62 others never ran
@@ -107,8 +108,7 @@ def test_item1_sigint_stops_the_pool(monkeypatch):
     """A real SIGINT while the workers run: KeyboardInterrupt in the caller, the pool stops."""
     if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         pytest.skip("SIGINT is not handled by Python's default handler here")
-    monkeypatch.setattr(_parallel, "WORKERS", 2)
-    ran, _, gate, work = _gated_work()
+    ran, _, work = _gated_work(monkeypatch)
     main = threading.main_thread().ident
     assert main is not None
 
@@ -117,13 +117,6 @@ def test_item1_sigint_stops_the_pool(monkeypatch):
             signal.pthread_kill(main, signal.SIGINT)
         work(lo, hi)
 
-    real_drain = _parallel._drain
-
-    def drain(futures):
-        gate.set()
-        real_drain(futures)
-
-    monkeypatch.setattr(_parallel, "_drain", drain)
     with pytest.raises(KeyboardInterrupt):
         _parallel.for_chunks(64 * 100, interrupting_work, chunk=100)
     assert len(ran) <= 2 and 0 in ran
@@ -131,21 +124,13 @@ def test_item1_sigint_stops_the_pool(monkeypatch):
 
 def test_item1_worker_error_stops_other_workers(monkeypatch):
     """An exception in one worker stops the others' remaining chunks and reaches the caller."""
-    monkeypatch.setattr(_parallel, "WORKERS", 2)
-    ran, _, gate, work = _gated_work()
+    ran, _, work = _gated_work(monkeypatch)
 
     def failing(lo: int, hi: int) -> None:
         if lo == 0:
             raise ZeroDivisionError("chunk 0")
         work(lo, hi)
 
-    real_drain = _parallel._drain
-
-    def drain(futures):
-        gate.set()
-        real_drain(futures)
-
-    monkeypatch.setattr(_parallel, "_drain", drain)
     with pytest.raises(ZeroDivisionError, match="chunk 0"):
         _parallel.for_chunks(64 * 100, failing, chunk=100)
     assert set(ran) <= {3200}
