@@ -213,11 +213,12 @@ def underflow_stats(
     fmt:
         A floating-point format.
     scale:
-        The loss scale ``S`` (positive, finite). For a power-of-two ``S``, ``scale * grads`` is
-        formed exactly: in float32 for float32 input when the format cannot see below float32's
-        normal range, in float64 otherwise (exact unless the product falls below float64's
-        normal range). Another ``S`` gives float64 products rounded to nearest before the cast.
-        Products beyond float64's range count as overflow.
+        The loss scale ``S`` (positive, finite). ``scale * grads`` is rounded once, from its
+        exact value: for a power-of-two ``S`` it is exact (in float32 for float32 input when
+        the format cannot see below float32's normal range), for another ``S`` it is formed as
+        its float64 round-to-odd (:func:`_odd_product`), which every format of at most 51
+        significant bits rounds as it would the exact product. Products beyond float64's range
+        count as overflow.
     rounding, overflow, subnormals, seed:
         As in :func:`~precision_lab.round_to`.
 
@@ -255,8 +256,7 @@ def underflow_stats(
         with np.errstate(over="ignore"):
             xs = flat * np.float32(s)
     else:
-        with np.errstate(over="ignore", under="ignore"):  # beyond float64: overflow of any fmt
-            xs = flat.astype(np.float64) * s
+        xs = _odd_product(flat.astype(np.float64), s)
     q = round_to(xs, f, rounding=mode, overflow=overflow, subnormals=subnormals, seed=seed)
     if q.dtype != xs.dtype:  # formats wider than float32 from float32 input
         xs = xs.astype(q.dtype)
@@ -325,6 +325,45 @@ def _ratio(num: _Term, den: _Term, *, sqrt: bool = False) -> float:
         return math.ldexp(m, e)
     except OverflowError:
         return math.inf
+
+
+def _odd_product(x: np.ndarray, s: float) -> np.ndarray:
+    """``x * s`` (float64 x, s > 0) as the float64 round-to-odd of the exact product.
+
+    Rounding the result to a format of at most 51 significant bits, in any mode, gives the
+    rounding of the exact product (Boldo & Melquiond: round-to-odd at p + 2 bits, then to p
+    bits). The product of the frexp mantissas (in [1/4, 1)) and its exact error (Dekker) never
+    under- or overflow; scaling back by the exponents is exact within float64's normal range;
+    beyond it the result is ±inf (an overflow in every format), and below it the value is
+    rounded to float64's subnormals (only formats reaching down there, such as fp64, see the
+    difference) but never to zero.
+
+    >>> x = np.array([1.0 / 3.0, -1e-320, 5e300])
+    >>> p = _odd_product(x, 3.0)
+    >>> bool(p[0] < 1.0), float(np.nextafter(p[0], 2.0)), float(p[1]), float(p[2])
+    (True, 1.0, -1e-320, inf)
+    """
+    from .gemm.exact import odd_collapse
+    from .quantization import _two_product_error
+
+    ms, es = math.frexp(s)
+    out = np.empty(x.shape)
+
+    def work(lo: int, hi: int) -> None:  # in cache-sized chunks, on all cores
+        xc = x[lo:hi]
+        finite = np.isfinite(xc)
+        mx, ex = np.frexp(np.where(finite, xc, 0.0))
+        p = mx * ms
+        z = odd_collapse(p, _two_product_error(mx, np.float64(ms), p))
+        o = np.where(finite, np.ldexp(z, ex + es), xc * s)
+        lost = (o == 0) & (xc != 0)  # below float64's subnormals: keep sign and non-zero
+        if lost.any():
+            o[lost] = np.copysign(math.ulp(0.0), xc[lost])
+        out[lo:hi] = o
+
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        for_chunks(x.size, work)
+    return out
 
 
 def _bits(v: float, dt: np.dtype) -> int:

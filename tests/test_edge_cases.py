@@ -600,3 +600,33 @@ def test_item13_more_than_32_dimensions(ndim):
         assert d.shape == (1,) * (ndim - 2) + (2, 4)
         flat = pl.gemm(a.reshape(2, 3), b, input_format="bf16", accumulator=acc)
         np.testing.assert_array_equal(d.reshape(2, 4), flat)
+
+
+def _next_beyond(target, factor: int, up: bool) -> float:
+    """The float64 x nearest target / factor with x * factor just above (up) or below target."""
+    from fractions import Fraction
+
+    x = float(target / factor)
+    while (Fraction(x) * factor > target) != up:
+        x = float(np.nextafter(x, 1.0 if up else 0.0))
+    return x
+
+
+@pytest.mark.parametrize("scale", [3, 5, 7])
+def test_item4_non_power_of_two_scale_rounds_the_exact_product(scale):
+    """S * g is rounded once from its exact value: float64's product of x * 3 can land exactly
+    on fp16's tie 2**-25 (or on the smallest subnormal) and double-round."""
+    from fractions import Fraction
+
+    q = Fraction(1, 2**24)  # fp16's smallest subnormal
+    above_tie = _next_beyond(q / 2, scale, up=True)  # x*S just above the tie: rounds up to q
+    below_q = _next_beyond(q, scale, up=False)  # x*S just below q: toward_zero gives 0
+    s = float(scale)
+    assert pl.underflow_stats(np.array([above_tie]), "fp16", s).zero_fraction == 0.0
+    assert pl.underflow_stats(np.array([-above_tie]), "fp16", s).zero_fraction == 0.0
+    assert pl.underflow_stats(np.array([below_q]), "fp16", s, rounding="rtz").zero_fraction == 1.0
+    assert pl.underflow_stats(np.array([below_q]), "fp16", s, rounding="up").subnormal_fraction == 1
+    # products below float64's range keep their sign and non-zero-ness (directed modes)
+    tiny = np.array([1e-320, -1e-320])
+    assert pl.underflow_stats(tiny, "fp16", 1e-10, rounding="up").zero_fraction == 0.5
+    assert pl.underflow_stats(tiny, "fp16", 2.0**-60, rounding="down").zero_fraction == 0.5
