@@ -523,7 +523,17 @@ def _amax_mse(
     hist: np.ndarray, edges: np.ndarray, levels: int, qmin: int, start_bin: int, stride: int
 ) -> float:
     """pytorch-quantization ``_compute_amax_mse``: the bin centre ``c_i`` (i >= start_bin) that,
-    used as amax, minimises the histogram-weighted squared error of quantizing the centres."""
+    used as amax, minimises the histogram-weighted squared error of quantizing the centres.
+
+    It runs on the edges scaled by the power of two that brings the largest to [1/2, 1), which
+    changes no rounding (for data in float64's normal range) but keeps the centres and squared
+    errors of data near float64's ends (1e300, 1e-310) from overflowing or underflowing.
+    """
+    top = math.frexp(float(edges[-1]))[1]
+    if top:
+        return math.ldexp(
+            _amax_mse(hist, np.ldexp(edges, -top), levels, qmin, start_bin, stride), top
+        )
     centers = (edges[1:] + edges[:-1]) / 2
     cand = np.arange(start_bin, len(centers), stride)
     if cand.size == 0:

@@ -59,6 +59,27 @@ def test_item1_fork_after_pool_use(monkeypatch):
     np.testing.assert_array_equal(pl.round_to(x, "bf16"), expected)
 
 
+def _round_bf16(x: np.ndarray) -> np.ndarray:
+    return pl.round_to(x, "bf16")
+
+
+@pytest.mark.skipif(
+    "fork" not in __import__("multiprocessing").get_all_start_methods(), reason="needs fork"
+)
+def test_item1_multiprocessing_fork_pool(monkeypatch):
+    """The issue's scenario: a multiprocessing 'fork' pool after round_to used the threads."""
+    import multiprocessing
+
+    monkeypatch.setattr(_parallel, "WORKERS", 2)
+    x = np.linspace(-3, 3, 10**6, dtype=np.float32)
+    expected = pl.round_to(x, "bf16")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        with multiprocessing.get_context("fork").Pool(1) as pool:
+            got = pool.apply_async(_round_bf16, (x,)).get(timeout=60)  # hung before
+    np.testing.assert_array_equal(got, expected)
+
+
 def _gated_work(monkeypatch):
     """Two workers, and work whose chunks record themselves and block until the gate opens (10 s
     at most): it opens when for_chunks drains the running jobs, after setting its cancel flag."""
@@ -630,3 +651,27 @@ def test_item4_non_power_of_two_scale_rounds_the_exact_product(scale):
     tiny = np.array([1e-320, -1e-320])
     assert pl.underflow_stats(tiny, "fp16", 1e-10, rounding="up").zero_fraction == 0.5
     assert pl.underflow_stats(tiny, "fp16", 2.0**-60, rounding="down").zero_fraction == 0.5
+
+
+@pytest.mark.parametrize("k", [-1000, -600, 0, 600, 1000])
+def test_item7_mse_calibration_any_magnitude(k):
+    """The mse search on a histogram whose edges are scaled by 2**k picks the threshold scaled by
+    2**k: no overflowing centres or squares (1e300 warned and broke the search) and no squares
+    underflowing to 0 (for 1e-300 every candidate had error 0 and the first one won)."""
+    from precision_lab import quantization
+
+    x = np.abs(np.random.default_rng(7).laplace(0, 1, 4000))
+    hist, edges = np.histogram(x, bins=256, range=(0.0, float(x.max())))
+    want = quantization._amax_mse(hist, edges, 127, -127, 16, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = quantization._amax_mse(hist, np.ldexp(edges, k), 127, -127, 16, 1)
+    assert got == math.ldexp(want, k)
+    assert want > edges[17]  # (not the first candidate)
+
+
+def test_item7_mse_calibration_subnormal_data():
+    x = np.abs(np.random.default_rng(7).laplace(0, 1, 4000))
+    want = float(pl.calibrate(x, "int8", method="mse", num_bins=256, start_bin=16).amax)
+    got = float(pl.calibrate(x * 1e-310, "int8", method="mse", num_bins=256, start_bin=16).amax)
+    assert got == pytest.approx(want * 1e-310, rel=1e-3)
