@@ -22,7 +22,8 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 
 __all__ = ["CHUNK", "WORKERS", "for_chunks"]
 
@@ -61,20 +62,21 @@ if hasattr(os, "register_at_fork"):
 
 
 def _collect(futures: list[Future[None]]) -> None:
-    """Wait for every job (until one fails); the first exception, in job order, is raised.
+    """Wait for every job, in order; a job's exception is raised as soon as it is reached.
 
     The wait wakes up every ``_POLL`` seconds: a SIGINT that reaches the main thread while it
     is not blocked can otherwise stay unhandled until the wait ends (CPython 3.11 lets another
     thread clear the "signal pending" check; taking the GIL back after a timed wait restores it).
+    A failing job sets the cancel flag itself, so the others stop without waiting for this loop.
     """
-    pending: set[Future[None]] = set(futures)
-    while pending:
-        done, pending = wait(pending, timeout=_POLL, return_when=FIRST_EXCEPTION)
-        if any(f.exception() is not None for f in done):
-            break
     for f in futures:
-        if f.done() and f.exception() is not None:
-            f.result()
+        while True:
+            try:  # (not f.result: a job may raise TimeoutError itself)
+                f.exception(timeout=_POLL)
+                break
+            except FutureTimeout:
+                continue
+        f.result()
 
 
 def _drain(futures: list[Future[None]]) -> None:

@@ -157,6 +157,18 @@ def test_item1_worker_error_stops_other_workers(monkeypatch):
     assert set(ran) <= {3200}
 
 
+def test_item1_work_raising_timeout_error(monkeypatch):
+    """A chunk's own TimeoutError reaches the caller (the caller's wait polls with timeouts)."""
+    monkeypatch.setattr(_parallel, "WORKERS", 2)
+
+    def work(lo: int, hi: int) -> None:
+        if lo == 3200:
+            raise TimeoutError("from the work")
+
+    with pytest.raises(TimeoutError, match="from the work"):
+        _parallel.for_chunks(6400, work, chunk=100)
+
+
 def test_item1_for_chunks_still_importable_from_rounding():
     assert rounding.for_chunks is _parallel.for_chunks
 
