@@ -338,10 +338,10 @@ def _odd_product(x: np.ndarray, s: float) -> np.ndarray:
     rounded to float64's subnormals (only formats reaching down there, such as fp64, see the
     difference) but never to zero.
 
-    >>> x = np.array([1.0 / 3.0, -1e-320, 5e300])
-    >>> p = _odd_product(x, 3.0)
+    >>> x = np.array([1.0 / 3.0, -1e-321, 1e308])
+    >>> p = _odd_product(x, 3.0)       # 3 * fl(1/3) is just below 1: its round-to-odd too
     >>> bool(p[0] < 1.0), float(np.nextafter(p[0], 2.0)), float(p[1]), float(p[2])
-    (True, 1.0, -1e-320, inf)
+    (True, 1.0, -3e-321, inf)
     """
     from .gemm.exact import odd_collapse
     from .quantization import _two_product_error

@@ -687,3 +687,15 @@ def test_item7_mse_calibration_subnormal_data():
     want = float(pl.calibrate(x, "int8", method="mse", num_bins=256, start_bin=16).amax)
     got = float(pl.calibrate(x * 1e-310, "int8", method="mse", num_bins=256, start_bin=16).amax)
     assert got == pytest.approx(want * 1e-310, rel=1e-3)
+
+
+def test_item2_mx_value_beyond_float32_output_is_inf():
+    """float32 input, ceil rule: 3.2964854e38 gets the scale 2**120 and the element 256, so its
+    MX value is 2**128: rounded once to the float32 result, that is inf (as decoding it)."""
+    x = np.zeros(32, dtype=np.float32)
+    x[-1] = np.float32(3.2964854295465914e38)
+    bf = pl.get_block_format("mxfp8_e4m3", scale_rule="ceil")
+    q = pl.quantize_blocks(x, bf)
+    assert float(q.scales[0]) == 2.0**120 and float(q.element_values()[-1]) == 256.0
+    assert pl.round_to_blocks(x, bf)[-1] == np.inf == pl.dequantize_blocks(q)[-1]
+    assert pl.round_to_blocks(x.astype(np.float64), bf)[-1] == 2.0**128  # float64 holds it
