@@ -93,10 +93,10 @@ def main() -> None:
         t2 = time.perf_counter()
         pairs.append((t1 - t0) / (t2 - t1))
     # and on one core (CPU time of the calling thread): the least sensitive to other processes
-    import precision_lab.rounding as core
+    from precision_lab import _parallel
 
-    cpu_count = core.os.cpu_count
-    core.os.cpu_count = lambda: 1  # for_chunks then runs every chunk in the calling thread
+    workers = _parallel.WORKERS
+    _parallel.WORKERS = 1  # for_chunks then runs every chunk in the calling thread
     try:
         serial = []
         for _ in range(max(args.repeat, 5)):
@@ -107,7 +107,7 @@ def main() -> None:
             t2 = time.thread_time()
             serial.append((t1 - t0, t2 - t1))
     finally:
-        core.os.cpu_count = cpu_count
+        _parallel.WORKERS = workers
     cast_cpu = statistics.median(t for t, _ in serial)
     blocks_cpu = statistics.median(t for _, t in serial)
     print()

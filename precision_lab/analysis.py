@@ -213,9 +213,12 @@ def underflow_stats(
     fmt:
         A floating-point format.
     scale:
-        The loss scale ``S`` (positive, finite). ``scale * grads`` is formed exactly: in float32
-        for float32 input and a power-of-two scale when the format cannot see below float32's
-        normal range, in float64 otherwise.
+        The loss scale ``S`` (positive, finite). ``scale * grads`` is rounded once, from its
+        exact value: for a power-of-two ``S`` it is exact (in float32 for float32 input when
+        the format cannot see below float32's normal range), for another ``S`` it is formed as
+        its float64 round-to-odd (:func:`_odd_product`), which every format of at most 51
+        significant bits rounds as it would the exact product. Products beyond float64's range
+        count as overflow.
     rounding, overflow, subnormals, seed:
         As in :func:`~precision_lab.round_to`.
 
@@ -253,14 +256,114 @@ def underflow_stats(
         with np.errstate(over="ignore"):
             xs = flat * np.float32(s)
     else:
-        xs = flat.astype(np.float64) * s
+        xs = _odd_product(flat.astype(np.float64), s)
     q = round_to(xs, f, rounding=mode, overflow=overflow, subnormals=subnormals, seed=seed)
     if q.dtype != xs.dtype:  # formats wider than float32 from float32 input
         xs = xs.astype(q.dtype)
-    acc = _Accumulator(flat, xs, q, f, mode, math.frexp(s)[1])
+    acc = _Accumulator(flat, xs, q, f, mode)
     with np.errstate(all="ignore"):
         for_chunks(flat.size, acc.work, chunk=1 << 16)
     return acc.result(s, str(f), mode)
+
+
+_Term = tuple[float, int]  # the value m * 2**e
+
+
+class _ScaledSums:
+    """Sums of non-negative terms kept as ``m * 2**e`` (float m, int e): no overflow or
+    underflow whatever the magnitudes (float64 sums of squares of 1e-160 or 1e160 do both).
+
+    :meth:`of` gives ``sum|v|`` and ``sum v**2`` of a chunk after scaling ``v`` by the power of
+    two that brings its largest magnitude to [0.5, 1); terms it makes underflow are below
+    ``2**-1074`` of the largest one (of its square: ``2**-1074`` of the largest square), far
+    below the sums' float64 rounding. :meth:`add` adds such terms into running totals.
+
+    >>> t = _ScaledSums(1)
+    >>> t.add(_ScaledSums.of(np.ldexp([3.0, 4.0], -700))[1])  # 25 * 2**-1400: below float64
+    >>> _ratio(t.terms[0], _ScaledSums.of(np.ldexp([5.0], -700))[1], sqrt=True)
+    1.0
+    """
+
+    def __init__(self, n: int) -> None:
+        self.terms: list[_Term] = [(0.0, 0)] * n
+
+    @staticmethod
+    def of(v: np.ndarray) -> tuple[_Term, _Term]:
+        """(sum|v|, sum v**2) of finite float64 ``v`` as ``(m, e)`` pairs."""
+        top = float(np.max(np.abs(v))) if v.size else 0.0
+        if top == 0:
+            return (0.0, 0), (0.0, 0)
+        e = math.frexp(top)[1]
+        w = np.ldexp(v.astype(np.float64, copy=False), -e)  # exact but for negligible terms
+        return (float(np.abs(w).sum()), e), (float(np.dot(w, w)), 2 * e)
+
+    def add(self, *terms: _Term) -> None:
+        """Add one term to each running total (in order)."""
+        self.terms = [_add_scaled(a, b) for a, b in zip(self.terms, terms, strict=True)]
+
+
+def _add_scaled(a: _Term, b: _Term) -> _Term:
+    if a[0] == 0:
+        return b
+    if b[0] == 0:
+        return a
+    e = max(a[1], b[1])
+    return math.ldexp(a[0], a[1] - e) + math.ldexp(b[0], b[1] - e), e
+
+
+def _ratio(num: _Term, den: _Term, *, sqrt: bool = False) -> float:
+    """``num / den`` (its square root with ``sqrt``) of two scaled sums; 0.0 when den is 0, inf
+    beyond float64's range."""
+    if den[0] == 0:
+        return 0.0 if num[0] == 0 else math.inf
+    if num[0] == 0 or math.isnan(num[0]) or math.isnan(den[0]):
+        return 0.0 if num[0] == 0 else math.nan
+    m, e = num[0] / den[0], num[1] - den[1]
+    if sqrt:  # e is even for sums of squares
+        m, e = (math.sqrt(m), e // 2) if e % 2 == 0 else (math.sqrt(2 * m), (e - 1) // 2)
+    try:
+        return math.ldexp(m, e)
+    except OverflowError:
+        return math.inf
+
+
+def _odd_product(x: np.ndarray, s: float) -> np.ndarray:
+    """``x * s`` (float64 x, s > 0) as the float64 round-to-odd of the exact product.
+
+    Rounding the result to a format of at most 51 significant bits, in any mode, gives the
+    rounding of the exact product (Boldo & Melquiond: round-to-odd at p + 2 bits, then to p
+    bits). The product of the frexp mantissas (in [1/4, 1)) and its exact error (Dekker) never
+    under- or overflow; scaling back by the exponents is exact within float64's normal range;
+    beyond it the result is ±inf (an overflow in every format), and below it the value is
+    rounded to float64's subnormals (only formats reaching down there, such as fp64, see the
+    difference) but never to zero.
+
+    >>> x = np.array([1.0 / 3.0, -1e-321, 1e308])
+    >>> p = _odd_product(x, 3.0)       # 3 * fl(1/3) is just below 1: its round-to-odd too
+    >>> bool(p[0] < 1.0), float(np.nextafter(p[0], 2.0)), float(p[1]), float(p[2])
+    (True, 1.0, -3e-321, inf)
+    """
+    from .gemm.exact import odd_collapse
+    from .quantization import _two_product_error
+
+    ms, es = math.frexp(s)
+    out = np.empty(x.shape)
+
+    def work(lo: int, hi: int) -> None:  # in cache-sized chunks, on all cores
+        xc = x[lo:hi]
+        finite = np.isfinite(xc)
+        mx, ex = np.frexp(np.where(finite, xc, 0.0))
+        p = mx * ms
+        z = odd_collapse(p, _two_product_error(mx, np.float64(ms), p))
+        o = np.where(finite, np.ldexp(z, ex + es), xc * s)
+        lost = (o == 0) & (xc != 0)  # below float64's subnormals: keep sign and non-zero
+        if lost.any():
+            o[lost] = np.copysign(math.ulp(0.0), xc[lost])
+        out[lo:hi] = o
+
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        for_chunks(x.size, work)
+    return out
 
 
 def _bits(v: float, dt: np.dtype) -> int:
@@ -273,7 +376,8 @@ class _Accumulator:
 
     Result classes: 0 normal, 1 subnormal, 2 zero, 3 at or beyond fmt.max (inf/NaN included).
     Errors are accumulated in the scaled domain (``q - S x`` against ``S x``): the relative L1
-    and L2 errors are the same.
+    and L2 errors are the same. The sums are kept as scaled sums (:class:`_ScaledSums`), so
+    they neither overflow nor underflow for any finite input and scale.
     """
 
     def __init__(
@@ -283,9 +387,8 @@ class _Accumulator:
         q: np.ndarray,
         f: FloatFormat,
         mode: str,
-        log2s: int,
     ) -> None:
-        self.x, self.xs, self.q, self.f, self.mode, self.log2s = x, xs, q, f, mode, log2s
+        self.x, self.xs, self.q, self.f, self.mode = x, xs, q, f, mode
         xw = 32 if x.dtype == np.float32 else 64
         self.XU = np.uint32 if xw == 32 else np.uint64
         self.xsh = 23 if xw == 32 else 52
@@ -304,7 +407,7 @@ class _Accumulator:
         self.fine = np.zeros((self.xbias + self.xsh, 4), dtype=np.int64)
         self.n_xzero = 0
         self.n_over = 0
-        self.sums = [0.0, 0.0, 0.0, 0.0]  # sum|d|, sum|xs|, sum d^2, sum xs^2
+        self.sums = _ScaledSums(4)  # sum|d|, sum d^2, sum|xs|, sum xs^2
         self.lock = threading.Lock()
 
     def _classes(self, qc: np.ndarray) -> np.ndarray:
@@ -336,34 +439,19 @@ class _Accumulator:
                 over[cand[over_c]] = True
                 n_over = int(np.count_nonzero(over_c))
             ok = finite & ~over
-            d = np.where(ok, qc - xsc, 0)
-            xo = np.where(ok, xsc, 0)
+            d = np.where(ok, qc - xsc.astype(np.float64), 0.0)
+            xo = np.where(ok, xsc, 0.0)
         else:
-            d = qc - xsc
+            d = qc - xsc.astype(np.float64)  # q - S x: correctly rounded (exact in most cases)
             xo = xsc
-        # keep squares inside the float range: scale the chunk by a power of two if needed
-        rows = np.flatnonzero(counts[: self.xexpall].any(axis=1))
-        c = 1.0
-        if rows.size:  # |S x| < 2**top in this chunk
-            top = max(int(rows[-1]), 1) - self.xbias + 1 + self.log2s
-            if not -30 <= top <= 30:
-                c = math.ldexp(1.0, 20 - top)
-                d = d * d.dtype.type(c)
-                xo = xo * xo.dtype.type(c)
-        sums = (
-            float(np.abs(d).sum(dtype=np.float64)) / c,
-            float(np.abs(xo).sum(dtype=np.float64)) / c,
-            float(np.dot(d, d)) / (c * c),
-            float(np.dot(xo, xo)) / (c * c),
-        )
+        sums = (*_ScaledSums.of(d), *_ScaledSums.of(xo))
         with self.lock:
             self.counts += counts
             if fine is not None:
                 self.fine += fine
             self.n_xzero += n_xzero
             self.n_over += n_over
-            for i in range(4):
-                self.sums[i] += sums[i]
+            self.sums.add(*sums)
 
     def _overflowed(self, v: np.ndarray) -> np.ndarray:
         """IEEE overflow of the scaled values v (candidates: result at or beyond fmt.max)."""
@@ -392,7 +480,7 @@ class _Accumulator:
         tot = h.sum(axis=1)
         used = np.flatnonzero(tot)
         lo_b, hi_b = (int(used[0]), int(used[-1]) + 1) if used.size else (0, 0)
-        l1d, l1x, l2d, l2x = self.sums
+        l1d, l2d, l1x, l2x = self.sums.terms
         denom = max(n_nz, 1)
         return UnderflowStats(
             fmt=fmt,
@@ -404,8 +492,8 @@ class _Accumulator:
             zero_fraction=n_zero / denom,
             subnormal_fraction=n_sub / denom,
             overflow_fraction=self.n_over / denom,
-            rel_l1_error=l1d / l1x if l1x > 0 else 0.0,
-            rel_l2_error=math.sqrt(l2d / l2x) if l2x > 0 else 0.0,
+            rel_l1_error=_ratio(l1d, l1x),
+            rel_l2_error=_ratio(l2d, l2x, sqrt=True),
             hist_log2=k_all[lo_b:hi_b],
             hist_counts=tot[lo_b:hi_b],
             hist_zero=h[lo_b:hi_b, 2],
@@ -416,6 +504,18 @@ class _Accumulator:
 # ----------------------------------------------------------------------------------------------
 # loss-scale choice
 # ----------------------------------------------------------------------------------------------
+
+
+#: the loss scales pick_loss_scale returns: the normal powers of two of float64
+_MIN_LOG2_SCALE, _MAX_LOG2_SCALE = -1022, 1023
+
+
+def _ldexp(x: float, k: int) -> float:
+    """``x * 2**k``, inf beyond float64's range (math.ldexp raises OverflowError there)."""
+    try:
+        return math.ldexp(x, k)
+    except OverflowError:
+        return math.copysign(math.inf, x)
 
 
 @dataclass(frozen=True)
@@ -451,7 +551,9 @@ def pick_loss_scale(
     ``max|g| * S <= fmt.max / 2**margin`` (``margin`` binades of headroom for the gradients to
     grow). With ``target_underflow``: the smallest ``S`` (so the most headroom) whose zero
     fraction is at most the target, never above the max rule's ``S``; if even that ``S`` misses
-    the target, it is returned with ``rule="underflow-unmet"``.
+    the target, it is returned with ``rule="underflow-unmet"``. Scales are the normal powers
+    of two of float64 (``2**-1022 .. 2**1023``); a ``margin`` that asks for less is a
+    ValueError.
 
     >>> g = np.array([3.0e-7, 1.0e-3, 2.0], dtype=np.float32)
     >>> c = pick_loss_scale(g, "fp16")
@@ -473,12 +575,16 @@ def pick_loss_scale(
             1.0, 0, "max", "no non-zero finite gradients: scale 1", 0.0, math.inf, 0.0, 0.0, 0.0
         )
     amax = float(a.max())
-    limit = math.ldexp(f.max, -int(margin))
-    k = math.floor(math.log2(limit / amax))
-    while math.ldexp(amax, k + 1) <= limit:
-        k += 1
-    while math.ldexp(amax, k) > limit:
-        k -= 1
+    # the largest k with amax * 2**k <= fmt.max / 2**margin, from the exponents (exact for any
+    # margin: fmt.max / 2**margin need not be a float64)
+    (ma, ea), (mf, ef) = math.frexp(amax), math.frexp(f.max)
+    k = ef - ea - int(margin) - (ma > mf)
+    if k < _MIN_LOG2_SCALE:
+        raise ValueError(
+            f"margin={margin} asks for max|g| * S <= {f}.max / 2**{margin}, so S <= 2**{k}: "
+            f"below the smallest normal float64 2**{_MIN_LOG2_SCALE} (max|g| = {amax:g}); "
+            "use a smaller margin"
+        )
     rule = "max"
     if target_underflow is not None:
         target = float(target_underflow)
@@ -487,7 +593,7 @@ def pick_loss_scale(
             srt = np.sort(a)
 
             def zero_frac(kk: int) -> float:
-                lim = math.ldexp(t, -kk)
+                lim = _ldexp(t, -kk)
                 if inclusive:
                     return int(np.searchsorted(srt, lim, side="right")) / srt.size
                 return int(np.searchsorted(srt, lim, side="left")) / srt.size
@@ -504,7 +610,7 @@ def pick_loss_scale(
         else:
             # below lo every value is (for deterministic modes) zero: zero_frac(lo) = 1
             t0 = zero_threshold(f, "toward_zero", subnormals)[0]
-            lo, hi = min(math.floor(math.log2(t0 / amax)) - 1, k), k
+            lo, hi = min(math.floor(math.log2(t0) - math.log2(amax)) - 1, k), k
             if zero_frac(lo) <= target:
                 hi = lo
             while hi - lo > 1:  # invariant: zero_frac(hi) <= target < zero_frac(lo)
@@ -515,10 +621,10 @@ def pick_loss_scale(
                     lo = mid
             k = hi
             rule = "underflow"
-    k = max(min(k, 1023), -1022)
+    k = max(min(k, _MAX_LOG2_SCALE), _MIN_LOG2_SCALE)
     S = math.ldexp(1.0, k)
     st = underflow_stats(a, f, S, rounding=mode, subnormals=subnormals, seed=0)
-    headroom = math.log2(f.max / (amax * S))
+    headroom = math.log2(f.max) - math.log2(amax) - k
     why = {
         "max": f"largest 2**k with max|g|*S <= {f}.max/2**{margin}",
         "underflow": f"smallest 2**k with zero fraction <= {target_underflow}",
@@ -579,7 +685,13 @@ def error_stats(approx: Any, reference: Any, *, fmt: str | FloatFormat | None = 
 
     ``fmt`` sets the ULP unit (default: the format of ``approx``'s dtype: float16 -> fp16,
     bfloat16 -> bf16, float32 -> fp32, float64 -> fp64); the ULP of a reference value is the
-    spacing of ``fmt`` at it (:meth:`FloatFormat.ulp`). Inf/NaN propagate into the results.
+    spacing of ``fmt`` at it (:meth:`FloatFormat.ulp`). Sums of squares are kept scaled, so
+    ``normwise`` and ``snr_db`` are right for any finite magnitudes (1e-160 or 1e300 included).
+
+    Special values follow ``numpy.testing.assert_allclose(..., equal_nan=True)``: where both are
+    NaN, or both the same infinity, the position is exact (error 0) and left out of the
+    reference's norm; anywhere else an inf or NaN propagates into the results (a NaN where the
+    reference is finite gives NaN statistics).
 
     >>> r = np.array([1.0, 2.0, -4.0])
     >>> e = error_stats(r + np.array([2.0**-10, 0.0, 2.0**-8]), r, fmt="fp16")
@@ -599,19 +711,15 @@ def error_stats(approx: Any, reference: Any, *, fmt: str | FloatFormat | None = 
         nan = math.nan
         return ErrorStats(0, nan, nan, nan, nan, nan, nan, nan, nan, str(uf))
     with np.errstate(all="ignore"):
-        d = np.abs(a - r)
+        agree = (np.isnan(a) & np.isnan(r)) | (np.isinf(r) & (a == r))
+        d = np.where(agree, 0.0, np.abs(a - r))
         nz = r != 0
-        rel = d[nz] / np.abs(r[nz])
-        ulp = d / uf.ulp(r)
-        num = float(np.dot(d, d))
-        den = float(np.dot(r, r))
-        normwise = math.sqrt(num / den) if den > 0 else (0.0 if num == 0 else math.inf)
-        if num == 0:
-            snr = math.inf
-        elif den == 0 or not math.isfinite(num):
-            snr = -math.inf if math.isfinite(den) else math.nan
-        else:
-            snr = 10.0 * math.log10(den / num)
+        rel = np.where(agree, 0.0, d / np.abs(r))[nz]
+        ulp = np.where(agree, 0.0, d / uf.ulp(r))
+        num = _ScaledSums.of(d)[1]
+        den = _ScaledSums.of(np.where(agree, 0.0, r))[1]
+    normwise = _ratio(num, den, sqrt=True)
+    snr = _snr_db(num, den)
     return ErrorStats(
         n=n,
         max_abs=float(d.max()),
@@ -624,6 +732,20 @@ def error_stats(approx: Any, reference: Any, *, fmt: str | FloatFormat | None = 
         snr_db=snr,
         fmt=str(uf),
     )
+
+
+def _snr_db(num: _Term, den: _Term) -> float:
+    """``10 log10(den / num)`` of two scaled sums of squares (inf when num is 0)."""
+    (mn, en), (md, ed) = num, den
+    if mn == 0:
+        return math.inf
+    if math.isnan(mn) or math.isnan(md) or (math.isinf(mn) and math.isinf(md)):
+        return math.nan
+    if math.isinf(mn) or md == 0:
+        return -math.inf
+    if math.isinf(md):
+        return math.inf
+    return 10.0 * (math.log10(md / mn) + (ed - en) * math.log10(2.0))
 
 
 def _unit_roundoff(u: Any) -> float:

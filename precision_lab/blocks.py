@@ -28,7 +28,10 @@ subnormals. Scaling by a power of two is exact, so each element is rounded once 
 NaN and infinity (OCP MX: "if the scale is NaN, all values of the block are NaN"): a block holding a
 NaN or an infinity gets a NaN scale (E8M0 code 0xFF; the scale format's NaN for the others), every
 value of that block decodes to NaN, finite ones included, and its element codes are stored as 0
-(the spec leaves them free). Other blocks of the tensor are unaffected.
+(the spec leaves them free). Other blocks of the tensor are unaffected. Blocks whose scale the
+scale format cannot represent (float64 input) are treated alike: an MX scale 2**k above 2**127
+(E8M0's largest) and an FP32 scale ``amax / elem_max`` that overflows FP32 are NaN scales, so
+such a block is NaN, as a block holding an infinity (NVFP4: see below).
 
 Exact definitions of the non-power-of-two rules:
 
@@ -42,6 +45,9 @@ Exact definitions of the non-power-of-two rules:
   decode scale ``S_dec = 1 / S_enc``, the block scale ``s = e4m3(amax_block * (S_enc * (1/6)))``
   (saturating) and the element ``e2m1(x * min(1 / (s * S_dec), FLT_MAX))``; a value is
   ``e2m1 * s * S_dec``. ``amax_tensor`` is taken over the blocks without NaN or infinity.
+  As the quantizer computes in FP32, a float64 value beyond FP32's range (one that
+  ``round_to(x, "fp32")`` makes infinite, e.g. 1e300 or 3.5e38) is an infinity: its block is
+  NaN and the other blocks are as if it were not there.
 
 Values after dequantization are rounded once to the output dtype (float32 for float32 input,
 float64 for float64 input); for power-of-two scales they are exact.
@@ -473,8 +479,10 @@ def _nvfp4_scales(amax: np.ndarray, bf: BlockFormat) -> tuple[np.ndarray, float,
     """
     f32 = np.float32
     fmax = f32(np.finfo(np.float32).max)
-    finite = np.isfinite(amax)
-    a32 = round_to(np.where(finite, amax, 0.0), "fp32").astype(np.float32)
+    # the quantizer's FP32 view of amax: float64 values that overflow FP32 are infinities
+    a32 = round_to(amax, "fp32").astype(np.float32)
+    finite = np.isfinite(a32)
+    a32 = np.where(finite, a32, f32(0.0))
     gamax = f32(a32.max()) if a32.size else f32(0.0)
     elem_max, scale_max = f32(bf.element_max), f32(bf.scale.max)
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):

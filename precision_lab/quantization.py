@@ -43,12 +43,14 @@ array([-1.      , -0.265625,  0.      ,  0.25    ,  0.5     ,  1.984375], dtype=
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ._arrays import as_input
+from ._shapes import broadcast_shapes
 from .formats import IntFormat, get_format
 from .rounding import as_float_array, check_rounding, for_chunks, round_to
 
@@ -57,6 +59,8 @@ __all__ = ["CALIBRATION_METHODS", "Calibration", "calibrate", "dequantize", "qua
 CALIBRATION_METHODS = ("max", "percentile", "mse", "entropy")
 DIVISIONS = ("exact", "torch")
 
+#: the most histogram bins calibrate accepts
+_MAX_BINS = 1 << 24
 #: integer format wide enough for every rounded quotient before the zero point and the clamp
 _WIDE = IntFormat(32, True, "int32")
 _SPLIT = 134217729.0  # 2**27 + 1, Veltkamp's splitting constant for float64
@@ -136,14 +140,33 @@ def _scale(scale: Any, shape: tuple[int, ...], axis: int | None) -> np.ndarray:
     return s
 
 
-def _zero_point(zero_point: Any, fmt: IntFormat, shape: tuple[int, ...], axis: int | None):
-    z = _per_axis(zero_point, "zero_point", shape, axis, "iu").astype(np.int64)
-    bad = (z < fmt.min) | (z > fmt.max)
+def _zero_point(
+    zero_point: Any, fmt: IntFormat | None, shape: tuple[int, ...], axis: int | None
+) -> np.ndarray:
+    """The zero point(s) as int64, checked against ``fmt``'s range (int64's without a format).
+
+    Values are compared before any conversion, so ``np.uint64(2**63)`` or ``2**70`` are reported
+    as they are instead of wrapping around.
+    """
+    lo, hi = (fmt.min, fmt.max) if fmt is not None else (-(2**63), 2**63 - 1)
+    where = f" for {fmt}" if fmt is not None else " (int64)"
+
+    def out_of_range(v: int) -> ValueError:
+        return ValueError(f"zero_point must lie in {lo}..{hi}{where}, got {v}")
+
+    if isinstance(zero_point, int) and not isinstance(zero_point, bool):
+        if not lo <= zero_point <= hi:
+            raise out_of_range(zero_point)
+        zero_point = np.int64(zero_point)
+    z = _per_axis(zero_point, "zero_point", shape, axis, "iu")
+    if z.dtype == np.uint64:  # beyond int64: compare as unsigned (lo <= 0 for every format)
+        bad = z > np.uint64(hi)
+    else:
+        z = z.astype(np.int64)
+        bad = (z < lo) | (z > hi)
     if bad.any():
-        raise ValueError(
-            f"zero_point must lie in {fmt.min}..{fmt.max} for {fmt}, got {int(z[bad].flat[0])}"
-        )
-    return z
+        raise out_of_range(int(z[bad].flat[0]))
+    return z.astype(np.int64)
 
 
 # ----- exact arithmetic helpers ----------------------------------------------------------------
@@ -197,7 +220,7 @@ def _odd_quotient(x: Any, s: Any) -> np.ndarray:
     """
     xa = np.asarray(x)
     sa = np.asarray(s, dtype=np.float64)
-    shape = np.broadcast_shapes(xa.shape, sa.shape)
+    shape = broadcast_shapes(xa.shape, sa.shape)
     xf = np.broadcast_to(xa, shape).reshape(-1)
     sf = sa.reshape(()) if sa.size == 1 else np.broadcast_to(sa, shape).reshape(-1)
     short = bool(np.all(sa.view(np.uint64) & _LOW27 == 0))
@@ -390,7 +413,7 @@ def _dequantize(c: np.ndarray, scale: Any, zero_point: Any, axis: int | None, dt
         raise TypeError(f"q must be an integer array, got dtype {c.dtype.name}")
     ax = _check_axis(axis, c.ndim)
     s = _scale(scale, c.shape, ax)
-    z = _per_axis(zero_point, "zero_point", c.shape, ax, "iu").astype(np.int64)
+    z = _zero_point(zero_point, None, c.shape, ax)
     out = _result_dtype(scale, dtype)
     k = c.astype(np.float64)  # exact below 2**53
     k -= z
@@ -469,14 +492,23 @@ class Calibration:
 
 
 def _scale_for(amax: float, levels: int) -> np.float32:
-    """The smallest float32 scale with ``amax / scale <= levels`` exactly (1.0 when amax == 0)."""
+    """The smallest float32 scale with ``amax / scale <= levels`` exactly (1.0 when amax == 0).
+
+    ValueError when it is beyond float32's range (float64 data wider than ``levels * FLT_MAX``).
+    """
     if amax == 0:
         return np.float32(1.0)
     s = round_to(np.float64(amax) / levels, "fp32", rounding="up").astype(np.float32)
     s = np.maximum(s, np.float32(2.0**-149))
     # the division above is rounded, so check exactly (round-to-odd keeps order with integers)
-    while _odd_quotient(np.float64(amax), np.float64(s)) > levels:
+    while np.isfinite(s) and _odd_quotient(np.float64(amax), np.float64(s)) > levels:
         s = np.nextafter(s, np.float32(np.inf))
+    if not np.isfinite(s):
+        raise ValueError(
+            f"x needs the scale {amax:.6g} / {levels} = {amax / levels:.6g}, beyond float32's "
+            f"largest value {float(np.finfo(np.float32).max):.6g} (calibration scales are "
+            "float32): scale the data down first"
+        )
     return np.float32(s)
 
 
@@ -497,7 +529,17 @@ def _amax_mse(
     hist: np.ndarray, edges: np.ndarray, levels: int, qmin: int, start_bin: int, stride: int
 ) -> float:
     """pytorch-quantization ``_compute_amax_mse``: the bin centre ``c_i`` (i >= start_bin) that,
-    used as amax, minimises the histogram-weighted squared error of quantizing the centres."""
+    used as amax, minimises the histogram-weighted squared error of quantizing the centres.
+
+    It runs on the edges scaled by the power of two that brings the largest to [1/2, 1), which
+    changes no rounding (for data in float64's normal range) but keeps the centres and squared
+    errors of data near float64's ends (1e300, 1e-310) from overflowing or underflowing.
+    """
+    top = math.frexp(float(edges[-1]))[1]
+    if top:
+        return math.ldexp(
+            _amax_mse(hist, np.ldexp(edges, -top), levels, qmin, start_bin, stride), top
+        )
     centers = (edges[1:] + edges[:-1]) / 2
     cand = np.arange(start_bin, len(centers), stride)
     if cand.size == 0:
@@ -529,31 +571,88 @@ def _amax_entropy(
     the candidate with the smallest KL(P || Q), the largest such ``i`` on ties. As in
     pytorch-quantization, the first bin's count is replaced by the second's before all this
     (it damps the spike of exact zeros after a ReLU).
+
+    Cost: O(len(hist) + candidates * nbins), not O(len(hist)) per candidate. With ``b`` the bins,
+    ``B = sum(b)``, group ``g`` of candidate ``i`` the bins ``[ceil(s_g), ceil(s_{g+1}))`` of
+    ``s = linspace(0, i, nbins + 1)`` (what ``digitize`` gives), ``S_g`` its sum and ``a_g`` its
+    mean over non-empty bins, and the last bin ``b' = b[i-1] + sum(b[i:])``::
+
+        B * KL = sum_{j < i-1, b_j > 0} b_j log b_j - sum_g S'_g log a_g
+                 + b' log(b' / a_last) + B log(sum(b[:i]) / B)
+
+    (``S'`` without bin ``i-1``), where the first sum is a prefix sum (compensated) and group
+    sums and counts come from prefix sums of ``b`` and of ``b > 0``. It is infinite when
+    ``b[i-1] == 0 < b'`` (Q is 0 where P is not); candidates with ``sum(b[:i]) == 0`` are
+    skipped.
     """
     bins = hist.astype(np.float64)
     bins[0] = bins[1]
-    tail = np.concatenate([np.cumsum(bins[::-1])[::-1], [0.0]])  # tail[i] = sum(bins[i:])
-    best_i, best_kl = -1, np.inf
-    for i in range(start_bin, len(bins) + 1, stride):
-        space = np.linspace(0, i, num=nbins + 1)
-        groups = np.digitize(np.arange(i), space) - 1
-        b = bins[:i]
-        nonzero = b != 0
-        sums = np.bincount(groups[nonzero], weights=b[nonzero], minlength=nbins)
-        counts = np.bincount(groups[nonzero], minlength=nbins)
+    n = bins.size
+    total = float(bins.sum())
+    csum = np.concatenate([[0.0], np.cumsum(bins)])  # exact: integer counts below 2**53
+    cnz = np.concatenate([[0], np.cumsum(bins != 0)])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        blogb = np.where(bins > 0, bins * np.log(np.where(bins > 0, bins, 1.0)), 0.0)
+    bl = _compensated_prefix(blogb)  # bl[k] = sum(blogb[:k])
+    cand = np.arange(start_bin, n + 1, stride)
+    if cand.size == 0 or total == 0:
+        return float(edges[-1])
+    kl = np.empty(cand.size)
+    step = max(1, (1 << 20) // (nbins + 1))  # candidates per block: bounded temporaries
+    for lo in range(0, cand.size, step):
+        kl[lo : lo + step] = _entropy_kl(cand[lo : lo + step], bins, csum, cnz, bl, total, nbins)
+    valid = ~np.isnan(kl)  # NaN: skipped candidate
+    if not valid.any():
+        return float(edges[-1])
+    best = np.flatnonzero(valid & (kl == kl[valid].min()))[-1]  # the largest i on ties
+    return float(edges[cand[best]])
+
+
+def _compensated_prefix(v: np.ndarray) -> np.ndarray:
+    """Prefix sums ``out[k] = sum(v[:k])`` with Neumaier compensation (few ulps, any length)."""
+    out = np.empty(v.size + 1)
+    out[0] = s = c = 0.0
+    for k, x in enumerate(v.tolist(), 1):
+        t = s + x
+        c += (s - t) + x if abs(s) >= abs(x) else (x - t) + s
+        s = t
+        out[k] = s + c
+    return out
+
+
+def _entropy_kl(
+    cand: np.ndarray,
+    bins: np.ndarray,
+    csum: np.ndarray,
+    cnz: np.ndarray,
+    bl: np.ndarray,
+    total: float,
+    nbins: int,
+) -> np.ndarray:
+    """KL(P || Q) of the candidates ``cand`` (see :func:`_amax_entropy`); NaN when skipped."""
+    i = cand.astype(np.float64)
+    # group boundaries exactly as np.digitize(arange(i), linspace(0, i, nbins + 1)) - 1 puts them
+    space = np.linspace(0.0, i, num=nbins + 1, axis=-1)
+    first = np.minimum(np.ceil(space), i[:, None]).astype(np.int64)  # first bin of each group
+    sums = csum[first[:, 1:]] - csum[first[:, :-1]]
+    counts = cnz[first[:, 1:]] - cnz[first[:, :-1]]
+    with np.errstate(divide="ignore", invalid="ignore"):
         avg = sums / np.maximum(counts, 1)
-        q = np.where(nonzero, avg[groups], 0.0)
-        p = b.copy()
-        p[-1] += tail[i]
-        p_sum, q_sum = p.sum(), q.sum()
-        if p_sum == 0 or q_sum == 0:
-            continue
-        p, q = p / p_sum, q / q_sum
-        pos = p > 0
-        kl = np.inf if np.any(pos & (q == 0)) else float(np.sum(p[pos] * np.log(p[pos] / q[pos])))
-        if kl <= best_kl:  # "<=": the largest i among equal divergences, as pytorch-quantization
-            best_i, best_kl = i, kl
-    return float(edges[best_i]) if best_i >= 0 else float(edges[-1])
+        group_term = np.where(sums > 0, sums * np.log(np.where(sums > 0, avg, 1.0)), 0.0)
+        last = cand - 1
+        g_last = (first[:, :-1] <= last[:, None]).sum(axis=1) - 1  # the group of bin i - 1
+        a_last = avg[np.arange(cand.size), g_last]
+        b_last = bins[last]
+        b_tail = b_last + (total - csum[cand])  # the last bin of P, outliers folded in
+        qsum = csum[cand]
+        kl_b = (
+            bl[last]
+            - (group_term.sum(axis=1) - np.where(b_last > 0, b_last * np.log(a_last), 0.0))
+            + np.where(b_tail > 0, b_tail * np.log(b_tail / a_last), 0.0)
+        )
+        kl = kl_b / total + np.log(qsum / total)
+    kl = np.where((b_last == 0) & (b_tail > 0), np.inf, kl)
+    return np.where(qsum == 0, np.nan, kl)
 
 
 def calibrate(
@@ -617,15 +716,25 @@ def calibrate(
     ax = _check_axis(axis, a.ndim)
     if not symmetric and method != "max":
         raise ValueError(f"symmetric=False is supported with method='max' only, got {method!r}")
+    if isinstance(percentile, bool) or not isinstance(
+        percentile, int | float | np.integer | np.floating
+    ):
+        raise TypeError(f"percentile must be a real number in (0, 100], got {percentile!r}")
     if method == "percentile" and not 0 < percentile <= 100:
         raise ValueError(f"percentile must be in (0, 100], got {percentile!r}")
-    for name, v, lo in (
-        ("num_bins", num_bins, 1),
-        ("start_bin", start_bin, 1),
-        ("stride", stride, 1),
-    ):
-        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < lo:
-            raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
+    for name, flag in (("symmetric", symmetric), ("narrow_range", narrow_range)):
+        if not isinstance(flag, bool | np.bool_):
+            raise TypeError(f"{name} must be a bool, got {flag!r}")
+    for name, v in (("num_bins", num_bins), ("start_bin", start_bin), ("stride", stride)):
+        if isinstance(v, bool) or not isinstance(v, int | np.integer):
+            raise TypeError(f"{name} must be an int, got {v!r}")
+        if name != "num_bins" and v < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+    min_bins = 2 if method == "entropy" else 1  # entropy replaces bin 0's count by bin 1's
+    if not min_bins <= num_bins <= _MAX_BINS:
+        raise ValueError(
+            f"num_bins must be in {min_bins}..{_MAX_BINS} for method={method!r}, got {num_bins!r}"
+        )
     if method in ("mse", "entropy") and start_bin > num_bins:
         raise ValueError(f"start_bin ({start_bin}) must not exceed num_bins ({num_bins})")
 
@@ -693,7 +802,9 @@ def _asymmetric(lo: float, hi: float, qmin: int, qmax: int) -> tuple[np.float32,
     amax = max(-lo, hi)
     if hi == lo:
         return np.float32(1.0), min(max(0, qmin), qmax), amax
-    scale0 = (hi - lo) / (qmax - qmin)
+    width = hi - lo
+    levels = qmax - qmin
+    scale0 = width / levels if math.isfinite(width) else hi / levels - lo / levels
     k = round_to(_odd_quotient(np.float64(lo), np.float64(scale0)), _WIDE)
     # keep at least one code on each side that holds data, so neither end is clipped
     zp_lo, zp_hi = qmin + int(lo < 0), qmax - int(hi > 0)

@@ -29,11 +29,9 @@ array([57344.], dtype=float32)
 from __future__ import annotations
 
 import math
-import os
 import sys
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -42,6 +40,7 @@ import ml_dtypes
 import numpy as np
 
 from ._arrays import as_input, is_device_array
+from ._parallel import CHUNK, for_chunks
 from ._random import check_seed, random_words
 from .formats import FloatFormat, IntFormat, get_format
 
@@ -86,11 +85,6 @@ _MODE_ALIASES = {
 _TO_INF_MODES = ("nearest_even", "nearest_away", "nearest_zero", *STOCHASTIC_MODES)
 OVERFLOW_MODES = ("ieee", "saturate")
 SUBNORMAL_MODES = ("keep", "flush")
-
-#: elements per chunk: the temporaries of one chunk stay in the core's L2 cache
-CHUNK = 1 << 15
-#: threads that share the chunks of a large array
-WORKERS = os.cpu_count() or 1
 
 _ML_FLOATS = {
     np.dtype(getattr(ml_dtypes, n))
@@ -588,39 +582,6 @@ def _round_int_chunk(
     val = np.where(neg, -k, k) + 0.0  # integers have no negative zero
     val = np.where(finite, val, np.where(np.isnan(a), np.nan, np.where(neg, -np.inf, np.inf)))
     out[...] = np.clip(val, fmt.min, fmt.max)  # integers saturate; NaN stays NaN
-
-
-_POOL: ThreadPoolExecutor | None = None
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=WORKERS)
-    return _POOL
-
-
-def for_chunks(n: int, work: Any, chunk: int | None = None) -> None:
-    """Call ``work(start, stop)`` over ``range(n)`` in chunks, on all cores for large n."""
-    chunk = chunk or CHUNK
-    workers = WORKERS
-    # inside a pool worker (nested call), run inline: waiting on the pool there could deadlock
-    if n <= 4 * chunk or workers == 1 or getattr(_TLS, "in_pool", False):
-        for i in range(0, n, chunk):
-            work(i, min(i + chunk, n))
-        return
-    per = -(-n // workers)
-    per = -(-per // chunk) * chunk
-
-    def run(lo: int) -> None:
-        _TLS.in_pool = True
-        try:
-            for i in range(lo, min(lo + per, n), chunk):
-                work(i, min(i + chunk, n))
-        finally:
-            _TLS.in_pool = False
-
-    list(_pool().map(run, range(0, n, per)))
 
 
 def _round_big_integers(

@@ -47,7 +47,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .formats import FloatFormat, get_format
-from .rounding import as_float_array, round_to
+from .rounding import _ML_FLOATS, as_float_array, round_to
 
 __all__ = [
     "PRESETS",
@@ -158,12 +158,18 @@ def _check_margin(margin: Any) -> float:
 def has_inf_or_nan(*arrays: Any) -> bool:
     """True when any of the arrays holds inf or NaN (the ``found_inf`` of a training step).
 
+    numpy float and complex arrays and ml_dtypes float arrays (bfloat16, float8_*, ...; numpy
+    sees their dtype as kind ``"V"``) are checked; other dtypes cannot hold inf or NaN.
+
     >>> has_inf_or_nan(np.ones(3), np.array([1.0, np.inf]))
+    True
+    >>> import ml_dtypes
+    >>> has_inf_or_nan(np.array([1.0, np.inf], dtype=ml_dtypes.bfloat16))
     True
     """
     for a in arrays:
         x = np.asarray(a)
-        if x.dtype.kind in "fc" and not np.isfinite(x).all():
+        if (x.dtype.kind in "fc" or x.dtype in _ML_FLOATS) and not np.isfinite(x).all():
             return True
     return False
 

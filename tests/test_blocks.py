@@ -793,4 +793,6 @@ def test_gemm_blocks_nan_and_zero_blocks_and_errors():
 def test_any_float32_block_matches_referee(vals, name, rule, mode):
     x = np.array(vals, dtype=np.float32)
     got = pl.round_to_blocks(x, pl.get_block_format(name, scale_rule=rule), rounding=mode)
-    assert same(got, ref_mx(x, name, rule, mode)[0])
+    # values are rounded once to the output dtype: an MX value beyond float32 (256 * 2**120
+    # under the ceil rule) is inf in the float32 result
+    assert same(got, ref_mx(x, name, rule, mode)[0].astype(got.dtype))

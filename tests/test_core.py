@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from referee import DETERMINISTIC, referee_formula
 
 import precision_lab as pl
-from precision_lab import rounding
+from precision_lab import _parallel
 
 # the tests build float32 values from float64 ones that may be out of float32's range on purpose
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
@@ -212,8 +212,8 @@ def test_large_arrays_match_small_ones(monkeypatch):
     for mode in ("nearest_even", "up", "stochastic"):
         big = pl.round_to(x, "e4m3", rounding=mode, seed=9)
         codes = pl.encode(x, "e4m3", rounding=mode, seed=9)
-        monkeypatch.setattr(rounding, "CHUNK", 1000)
-        monkeypatch.setattr(rounding, "WORKERS", 1)
+        monkeypatch.setattr(_parallel, "CHUNK", 1000)
+        monkeypatch.setattr(_parallel, "WORKERS", 1)
         small = pl.round_to(x, "e4m3", rounding=mode, seed=9)
         small_codes = pl.encode(x, "e4m3", rounding=mode, seed=9)
         monkeypatch.undo()

@@ -40,7 +40,15 @@ from test_cuda_host import (
 )
 
 import precision_lab as pl
-from precision_lab import FloatFormat, decode, dispatch, encode, native, round_to, rounding
+from precision_lab import (
+    FloatFormat,
+    _parallel,
+    decode,
+    dispatch,
+    encode,
+    native,
+    round_to,
+)
 from precision_lab.gpu import CUDA_DIR
 
 pytestmark = [
@@ -203,7 +211,7 @@ def test_stochastic_independent_of_chunks_and_threads(monkeypatch, chunk: int, w
         want = round_to(x, "e4m3", rounding="sr", seed=42, random_bits=9)
         want_codes = encode(x, "e5m2", rounding="sr", seed=42)
     monkeypatch.setattr(native, "CHUNK", chunk)
-    monkeypatch.setattr(rounding, "WORKERS", workers)
+    monkeypatch.setattr(_parallel, "WORKERS", workers)
     with pl.use_backend("native"):
         _same_bits(round_to(x, "e4m3", rounding="sr", seed=42, random_bits=9), want, "sr", x)
         _same_bits(encode(x, "e5m2", rounding="sr", seed=42), want_codes, "sr codes", x)

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from .._shapes import broadcast_shapes
 from ..formats import FloatFormat, get_format
 from ..gpu import format_args, module, require_cupy
 from ..rounding import ROUNDING_MODES, _fits_float32, check_rounding, round_to
@@ -101,7 +102,7 @@ def kernel_plan(
     scales: tuple[np.ndarray, np.ndarray, int | None] | None,
 ) -> KernelPlan:
     """Kernel, launch shape and parameters of ``a @ b``: shapes ``(..., M, K)``, ``(..., K, N)``."""
-    batch = tuple(np.broadcast_shapes(tuple(a_shape[:-2]), tuple(b_shape[:-2])))
+    batch = broadcast_shapes(tuple(a_shape[:-2]), tuple(b_shape[:-2]))
     m, k = a_shape[-2:]
     n = b_shape[-1]
     nb = math.prod(batch)

@@ -187,6 +187,15 @@ def _input_formats(input_format: Any) -> tuple[FloatFormat, FloatFormat]:
                 f"input_format {f} has {f.precision} significant bits; at most 26 are supported "
                 "(products must be exact in float64)"
             )
+    # products must be exact in float64: within its range, down to its smallest subnormal
+    top = math.frexp(fa.max)[1] + math.frexp(fb.max)[1]  # a * b < 2**top
+    low = (math.frexp(fa.smallest_subnormal)[1] - 1) + (math.frexp(fb.smallest_subnormal)[1] - 1)
+    if top > 1024 or low < -1074:
+        raise ValueError(
+            f"input_format {fa} x {fb}: products of input values reach 2**{top} and go down to "
+            f"2**{low}, beyond float64's range (2**-1074 .. 2**1024) in which the GEMM models "
+            "form products exactly; use formats with at most 10 exponent bits"
+        )
     return fa, fb
 
 
@@ -384,7 +393,8 @@ class _Model:
             assert isinstance(pf, FloatFormat)
             pq, pmax, pprec = pf.smallest_subnormal, pf.max, pf.precision
         # x + p exact in float64 for every accumulator value x and product p
-        span = math.log2(fmt.max + pmax) - math.log2(min(fmt.smallest_subnormal, pq))
+        with np.errstate(over="ignore"):
+            span = math.log2(fmt.max + pmax) - math.log2(min(fmt.smallest_subnormal, pq))
         self.sum_exact = span < 52
         # the float32 fast path: IEEE float32 addition is exactly round(x + p, fp32, RNE)
         self.fp32_native = (

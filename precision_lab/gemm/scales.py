@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from .._shapes import broadcast_shapes
 from ..rounding import round_to
 
 __all__ = ["expand_scales"]
@@ -102,7 +103,7 @@ def expand_scales(
     blk = 128 if block is None else block
     if isinstance(blk, bool) or not isinstance(blk, int) or blk < 1:
         raise ValueError(f"scale_block must be a positive int, got {block!r}")
-    batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
     m, k = a.shape[-2:]
     n = b.shape[-1]
     sa, ka = _one(1.0 if scale_a is None else scale_a, "scale_a", m, k, blk, batch, "row", 0)

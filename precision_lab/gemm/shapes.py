@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import numpy as np
+from .._shapes import broadcast_shapes
 
 
 def gemm_shapes(
@@ -27,7 +27,7 @@ def gemm_shapes(
             f"(K={b_shape[-2]}); a.shape[-1] must equal b.shape[-2]"
         )
     try:
-        batch = tuple(np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
+        batch = broadcast_shapes(a_shape[:-2], b_shape[:-2])
     except ValueError:
         raise ValueError(
             f"batch shapes of a {a_shape[:-2]} and b {b_shape[:-2]} do not broadcast"

@@ -1,0 +1,130 @@
+"""Chunked work on all CPU cores: the thread pool behind the numpy kernels.
+
+:func:`for_chunks` calls ``work(start, stop)`` over ``range(n)`` in chunks, spread over a shared
+thread pool (numpy releases the GIL in the kernels). The pool is
+
+* **fork-safe**: a child created by ``os.fork`` (multiprocessing's "fork" start method) cannot
+  use the parent's worker threads, which do not exist in it; it gets a fresh pool on first use
+  (``os.register_at_fork``), instead of waiting forever for workers that are gone;
+* **interruptible**: the workers check a cancel flag before each chunk. When the caller's wait is
+  interrupted (Ctrl-C raises KeyboardInterrupt in the main thread) or one chunk raises, the flag
+  is set, the chunks not yet started are skipped, the running ones finish, and the exception
+  reaches the caller.
+
+>>> out = []
+>>> for_chunks(10, lambda lo, hi: out.append((lo, hi)), chunk=4)
+>>> out
+[(0, 4), (4, 8), (8, 10)]
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+
+__all__ = ["CHUNK", "WORKERS", "for_chunks"]
+
+#: elements per chunk: the temporaries of one chunk stay in the core's L2 cache
+CHUNK = 1 << 15
+#: threads that share the chunks of a large array
+WORKERS = os.cpu_count() or 1
+
+#: seconds between the caller's checks for Ctrl-C while it waits (see _collect)
+_POLL = 0.1
+
+_POOL: ThreadPoolExecutor | None = None
+_LOCK = threading.Lock()
+_TLS = threading.local()
+
+
+def _pool(workers: int) -> ThreadPoolExecutor:
+    """The shared pool, created on first use (and again in the child of a fork)."""
+    global _POOL
+    with _LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="precision_lab")
+        return _POOL
+
+
+def _after_fork_in_child() -> None:
+    """The child of a fork has none of the parent's threads: forget their pool and lock."""
+    global _POOL, _LOCK, _TLS
+    _POOL = None
+    _LOCK = threading.Lock()  # it may have been held by another thread of the parent
+    _TLS = threading.local()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _collect(futures: list[Future[None]]) -> None:
+    """Wait for every job, in order; a job's exception is raised as soon as it is reached.
+
+    The wait wakes up every ``_POLL`` seconds: a SIGINT that reaches the main thread while it
+    is not blocked can otherwise stay unhandled until the wait ends (CPython 3.11 lets another
+    thread clear the "signal pending" check; taking the GIL back after a timed wait restores it).
+    A failing job sets the cancel flag itself, so the others stop without waiting for this loop.
+    """
+    for f in futures:
+        while True:
+            try:  # (not f.result: a job may raise TimeoutError itself)
+                f.exception(timeout=_POLL)
+                break
+            except FutureTimeout:
+                continue
+        f.result()
+
+
+def _drain(futures: list[Future[None]]) -> None:
+    """After a cancel: wait until the running jobs have stopped, ignoring their errors."""
+    for f in futures:
+        if not f.cancel():
+            f.exception()
+
+
+def for_chunks(n: int, work: Callable[[int, int], None], chunk: int | None = None) -> None:
+    """Call ``work(start, stop)`` over ``range(n)`` in chunks, on all cores for large n.
+
+    Each core takes one contiguous range of chunks. An exception in any chunk, or a
+    KeyboardInterrupt while the caller waits, stops the chunks not yet started and is re-raised.
+    Calls from inside a chunk (nested) run inline.
+    """
+    chunk = chunk or CHUNK
+    workers = WORKERS
+    # inside a pool worker (nested call), run inline: waiting on the pool there could deadlock
+    if n <= 4 * chunk or workers <= 1 or getattr(_TLS, "in_pool", False):
+        for i in range(0, n, chunk):
+            work(i, min(i + chunk, n))
+        return
+    per = -(-n // workers)
+    per = -(-per // chunk) * chunk
+    cancel = threading.Event()
+    tls = _TLS
+
+    def run(lo: int) -> None:
+        tls.in_pool = True
+        try:
+            for i in range(lo, min(lo + per, n), chunk):
+                if cancel.is_set():
+                    return
+                work(i, min(i + chunk, n))
+        except BaseException:
+            cancel.set()
+            raise
+        finally:
+            tls.in_pool = False
+
+    pool = _pool(workers)
+    futures: list[Future[None]] = []
+    try:
+        for lo in range(0, n, per):
+            futures.append(pool.submit(run, lo))
+        _collect(futures)
+    except BaseException:
+        cancel.set()
+        _drain(futures)
+        raise
