@@ -415,12 +415,17 @@ def _add_vals(c: Call, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _add_at_half_scale(c: Call, a: np.ndarray, b: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """Round ``a + b`` beyond float64's range: ``(a/2 + b/2)`` (exact: such operands are
-    normal) rounded onto the format with the same grid at half the scale (bias one larger,
-    the same overflow rule at half the threshold), then doubled (exact)."""
+    normal) rounded onto a format with the same grid near its top at half the scale (the same
+    overflow rule at half the threshold), then doubled (exact)."""
     f, o = c.fmt, c.opts
     assert f.bias is not None
     # (no subnormals: they are never reached here, and fp64's would fall below float64's)
-    half = dataclasses.replace(f, bias=f.bias + 1, has_subnormals=False, name=None)
+    # one exponent bit fewer and emax one lower: the same grid and overflow threshold at half
+    # the scale, with a lowest binade float64 still holds (bias + 1 alone would need quanta below
+    # 2**-1074 there)
+    half = dataclasses.replace(f, exponent_bits=f.exponent_bits - 1, bias=0, has_subnormals=False,
+                               name=None)  # fmt: skip
+    half = dataclasses.replace(half, bias=half.emax - (f.emax - 1))
     words = c.words()
     r = Rounder(half, o.mode, o.overflow, o.subnormals, o.seed, o.random_bits)
     s, t = two_sum(a / 2, b / 2)
