@@ -34,7 +34,7 @@ from .shapes import gemm_shapes
 
 __all__ = ["BACKENDS", "gemm"]
 
-BACKENDS = ("auto", "numpy", "cupy")
+BACKENDS = ("auto", "numpy", "native", "cupy")
 _FP32 = get_format("fp32")
 _NO_TERM = -(1 << 20)  # alignment exponent of a zero term (below every real exponent)
 #: output elements per work item: the model's temporaries stay in the core's cache
@@ -77,8 +77,10 @@ def gemm(
     out_format:
         Format of the result (and of ``c``).
     backend:
-        ``"numpy"`` (CPU reference), ``"cupy"`` (GPU kernels) or ``"auto"`` (cupy for CuPy
-        arrays, else numpy).
+        ``"numpy"`` (CPU reference), ``"native"`` (compiled CPU kernels,
+        :mod:`precision_lab.gemm.native_backend`), ``"cupy"`` (GPU kernels) or ``"auto"`` (cupy
+        for CuPy arrays, else native where the extension is built and covers the model, else
+        numpy). ``"native"`` on a model it does not cover (``order="blas"``) runs numpy.
     input_rounding:
         How a and b are put on the input grid: a rounding mode (default ``nearest_even``;
         ``stochastic`` uses the accumulator's seed), or ``"exact"``: values must already be on
@@ -128,9 +130,32 @@ def gemm(
         )
         return _canonical_nan(out)
     if on_device:
-        raise TypeError("backend='numpy' got CuPy arrays: use backend='cupy' or 'auto'")
+        raise TypeError(f"backend={backend!r} got CuPy arrays: use backend='cupy' or 'auto'")
+    if backend in ("auto", "native"):
+        native = importlib.import_module(f"{__package__}.native_backend")
+        if backend == "native" and not native.available():
+            native.gemm(a, b, c, input_format=fa, accumulator=acc, out_format=out_fmt)  # raises
+        if native.covers(acc):
+            out = native.gemm(
+                _float64_or_float(as_float_array(a, "a")),
+                _float64_or_float(as_float_array(b, "b")),
+                None if c is None else _float64_or_float(as_float_array(c, "c")),
+                input_format=(fa, fb) if fa != fb else fa,
+                accumulator=acc,
+                out_format=out_fmt,
+                input_rounding=input_rounding,
+                scale_a=scale_a,
+                scale_b=scale_b,
+                scale_block=scale_block,
+            )
+            return _canonical_nan(out)
     out = _gemm_numpy(a, b, c, fa, fb, acc, out_fmt, input_rounding, scale_a, scale_b, scale_block)
     return _canonical_nan(out)
+
+
+def _float64_or_float(x: np.ndarray) -> np.ndarray:
+    """numpy float arrays as they are; ml_dtypes arrays as float64 (exact)."""
+    return x if x.dtype.kind == "f" else x.astype(np.float64)
 
 
 def _canonical_nan(out: Any) -> Any:

@@ -1,0 +1,24 @@
+// kernels.h: the CPU kernels of precision_lab._native_kernels, built twice (kernels_base.cpp for
+// baseline x86-64 / any CPU, kernels_avx2.cpp for AVX2+FMA); module.cpp picks one at import.
+#ifndef PL_NATIVE_KERNELS_H
+#define PL_NATIVE_KERNELS_H
+
+#define PL_KERNEL_DECLS                                                                          \
+  void k_gemm_rows(const long long* params, const double* A, const double* B, const double* C, \
+                   const double* SA, const double* SB, const int* EA, const int* EB, void* D,  \
+                   int f32, long long r0, long long r1);                                       \
+  void k_align_exps(const double* x, int* out, long long n, int emin);                         \
+  void k_fma32_rows(const long long* params, const float* A, const float* B, const float* C,   \
+                    void* D, int f32, long long r0, long long r1);
+
+namespace pl_base {
+PL_KERNEL_DECLS
+}
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define PL_HAVE_AVX2 1
+namespace pl_avx2 {
+PL_KERNEL_DECLS
+}
+#endif
+
+#endif

@@ -1,0 +1,165 @@
+// precision_lab._native_kernels: GEMM model kernels on the CPU (CPython C API and the buffer
+// protocol; no numpy headers). Python drives them from precision_lab/gemm/native_backend.py,
+// which splits the output rows over precision_lab.rounding.for_chunks; every call releases the
+// GIL. The arithmetic is that of precision_lab/cuda/pl_gemm.cuh (shared with the CUDA kernels).
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+
+namespace {
+
+struct kernels {
+  decltype(&pl_base::k_gemm_rows) gemm_rows;
+  decltype(&pl_base::k_align_exps) align_exps;
+  decltype(&pl_base::k_fma32_rows) fma32_rows;
+  const char* isa;
+};
+kernels KT = {pl_base::k_gemm_rows, pl_base::k_align_exps, pl_base::k_fma32_rows, "baseline"};
+
+// A C-contiguous buffer of `kind` ('f' float, 'i' integer) and itemsize, or None when allowed.
+struct buf {
+  Py_buffer v;
+  bool held = false;
+  void* ptr = nullptr;
+  Py_ssize_t n = 0;
+  ~buf() {
+    if (held) PyBuffer_Release(&v);
+  }
+};
+
+bool get_buf(PyObject* o, buf* b, char kind, int itemsize, bool writable, const char* name,
+             bool allow_none) {
+  if (o == Py_None) {
+    if (allow_none) return true;
+    PyErr_Format(PyExc_TypeError, "%s must be a buffer, got None", name);
+    return false;
+  }
+  int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+  if (PyObject_GetBuffer(o, &b->v, flags) != 0) return false;
+  b->held = true;
+  const char* f = b->v.format ? b->v.format : "B";
+  if (*f == '<' || *f == '=' || *f == '@') ++f;
+  const bool is_float = (*f == 'f' || *f == 'd') && f[1] == 0;
+  const bool is_int = strchr("bhilqBHILQ", *f) != nullptr && *f != 0 && f[1] == 0;
+  if ((kind == 'f' ? !is_float : !is_int) || b->v.itemsize != itemsize) {
+    PyErr_Format(PyExc_TypeError, "%s must be a contiguous %s%d buffer, got format %s, itemsize %zd",
+                 name, kind == 'f' ? "float" : "int", itemsize * 8, b->v.format ? b->v.format : "B",
+                 b->v.itemsize);
+    return false;
+  }
+  b->ptr = b->v.buf;
+  b->n = b->v.len / itemsize;
+  return true;
+}
+
+// gemm(params, A, B, C, SA, SB, EA, EB, D, r0, r1): output rows r0..r1-1 of the model.
+PyObject* py_gemm(PyObject*, PyObject* args) {
+  PyObject *op, *oa, *ob, *oc, *osa, *osb, *oea, *oeb, *od;
+  long long r0, r1;
+  if (!PyArg_ParseTuple(args, "OOOOOOOOOLL", &op, &oa, &ob, &oc, &osa, &osb, &oea, &oeb, &od, &r0,
+                        &r1))
+    return nullptr;
+  buf p, a, b, c, sa, sb, ea, eb, d;
+  if (!get_buf(op, &p, 'i', 8, false, "params", false) || !get_buf(oa, &a, 'f', 8, false, "A", false) ||
+      !get_buf(ob, &b, 'f', 8, false, "B", false) || !get_buf(oc, &c, 'f', 8, false, "C", true) ||
+      !get_buf(osa, &sa, 'f', 8, false, "SA", true) || !get_buf(osb, &sb, 'f', 8, false, "SB", true) ||
+      !get_buf(oea, &ea, 'i', 4, false, "EA", true) || !get_buf(oeb, &eb, 'i', 4, false, "EB", true))
+    return nullptr;
+  if (PyObject_GetBuffer(od, &d.v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) != 0)
+    return nullptr;
+  d.held = true;
+  const int f32 = d.v.itemsize == 4;
+  if (p.n < 86) {
+    PyErr_SetString(PyExc_ValueError, "params: expected the 86 int64 entries of pl_gemm.cuh");
+    return nullptr;
+  }
+  const long long* q = (const long long*)p.ptr;
+  const long long M = q[0], N = q[1], K = q[2], NB = q[3];
+  if (r0 < 0 || r1 > NB * M || r0 > r1 || a.n < NB * M * K || b.n < NB * K * N ||
+      d.v.len / d.v.itemsize < NB * M * N || (c.ptr && c.n < NB * M * N) ||
+      (ea.ptr && ea.n < NB * M * K) || (eb.ptr && eb.n < NB * K * N)) {
+    PyErr_SetString(PyExc_ValueError, "gemm: buffer sizes do not match params / row range");
+    return nullptr;
+  }
+  Py_BEGIN_ALLOW_THREADS KT.gemm_rows(q, (const double*)a.ptr, (const double*)b.ptr,
+                                     (const double*)c.ptr, (const double*)sa.ptr,
+                                     (const double*)sb.ptr, (const int*)ea.ptr, (const int*)eb.ptr,
+                                     d.v.buf, f32, r0, r1);
+  Py_END_ALLOW_THREADS Py_RETURN_NONE;
+}
+
+// gemm_fma32(params, A, B, C, D, r0, r1): fp32 sequential nearest-even (float32 buffers).
+PyObject* py_gemm_fma32(PyObject*, PyObject* args) {
+  PyObject *op, *oa, *ob, *oc, *od;
+  long long r0, r1;
+  if (!PyArg_ParseTuple(args, "OOOOOLL", &op, &oa, &ob, &oc, &od, &r0, &r1)) return nullptr;
+  buf p, a, b, c, d;
+  if (!get_buf(op, &p, 'i', 8, false, "params", false) || !get_buf(oa, &a, 'f', 4, false, "A", false) ||
+      !get_buf(ob, &b, 'f', 4, false, "B", false) || !get_buf(oc, &c, 'f', 4, false, "C", true))
+    return nullptr;
+  if (PyObject_GetBuffer(od, &d.v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) != 0)
+    return nullptr;
+  d.held = true;
+  if (p.n < 86) {
+    PyErr_SetString(PyExc_ValueError, "params: expected the 86 int64 entries of pl_gemm.cuh");
+    return nullptr;
+  }
+  const long long* q = (const long long*)p.ptr;
+  const long long M = q[0], N = q[1], K = q[2], NB = q[3];
+  const bool has_c = q[24] != 0;
+  if (r0 < 0 || r1 > NB * M || r0 > r1 || a.n < NB * M * K || b.n < NB * K * N ||
+      d.v.len / d.v.itemsize < NB * M * N || (has_c && (!c.ptr || c.n < NB * M * N))) {
+    PyErr_SetString(PyExc_ValueError, "gemm_fma32: buffer sizes do not match params / row range");
+    return nullptr;
+  }
+  const int f32 = d.v.itemsize == 4;
+  Py_BEGIN_ALLOW_THREADS KT.fma32_rows(q, (const float*)a.ptr, (const float*)b.ptr,
+                                      (const float*)c.ptr, d.v.buf, f32, r0, r1);
+  Py_END_ALLOW_THREADS Py_RETURN_NONE;
+}
+
+// align_exponents(x, emin, out): max(floor(log2|x|), emin) as int32 (zero: -2**20).
+PyObject* py_align_exponents(PyObject*, PyObject* args) {
+  PyObject *ox, *oo;
+  int emin;
+  if (!PyArg_ParseTuple(args, "OiO", &ox, &emin, &oo)) return nullptr;
+  buf x, o;
+  if (!get_buf(ox, &x, 'f', 8, false, "x", false)) return nullptr;
+  if (!get_buf(oo, &o, 'i', 4, true, "out", false)) return nullptr;
+  if (o.n < x.n) {
+    PyErr_SetString(PyExc_ValueError, "align_exponents: out is shorter than x");
+    return nullptr;
+  }
+  Py_BEGIN_ALLOW_THREADS KT.align_exps((const double*)x.ptr, (int*)o.ptr, x.n, emin);
+  Py_END_ALLOW_THREADS Py_RETURN_NONE;
+}
+
+PyObject* py_isa(PyObject*, PyObject*) { return PyUnicode_FromString(KT.isa); }
+
+PyMethodDef methods[] = {
+    {"gemm", py_gemm, METH_VARARGS, "gemm(params, A, B, C, SA, SB, EA, EB, D, r0, r1)"},
+    {"gemm_fma32", py_gemm_fma32, METH_VARARGS, "gemm_fma32(params, A, B, C, D, r0, r1)"},
+    {"align_exponents", py_align_exponents, METH_VARARGS, "align_exponents(x, emin, out)"},
+    {"isa", py_isa, METH_NOARGS, "instruction set of the kernels in use"},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_native_kernels",
+                         "GEMM model kernels of precision_lab on the CPU", -1, methods};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__native_kernels(void) {
+#if defined(PL_HAVE_AVX2)
+  // PRECISION_LAB_NATIVE_ISA=baseline forces the baseline kernels (tests run both)
+  const char* want = getenv("PRECISION_LAB_NATIVE_ISA");
+  __builtin_cpu_init();
+  if (!(want && strcmp(want, "baseline") == 0) && __builtin_cpu_supports("avx2") &&
+      __builtin_cpu_supports("fma")) {
+    KT = {pl_avx2::k_gemm_rows, pl_avx2::k_align_exps, pl_avx2::k_fma32_rows, "avx2+fma"};
+  }
+#endif
+  return PyModule_Create(&moduledef);
+}
