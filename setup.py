@@ -8,7 +8,16 @@ contraction and fast-math stay off, since every kernel must give the numpy refer
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-GCC_FLAGS = ["-O3", "-std=c++17", "-ffp-contract=off", "-fno-fast-math", "-fno-math-errno"]
+GCC_FLAGS = [
+    "-O3",
+    "-std=c++17",
+    "-ffp-contract=off",
+    "-fno-fast-math",
+    # value-safe: no errno from libm, and FP exception flags (unused here) may be ignored, so
+    # the compiler can turn selects between doubles into vector blends
+    "-fno-math-errno",
+    "-fno-trapping-math",
+]
 MSVC_FLAGS = ["/O2", "/std:c++17", "/fp:precise"]
 
 native_kernels = Extension(

@@ -7,6 +7,8 @@
 #include "kernels.h"
 
 #if defined(PL_HAVE_AVX2)
+#include <immintrin.h>
+#define PL_KERNELS_AVX2 1
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
 #else
