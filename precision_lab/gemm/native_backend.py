@@ -32,12 +32,12 @@ True
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import numpy as np
 
 from ..formats import FloatFormat
+from ..native_kernels import available, ext, isa
 from ..rounding import WORKERS, for_chunks
 from .accumulator import Accumulator
 
@@ -47,20 +47,7 @@ _MAX_BLOCK = 128  # cupy_backend.kernel_plan's limit on block_fma blocks (shared
 #: output elements per work item
 _CHUNK_ELEMENTS = 1 << 14
 
-try:
-    _ext: Any = importlib.import_module("precision_lab._native_kernels")
-except ImportError:  # pragma: no cover - depends on the build
-    _ext = None
-
-
-def available() -> bool:
-    """Whether the compiled kernels were built and load."""
-    return _ext is not None
-
-
-def isa() -> str | None:
-    """Instruction set of the loaded kernels (``"avx2+fma"``, ``"baseline"``) or None."""
-    return None if _ext is None else str(_ext.isa())
+_ext = ext
 
 
 def covers(accumulator: Accumulator, **_: Any) -> bool:

@@ -9,7 +9,14 @@
                    int f32, long long r0, long long r1);                                       \
   void k_align_exps(const double* x, int* out, long long n, int emin);                         \
   void k_fma32_rows(const long long* params, const float* A, const float* B, const float* C,   \
-                    void* D, int f32, long long r0, long long r1);
+                    void* D, int f32, long long r0, long long r1);                              \
+  long long k_quantize(const void* x, int x_f64, void* out, int out_code, long long C,         \
+                       long long inner, const double* S, const double* Z, int mode,            \
+                       int short_path, int torch, double qmin, double qmax, long long lo,      \
+                       long long hi);                                                           \
+  void k_dequantize(const void* q, int q_code, void* out, int f64, int short_path, long long C, \
+                    long long inner, const double* S, const double* Z, long long lo,            \
+                    long long hi);
 
 namespace pl_base {
 PL_KERNEL_DECLS

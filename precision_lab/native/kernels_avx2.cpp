@@ -17,6 +17,7 @@
 namespace pl_avx2 {
 #include "../cuda/pl_gemm.cuh"
 #include "kernels.inc"
+#include "quant.inc"
 }  // namespace pl_avx2
 #if defined(__clang__)
 #pragma clang attribute pop

@@ -7,4 +7,5 @@
 namespace pl_base {
 #include "../cuda/pl_gemm.cuh"
 #include "kernels.inc"
+#include "quant.inc"
 }  // namespace pl_base

@@ -15,9 +15,12 @@ struct kernels {
   decltype(&pl_base::k_gemm_rows) gemm_rows;
   decltype(&pl_base::k_align_exps) align_exps;
   decltype(&pl_base::k_fma32_rows) fma32_rows;
+  decltype(&pl_base::k_quantize) quantize;
+  decltype(&pl_base::k_dequantize) dequantize;
   const char* isa;
 };
-kernels KT = {pl_base::k_gemm_rows, pl_base::k_align_exps, pl_base::k_fma32_rows, "baseline"};
+kernels KT = {pl_base::k_gemm_rows, pl_base::k_align_exps, pl_base::k_fma32_rows,
+              pl_base::k_quantize,  pl_base::k_dequantize,  "baseline"};
 
 // A C-contiguous buffer of `kind` ('f' float, 'i' integer) and itemsize, or None when allowed.
 struct buf {
@@ -137,12 +140,86 @@ PyObject* py_align_exponents(PyObject*, PyObject* args) {
   Py_END_ALLOW_THREADS Py_RETURN_NONE;
 }
 
+// quantize(x, out, out_code, C, inner, S, Z, mode, short, torch, qmin, qmax, lo, hi) -> NaN count
+PyObject* py_quantize(PyObject*, PyObject* args) {
+  PyObject *ox, *oo, *os, *oz;
+  int code, mode, shortp, torch;
+  long long C, inner, lo, hi;
+  double qmin, qmax;
+  if (!PyArg_ParseTuple(args, "OOiLLOOiiiddLL", &ox, &oo, &code, &C, &inner, &os, &oz, &mode,
+                        &shortp, &torch, &qmin, &qmax, &lo, &hi))
+    return nullptr;
+  buf x, o, sc, zp;
+  if (PyObject_GetBuffer(ox, &x.v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) return nullptr;
+  x.held = true;
+  if (!(x.v.itemsize == 4 || x.v.itemsize == 8)) {
+    PyErr_SetString(PyExc_TypeError, "x must be a float32 or float64 buffer");
+    return nullptr;
+  }
+  static const int sizes[6] = {1, 1, 2, 2, 4, 4};
+  if (code < 0 || code > 5) {
+    PyErr_SetString(PyExc_ValueError, "out_code must be in 0..5");
+    return nullptr;
+  }
+  if (PyObject_GetBuffer(oo, &o.v, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) != 0) return nullptr;
+  o.held = true;
+  if (!get_buf(os, &sc, 'f', 8, false, "S", false) || !get_buf(oz, &zp, 'f', 8, false, "Z", false))
+    return nullptr;
+  const long long n = x.v.len / x.v.itemsize;
+  if (o.v.len < n * sizes[code] || lo < 0 || hi > n || lo > hi || C < 1 || inner < 1 ||
+      sc.n < C || zp.n < C) {
+    PyErr_SetString(PyExc_ValueError, "quantize: buffer sizes do not match");
+    return nullptr;
+  }
+  long long nan;
+  Py_BEGIN_ALLOW_THREADS nan =
+      KT.quantize(x.v.buf, x.v.itemsize == 8, o.v.buf, code, C, inner, (const double*)sc.ptr,
+                  (const double*)zp.ptr, mode, shortp, torch, qmin, qmax, lo, hi);
+  Py_END_ALLOW_THREADS return PyLong_FromLongLong(nan);
+}
+
+// dequantize(q, q_code, out, short, C, inner, S, Z, lo, hi): out float32 or float64
+PyObject* py_dequantize(PyObject*, PyObject* args) {
+  PyObject *oq, *oo, *os, *oz;
+  int code, shortp;
+  long long C, inner, lo, hi;
+  if (!PyArg_ParseTuple(args, "OiOiLLOOLL", &oq, &code, &oo, &shortp, &C, &inner, &os, &oz, &lo,
+                        &hi))
+    return nullptr;
+  buf q, o, sc, zp;
+  static const int sizes[6] = {1, 1, 2, 2, 4, 4};
+  if (code < 0 || code > 5) {
+    PyErr_SetString(PyExc_ValueError, "q_code must be in 0..5");
+    return nullptr;
+  }
+  if (PyObject_GetBuffer(oq, &q.v, PyBUF_C_CONTIGUOUS) != 0) return nullptr;
+  q.held = true;
+  if (PyObject_GetBuffer(oo, &o.v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) != 0)
+    return nullptr;
+  o.held = true;
+  if (!get_buf(os, &sc, 'f', 8, false, "S", false) || !get_buf(oz, &zp, 'f', 8, false, "Z", false))
+    return nullptr;
+  const long long n = q.v.len / sizes[code];
+  if (!(o.v.itemsize == 4 || o.v.itemsize == 8) || o.v.len / o.v.itemsize < n || lo < 0 ||
+      hi > n || lo > hi || C < 1 || inner < 1 || sc.n < C || zp.n < C) {
+    PyErr_SetString(PyExc_ValueError, "dequantize: buffer sizes do not match");
+    return nullptr;
+  }
+  Py_BEGIN_ALLOW_THREADS KT.dequantize(q.v.buf, code, o.v.buf, o.v.itemsize == 8, shortp, C, inner,
+                                       (const double*)sc.ptr, (const double*)zp.ptr, lo, hi);
+  Py_END_ALLOW_THREADS Py_RETURN_NONE;
+}
+
 PyObject* py_isa(PyObject*, PyObject*) { return PyUnicode_FromString(KT.isa); }
 
 PyMethodDef methods[] = {
     {"gemm", py_gemm, METH_VARARGS, "gemm(params, A, B, C, SA, SB, EA, EB, D, r0, r1)"},
     {"gemm_fma32", py_gemm_fma32, METH_VARARGS, "gemm_fma32(params, A, B, C, D, r0, r1)"},
     {"align_exponents", py_align_exponents, METH_VARARGS, "align_exponents(x, emin, out)"},
+    {"quantize", py_quantize, METH_VARARGS,
+     "quantize(x, out, out_code, C, inner, S, Z, mode, short, torch, qmin, qmax, lo, hi)"},
+    {"dequantize", py_dequantize, METH_VARARGS,
+     "dequantize(q, q_code, out, short, C, inner, S, Z, lo, hi)"},
     {"isa", py_isa, METH_NOARGS, "instruction set of the kernels in use"},
     {nullptr, nullptr, 0, nullptr}};
 
@@ -158,7 +235,8 @@ PyMODINIT_FUNC PyInit__native_kernels(void) {
   __builtin_cpu_init();
   if (!(want && strcmp(want, "baseline") == 0) && __builtin_cpu_supports("avx2") &&
       __builtin_cpu_supports("fma")) {
-    KT = {pl_avx2::k_gemm_rows, pl_avx2::k_align_exps, pl_avx2::k_fma32_rows, "avx2+fma"};
+    KT = {pl_avx2::k_gemm_rows, pl_avx2::k_align_exps, pl_avx2::k_fma32_rows,
+          pl_avx2::k_quantize,  pl_avx2::k_dequantize,  "avx2+fma"};
   }
 #endif
   return PyModule_Create(&moduledef);
