@@ -31,6 +31,7 @@ native_kernels = Extension(
         "precision_lab/native/kernels.h",
         "precision_lab/native/kernels.inc",
         "precision_lab/native/quant.inc",
+        "precision_lab/native/blocks.inc",
         "precision_lab/cuda/pl_round.cuh",
         "precision_lab/cuda/pl_gemm.cuh",
     ],

@@ -77,11 +77,13 @@ from typing import Any
 
 import numpy as np
 
+from . import native_kernels
 from ._random import check_seed
 from .codec import decode, encode
 from .formats import FloatFormat, IntFormat, get_format
 from .rounding import (
     CHUNK,
+    ROUNDING_MODES,
     _plan,
     _random_for,
     _round_float_chunk,
@@ -760,7 +762,10 @@ def _elements(
     U, A, B, C = lay.dims
     upc = _units_per_chunk(lay)
     out = np.empty(ps.src.shape, dtype=bf.element.code_dtype if codes else out_dtype)
-    if not (mode == "stochastic" and lay.needs_pad):
+    native = _native_blocks(data, lay, ps, bf, mode, codes)
+    if native is not None:
+        out = _codes(native, bf.element) if codes else native
+    elif not (mode == "stochastic" and lay.needs_pad):
 
         def work(lo: int, hi: int) -> None:
             o, dec = ps.scaled(lo, hi)
@@ -800,6 +805,53 @@ def _elements(
             for_chunks(U, unscale_work, chunk=upc)
     res = out.reshape(lay.padded)
     return (res[lay.crop] if lay.needs_pad else res), lay, ps, out_dtype
+
+
+_RULES = {"floor": 0, "ceil": 1, "amax": 2}
+
+
+def _native_blocks(
+    data: np.ndarray, lay: _Layout, ps: _Pass, bf: BlockFormat, mode: str, codes: bool
+) -> np.ndarray | None:
+    """The fused pass on the native kernels (same values; None where they do not apply).
+
+    Every deterministic mode, float32/float64 data, float elements and MX INT8; the kernel
+    follows :meth:`_Pass.scaled`, :class:`_Kernel` and :meth:`_Pass.unscale` operation by
+    operation (``precision_lab/native/blocks.inc``). With ``codes`` it returns the rounded
+    elements (before scaling back), which :func:`_codes` encodes.
+    """
+    ext = native_kernels.ext
+    elem = bf.element
+    if (
+        ext is None
+        or mode == "stochastic"
+        or data.dtype not in (np.dtype(np.float32), np.dtype(np.float64))
+        or data.size == 0
+        or (isinstance(elem, IntFormat) and elem.bits != 8)
+    ):
+        return None
+    from .gpu import format_args
+
+    is_int = isinstance(elem, IntFormat)
+    sf = bf.scale
+    mm, em = math.frexp(bf.element_max)
+    kmin = math.frexp(sf.smallest_subnormal)[1] - 1
+    ints = np.array([kmin, sf.emax, bf.element_emax, bf.element_exponent, em], dtype=np.int32)
+    dbls = np.array([mm, float(elem.max), bf.element_max, ps.tensor_scale], dtype=np.float64)
+    efmt = np.array(format_args(sf if is_int else elem), dtype=np.int32)  # type: ignore[arg-type]
+    sfmt = np.array(format_args(sf), dtype=np.int32)
+    rule = 3 if bf.tensor_scale else _RULES[bf.scale_rule]
+    enc = np.ascontiguousarray(ps.enc, dtype=np.float64).reshape(-1) if bf.tensor_scale else None
+    dims = np.array(lay.dims, dtype=np.int64)
+    out = np.empty(lay.padded, dtype=data.dtype)
+    m = ROUNDING_MODES.index(mode)
+
+    def work(lo: int, hi: int) -> None:
+        ext.blocks(data, out, dims, rule, m, codes, is_int, 8, efmt, sfmt, ints, dbls,
+                   ps.values, enc, lo, hi)  # fmt: skip
+
+    for_chunks(lay.dims[0], work, chunk=_units_per_chunk(lay))
+    return out.reshape(ps.src.shape)
 
 
 def _out_dtype(data: np.ndarray) -> np.dtype:

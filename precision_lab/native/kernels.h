@@ -16,7 +16,11 @@
                        long long hi);                                                           \
   void k_dequantize(const void* q, int q_code, void* out, int f64, int short_path, long long C, \
                     long long inner, const double* S, const double* Z, long long lo,            \
-                    long long hi);
+                    long long hi);                                                              \
+  void k_blocks(const void* x, void* out, int f64, long long U, long long A, long long B,      \
+                long long C, int rule, int mode, int codes_only, int int_elem, int int_bits,   \
+                const int* elem, const int* scale, const int* ints, const double* dbls,        \
+                double* values, const double* enc, long long u0, long long u1);
 
 namespace pl_base {
 PL_KERNEL_DECLS

@@ -18,6 +18,7 @@ namespace pl_avx2 {
 #include "../cuda/pl_gemm.cuh"
 #include "kernels.inc"
 #include "quant.inc"
+#include "blocks.inc"
 }  // namespace pl_avx2
 #if defined(__clang__)
 #pragma clang attribute pop

@@ -8,4 +8,5 @@ namespace pl_base {
 #include "../cuda/pl_gemm.cuh"
 #include "kernels.inc"
 #include "quant.inc"
+#include "blocks.inc"
 }  // namespace pl_base

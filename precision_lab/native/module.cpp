@@ -17,10 +17,12 @@ struct kernels {
   decltype(&pl_base::k_fma32_rows) fma32_rows;
   decltype(&pl_base::k_quantize) quantize;
   decltype(&pl_base::k_dequantize) dequantize;
+  decltype(&pl_base::k_blocks) blocks;
   const char* isa;
 };
 kernels KT = {pl_base::k_gemm_rows, pl_base::k_align_exps, pl_base::k_fma32_rows,
-              pl_base::k_quantize,  pl_base::k_dequantize,  "baseline"};
+              pl_base::k_quantize,  pl_base::k_dequantize,  pl_base::k_blocks,
+              "baseline"};
 
 // A C-contiguous buffer of `kind` ('f' float, 'i' integer) and itemsize, or None when allowed.
 struct buf {
@@ -210,6 +212,45 @@ PyObject* py_dequantize(PyObject*, PyObject* args) {
   Py_END_ALLOW_THREADS Py_RETURN_NONE;
 }
 
+// blocks(x, out, dims(4 int64), rule, mode, codes_only, int_elem, int_bits, elem(5 int32),
+//        scale(5 int32), ints(5 int32), dbls(4 float64), values, enc, u0, u1)
+PyObject* py_blocks(PyObject*, PyObject* args) {
+  PyObject *ox, *oo, *odims, *oel, *osc, *oints, *odbl, *oval, *oenc;
+  int rule, mode, codes_only, int_elem, int_bits;
+  long long u0, u1;
+  if (!PyArg_ParseTuple(args, "OOOiiiiiOOOOOOLL", &ox, &oo, &odims, &rule, &mode, &codes_only,
+                        &int_elem, &int_bits, &oel, &osc, &oints, &odbl, &oval, &oenc, &u0, &u1))
+    return nullptr;
+  buf x, o, dims, el, sc, ints, dbl, val, enc;
+  if (PyObject_GetBuffer(ox, &x.v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) return nullptr;
+  x.held = true;
+  if (PyObject_GetBuffer(oo, &o.v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) != 0)
+    return nullptr;
+  o.held = true;
+  if (!get_buf(odims, &dims, 'i', 8, false, "dims", false) ||
+      !get_buf(oel, &el, 'i', 4, false, "elem", false) ||
+      !get_buf(osc, &sc, 'i', 4, false, "scale", false) ||
+      !get_buf(oints, &ints, 'i', 4, false, "ints", false) ||
+      !get_buf(odbl, &dbl, 'f', 8, false, "dbls", false) ||
+      !get_buf(oval, &val, 'f', 8, true, "values", false) ||
+      !get_buf(oenc, &enc, 'f', 8, false, "enc", true))
+    return nullptr;
+  const long long* dm = (const long long*)dims.ptr;
+  const long long U = dm[0], A = dm[1], B = dm[2], C = dm[3];
+  const int isz = (int)x.v.itemsize;
+  if (!(isz == 4 || isz == 8) || o.v.itemsize != isz || dims.n < 4 || el.n < 5 || sc.n < 5 ||
+      ints.n < 5 || dbl.n < 4 || x.v.len / isz < U * A * B * C || o.v.len / isz < U * A * B * C ||
+      val.n < U * B || (enc.ptr && enc.n < U * B) || u0 < 0 || u1 > U || u0 > u1) {
+    PyErr_SetString(PyExc_ValueError, "blocks: buffer sizes do not match");
+    return nullptr;
+  }
+  Py_BEGIN_ALLOW_THREADS KT.blocks(x.v.buf, o.v.buf, isz == 8, U, A, B, C, rule, mode, codes_only,
+                                   int_elem, int_bits, (const int*)el.ptr, (const int*)sc.ptr,
+                                   (const int*)ints.ptr, (const double*)dbl.ptr,
+                                   (double*)val.ptr, (const double*)enc.ptr, u0, u1);
+  Py_END_ALLOW_THREADS Py_RETURN_NONE;
+}
+
 PyObject* py_isa(PyObject*, PyObject*) { return PyUnicode_FromString(KT.isa); }
 
 PyMethodDef methods[] = {
@@ -220,6 +261,7 @@ PyMethodDef methods[] = {
      "quantize(x, out, out_code, C, inner, S, Z, mode, short, torch, qmin, qmax, lo, hi)"},
     {"dequantize", py_dequantize, METH_VARARGS,
      "dequantize(q, q_code, out, short, C, inner, S, Z, lo, hi)"},
+    {"blocks", py_blocks, METH_VARARGS, "blocks(x, out, dims, rule, mode, ...): see blocks.inc"},
     {"isa", py_isa, METH_NOARGS, "instruction set of the kernels in use"},
     {nullptr, nullptr, 0, nullptr}};
 
@@ -236,7 +278,8 @@ PyMODINIT_FUNC PyInit__native_kernels(void) {
   if (!(want && strcmp(want, "baseline") == 0) && __builtin_cpu_supports("avx2") &&
       __builtin_cpu_supports("fma")) {
     KT = {pl_avx2::k_gemm_rows, pl_avx2::k_align_exps, pl_avx2::k_fma32_rows,
-          pl_avx2::k_quantize,  pl_avx2::k_dequantize,  "avx2+fma"};
+          pl_avx2::k_quantize,  pl_avx2::k_dequantize,  pl_avx2::k_blocks,
+          "avx2+fma"};
   }
 #endif
   return PyModule_Create(&moduledef);
