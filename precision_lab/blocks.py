@@ -432,6 +432,17 @@ def _block_amax(data: np.ndarray, lay: _Layout) -> np.ndarray:
     the magnitudes, and NaN's bits are above infinity's.
     """
     U, _, B, C = lay.dims
+    ext = native_kernels.ext
+    if ext is not None and data.dtype in (np.dtype(np.float32), np.dtype(np.float64)):
+        amax = np.empty((U, B), dtype=np.float64)
+        dims = np.array(lay.dims, dtype=np.int64)
+        src = np.ascontiguousarray(data)
+        for_chunks(
+            U,
+            lambda lo, hi: ext.block_amax(src, dims, amax, lo, hi),
+            chunk=_units_per_chunk(lay),
+        )
+        return amax
     uint = np.uint32 if data.dtype == np.float32 else np.uint64
     mask = uint(np.iinfo(uint).max >> 1)
     bits = data.view(uint).reshape(lay.data_shape())

@@ -18,11 +18,12 @@ struct kernels {
   decltype(&pl_base::k_quantize) quantize;
   decltype(&pl_base::k_dequantize) dequantize;
   decltype(&pl_base::k_blocks) blocks;
+  decltype(&pl_base::k_block_amax) block_amax;
   const char* isa;
 };
 kernels KT = {pl_base::k_gemm_rows, pl_base::k_align_exps, pl_base::k_fma32_rows,
               pl_base::k_quantize,  pl_base::k_dequantize,  pl_base::k_blocks,
-              "baseline"};
+              pl_base::k_block_amax, "baseline"};
 
 // A C-contiguous buffer of `kind` ('f' float, 'i' integer) and itemsize, or None when allowed.
 struct buf {
@@ -251,6 +252,29 @@ PyObject* py_blocks(PyObject*, PyObject* args) {
   Py_END_ALLOW_THREADS Py_RETURN_NONE;
 }
 
+// block_amax(x, dims(4 int64), out(float64 U*B), u0, u1)
+PyObject* py_block_amax(PyObject*, PyObject* args) {
+  PyObject *ox, *odims, *oo;
+  long long u0, u1;
+  if (!PyArg_ParseTuple(args, "OOOLL", &ox, &odims, &oo, &u0, &u1)) return nullptr;
+  buf x, dims, o;
+  if (PyObject_GetBuffer(ox, &x.v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) return nullptr;
+  x.held = true;
+  if (!get_buf(odims, &dims, 'i', 8, false, "dims", false) ||
+      !get_buf(oo, &o, 'f', 8, true, "out", false))
+    return nullptr;
+  const long long* dm = (const long long*)dims.ptr;
+  const long long U = dm[0], A = dm[1], B = dm[2], C = dm[3];
+  const int isz = (int)x.v.itemsize;
+  if (!(isz == 4 || isz == 8) || x.v.len / isz < U * A * B * C || o.n < U * B || u0 < 0 ||
+      u1 > U || u0 > u1) {
+    PyErr_SetString(PyExc_ValueError, "block_amax: buffer sizes do not match");
+    return nullptr;
+  }
+  Py_BEGIN_ALLOW_THREADS KT.block_amax(x.v.buf, isz == 8, A, B, C, (double*)o.ptr, u0, u1);
+  Py_END_ALLOW_THREADS Py_RETURN_NONE;
+}
+
 PyObject* py_isa(PyObject*, PyObject*) { return PyUnicode_FromString(KT.isa); }
 
 PyMethodDef methods[] = {
@@ -262,6 +286,7 @@ PyMethodDef methods[] = {
     {"dequantize", py_dequantize, METH_VARARGS,
      "dequantize(q, q_code, out, short, C, inner, S, Z, lo, hi)"},
     {"blocks", py_blocks, METH_VARARGS, "blocks(x, out, dims, rule, mode, ...): see blocks.inc"},
+    {"block_amax", py_block_amax, METH_VARARGS, "block_amax(x, dims, out, u0, u1)"},
     {"isa", py_isa, METH_NOARGS, "instruction set of the kernels in use"},
     {nullptr, nullptr, 0, nullptr}};
 
@@ -279,7 +304,7 @@ PyMODINIT_FUNC PyInit__native_kernels(void) {
       __builtin_cpu_supports("fma")) {
     KT = {pl_avx2::k_gemm_rows, pl_avx2::k_align_exps, pl_avx2::k_fma32_rows,
           pl_avx2::k_quantize,  pl_avx2::k_dequantize,  pl_avx2::k_blocks,
-          "avx2+fma"};
+          pl_avx2::k_block_amax, "avx2+fma"};
   }
 #endif
   return PyModule_Create(&moduledef);
