@@ -84,8 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     torch = torch_cases(x, scale)
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; native kernels: "
           f"{native_kernels.isa()}; torch: {'yes' if torch else 'not installed'}")  # fmt: skip
-    print(f"{'operation (Melem/s; peak memory / output)':44s} {'native':>8s} {'numpy':>8s} "
-          f"{'ratio':>6s} {'torch':>8s} {'nat/torch':>9s} {'peak nat':>9s} {'peak np':>8s}")  # fmt: skip
+    head = ["native", "numpy", "ratio", "torch", "nat/torch", "peak nat", "peak np"]
+    widths = [8, 8, 6, 8, 9, 9, 8]
+    cols = " ".join(f"{h:>{w}s}" for h, w in zip(head, widths, strict=True))
+    print(f"{'operation (Melem/s; peak memory / output)':44s} {cols}")
     ok = True
     for label, fn in cases.items():
         rate = x.size / median_time(fn, args.repeat) / 1e6

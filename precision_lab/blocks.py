@@ -862,7 +862,33 @@ def _native_blocks(
                    ps.values, enc, lo, hi)  # fmt: skip
 
     for_chunks(lay.dims[0], work, chunk=_units_per_chunk(lay))
-    return out.reshape(ps.src.shape)
+    res = out.reshape(ps.src.shape)
+    if bf.scale_rule in ("floor", "ceil") and not codes:
+        _positive_nan_blocks(res, ps, lay, bf, data.dtype)
+    return res
+
+
+def _positive_nan_blocks(
+    res: np.ndarray, ps: _Pass, lay: _Layout, bf: BlockFormat, dtype: np.dtype
+) -> None:
+    """NaN blocks of the chunks where :meth:`_Pass.scaled` takes its ``ldexp`` branch (a block
+    factor ``2**-(k + ee)`` that is no value of ``dtype``) come out as +NaN there, not as
+    ``x * NaN`` (whose sign is x's when x is a NaN): the same here."""
+    nan = np.isnan(ps.values)
+    if not nan.any():
+        return
+    info = np.finfo(dtype)
+    k = np.frexp(np.where(nan, 1.0, ps.values))[1] - 1
+    shift = -k - bf.element_exponent
+    lo_sh = int(np.log2(info.smallest_subnormal))
+    bad = ~nan & ((shift < lo_sh) | (shift > info.maxexp - 1))
+    upc = _units_per_chunk(lay)
+    for lo in range(0, lay.dims[0], upc):
+        hi = min(lo + upc, lay.dims[0])
+        if bad[lo:hi].any() and nan[lo:hi].any():
+            blk = ps._grid(nan[lo:hi])
+            chunk = res[lo:hi]
+            chunk[np.broadcast_to(blk, chunk.shape)] = np.nan
 
 
 def _out_dtype(data: np.ndarray) -> np.dtype:

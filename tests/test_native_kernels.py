@@ -275,3 +275,86 @@ def test_numpy_path_where_native_does_not_apply(monkeypatch):
     assert np.array_equal(
         pl.quantize(y, "int8", 0.1), numpy_only(monkeypatch, pl.quantize, y, "int8", 0.1)
     )
+
+
+# ----- block formats ---------------------------------------------------------------------------
+BLOCK_EDGES = np.array(
+    [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1e-310, 5e-324, 1e300, -1e300, 3.4e38,
+     -3.4e38, 448.0, 500.0, 6.0, 7.0, 1e-40, 2.0**-133, 2.0**-127]
+)  # fmt: skip
+
+
+def same_blocks(x, y) -> bool:
+    if isinstance(x, np.ndarray):
+        return same_bits(x, y)
+    return (
+        np.array_equal(x.codes, y.codes)
+        and np.array_equal(x.scale_codes, y.scale_codes)
+        and np.array_equal(x.scales, y.scales, equal_nan=True)
+        and x.tensor_scale == y.tensor_scale
+    )
+
+
+BLOCK_FORMATS = [
+    *pl.blocks.known_block_formats(),
+    pl.get_block_format("mxfp8_e4m3", scale_rule="ceil"),
+    pl.get_block_format("mxint8", scale_rule="ceil"),
+]
+
+
+@needs_native
+@pytest.mark.parametrize("bf", BLOCK_FORMATS, ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("magnitude", [100.0, 1e-30, 1e30, "edges"])
+def test_blocks_match_numpy(monkeypatch, bf, dtype, magnitude):
+    bf = pl.get_block_format(bf)
+    layouts = (
+        [(-1, (256, 256)), (-2, (128, 384))]
+        if len(bf.block_shape) == 2
+        else [(-1, (4, 256)), (0, (256, 6)), (1, (3, 256, 2)), (-1, (3, 100))]
+    )
+    for axis, shape in layouts:
+        x = RNG.standard_normal(shape) * (1.0 if magnitude == "edges" else magnitude)
+        if magnitude == "edges":
+            idx = RNG.choice(x.size, 60)
+            x.flat[idx] = RNG.choice(BLOCK_EDGES, 60)
+        with np.errstate(over="ignore"):
+            x = x.astype(dtype)
+        for mode in MODES:
+            for fn in (pl.round_to_blocks, pl.quantize_blocks):
+                kw = {"axis": axis, "rounding": mode, "pad": True}
+                got = fn(x, bf, **kw)
+                assert same_blocks(got, numpy_only(monkeypatch, fn, x, bf, **kw)), (fn, axis, mode)
+
+
+@needs_native
+@settings(max_examples=40, deadline=None)
+@given(
+    x=hnp.arrays(np.float32, st.sampled_from([(64,), (2, 96), (3, 32)])),
+    name=st.sampled_from(["mxfp8_e4m3", "mxfp4_e2m1", "nvfp4", "mxint8", "fp8_1x128"]),
+    mode=st.sampled_from(MODES),
+)
+def test_blocks_hypothesis(x, name, mode):
+    got = pl.round_to_blocks(x, name, rounding=mode, pad=True)
+    saved = native_kernels.ext
+    native_kernels.ext = None
+    try:
+        ref = pl.round_to_blocks(x, name, rounding=mode, pad=True)
+    finally:
+        native_kernels.ext = saved
+    assert same_bits(got, ref)
+
+
+@needs_native
+@pytest.mark.parametrize("shape", [(4, 64), (64, 4)])
+def test_nan_blocks_next_to_unrepresentable_scales(monkeypatch, shape):
+    """An all-zero block (scale 2**-127: the factor 2**133 is no float32) beside a NaN block
+    takes numpy's ldexp branch, where the NaN block is +NaN whatever the NaN's sign."""
+    bf = pl.BlockFormat("e4m3_k64", "e4m3", "e8m0", (32,), "floor", element_exponent=-6)
+    x = np.zeros(shape, dtype=np.float32)
+    axis = -1 if shape[0] == 4 else 0
+    x[(1, 3) if axis == -1 else (3, 1)] = -np.nan
+    x[(2, 5) if axis == -1 else (5, 2)] = 1.5
+    for fn in (pl.round_to_blocks, pl.quantize_blocks):
+        got = fn(x, bf, axis=axis)
+        assert same_blocks(got, numpy_only(monkeypatch, fn, x, bf, axis=axis))
