@@ -32,6 +32,7 @@ True
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -71,9 +72,14 @@ def _rows_chunk(rows: int, per_row: int) -> int:
 
 
 def _launch(
-    name: str, grid: tuple[int, int, int], block: tuple[int, int, int], args: tuple[Any, ...]
+    name: str,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    args: tuple[Any, ...],
+    flags: int = 0,
 ) -> None:
-    """Run the CUDA kernel ``name``'s model on the CPU (the launcher of cupy_backend.run)."""
+    """Run the CUDA kernel ``name``'s model on the CPU (the launcher of cupy_backend.run);
+    ``flags`` bit 0: every accumulation sum is exact in float64 (no two-sum needed)."""
     del grid, block
     if name.startswith("pl_gemm_fma_"):
         A, B, Cx, D, params = args
@@ -89,7 +95,7 @@ def _launch(
         # toward_zero / up: the tile kernel in float64 (same model)
         A, B = A.astype(np.float64), B.astype(np.float64)
         C = None if C is None else C.astype(np.float64)
-        _run_generic(params, A, B, C, None, None, D)
+        _run_generic(params, A, B, C, None, None, D, flags)
         return
     A, B, Cx, SA, SB, D, params = args
     has_c, has_scales = bool(params[24]), bool(params[12])
@@ -101,6 +107,7 @@ def _launch(
         SA if has_scales else None,
         SB if has_scales else None,
         D,
+        flags,
     )
 
 
@@ -112,6 +119,7 @@ def _run_generic(
     SA: np.ndarray | None,
     SB: np.ndarray | None,
     D: np.ndarray,
+    flags: int,
 ) -> None:
     m, n, k, nb = (int(v) for v in params[:4])
     EA = EB = None
@@ -124,7 +132,7 @@ def _run_generic(
     SB = None if SB is None else np.ascontiguousarray(SB, dtype=np.float64)
     for_chunks(
         nb * m,
-        lambda lo, hi: _ext.gemm(params, A, B, C, SA, SB, EA, EB, D, lo, hi),
+        lambda lo, hi: _ext.gemm(params, A, B, C, SA, SB, EA, EB, D, lo, hi, flags),
         _rows_chunk(nb * m, n * max(k, 1) // 64 + n),
     )
 
@@ -149,10 +157,13 @@ def gemm(
             "is not built here (reinstall with a C++ compiler: pip install -e .)"
         )
     from . import cupy_backend
+    from .reference import sum_is_exact
 
+    fa, fb = input_format if isinstance(input_format, tuple) else (input_format, input_format)
+    flags = int(sum_is_exact(accumulator, fa, fb))
     return cupy_backend.run(
         np,
-        _launch,
+        functools.partial(_launch, flags=flags),
         a,
         b,
         c,

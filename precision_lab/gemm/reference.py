@@ -389,18 +389,8 @@ class _Model:
         self.stochastic = acc.stochastic
         self.kblock = kblock
         self.promote, self.seg = acc.segments(k, kblock, scaled)
-        # product quantum and bound (for the exact-float64 fast path)
-        if acc.product_format is None:
-            pq = fa.smallest_subnormal * fb.smallest_subnormal
-            pmax = fa.max * fb.max
-            pprec = fa.precision + fb.precision
-        else:
-            pf = acc.product_format
-            assert isinstance(pf, FloatFormat)
-            pq, pmax, pprec = pf.smallest_subnormal, pf.max, pf.precision
-        # x + p exact in float64 for every accumulator value x and product p
-        span = math.log2(fmt.max + pmax) - math.log2(min(fmt.smallest_subnormal, pq))
-        self.sum_exact = span < 52
+        pq, pmax, pprec = _products(acc, fa, fb)
+        self.sum_exact = sum_is_exact(acc, fa, fb)
         # the float32 fast path: IEEE float32 addition is exactly round(x + p, fp32, RNE)
         self.fp32_native = (
             fmt == _FP32
@@ -687,6 +677,32 @@ class _Model:
             if s0 is not None:
                 p = p + s0.astype(np.float32)
         return p.astype(np.float64)
+
+
+def _products(acc: Accumulator, fa: FloatFormat, fb: FloatFormat) -> tuple[float, float, int]:
+    """(quantum, bound, precision) of the model's products."""
+    if acc.product_format is None:
+        return (
+            fa.smallest_subnormal * fb.smallest_subnormal,
+            fa.max * fb.max,
+            fa.precision + fb.precision,
+        )
+    pf = acc.product_format
+    assert isinstance(pf, FloatFormat)
+    return pf.smallest_subnormal, pf.max, pf.precision
+
+
+def sum_is_exact(acc: Accumulator, fa: FloatFormat, fb: FloatFormat) -> bool:
+    """Whether ``x + p`` is exact in float64 for every accumulator value x and product p.
+
+    >>> sum_is_exact(Accumulator("fp16"), get_format("e4m3"), get_format("e4m3"))
+    True
+    """
+    fmt = acc.format
+    assert isinstance(fmt, FloatFormat)
+    pq, pmax, _ = _products(acc, fa, fb)
+    span = math.log2(fmt.max + pmax) - math.log2(min(fmt.smallest_subnormal, pq))
+    return span < 52
 
 
 def _exponents(x: np.ndarray, emin: int) -> np.ndarray:

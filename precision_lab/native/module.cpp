@@ -61,12 +61,14 @@ bool get_buf(PyObject* o, buf* b, char kind, int itemsize, bool writable, const 
   return true;
 }
 
-// gemm(params, A, B, C, SA, SB, EA, EB, D, r0, r1): output rows r0..r1-1 of the model.
+// gemm(params, A, B, C, SA, SB, EA, EB, D, r0, r1, flags): output rows r0..r1-1 of the model
+// (flags bit 0: every accumulation sum is exact in float64, reference._Model.sum_exact).
 PyObject* py_gemm(PyObject*, PyObject* args) {
   PyObject *op, *oa, *ob, *oc, *osa, *osb, *oea, *oeb, *od;
   long long r0, r1;
-  if (!PyArg_ParseTuple(args, "OOOOOOOOOLL", &op, &oa, &ob, &oc, &osa, &osb, &oea, &oeb, &od, &r0,
-                        &r1))
+  int flags = 0;
+  if (!PyArg_ParseTuple(args, "OOOOOOOOOLL|i", &op, &oa, &ob, &oc, &osa, &osb, &oea, &oeb, &od,
+                        &r0, &r1, &flags))
     return nullptr;
   buf p, a, b, c, sa, sb, ea, eb, d;
   if (!get_buf(op, &p, 'i', 8, false, "params", false) || !get_buf(oa, &a, 'f', 8, false, "A", false) ||
@@ -93,7 +95,7 @@ PyObject* py_gemm(PyObject*, PyObject* args) {
   Py_BEGIN_ALLOW_THREADS KT.gemm_rows(q, (const double*)a.ptr, (const double*)b.ptr,
                                      (const double*)c.ptr, (const double*)sa.ptr,
                                      (const double*)sb.ptr, (const int*)ea.ptr, (const int*)eb.ptr,
-                                     d.v.buf, f32, r0, r1);
+                                     d.v.buf, f32, r0, r1, flags);
   Py_END_ALLOW_THREADS Py_RETURN_NONE;
 }
 
@@ -278,7 +280,7 @@ PyObject* py_block_amax(PyObject*, PyObject* args) {
 PyObject* py_isa(PyObject*, PyObject*) { return PyUnicode_FromString(KT.isa); }
 
 PyMethodDef methods[] = {
-    {"gemm", py_gemm, METH_VARARGS, "gemm(params, A, B, C, SA, SB, EA, EB, D, r0, r1)"},
+    {"gemm", py_gemm, METH_VARARGS, "gemm(params, A, B, C, SA, SB, EA, EB, D, r0, r1, flags)"},
     {"gemm_fma32", py_gemm_fma32, METH_VARARGS, "gemm_fma32(params, A, B, C, D, r0, r1)"},
     {"align_exponents", py_align_exponents, METH_VARARGS, "align_exponents(x, emin, out)"},
     {"quantize", py_quantize, METH_VARARGS,
