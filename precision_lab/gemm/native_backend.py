@@ -79,7 +79,8 @@ def _launch(
     flags: int = 0,
 ) -> None:
     """Run the CUDA kernel ``name``'s model on the CPU (the launcher of cupy_backend.run);
-    ``flags`` bit 0: every accumulation sum is exact in float64 (no two-sum needed)."""
+    ``flags`` bit 0: every accumulation sum is exact in float64 (no two-sum needed); bit 1:
+    no accumulation sum overflows float64."""
     del grid, block
     if name.startswith("pl_gemm_fma_"):
         A, B, Cx, D, params = args
@@ -157,10 +158,12 @@ def gemm(
             "is not built here (reinstall with a C++ compiler: pip install -e .)"
         )
     from . import cupy_backend
-    from .reference import sum_is_exact
+    from .reference import sum_bound, sum_is_exact
 
     fa, fb = input_format if isinstance(input_format, tuple) else (input_format, input_format)
-    flags = int(sum_is_exact(accumulator, fa, fb))
+    flags = (
+        int(sum_is_exact(accumulator, fa, fb)) | (sum_bound(accumulator, fa, fb) < 2.0**1022) << 1
+    )
     return cupy_backend.run(
         np,
         functools.partial(_launch, flags=flags),

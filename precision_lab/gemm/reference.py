@@ -692,6 +692,17 @@ def _products(acc: Accumulator, fa: FloatFormat, fb: FloatFormat) -> tuple[float
     return pf.smallest_subnormal, pf.max, pf.precision
 
 
+def sum_bound(acc: Accumulator, fa: FloatFormat, fb: FloatFormat) -> float:
+    """A bound on ``|x + p|`` for accumulator values x and products p.
+
+    >>> sum_bound(Accumulator("fp16"), get_format("e4m3"), get_format("e4m3"))
+    266208.0
+    """
+    fmt = acc.format
+    assert isinstance(fmt, FloatFormat)
+    return fmt.max + _products(acc, fa, fb)[1]
+
+
 def sum_is_exact(acc: Accumulator, fa: FloatFormat, fb: FloatFormat) -> bool:
     """Whether ``x + p`` is exact in float64 for every accumulator value x and product p.
 
@@ -700,8 +711,8 @@ def sum_is_exact(acc: Accumulator, fa: FloatFormat, fb: FloatFormat) -> bool:
     """
     fmt = acc.format
     assert isinstance(fmt, FloatFormat)
-    pq, pmax, _ = _products(acc, fa, fb)
-    span = math.log2(fmt.max + pmax) - math.log2(min(fmt.smallest_subnormal, pq))
+    pq = _products(acc, fa, fb)[0]
+    span = math.log2(sum_bound(acc, fa, fb)) - math.log2(min(fmt.smallest_subnormal, pq))
     return span < 52
 
 

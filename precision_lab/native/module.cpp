@@ -62,7 +62,8 @@ bool get_buf(PyObject* o, buf* b, char kind, int itemsize, bool writable, const 
 }
 
 // gemm(params, A, B, C, SA, SB, EA, EB, D, r0, r1, flags): output rows r0..r1-1 of the model
-// (flags bit 0: every accumulation sum is exact in float64, reference._Model.sum_exact).
+// (flags bit 0: every accumulation sum is exact in float64, reference._Model.sum_exact; bit 1:
+// no accumulation sum can overflow float64).
 PyObject* py_gemm(PyObject*, PyObject* args) {
   PyObject *op, *oa, *ob, *oc, *osa, *osb, *oea, *oeb, *od;
   long long r0, r1;
