@@ -39,7 +39,7 @@ import numpy as np
 
 from ..formats import FloatFormat
 from ..native_kernels import available, ext, isa
-from ..rounding import WORKERS, for_chunks
+from ..rounding import WORKERS, _fits_float32, for_chunks
 from .accumulator import Accumulator
 
 __all__ = ["available", "covers", "gemm", "isa"]
@@ -71,6 +71,35 @@ def _rows_chunk(rows: int, per_row: int) -> int:
     return max(1, min(by_size, by_workers))
 
 
+def _float32_sums(acc: Accumulator, fa: FloatFormat, fb: FloatFormat) -> bool:
+    """Whether a block FMA's truncated terms and their sums are exact float32 numbers.
+
+    Products of the inputs exact and normal in float32, the running value a float32 number,
+    and ``(block + 1) * 2**(align_bits + 2) <= 2**24`` (every term below 2**(align_bits + 2)
+    units); the kernel also checks, per block, that the alignment factors are normal float32
+    numbers. H100 FP8 (13 bits kept, blocks of 32) qualifies; fp16/bf16 models (23-25 bits) not.
+
+    >>> from precision_lab.gemm.tensor_core import tensor_core
+    >>> from precision_lab.formats import get_format
+    >>> e4m3 = get_format("e4m3")
+    >>> _float32_sums(tensor_core("h100", "e4m3"), e4m3, e4m3)
+    True
+    >>> _float32_sums(tensor_core("b200", "e4m3"), e4m3, e4m3)
+    False
+    """
+    fmt = acc.format
+    if acc.order != "block_fma" or acc.align_bits is None or acc.block is None:
+        return False
+    assert isinstance(fmt, FloatFormat)
+    return (
+        fa.precision + fb.precision <= 24
+        and fa.smallest_subnormal * fb.smallest_subnormal >= 2.0**-126
+        and fa.max * fb.max < 2.0**126
+        and _fits_float32(fmt)
+        and (acc.block + 1) * 2.0 ** (acc.align_bits + 2) <= 2.0**24
+    )
+
+
 def _launch(
     name: str,
     grid: tuple[int, int, int],
@@ -80,7 +109,8 @@ def _launch(
 ) -> None:
     """Run the CUDA kernel ``name``'s model on the CPU (the launcher of cupy_backend.run);
     ``flags`` bit 0: every accumulation sum is exact in float64 (no two-sum needed); bit 1:
-    no accumulation sum overflows float64."""
+    no accumulation sum overflows float64; bit 2: block-FMA sums are exact in float32
+    (:func:`_float32_sums`)."""
     del grid, block
     if name.startswith("pl_gemm_fma_"):
         A, B, Cx, D, params = args
@@ -123,17 +153,21 @@ def _run_generic(
     flags: int,
 ) -> None:
     m, n, k, nb = (int(v) for v in params[:4])
-    EA = EB = None
+    EA = EB = B32 = None
     if int(params[5]) == 3 and not bool(params[22]):  # block_fma without inf/NaN: exponents
         EA = np.empty(A.shape, np.int32)
         EB = np.empty(B.shape, np.int32)
         _ext.align_exponents(A, int(params[17]), EA)
         _ext.align_exponents(B, int(params[18]), EB)
+        if flags & 4:
+            B32 = B.astype(np.float32)  # exact: B is on a grid that float32 holds
+    else:
+        flags &= ~4
     SA = None if SA is None else np.ascontiguousarray(SA, dtype=np.float64)
     SB = None if SB is None else np.ascontiguousarray(SB, dtype=np.float64)
     for_chunks(
         nb * m,
-        lambda lo, hi: _ext.gemm(params, A, B, C, SA, SB, EA, EB, D, lo, hi, flags),
+        lambda lo, hi: _ext.gemm(params, A, B, C, SA, SB, EA, EB, D, lo, hi, flags, B32),
         _rows_chunk(nb * m, n * max(k, 1) // 64 + n),
     )
 
@@ -162,7 +196,9 @@ def gemm(
 
     fa, fb = input_format if isinstance(input_format, tuple) else (input_format, input_format)
     flags = (
-        int(sum_is_exact(accumulator, fa, fb)) | (sum_bound(accumulator, fa, fb) < 2.0**1022) << 1
+        int(sum_is_exact(accumulator, fa, fb))
+        | int(sum_bound(accumulator, fa, fb) < 2.0**1022) << 1
+        | int(_float32_sums(accumulator, fa, fb)) << 2
     )
     return cupy_backend.run(
         np,

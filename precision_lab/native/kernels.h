@@ -5,8 +5,8 @@
 
 #define PL_KERNEL_DECLS                                                                          \
   void k_gemm_rows(const long long* params, const double* A, const double* B, const double* C, \
-                   const double* SA, const double* SB, const int* EA, const int* EB, void* D,  \
-                   int f32, long long r0, long long r1, int flags);                            \
+                   const double* SA, const double* SB, const int* EA, const int* EB,           \
+                   const float* B32, void* D, int f32, long long r0, long long r1, int flags); \
   void k_align_exps(const double* x, int* out, long long n, int emin);                         \
   void k_fma32_rows(const long long* params, const float* A, const float* B, const float* C,   \
                     void* D, int f32, long long r0, long long r1);                              \

@@ -61,17 +61,19 @@ bool get_buf(PyObject* o, buf* b, char kind, int itemsize, bool writable, const 
   return true;
 }
 
-// gemm(params, A, B, C, SA, SB, EA, EB, D, r0, r1, flags): output rows r0..r1-1 of the model
-// (flags bit 0: every accumulation sum is exact in float64, reference._Model.sum_exact; bit 1:
-// no accumulation sum can overflow float64).
+// gemm(params, A, B, C, SA, SB, EA, EB, D, r0, r1, flags, B32): output rows r0..r1-1 of the
+// model (flags bit 0: every accumulation sum is exact in float64, reference._Model.sum_exact;
+// bit 1: no accumulation sum can overflow float64; bit 2: block-FMA sums may run in float32 on
+// B32, B as float32).
 PyObject* py_gemm(PyObject*, PyObject* args) {
-  PyObject *op, *oa, *ob, *oc, *osa, *osb, *oea, *oeb, *od;
+  PyObject *op, *oa, *ob, *oc, *osa, *osb, *oea, *oeb, *od, *ob32 = Py_None;
   long long r0, r1;
   int flags = 0;
-  if (!PyArg_ParseTuple(args, "OOOOOOOOOLL|i", &op, &oa, &ob, &oc, &osa, &osb, &oea, &oeb, &od,
-                        &r0, &r1, &flags))
+  if (!PyArg_ParseTuple(args, "OOOOOOOOOLL|iO", &op, &oa, &ob, &oc, &osa, &osb, &oea, &oeb, &od,
+                        &r0, &r1, &flags, &ob32))
     return nullptr;
-  buf p, a, b, c, sa, sb, ea, eb, d;
+  buf p, a, b, c, sa, sb, ea, eb, d, b32;
+  if (!get_buf(ob32, &b32, 'f', 4, false, "B32", true)) return nullptr;
   if (!get_buf(op, &p, 'i', 8, false, "params", false) || !get_buf(oa, &a, 'f', 8, false, "A", false) ||
       !get_buf(ob, &b, 'f', 8, false, "B", false) || !get_buf(oc, &c, 'f', 8, false, "C", true) ||
       !get_buf(osa, &sa, 'f', 8, false, "SA", true) || !get_buf(osb, &sb, 'f', 8, false, "SB", true) ||
@@ -89,14 +91,15 @@ PyObject* py_gemm(PyObject*, PyObject* args) {
   const long long M = q[0], N = q[1], K = q[2], NB = q[3];
   if (r0 < 0 || r1 > NB * M || r0 > r1 || a.n < NB * M * K || b.n < NB * K * N ||
       d.v.len / d.v.itemsize < NB * M * N || (c.ptr && c.n < NB * M * N) ||
-      (ea.ptr && ea.n < NB * M * K) || (eb.ptr && eb.n < NB * K * N)) {
+      (ea.ptr && ea.n < NB * M * K) || (eb.ptr && eb.n < NB * K * N) ||
+      (b32.ptr && b32.n < NB * K * N) || ((flags & 4) && !b32.ptr)) {
     PyErr_SetString(PyExc_ValueError, "gemm: buffer sizes do not match params / row range");
     return nullptr;
   }
   Py_BEGIN_ALLOW_THREADS KT.gemm_rows(q, (const double*)a.ptr, (const double*)b.ptr,
                                      (const double*)c.ptr, (const double*)sa.ptr,
                                      (const double*)sb.ptr, (const int*)ea.ptr, (const int*)eb.ptr,
-                                     d.v.buf, f32, r0, r1, flags);
+                                     (const float*)b32.ptr, d.v.buf, f32, r0, r1, flags);
   Py_END_ALLOW_THREADS Py_RETURN_NONE;
 }
 
@@ -281,7 +284,7 @@ PyObject* py_block_amax(PyObject*, PyObject* args) {
 PyObject* py_isa(PyObject*, PyObject*) { return PyUnicode_FromString(KT.isa); }
 
 PyMethodDef methods[] = {
-    {"gemm", py_gemm, METH_VARARGS, "gemm(params, A, B, C, SA, SB, EA, EB, D, r0, r1, flags)"},
+    {"gemm", py_gemm, METH_VARARGS, "gemm(params, A, B, C, SA, SB, EA, EB, D, r0, r1, flags, B32)"},
     {"gemm_fma32", py_gemm_fma32, METH_VARARGS, "gemm_fma32(params, A, B, C, D, r0, r1)"},
     {"align_exponents", py_align_exponents, METH_VARARGS, "align_exponents(x, emin, out)"},
     {"quantize", py_quantize, METH_VARARGS,
