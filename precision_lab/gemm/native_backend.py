@@ -155,8 +155,8 @@ def _run_generic(
     m, n, k, nb = (int(v) for v in params[:4])
     EA = EB = B32 = None
     if int(params[5]) == 3 and not bool(params[22]):  # block_fma without inf/NaN: exponents
-        EA = np.empty(A.shape, np.int32)
-        EB = np.empty(B.shape, np.int32)
+        EA = np.empty(A.shape, np.int16)
+        EB = np.empty(B.shape, np.int16)
         _ext.align_exponents(A, int(params[17]), EA)
         _ext.align_exponents(B, int(params[18]), EB)
         if flags & 4:

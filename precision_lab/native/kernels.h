@@ -5,9 +5,9 @@
 
 #define PL_KERNEL_DECLS                                                                          \
   void k_gemm_rows(const long long* params, const double* A, const double* B, const double* C, \
-                   const double* SA, const double* SB, const int* EA, const int* EB,           \
+                   const double* SA, const double* SB, const short* EA, const short* EB,       \
                    const float* B32, void* D, int f32, long long r0, long long r1, int flags); \
-  void k_align_exps(const double* x, int* out, long long n, int emin);                         \
+  void k_align_exps(const double* x, short* out, long long n, int emin);                       \
   void k_fma32_rows(const long long* params, const float* A, const float* B, const float* C,   \
                     void* D, int f32, long long r0, long long r1);                              \
   long long k_quantize(const void* x, int x_f64, void* out, int out_code, long long C,         \

@@ -77,7 +77,7 @@ PyObject* py_gemm(PyObject*, PyObject* args) {
   if (!get_buf(op, &p, 'i', 8, false, "params", false) || !get_buf(oa, &a, 'f', 8, false, "A", false) ||
       !get_buf(ob, &b, 'f', 8, false, "B", false) || !get_buf(oc, &c, 'f', 8, false, "C", true) ||
       !get_buf(osa, &sa, 'f', 8, false, "SA", true) || !get_buf(osb, &sb, 'f', 8, false, "SB", true) ||
-      !get_buf(oea, &ea, 'i', 4, false, "EA", true) || !get_buf(oeb, &eb, 'i', 4, false, "EB", true))
+      !get_buf(oea, &ea, 'i', 2, false, "EA", true) || !get_buf(oeb, &eb, 'i', 2, false, "EB", true))
     return nullptr;
   if (PyObject_GetBuffer(od, &d.v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) != 0)
     return nullptr;
@@ -98,7 +98,7 @@ PyObject* py_gemm(PyObject*, PyObject* args) {
   }
   Py_BEGIN_ALLOW_THREADS KT.gemm_rows(q, (const double*)a.ptr, (const double*)b.ptr,
                                      (const double*)c.ptr, (const double*)sa.ptr,
-                                     (const double*)sb.ptr, (const int*)ea.ptr, (const int*)eb.ptr,
+                                     (const double*)sb.ptr, (const short*)ea.ptr, (const short*)eb.ptr,
                                      (const float*)b32.ptr, d.v.buf, f32, r0, r1, flags);
   Py_END_ALLOW_THREADS Py_RETURN_NONE;
 }
@@ -133,19 +133,19 @@ PyObject* py_gemm_fma32(PyObject*, PyObject* args) {
   Py_END_ALLOW_THREADS Py_RETURN_NONE;
 }
 
-// align_exponents(x, emin, out): max(floor(log2|x|), emin) as int32 (zero: -2**20).
+// align_exponents(x, emin, out): max(floor(log2|x|), emin) as int16 (zero: -16384).
 PyObject* py_align_exponents(PyObject*, PyObject* args) {
   PyObject *ox, *oo;
   int emin;
   if (!PyArg_ParseTuple(args, "OiO", &ox, &emin, &oo)) return nullptr;
   buf x, o;
   if (!get_buf(ox, &x, 'f', 8, false, "x", false)) return nullptr;
-  if (!get_buf(oo, &o, 'i', 4, true, "out", false)) return nullptr;
+  if (!get_buf(oo, &o, 'i', 2, true, "out", false)) return nullptr;
   if (o.n < x.n) {
     PyErr_SetString(PyExc_ValueError, "align_exponents: out is shorter than x");
     return nullptr;
   }
-  Py_BEGIN_ALLOW_THREADS KT.align_exps((const double*)x.ptr, (int*)o.ptr, x.n, emin);
+  Py_BEGIN_ALLOW_THREADS KT.align_exps((const double*)x.ptr, (short*)o.ptr, x.n, emin);
   Py_END_ALLOW_THREADS Py_RETURN_NONE;
 }
 
