@@ -51,6 +51,13 @@ _CHUNK_ELEMENTS = 1 << 14
 _ext = ext
 
 
+def _run(*args: Any, **kwargs: Any) -> Any:
+    """cupy_backend.run (imported on first use: it imports reference, which imports us lazily)."""
+    from .cupy_backend import run
+
+    return run(*args, **kwargs)
+
+
 def covers(accumulator: Accumulator, **_: Any) -> bool:
     """Whether the native backend computes ``accumulator``'s model (False: numpy does).
 
@@ -191,7 +198,6 @@ def gemm(
             "backend='native' needs the compiled extension precision_lab._native_kernels, which "
             "is not built here (reinstall with a C++ compiler: pip install -e .)"
         )
-    from . import cupy_backend
     from .reference import sum_bound, sum_is_exact
 
     fa, fb = input_format if isinstance(input_format, tuple) else (input_format, input_format)
@@ -200,7 +206,7 @@ def gemm(
         | int(sum_bound(accumulator, fa, fb) < 2.0**1022) << 1
         | int(_float32_sums(accumulator, fa, fb)) << 2
     )
-    return cupy_backend.run(
+    return _run(
         np,
         functools.partial(_launch, flags=flags),
         a,

@@ -16,6 +16,7 @@ computes the same numbers bit for bit.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 import os
@@ -135,7 +136,7 @@ def gemm(
     if on_device:
         raise TypeError(f"backend={backend!r} got CuPy arrays: use backend='cupy' or 'auto'")
     if backend == "native" or (backend == "auto" and _AUTO_CPU == "native"):
-        native = importlib.import_module(f"{__package__}.native_backend")
+        native = _native_backend()
         if backend == "native" and not native.available():
             native.gemm(a, b, c, input_format=fa, accumulator=acc, out_format=out_fmt)  # raises
         if native.covers(acc):
@@ -154,6 +155,12 @@ def gemm(
             return _canonical_nan(out)
     out = _gemm_numpy(a, b, c, fa, fb, acc, out_fmt, input_rounding, scale_a, scale_b, scale_block)
     return _canonical_nan(out)
+
+
+@functools.cache
+def _native_backend() -> Any:
+    """precision_lab.gemm.native_backend (imported once, on first use)."""
+    return importlib.import_module(f"{__package__}.native_backend")
 
 
 def _float64_or_float(x: np.ndarray) -> np.ndarray:
