@@ -358,3 +358,50 @@ def test_nan_blocks_next_to_unrepresentable_scales(monkeypatch, shape):
     for fn in (pl.round_to_blocks, pl.quantize_blocks):
         got = fn(x, bf, axis=axis)
         assert same_blocks(got, numpy_only(monkeypatch, fn, x, bf, axis=axis))
+
+
+_MULHI_PROGRAM = """
+#include <stdio.h>
+#include "pl_round.cuh"
+int main() {
+  unsigned long long s = 88172645463325252ULL;
+  for (int i = 0; i < 200; ++i) {
+    s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+    unsigned long long a = s;
+    s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+    printf("%llu %llu %llu\\n", a, s, pl_mulhi64(a, s));
+  }
+  unsigned long long w[4];
+  pl_random_group(3, 5, 7, 64, w);
+  printf("%llu %llu %llu %llu\\n", w[0], w[1], w[2], w[3]);
+  return 0;
+}
+"""
+
+
+def test_header_without_int128(tmp_path):
+    """pl_round.cuh's portable 64x64-bit high product (compilers without __int128) and the
+    Philox words it gives."""
+    import shutil
+    from pathlib import Path
+
+    from precision_lab._random import random_words
+
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    src = tmp_path / "mulhi.cpp"
+    src.write_text(_MULHI_PROGRAM)
+    cuda = Path(pl.__file__).parent / "cuda"
+    exe = tmp_path / "mulhi"
+    subprocess.run(
+        [cxx, "-O1", "-U__SIZEOF_INT128__", f"-I{cuda}", str(src), "-o", str(exe)], check=True
+    )
+    lines = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split(
+        "\n"
+    )
+    for line in lines[:200]:
+        a, b, hi = (int(v) for v in line.split())
+        assert hi == (a * b) >> 64
+    words = [int(v) for v in lines[200].split()]
+    assert words == random_words(5 + (7 << 64), 4, 12).tolist()

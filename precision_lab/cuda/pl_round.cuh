@@ -181,8 +181,13 @@ PL_HD bool pl_fits_float32(const pl_format& f) {
 PL_HD pl_u64 pl_mulhi64(pl_u64 a, pl_u64 b) {
 #if defined(__CUDA_ARCH__)
   return __umul64hi(a, b);
-#else
+#elif defined(__SIZEOF_INT128__)
   return (pl_u64)(((unsigned __int128)a * b) >> 64);
+#else  // compilers without __int128 (MSVC): four 32x32-bit products
+  const pl_u64 a0 = a & 0xFFFFFFFFULL, a1 = a >> 32, b0 = b & 0xFFFFFFFFULL, b1 = b >> 32;
+  const pl_u64 p00 = a0 * b0, p01 = a0 * b1, p10 = a1 * b0, p11 = a1 * b1;
+  const pl_u64 mid = (p00 >> 32) + (p01 & 0xFFFFFFFFULL) + (p10 & 0xFFFFFFFFULL);
+  return p11 + (p01 >> 32) + (p10 >> 32) + (mid >> 32);
 #endif
 }
 
