@@ -15,7 +15,8 @@ $(STAMP): pyproject.toml
 # the compiled backend (precision_lab._native): rebuilt when its sources change; `make test`
 # requires it to load (PRECISION_LAB_REQUIRE_NATIVE=1: a missing or stale build fails the run)
 NATIVE_SRC = setup.py precision_lab/native/sources.py \
-             $(wildcard precision_lab/native/*.cpp precision_lab/native/*.h precision_lab/cuda/*.cuh)
+             $(wildcard precision_lab/native/*.cpp precision_lab/native/*.h precision_lab/native/*.inc \
+               precision_lab/cuda/*.cuh)
 NATIVE     = $(VENV)/.native
 
 $(NATIVE): $(STAMP) $(NATIVE_SRC)

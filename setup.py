@@ -34,6 +34,10 @@ GCC_FLAGS = [
     "-ffp-contract=off",
     "-fno-fast-math",
     "-fvisibility=hidden",
+    # value-safe: no errno from libm, and FP exception flags (never read) may be ignored, so the
+    # compiler can turn selects between doubles into vector blends
+    "-fno-math-errno",
+    "-fno-trapping-math",
 ]
 MSVC_FLAGS = ["/O2", "/std:c++17", "/fp:precise"]
 
@@ -72,8 +76,8 @@ def extension(name: str, files: list[str]) -> Extension:
     digest = sources.source_hash(files, HERE / "precision_lab")
     return Extension(
         name,
-        sources=[f"precision_lab/{files[0]}"],
-        depends=[f"precision_lab/{f}" for f in files[1:]],
+        sources=[f"precision_lab/{f}" for f in files if f.endswith(".cpp")],
+        depends=[f"precision_lab/{f}" for f in files if not f.endswith(".cpp")],
         define_macros=[("PL_SOURCE_HASH", f'"{digest}"')],
         language="c++",
     )

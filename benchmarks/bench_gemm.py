@@ -1,9 +1,12 @@
-"""GEMM emulation throughput: emulated multiply-adds per second of the numpy reference.
+"""GEMM emulation throughput: emulated multiply-adds per second of the numpy and native backends.
 
-Each line times ``pl.gemm`` on the CPU (median of ``--repeat`` runs) and numpy's float32 matmul
-(BLAS) of the same shape in the same run, and prints million multiply-adds per second (MMAC/s)
-and the ratio. Targets of issue 3 on the CPU (2 cores): >= 100 MMAC/s for fp32 sequential
-round-to-nearest-even on E4M3 inputs, >= 30 MMAC/s for the tensor-core models.
+Each line times ``pl.gemm`` on the CPU with ``backend="numpy"`` (the reference) and
+``backend="native"`` (the compiled kernels, where built), medians of ``--repeat`` runs, and numpy's
+float32 matmul (BLAS) of the same shape in the same run, and prints million multiply-adds per
+second (MMAC/s) and the ratios. Targets on the CPU (2 cores): issue 3 (numpy): >= 100 MMAC/s for
+fp32 sequential round-to-nearest-even on E4M3 inputs, >= 30 MMAC/s for the tensor-core models;
+issue 11 (native): bf16/fp16 sequential and the H100/B200 FP8 models >= 5x numpy, fp32 sequential
+>= 0.5x BLAS.
 
     python benchmarks/bench_gemm.py [--repeat 5] [--quick]
 """
@@ -11,6 +14,8 @@ round-to-nearest-even on E4M3 inputs, >= 30 MMAC/s for the tensor-core models.
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
 
 import numpy as np
 from timing import median_time
@@ -18,13 +23,25 @@ from timing import median_time
 import precision_lab as pl
 
 TARGETS = {"fp32 sequential": 1e8, "tensor-core": 3e7}
+#: issue 11: native / numpy (or native / BLAS for fp32 sequential)
+NATIVE_TARGETS = {
+    "fp32 sequential RNE": ("blas", 0.5),
+    "bf16 sequential RNE": ("numpy", 5.0),
+    "fp16 sequential toward_zero": ("numpy", 5.0),
+    "H100 FP8 tensor-core model": ("numpy", 5.0),
+    "B200 FP8 tensor-core model": ("numpy", 5.0),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="smaller shapes (smoke test)")
+    parser.add_argument(
+        "--numpy-repeat", type=int, default=3, help="runs of the (slow) numpy backend"
+    )
     args = parser.parse_args(argv)
+    native = importlib.import_module("precision_lab.native_kernels").available()
     rng = np.random.default_rng(0)
     s = 4 if args.quick else 1
 
@@ -51,29 +68,37 @@ def main(argv: list[str] | None = None) -> int:
         ("A100 bf16 tensor-core model", "tensor-core", (256 // s, 4096 // s, 256 // s), "bf16",
          pl.tensor_core("a100", "bf16")),
     ]  # fmt: skip
-    print(f"{'model':40s} {'M x K x N':>16s} {'MMAC/s':>9s} {'BLAS MMAC/s':>12s} {'ratio':>8s}"
-          "  target")  # fmt: skip
+    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; native kernels: "
+          f"{importlib.import_module('precision_lab.native_kernels').isa()}")  # fmt: skip
+    print(f"{'model':38s} {'M x K x N':>14s} {'numpy':>8s} {'native':>8s} {'BLAS':>9s} "
+          f"{'nat/np':>7s} {'nat/BLAS':>9s}  targets (MMAC/s)")  # fmt: skip
     ok = True
     for label, target_key, (m, k, n), fmt, acc in cases:
         a, b = inputs(m, k, n, fmt)
         macs = m * k * n
-        t = median_time(
-            lambda a=a, b=b, acc=acc, fmt=fmt: pl.gemm(
-                a, b, input_format=fmt, accumulator=acc, input_rounding="exact"
-            ),
-            args.repeat,
-        )
-        tb = median_time(lambda a=a, b=b: np.matmul(a, b), args.repeat)
-        rate, blas = macs / t, macs / tb
+
+        def run(backend: str, a=a, b=b, acc=acc, fmt=fmt) -> object:
+            return pl.gemm(
+                a, b, input_format=fmt, accumulator=acc, input_rounding="exact", backend=backend
+            )
+
+        rate = macs / median_time(lambda: run("numpy"), args.numpy_repeat)
+        nrate = macs / median_time(lambda: run("native"), args.repeat) if native else 0.0
+        blas = macs / median_time(lambda a=a, b=b: np.matmul(a, b), args.repeat)
         target = ""
         if target_key is not None and not args.quick:
             goal = TARGETS[target_key]
             passed = rate >= goal
             ok &= passed
-            target = f">= {goal / 1e6:.0f} MMAC/s {'ok' if passed else 'MISSED'}"
+            target = f"numpy >= {goal / 1e6:.0f} {'ok' if passed else 'MISSED'}"
+        if label in NATIVE_TARGETS and native and not args.quick:
+            ref, factor = NATIVE_TARGETS[label]
+            passed = nrate >= factor * (blas if ref == "blas" else rate)
+            ok &= passed
+            target += f"; native >= {factor}x {ref} {'ok' if passed else 'MISSED'}"
         print(
-            f"{label:40s} {f'{m}x{k}x{n}':>16s} {rate / 1e6:9.1f} {blas / 1e6:12.1f} "
-            f"{rate / blas:8.4f}  {target}"
+            f"{label:38s} {f'{m}x{k}x{n}':>14s} {rate / 1e6:8.1f} {nrate / 1e6:8.1f} "
+            f"{blas / 1e6:9.1f} {nrate / rate:7.1f} {nrate / blas:9.4f}  {target}"
         )
     return 0 if ok else 1
 

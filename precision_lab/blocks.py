@@ -83,12 +83,14 @@ from typing import Any
 
 import numpy as np
 
+from . import native_kernels
 from ._arrays import as_input
 from ._random import check_seed
 from .codec import decode, encode
 from .formats import FloatFormat, IntFormat, get_format
 from .rounding import (
     CHUNK,
+    ROUNDING_MODES,
     STOCHASTIC_MODES,
     _plan,
     _random_for,
@@ -438,6 +440,17 @@ def _block_amax(data: np.ndarray, lay: _Layout) -> np.ndarray:
     the magnitudes, and NaN's bits are above infinity's.
     """
     U, _, B, C = lay.dims
+    ext = native_kernels.ext if native_kernels.active() else None
+    if ext is not None and data.dtype in (np.dtype(np.float32), np.dtype(np.float64)):
+        amax = np.empty((U, B), dtype=np.float64)
+        dims = np.array(lay.dims, dtype=np.int64)
+        src = np.ascontiguousarray(data)
+        for_chunks(
+            U,
+            lambda lo, hi: ext.block_amax(src, dims, amax, lo, hi),
+            chunk=_units_per_chunk(lay),
+        )
+        return amax
     uint = np.uint32 if data.dtype == np.float32 else np.uint64
     mask = uint(np.iinfo(uint).max >> 1)
     bits = data.view(uint).reshape(lay.data_shape())
@@ -770,7 +783,10 @@ def _elements(
     U, A, B, C = lay.dims
     upc = _units_per_chunk(lay)
     out = np.empty(ps.src.shape, dtype=bf.element.code_dtype if codes else out_dtype)
-    if not (mode in STOCHASTIC_MODES and lay.needs_pad):
+    native = _native_blocks(data, lay, ps, bf, mode, codes)
+    if native is not None:
+        out = _codes(native, bf.element) if codes else native
+    elif not (mode in STOCHASTIC_MODES and lay.needs_pad):
 
         def work(lo: int, hi: int) -> None:
             o, dec = ps.scaled(lo, hi)
@@ -810,6 +826,79 @@ def _elements(
             for_chunks(U, unscale_work, chunk=upc)
     res = out.reshape(lay.padded)
     return (res[lay.crop] if lay.needs_pad else res), lay, ps, out_dtype
+
+
+_RULES = {"floor": 0, "ceil": 1, "amax": 2}
+
+
+def _native_blocks(
+    data: np.ndarray, lay: _Layout, ps: _Pass, bf: BlockFormat, mode: str, codes: bool
+) -> np.ndarray | None:
+    """The fused pass on the native kernels (same values; None where they do not apply).
+
+    Every deterministic mode, float32/float64 data, float elements and MX INT8; the kernel
+    follows :meth:`_Pass.scaled`, :class:`_Kernel` and :meth:`_Pass.unscale` operation by
+    operation (``precision_lab/native/blocks.inc``). With ``codes`` it returns the rounded
+    elements (before scaling back), which :func:`_codes` encodes.
+    """
+    ext = native_kernels.ext if native_kernels.active() else None
+    elem = bf.element
+    if (
+        ext is None
+        or mode in STOCHASTIC_MODES
+        or data.dtype not in (np.dtype(np.float32), np.dtype(np.float64))
+        or data.size == 0
+        or (isinstance(elem, IntFormat) and elem.bits != 8)
+    ):
+        return None
+    from .gpu import format_args
+
+    is_int = isinstance(elem, IntFormat)
+    sf = bf.scale
+    mm, em = math.frexp(bf.element_max)
+    kmin = math.frexp(sf.smallest_subnormal)[1] - 1
+    ints = np.array([kmin, sf.emax, bf.element_emax, bf.element_exponent, em], dtype=np.int32)
+    dbls = np.array([mm, float(elem.max), bf.element_max, ps.tensor_scale], dtype=np.float64)
+    efmt = np.array(format_args(sf if is_int else elem), dtype=np.int32)  # type: ignore[arg-type]
+    sfmt = np.array(format_args(sf), dtype=np.int32)
+    rule = 3 if bf.tensor_scale else _RULES[bf.scale_rule]
+    enc = np.ascontiguousarray(ps.enc, dtype=np.float64).reshape(-1) if bf.tensor_scale else None
+    dims = np.array(lay.dims, dtype=np.int64)
+    out = np.empty(lay.padded, dtype=data.dtype)
+    m = ROUNDING_MODES.index(mode)
+
+    def work(lo: int, hi: int) -> None:
+        ext.blocks(data, out, dims, rule, m, codes, is_int, 8, efmt, sfmt, ints, dbls,
+                   ps.values, enc, lo, hi)  # fmt: skip
+
+    for_chunks(lay.dims[0], work, chunk=_units_per_chunk(lay))
+    res = out.reshape(ps.src.shape)
+    if bf.scale_rule in ("floor", "ceil") and not codes:
+        _positive_nan_blocks(res, ps, lay, bf, data.dtype)
+    return res
+
+
+def _positive_nan_blocks(
+    res: np.ndarray, ps: _Pass, lay: _Layout, bf: BlockFormat, dtype: np.dtype
+) -> None:
+    """NaN blocks of the chunks where :meth:`_Pass.scaled` takes its ``ldexp`` branch (a block
+    factor ``2**-(k + ee)`` that is no value of ``dtype``) come out as +NaN there, not as
+    ``x * NaN`` (whose sign is x's when x is a NaN): the same here."""
+    nan = np.isnan(ps.values)
+    if not nan.any():
+        return
+    info = np.finfo(dtype)
+    k = np.frexp(np.where(nan, 1.0, ps.values))[1] - 1
+    shift = -k - bf.element_exponent
+    lo_sh = int(np.log2(info.smallest_subnormal))
+    bad = ~nan & ((shift < lo_sh) | (shift > info.maxexp - 1))
+    upc = _units_per_chunk(lay)
+    for lo in range(0, lay.dims[0], upc):
+        hi = min(lo + upc, lay.dims[0])
+        if bad[lo:hi].any() and nan[lo:hi].any():
+            blk = ps._grid(nan[lo:hi])
+            chunk = res[lo:hi]
+            chunk[np.broadcast_to(blk, chunk.shape)] = np.nan
 
 
 def _out_dtype(data: np.ndarray) -> np.dtype:

@@ -22,43 +22,32 @@ and async task), else the environment variable ``PRECISION_LAB_BACKEND``, else `
 >>> with pl.use_backend("numpy"):
 ...     pl.backend_info()["round_to"]
 'numpy (selected by use_backend)'
->>> sorted(pl.backend_info())
-['cupy arrays', 'decode', 'encode', 'round_to']
+>>> sorted(pl.backend_info())[:4]
+['cupy arrays', 'decode', 'dequantize', 'encode']
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from typing import Any
 
-from . import gpu, native, rounding
+from . import gpu, native, native_kernels, rounding
 from .formats import FloatFormat, IntFormat
+from .native import BACKEND_ENV, BACKENDS
 from .rounding import RoundingOptions, check_choice, is_device_array
 
 __all__ = ["BACKENDS", "BACKEND_ENV", "OPERATIONS", "backend_info", "serve", "use_backend"]
 
-#: CPU backends one can select ("auto": native where built, else numpy)
-BACKENDS = ("auto", "native", "numpy")
-#: the environment variable that selects the CPU backend
-BACKEND_ENV = "PRECISION_LAB_BACKEND"
 #: the operations this layer dispatches
 OPERATIONS = ("round_to", "encode", "decode")
-
-_selected: ContextVar[str | None] = ContextVar("precision_lab_backend", default=None)
+#: the operations of the kernels extension (their modules choose native or numpy themselves)
+KERNEL_OPERATIONS = ("gemm", "quantize", "dequantize", "round_to_blocks", "quantize_blocks")
 
 
 def _choice() -> tuple[str, str]:
     """(selected backend, where the choice comes from)."""
-    chosen = _selected.get()
-    if chosen is not None:
-        return chosen, "use_backend"
-    env = os.environ.get(BACKEND_ENV)
-    if env is None or not env.strip():
-        return "auto", "default"
-    return check_choice(BACKEND_ENV, env.strip().lower(), BACKENDS), BACKEND_ENV
+    return native.choice()
 
 
 @contextmanager
@@ -70,11 +59,11 @@ def use_backend(name: str) -> Iterator[None]:
     ...     pl.round_to(np.float32(0.3), "e4m3")
     array(0.3125, dtype=float32)
     """
-    token = _selected.set(check_choice("backend", name, BACKENDS))
+    token = native.SELECTED.set(check_choice("backend", name, BACKENDS))
     try:
         yield
     finally:
-        _selected.reset(token)
+        native.SELECTED.reset(token)
 
 
 def serve(op: str, x: Any, fmt: FloatFormat | IntFormat, options: RoundingOptions | None) -> Any:
@@ -123,6 +112,15 @@ def backend_info() -> dict[str, str]:
     else:
         cpu = "native"
     info = dict.fromkeys(OPERATIONS, cpu)
+    # GEMM models, INT quantization and block formats: the kernels extension, where it covers
+    # the configuration (else numpy; see precision_lab.gemm.native_backend.covers)
+    if chosen == "numpy":
+        kernels = cpu
+    elif native_kernels.ext is None:
+        kernels = f"numpy ({native_kernels.WHY})"
+    else:
+        kernels = f"native ({native_kernels.isa()}; numpy for what it does not cover)"
+    info.update(dict.fromkeys(KERNEL_OPERATIONS, kernels))
     info["cupy arrays"] = "cupy" if gpu.available() else "cupy (not available: no CuPy or no GPU)"
     return info
 

@@ -49,10 +49,18 @@ from typing import Any
 
 import numpy as np
 
+from . import native_kernels
 from ._arrays import as_input
 from ._shapes import broadcast_shapes
 from .formats import IntFormat, get_format
-from .rounding import as_float_array, check_rounding, for_chunks, round_to
+from .rounding import (
+    ROUNDING_MODES,
+    STOCHASTIC_MODES,
+    as_float_array,
+    check_rounding,
+    for_chunks,
+    round_to,
+)
 
 __all__ = ["CALIBRATION_METHODS", "Calibration", "calibrate", "dequantize", "quantize"]
 
@@ -359,6 +367,9 @@ def quantize(
     s = _scale(scale, a.shape, ax)
     z = _zero_point(zero_point, f, a.shape, ax)
     qmin, qmax = qrange(f, narrow_range)
+    native = _quantize_native(a, f, s, z, ax, mode, qmin, qmax, division)
+    if native is not None:
+        return native
     if np.isnan(a).any():
         raise ValueError(f"x contains NaN, which {f} cannot represent")
     with np.errstate(all="ignore"):
@@ -371,6 +382,93 @@ def quantize(
     k += z  # exact: integers below 2**53
     np.clip(k, qmin, qmax, out=k)
     return restore(np.asarray(k.astype(_q_dtype(f))))  # type: ignore[no-any-return]
+
+
+# ----- the native kernels (precision_lab._native_kernels): same results, no float64 copies -----
+_CODES = {np.dtype(t): i for i, t in enumerate((np.int8, np.uint8, np.int16, np.uint16, np.int32,
+                                                np.uint32))}  # fmt: skip
+
+
+def _channels(
+    shape: tuple[int, ...], axis: int | None, s: np.ndarray, z: np.ndarray
+) -> tuple[int, int, np.ndarray, np.ndarray]:
+    """(C, inner, scales, zero points) of the kernels: channel ``(i // inner) % C`` of flat i."""
+    n = int(np.prod(shape))
+    if axis is None or (s.size == 1 and z.size == 1):
+        return 1, max(n, 1), s.reshape(1).astype(np.float64), z.reshape(1).astype(np.float64)
+    c = shape[axis]
+    inner = int(np.prod(shape[axis + 1 :]))
+    sv = np.ascontiguousarray(np.broadcast_to(s.reshape(-1), (c,)), dtype=np.float64)
+    zv = np.ascontiguousarray(np.broadcast_to(z.reshape(-1), (c,)), dtype=np.float64)
+    return c, max(inner, 1), sv, zv
+
+
+def _quantize_native(
+    a: np.ndarray,
+    f: IntFormat,
+    s: np.ndarray,
+    z: np.ndarray,
+    axis: int | None,
+    mode: str,
+    qmin: int,
+    qmax: int,
+    division: str,
+) -> np.ndarray | None:
+    """:func:`quantize` on the native kernels, or None where they do not apply (then numpy)."""
+    ext = native_kernels.ext if native_kernels.active() else None
+    qdt = _q_dtype(f)
+    if (
+        ext is None
+        or mode in STOCHASTIC_MODES
+        or a.dtype not in (np.dtype(np.float32), np.dtype(np.float64))
+        or not a.flags.c_contiguous
+        or qdt not in _CODES
+        or a.size == 0
+    ):
+        return None
+    c, inner, sv, zv = _channels(a.shape, axis, s, z)
+    if division == "torch":  # float32 scales that under- or overflow: numpy's NaN handling
+        with np.errstate(all="ignore"):
+            s32 = np.abs(sv.astype(np.float32))
+        if not bool(np.all((s32 >= np.finfo(np.float32).tiny) & np.isfinite(s32))):
+            return None
+    short = bool(np.all(sv.view(np.uint64) & _LOW27 == 0)) and (
+        a.itemsize <= 4 and bool(np.all((sv >= 2.0**-400) & (sv <= 2.0**400)))
+    )
+    out = np.empty(a.shape, dtype=qdt)
+    nans: list[int] = []
+    code, m = _CODES[qdt], ROUNDING_MODES.index(mode)
+    torch = division == "torch"
+
+    def work(lo: int, hi: int) -> None:
+        nans.append(
+            ext.quantize(a, out, code, c, inner, sv, zv, m, short, torch, qmin, qmax, lo, hi)
+        )
+
+    for_chunks(a.size, work)
+    if sum(nans):
+        raise ValueError(f"x contains NaN, which {f} cannot represent")
+    return out
+
+
+def _dequantize_native(
+    c: np.ndarray, s: np.ndarray, z: np.ndarray, axis: int | None, out: np.dtype
+) -> np.ndarray | None:
+    """:func:`dequantize` on the native kernels, or None where they do not apply (then numpy)."""
+    ext = native_kernels.ext if native_kernels.active() else None
+    if ext is None or c.dtype not in _CODES or not c.flags.c_contiguous or c.size == 0:
+        return None
+    ch, inner, sv, zv = _channels(c.shape, axis, s, z)
+    # the float64 product is exact: <= 24-bit scales and |q - z| < 2**29
+    short = bool(np.all(sv.view(np.uint64) & _LOW29 == 0)) and (
+        c.itemsize <= 2 and float(np.abs(zv).max()) < 2.0**28
+    )
+    res = np.empty(c.shape, dtype=out)
+    code = _CODES[c.dtype]
+    for_chunks(
+        c.size, lambda lo, hi: ext.dequantize(c, code, res, short, ch, inner, sv, zv, lo, hi)
+    )
+    return res
 
 
 def _result_dtype(scale: Any, dtype: Any) -> np.dtype:
@@ -415,6 +513,9 @@ def _dequantize(c: np.ndarray, scale: Any, zero_point: Any, axis: int | None, dt
     s = _scale(scale, c.shape, ax)
     z = _zero_point(zero_point, None, c.shape, ax)
     out = _result_dtype(scale, dtype)
+    native = _dequantize_native(c, s, z, ax, out)
+    if native is not None:
+        return native
     k = c.astype(np.float64)  # exact below 2**53
     k -= z
     with np.errstate(all="ignore"):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from backends import cpu_backend  # noqa: F401  (every test runs on numpy and native)
 
 import precision_lab as pl
 from precision_lab.gemm.tensor_core import APPROXIMATE, GPUS, tensor_core_formats

@@ -372,8 +372,13 @@ PL_HD_CALL void pl_gemm_end_segment(const pl_gemm_cfg& c, pl_gemm_elem* e, pl_i6
         q /= 2;
       }
     }
-    if (k1 - k0 == 1) v = pl_gemm_add(c, c.acc, 0.0, v, k0, e->idx);
-    P = e->has_s0 ? pl_gemm_add(c, c.acc, e->s0, v, c.K + k0, e->idx) : v;
+    // round(s0 + T), event K + k0; skipped when s0 is the constant 0 and T a pair sum (a lone
+    // product is rounded once, from 0 or from c: never rounded first and then added to c)
+    if (e->has_s0 || k1 - k0 == 1) {
+      P = pl_gemm_add(c, c.acc, e->has_s0 ? e->s0 : 0.0, v, c.K + k0, e->idx);
+    } else {
+      P = v;
+    }
   }
   if (!c.promote) {
     e->W = P;

@@ -16,6 +16,7 @@ computes the same numbers bit for bit.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 import os
@@ -25,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import native_kernels
 from .._arrays import as_input
 from ..formats import FloatFormat, get_format
 from ..rounding import (
@@ -42,9 +44,12 @@ from .shapes import gemm_shapes
 
 __all__ = ["BACKENDS", "gemm"]
 
-BACKENDS = ("auto", "numpy", "cupy")
+BACKENDS = ("auto", "numpy", "native", "cupy")
 _FP32 = get_format("fp32")
 _NO_TERM = -(1 << 20)  # alignment exponent of a zero term (below every real exponent)
+#: what backend="auto" runs for numpy arrays: "native" where built and covered, else "numpy"
+#: (the test suite sets it to run the same tests on both)
+_AUTO_CPU = "native"
 #: output elements per work item: the model's temporaries stay in the core's cache
 _CHUNK_ELEMENTS = 1 << 15
 
@@ -85,8 +90,10 @@ def gemm(
     out_format:
         Format of the result (and of ``c``).
     backend:
-        ``"numpy"`` (CPU reference), ``"cupy"`` (GPU kernels) or ``"auto"`` (cupy for CuPy
-        arrays, else numpy).
+        ``"numpy"`` (CPU reference), ``"native"`` (compiled CPU kernels,
+        :mod:`precision_lab.gemm.native_backend`), ``"cupy"`` (GPU kernels) or ``"auto"`` (cupy
+        for CuPy arrays, else native where the extension is built and covers the model, else
+        numpy). ``"native"`` on a model it does not cover (``order="blas"``) runs numpy.
     input_rounding:
         How a and b are put on the input grid: a rounding mode (default ``nearest_even``;
         ``stochastic`` uses the accumulator's seed), or ``"exact"``: values must already be on
@@ -140,9 +147,39 @@ def gemm(
         )
         return restore(_canonical_nan(out))
     if on_device:
-        raise TypeError("backend='numpy' got CuPy arrays: use backend='cupy' or 'auto'")
+        raise TypeError(f"backend={backend!r} got CuPy arrays: use backend='cupy' or 'auto'")
+    auto_native = backend == "auto" and _AUTO_CPU == "native" and native_kernels.active()
+    if backend == "native" or auto_native:
+        native = _native_backend()
+        if backend == "native" and not native.available():
+            native.gemm(a, b, c, input_format=fa, accumulator=acc, out_format=out_fmt)  # raises
+        if native.covers(acc):
+            out = native.gemm(
+                _float64_or_float(as_float_array(a, "a")),
+                _float64_or_float(as_float_array(b, "b")),
+                None if c is None else _float64_or_float(as_float_array(c, "c")),
+                input_format=(fa, fb) if fa != fb else fa,
+                accumulator=acc,
+                out_format=out_fmt,
+                input_rounding=input_rounding,
+                scale_a=scale_a,
+                scale_b=scale_b,
+                scale_block=scale_block,
+            )
+            return restore(_canonical_nan(out))
     out = _gemm_numpy(a, b, c, fa, fb, acc, out_fmt, input_rounding, scale_a, scale_b, scale_block)
     return restore(_canonical_nan(out))
+
+
+@functools.cache
+def _native_backend() -> Any:
+    """precision_lab.gemm.native_backend (imported once, on first use)."""
+    return importlib.import_module(f"{__package__}.native_backend")
+
+
+def _float64_or_float(x: np.ndarray) -> np.ndarray:
+    """numpy float arrays as they are; ml_dtypes arrays as float64 (exact)."""
+    return x if x.dtype.kind == "f" else x.astype(np.float64)
 
 
 def _canonical_nan(out: Any) -> Any:
@@ -383,19 +420,8 @@ class _Model:
         self.stochastic = acc.stochastic
         self.kblock = kblock
         self.promote, self.seg = acc.segments(k, kblock, scaled)
-        # product quantum and bound (for the exact-float64 fast path)
-        if acc.product_format is None:
-            pq = fa.smallest_subnormal * fb.smallest_subnormal
-            pmax = fa.max * fb.max
-            pprec = fa.precision + fb.precision
-        else:
-            pf = acc.product_format
-            assert isinstance(pf, FloatFormat)
-            pq, pmax, pprec = pf.smallest_subnormal, pf.max, pf.precision
-        # x + p exact in float64 for every accumulator value x and product p
-        with np.errstate(over="ignore"):
-            span = math.log2(fmt.max + pmax) - math.log2(min(fmt.smallest_subnormal, pq))
-        self.sum_exact = span < 52
+        pq, pmax, pprec = _products(acc, fa, fb)
+        self.sum_exact = sum_is_exact(acc, fa, fb)
         # the float32 fast path: IEEE float32 addition is exactly round(x + p, fp32, RNE)
         self.fp32_native = (
             fmt == _FP32
@@ -698,6 +724,43 @@ class _Model:
             if s0 is not None:
                 p = p + s0.astype(np.float32)
         return p.astype(np.float64)
+
+
+def _products(acc: Accumulator, fa: FloatFormat, fb: FloatFormat) -> tuple[float, float, int]:
+    """(quantum, bound, precision) of the model's products."""
+    if acc.product_format is None:
+        return (
+            fa.smallest_subnormal * fb.smallest_subnormal,
+            fa.max * fb.max,
+            fa.precision + fb.precision,
+        )
+    pf = acc.product_format
+    assert isinstance(pf, FloatFormat)
+    return pf.smallest_subnormal, pf.max, pf.precision
+
+
+def sum_bound(acc: Accumulator, fa: FloatFormat, fb: FloatFormat) -> float:
+    """A bound on ``|x + p|`` for accumulator values x and products p.
+
+    >>> sum_bound(Accumulator("fp16"), get_format("e4m3"), get_format("e4m3"))
+    266208.0
+    """
+    fmt = acc.format
+    assert isinstance(fmt, FloatFormat)
+    return fmt.max + _products(acc, fa, fb)[1]
+
+
+def sum_is_exact(acc: Accumulator, fa: FloatFormat, fb: FloatFormat) -> bool:
+    """Whether ``x + p`` is exact in float64 for every accumulator value x and product p.
+
+    >>> sum_is_exact(Accumulator("fp16"), get_format("e4m3"), get_format("e4m3"))
+    True
+    """
+    fmt = acc.format
+    assert isinstance(fmt, FloatFormat)
+    pq = _products(acc, fa, fb)[0]
+    span = math.log2(sum_bound(acc, fa, fb)) - math.log2(min(fmt.smallest_subnormal, pq))
+    return span < 52
 
 
 def _exponents(x: np.ndarray, emin: int) -> np.ndarray:

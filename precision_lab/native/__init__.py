@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib
 import os
 import warnings
+from contextvars import ContextVar
 from types import ModuleType
 from typing import Any
 
@@ -37,6 +38,7 @@ from ..rounding import (
     ROUNDING_MODES,
     RoundingOptions,
     as_float_array,
+    check_choice,
     for_chunks,
     working_dtype,
 )
@@ -53,6 +55,26 @@ __all__ = [
     "load_or_warn",
     "round_to",
 ]
+
+#: CPU backends one can select ("auto": native where built, else numpy)
+BACKENDS = ("auto", "native", "numpy")
+#: the environment variable that selects the CPU backend
+BACKEND_ENV = "PRECISION_LAB_BACKEND"
+#: the backend selected by :func:`precision_lab.use_backend` (per thread and async task)
+SELECTED: ContextVar[str | None] = ContextVar("precision_lab_backend", default=None)
+
+
+def choice() -> tuple[str, str]:
+    """(selected CPU backend, where the choice comes from): ``use_backend``, else the
+    environment variable ``PRECISION_LAB_BACKEND``, else ``"auto"``."""
+    chosen = SELECTED.get()
+    if chosen is not None:
+        return chosen, "use_backend"
+    env = os.environ.get(BACKEND_ENV)
+    if env is None or not env.strip():
+        return "auto", "default"
+    return check_choice(BACKEND_ENV, env.strip().lower(), BACKENDS), BACKEND_ENV
+
 
 #: set to 1 to turn a missing or stale extension into an ImportError (``make test`` does)
 REQUIRE_ENV = "PRECISION_LAB_REQUIRE_NATIVE"
@@ -93,7 +115,8 @@ def load_or_warn(name: str) -> tuple[ModuleType | None, str]:
             raise ImportError(f"precision_lab: {why} ({REQUIRE_ENV}=1 requires it)")
         if os.environ.get("PRECISION_LAB_BACKEND", "").strip().lower() != "numpy":
             warnings.warn(
-                f"precision_lab: {why}. The numpy backend serves round_to, encode and decode.",
+                f"precision_lab: {why}. The numpy reference serves instead "
+                "(precision_lab.backend_info() says which backend serves each operation).",
                 RuntimeWarning,
                 stacklevel=2,
             )

@@ -20,10 +20,21 @@ from pathlib import Path
 #: package folder (precision_lab/)
 PACKAGE = Path(__file__).resolve().parent.parent
 
-#: extension module -> its source files (the first is compiled; all are hashed), relative to
-#: the package folder
+#: extension module -> its source files (the .cpp files are compiled; all are hashed), relative
+#: to the package folder
 EXTENSIONS: dict[str, list[str]] = {
     "precision_lab._native": ["native/core.cpp", "cuda/pl_round.cuh"],
+    "precision_lab._native_kernels": [
+        "native/module.cpp",
+        "native/kernels_base.cpp",
+        "native/kernels_avx2.cpp",
+        "native/kernels.h",
+        "native/kernels.inc",
+        "native/quant.inc",
+        "native/blocks.inc",
+        "cuda/pl_round.cuh",
+        "cuda/pl_gemm.cuh",
+    ],
 }
 
 #: how to rebuild the extensions (said by the warning when one is missing or stale)

@@ -1,0 +1,224 @@
+"""Native (C++) CPU backend of :func:`precision_lab.gemm`: the accumulator models compiled.
+
+The kernels live in the extension ``precision_lab._native_kernels`` (``precision_lab/native/``),
+built by ``setup.py`` from the same ``__host__ __device__`` header as the CUDA kernels
+(``precision_lab/cuda/pl_gemm.cuh``, which uses ``pl_round.cuh``), so CPU and GPU share the
+arithmetic; they equal the numpy reference bit for bit. The Python side is the CuPy backend's
+:func:`~precision_lab.gemm.cupy_backend.run` over numpy with a launcher that runs the kernels on
+the CPU: output rows are split over :func:`precision_lab.rounding.for_chunks` (the GIL is
+released inside the kernels). Three kernels:
+
+* fp32 sequential round-to-nearest-even with exact products (the CUDA ``pl_gemm_fma_rn``
+  kernel's model): ``s = fmaf(a, b, s)`` in increasing ``k``, 4 x 16 register tiles;
+* tile kernels for ``sequential`` (any format and deterministic mode, promotion, scales) and
+  ``block_fma`` (every tensor-core preset): a tile of outputs of one row, ``k`` outermost so the
+  compiler vectorises across columns, rounding by bit operations in the format's normal range,
+  every other element (zero, subnormal, overflow) by the header's exact routine;
+* the header's per-element state machine for everything else (pairwise, blocked, rounded
+  products, stochastic rounding, inf/NaN inputs).
+
+Not covered (``gemm`` uses numpy): ``order="blas"`` (numpy's float32 BLAS is that model),
+``order="compensated"`` and
+``block_fma`` blocks longer than 128 products.
+
+>>> import numpy as np, precision_lab as pl
+>>> acc = pl.Accumulator("bf16")
+>>> covers(acc) == available()
+True
+>>> a = np.full((1, 4096), 0.75); b = np.full((4096, 1), 0.625)
+>>> if available():
+...     d = pl.gemm(a, b, input_format="e4m3", accumulator=acc, backend="native")
+...     assert float(d[0, 0]) == 128.0
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from .. import _parallel
+from ..formats import FloatFormat
+from ..native_kernels import available, ext, isa
+from ..rounding import _fits_float32, for_chunks
+from .accumulator import Accumulator
+
+__all__ = ["available", "covers", "gemm", "isa"]
+
+_MAX_BLOCK = 128  # cupy_backend.kernel_plan's limit on block_fma blocks (shared parameters)
+#: output elements per work item
+_CHUNK_ELEMENTS = 1 << 14
+
+_ext = ext
+
+
+def _run(*args: Any, **kwargs: Any) -> Any:
+    """cupy_backend.run (imported on first use: it imports reference, which imports us lazily)."""
+    from .cupy_backend import run
+
+    return run(*args, **kwargs)
+
+
+def covers(accumulator: Accumulator, **_: Any) -> bool:
+    """Whether the native backend computes ``accumulator``'s model (False: numpy does).
+
+    >>> covers(Accumulator(order="blas")), covers(Accumulator(order="compensated"))
+    (False, False)
+    """
+    if _ext is None:
+        return False
+    if accumulator.order in ("blas", "compensated"):
+        return False
+    return not (accumulator.order == "block_fma" and (accumulator.block or 1) > _MAX_BLOCK)
+
+
+def _rows_chunk(rows: int, per_row: int) -> int:
+    """Rows per work item: about _CHUNK_ELEMENTS outputs, and at least 4 items per worker."""
+    by_size = max(1, _CHUNK_ELEMENTS // max(per_row, 1))
+    by_workers = max(1, rows // (4 * _parallel.WORKERS))
+    return max(1, min(by_size, by_workers))
+
+
+def _float32_sums(acc: Accumulator, fa: FloatFormat, fb: FloatFormat) -> bool:
+    """Whether a block FMA's truncated terms and their sums are exact float32 numbers.
+
+    Products of the inputs exact and normal in float32, the running value a float32 number,
+    and ``(block + 1) * 2**(align_bits + 2) <= 2**24`` (every term below 2**(align_bits + 2)
+    units); the kernel also checks, per block, that the alignment factors are normal float32
+    numbers. H100 FP8 (13 bits kept, blocks of 32) qualifies; fp16/bf16 models (23-25 bits) not.
+
+    >>> from precision_lab.gemm.tensor_core import tensor_core
+    >>> from precision_lab.formats import get_format
+    >>> e4m3 = get_format("e4m3")
+    >>> _float32_sums(tensor_core("h100", "e4m3"), e4m3, e4m3)
+    True
+    >>> _float32_sums(tensor_core("b200", "e4m3"), e4m3, e4m3)
+    False
+    """
+    fmt = acc.format
+    if acc.order != "block_fma" or acc.align_bits is None or acc.block is None:
+        return False
+    assert isinstance(fmt, FloatFormat)
+    return (
+        fa.precision + fb.precision <= 24
+        and fa.smallest_subnormal * fb.smallest_subnormal >= 2.0**-126
+        and fa.max * fb.max < 2.0**126
+        and _fits_float32(fmt)
+        and (acc.block + 1) * 2.0 ** (acc.align_bits + 2) <= 2.0**24
+    )
+
+
+def _launch(
+    name: str,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    args: tuple[Any, ...],
+    flags: int = 0,
+) -> None:
+    """Run the CUDA kernel ``name``'s model on the CPU (the launcher of cupy_backend.run);
+    ``flags`` bit 0: every accumulation sum is exact in float64 (no two-sum needed); bit 1:
+    no accumulation sum overflows float64; bit 2: block-FMA sums are exact in float32
+    (:func:`_float32_sums`)."""
+    del grid, block
+    if name.startswith("pl_gemm_fma_"):
+        A, B, Cx, D, params = args
+        m, n, nb, has_c = int(params[0]), int(params[1]), int(params[3]), bool(params[24])
+        C = Cx if has_c else None
+        if name.startswith("pl_gemm_fma_rn"):
+            for_chunks(
+                nb * m,
+                lambda lo, hi: _ext.gemm_fma32(params, A, B, C, D, lo, hi),
+                _rows_chunk(nb * m, n),
+            )
+            return
+        # toward_zero / up: the tile kernel in float64 (same model)
+        A, B = A.astype(np.float64), B.astype(np.float64)
+        C = None if C is None else C.astype(np.float64)
+        _run_generic(params, A, B, C, None, None, D, flags)
+        return
+    A, B, Cx, SA, SB, D, params = args
+    has_c, has_scales = bool(params[24]), bool(params[12])
+    _run_generic(
+        params,
+        A,
+        B,
+        Cx if has_c else None,
+        SA if has_scales else None,
+        SB if has_scales else None,
+        D,
+        flags,
+    )
+
+
+def _run_generic(
+    params: np.ndarray,
+    A: np.ndarray,
+    B: np.ndarray,
+    C: np.ndarray | None,
+    SA: np.ndarray | None,
+    SB: np.ndarray | None,
+    D: np.ndarray,
+    flags: int,
+) -> None:
+    m, n, k, nb = (int(v) for v in params[:4])
+    EA = EB = B32 = None
+    if int(params[5]) == 3 and not bool(params[22]):  # block_fma without inf/NaN: exponents
+        EA = np.empty(A.shape, np.int16)
+        EB = np.empty(B.shape, np.int16)
+        _ext.align_exponents(A, int(params[17]), EA)
+        _ext.align_exponents(B, int(params[18]), EB)
+        if flags & 4:
+            B32 = B.astype(np.float32)  # exact: B is on a grid that float32 holds
+    else:
+        flags &= ~4
+    SA = None if SA is None else np.ascontiguousarray(SA, dtype=np.float64)
+    SB = None if SB is None else np.ascontiguousarray(SB, dtype=np.float64)
+    for_chunks(
+        nb * m,
+        lambda lo, hi: _ext.gemm(params, A, B, C, SA, SB, EA, EB, D, lo, hi, flags, B32),
+        _rows_chunk(nb * m, n * max(k, 1) // 64 + n),
+    )
+
+
+def gemm(
+    a: np.ndarray,
+    b: np.ndarray,
+    c: Any,
+    *,
+    input_format: FloatFormat | tuple[FloatFormat, FloatFormat],
+    accumulator: Accumulator,
+    out_format: FloatFormat,
+    input_rounding: str = "nearest_even",
+    scale_a: Any = None,
+    scale_b: Any = None,
+    scale_block: int | None = None,
+) -> np.ndarray:
+    """:func:`precision_lab.gemm` on the native kernels (numpy arrays; arguments checked there)."""
+    if _ext is None:
+        raise ImportError(
+            "backend='native' needs the compiled extension precision_lab._native_kernels, which "
+            "is not built here (reinstall with a C++ compiler: pip install -e .)"
+        )
+    from .reference import sum_bound, sum_is_exact
+
+    fa, fb = input_format if isinstance(input_format, tuple) else (input_format, input_format)
+    flags = (
+        int(sum_is_exact(accumulator, fa, fb))
+        | int(sum_bound(accumulator, fa, fb) < 2.0**1022) << 1
+        | int(_float32_sums(accumulator, fa, fb)) << 2
+    )
+    return _run(
+        np,
+        functools.partial(_launch, flags=flags),
+        a,
+        b,
+        c,
+        input_format=input_format,
+        accumulator=accumulator,
+        out_format=out_format,
+        input_rounding=input_rounding,
+        scale_a=scale_a,
+        scale_b=scale_b,
+        scale_block=scale_block,
+    )

@@ -1,0 +1,37 @@
+// kernels.h: the CPU kernels of precision_lab._native_kernels, built twice (kernels_base.cpp for
+// baseline x86-64 / any CPU, kernels_avx2.cpp for AVX2+FMA); module.cpp picks one at import.
+#ifndef PL_NATIVE_KERNELS_H
+#define PL_NATIVE_KERNELS_H
+
+#define PL_KERNEL_DECLS                                                                          \
+  void k_gemm_rows(const long long* params, const double* A, const double* B, const double* C, \
+                   const double* SA, const double* SB, const short* EA, const short* EB,       \
+                   const float* B32, void* D, int f32, long long r0, long long r1, int flags); \
+  void k_align_exps(const double* x, short* out, long long n, int emin);                       \
+  void k_fma32_rows(const long long* params, const float* A, const float* B, const float* C,   \
+                    void* D, int f32, long long r0, long long r1);                              \
+  long long k_quantize(const void* x, int x_f64, void* out, int out_code, long long C,         \
+                       long long inner, const double* S, const double* Z, int mode,            \
+                       int short_path, int torch, double qmin, double qmax, long long lo,      \
+                       long long hi);                                                           \
+  void k_dequantize(const void* q, int q_code, void* out, int f64, int short_path, long long C, \
+                    long long inner, const double* S, const double* Z, long long lo,            \
+                    long long hi);                                                              \
+  void k_blocks(const void* x, void* out, int f64, long long U, long long A, long long B,      \
+                long long C, int rule, int mode, int codes_only, int int_elem, int int_bits,   \
+                const int* elem, const int* scale, const int* ints, const double* dbls,        \
+                double* values, const double* enc, long long u0, long long u1);              \
+  void k_block_amax(const void* x, int f64, long long A, long long B, long long C, double* out,   \
+                    long long u0, long long u1);
+
+namespace pl_base {
+PL_KERNEL_DECLS
+}
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define PL_HAVE_AVX2 1
+namespace pl_avx2 {
+PL_KERNEL_DECLS
+}
+#endif
+
+#endif

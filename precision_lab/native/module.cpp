@@ -1,0 +1,327 @@
+// precision_lab._native_kernels: GEMM model kernels on the CPU (CPython C API and the buffer
+// protocol; no numpy headers). Python drives them from precision_lab/gemm/native_backend.py,
+// which splits the output rows over precision_lab.rounding.for_chunks; every call releases the
+// GIL. The arithmetic is that of precision_lab/cuda/pl_gemm.cuh (shared with the CUDA kernels).
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+
+namespace {
+
+struct kernels {
+  decltype(&pl_base::k_gemm_rows) gemm_rows;
+  decltype(&pl_base::k_align_exps) align_exps;
+  decltype(&pl_base::k_fma32_rows) fma32_rows;
+  decltype(&pl_base::k_quantize) quantize;
+  decltype(&pl_base::k_dequantize) dequantize;
+  decltype(&pl_base::k_blocks) blocks;
+  decltype(&pl_base::k_block_amax) block_amax;
+  const char* isa;
+};
+kernels KT = {pl_base::k_gemm_rows, pl_base::k_align_exps, pl_base::k_fma32_rows,
+              pl_base::k_quantize,  pl_base::k_dequantize,  pl_base::k_blocks,
+              pl_base::k_block_amax, "baseline"};
+
+// A C-contiguous buffer of `kind` ('f' float, 'i' integer) and itemsize, or None when allowed.
+struct buf {
+  Py_buffer v;
+  bool held = false;
+  void* ptr = nullptr;
+  Py_ssize_t n = 0;
+  ~buf() {
+    if (held) PyBuffer_Release(&v);
+  }
+};
+
+bool get_buf(PyObject* o, buf* b, char kind, int itemsize, bool writable, const char* name,
+             bool allow_none) {
+  if (o == Py_None) {
+    if (allow_none) return true;
+    PyErr_Format(PyExc_TypeError, "%s must be a buffer, got None", name);
+    return false;
+  }
+  int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+  if (PyObject_GetBuffer(o, &b->v, flags) != 0) return false;
+  b->held = true;
+  const char* f = b->v.format ? b->v.format : "B";
+  if (*f == '<' || *f == '=' || *f == '@') ++f;
+  const bool is_float = (*f == 'f' || *f == 'd') && f[1] == 0;
+  const bool is_int = strchr("bhilqBHILQ", *f) != nullptr && *f != 0 && f[1] == 0;
+  if ((kind == 'f' ? !is_float : !is_int) || b->v.itemsize != itemsize) {
+    PyErr_Format(PyExc_TypeError, "%s must be a contiguous %s%d buffer, got format %s, itemsize %zd",
+                 name, kind == 'f' ? "float" : "int", itemsize * 8, b->v.format ? b->v.format : "B",
+                 b->v.itemsize);
+    return false;
+  }
+  b->ptr = b->v.buf;
+  b->n = b->v.len / itemsize;
+  return true;
+}
+
+// gemm(params, A, B, C, SA, SB, EA, EB, D, r0, r1, flags, B32): output rows r0..r1-1 of the
+// model (flags bit 0: every accumulation sum is exact in float64, reference._Model.sum_exact;
+// bit 1: no accumulation sum can overflow float64; bit 2: block-FMA sums may run in float32 on
+// B32, B as float32).
+PyObject* py_gemm(PyObject*, PyObject* args) {
+  PyObject *op, *oa, *ob, *oc, *osa, *osb, *oea, *oeb, *od, *ob32 = Py_None;
+  long long r0, r1;
+  int flags = 0;
+  if (!PyArg_ParseTuple(args, "OOOOOOOOOLL|iO", &op, &oa, &ob, &oc, &osa, &osb, &oea, &oeb, &od,
+                        &r0, &r1, &flags, &ob32))
+    return nullptr;
+  buf p, a, b, c, sa, sb, ea, eb, d, b32;
+  if (!get_buf(ob32, &b32, 'f', 4, false, "B32", true)) return nullptr;
+  if (!get_buf(op, &p, 'i', 8, false, "params", false) || !get_buf(oa, &a, 'f', 8, false, "A", false) ||
+      !get_buf(ob, &b, 'f', 8, false, "B", false) || !get_buf(oc, &c, 'f', 8, false, "C", true) ||
+      !get_buf(osa, &sa, 'f', 8, false, "SA", true) || !get_buf(osb, &sb, 'f', 8, false, "SB", true) ||
+      !get_buf(oea, &ea, 'i', 2, false, "EA", true) || !get_buf(oeb, &eb, 'i', 2, false, "EB", true))
+    return nullptr;
+  if (PyObject_GetBuffer(od, &d.v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) != 0)
+    return nullptr;
+  d.held = true;
+  const int f32 = d.v.itemsize == 4;
+  if (p.n < 86) {
+    PyErr_SetString(PyExc_ValueError, "params: expected the 86 int64 entries of pl_gemm.cuh");
+    return nullptr;
+  }
+  const long long* q = (const long long*)p.ptr;
+  const long long M = q[0], N = q[1], K = q[2], NB = q[3];
+  if (r0 < 0 || r1 > NB * M || r0 > r1 || a.n < NB * M * K || b.n < NB * K * N ||
+      d.v.len / d.v.itemsize < NB * M * N || (c.ptr && c.n < NB * M * N) ||
+      (ea.ptr && ea.n < NB * M * K) || (eb.ptr && eb.n < NB * K * N) ||
+      (b32.ptr && b32.n < NB * K * N) || ((flags & 4) && !b32.ptr)) {
+    PyErr_SetString(PyExc_ValueError, "gemm: buffer sizes do not match params / row range");
+    return nullptr;
+  }
+  Py_BEGIN_ALLOW_THREADS KT.gemm_rows(q, (const double*)a.ptr, (const double*)b.ptr,
+                                     (const double*)c.ptr, (const double*)sa.ptr,
+                                     (const double*)sb.ptr, (const short*)ea.ptr, (const short*)eb.ptr,
+                                     (const float*)b32.ptr, d.v.buf, f32, r0, r1, flags);
+  Py_END_ALLOW_THREADS Py_RETURN_NONE;
+}
+
+// gemm_fma32(params, A, B, C, D, r0, r1): fp32 sequential nearest-even (float32 buffers).
+PyObject* py_gemm_fma32(PyObject*, PyObject* args) {
+  PyObject *op, *oa, *ob, *oc, *od;
+  long long r0, r1;
+  if (!PyArg_ParseTuple(args, "OOOOOLL", &op, &oa, &ob, &oc, &od, &r0, &r1)) return nullptr;
+  buf p, a, b, c, d;
+  if (!get_buf(op, &p, 'i', 8, false, "params", false) || !get_buf(oa, &a, 'f', 4, false, "A", false) ||
+      !get_buf(ob, &b, 'f', 4, false, "B", false) || !get_buf(oc, &c, 'f', 4, false, "C", true))
+    return nullptr;
+  if (PyObject_GetBuffer(od, &d.v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) != 0)
+    return nullptr;
+  d.held = true;
+  if (p.n < 86) {
+    PyErr_SetString(PyExc_ValueError, "params: expected the 86 int64 entries of pl_gemm.cuh");
+    return nullptr;
+  }
+  const long long* q = (const long long*)p.ptr;
+  const long long M = q[0], N = q[1], K = q[2], NB = q[3];
+  const bool has_c = q[24] != 0;
+  if (r0 < 0 || r1 > NB * M || r0 > r1 || a.n < NB * M * K || b.n < NB * K * N ||
+      d.v.len / d.v.itemsize < NB * M * N || (has_c && (!c.ptr || c.n < NB * M * N))) {
+    PyErr_SetString(PyExc_ValueError, "gemm_fma32: buffer sizes do not match params / row range");
+    return nullptr;
+  }
+  const int f32 = d.v.itemsize == 4;
+  Py_BEGIN_ALLOW_THREADS KT.fma32_rows(q, (const float*)a.ptr, (const float*)b.ptr,
+                                      (const float*)c.ptr, d.v.buf, f32, r0, r1);
+  Py_END_ALLOW_THREADS Py_RETURN_NONE;
+}
+
+// align_exponents(x, emin, out): max(floor(log2|x|), emin) as int16 (zero: -16384).
+PyObject* py_align_exponents(PyObject*, PyObject* args) {
+  PyObject *ox, *oo;
+  int emin;
+  if (!PyArg_ParseTuple(args, "OiO", &ox, &emin, &oo)) return nullptr;
+  buf x, o;
+  if (!get_buf(ox, &x, 'f', 8, false, "x", false)) return nullptr;
+  if (!get_buf(oo, &o, 'i', 2, true, "out", false)) return nullptr;
+  if (o.n < x.n) {
+    PyErr_SetString(PyExc_ValueError, "align_exponents: out is shorter than x");
+    return nullptr;
+  }
+  Py_BEGIN_ALLOW_THREADS KT.align_exps((const double*)x.ptr, (short*)o.ptr, x.n, emin);
+  Py_END_ALLOW_THREADS Py_RETURN_NONE;
+}
+
+// quantize(x, out, out_code, C, inner, S, Z, mode, short, torch, qmin, qmax, lo, hi) -> NaN count
+PyObject* py_quantize(PyObject*, PyObject* args) {
+  PyObject *ox, *oo, *os, *oz;
+  int code, mode, shortp, torch;
+  long long C, inner, lo, hi;
+  double qmin, qmax;
+  if (!PyArg_ParseTuple(args, "OOiLLOOiiiddLL", &ox, &oo, &code, &C, &inner, &os, &oz, &mode,
+                        &shortp, &torch, &qmin, &qmax, &lo, &hi))
+    return nullptr;
+  buf x, o, sc, zp;
+  if (PyObject_GetBuffer(ox, &x.v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) return nullptr;
+  x.held = true;
+  if (!(x.v.itemsize == 4 || x.v.itemsize == 8)) {
+    PyErr_SetString(PyExc_TypeError, "x must be a float32 or float64 buffer");
+    return nullptr;
+  }
+  static const int sizes[6] = {1, 1, 2, 2, 4, 4};
+  if (code < 0 || code > 5) {
+    PyErr_SetString(PyExc_ValueError, "out_code must be in 0..5");
+    return nullptr;
+  }
+  if (PyObject_GetBuffer(oo, &o.v, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) != 0) return nullptr;
+  o.held = true;
+  if (!get_buf(os, &sc, 'f', 8, false, "S", false) || !get_buf(oz, &zp, 'f', 8, false, "Z", false))
+    return nullptr;
+  const long long n = x.v.len / x.v.itemsize;
+  if (o.v.len < n * sizes[code] || lo < 0 || hi > n || lo > hi || C < 1 || inner < 1 ||
+      sc.n < C || zp.n < C) {
+    PyErr_SetString(PyExc_ValueError, "quantize: buffer sizes do not match");
+    return nullptr;
+  }
+  long long nan;
+  Py_BEGIN_ALLOW_THREADS nan =
+      KT.quantize(x.v.buf, x.v.itemsize == 8, o.v.buf, code, C, inner, (const double*)sc.ptr,
+                  (const double*)zp.ptr, mode, shortp, torch, qmin, qmax, lo, hi);
+  Py_END_ALLOW_THREADS return PyLong_FromLongLong(nan);
+}
+
+// dequantize(q, q_code, out, short, C, inner, S, Z, lo, hi): out float32 or float64
+PyObject* py_dequantize(PyObject*, PyObject* args) {
+  PyObject *oq, *oo, *os, *oz;
+  int code, shortp;
+  long long C, inner, lo, hi;
+  if (!PyArg_ParseTuple(args, "OiOiLLOOLL", &oq, &code, &oo, &shortp, &C, &inner, &os, &oz, &lo,
+                        &hi))
+    return nullptr;
+  buf q, o, sc, zp;
+  static const int sizes[6] = {1, 1, 2, 2, 4, 4};
+  if (code < 0 || code > 5) {
+    PyErr_SetString(PyExc_ValueError, "q_code must be in 0..5");
+    return nullptr;
+  }
+  if (PyObject_GetBuffer(oq, &q.v, PyBUF_C_CONTIGUOUS) != 0) return nullptr;
+  q.held = true;
+  if (PyObject_GetBuffer(oo, &o.v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) != 0)
+    return nullptr;
+  o.held = true;
+  if (!get_buf(os, &sc, 'f', 8, false, "S", false) || !get_buf(oz, &zp, 'f', 8, false, "Z", false))
+    return nullptr;
+  const long long n = q.v.len / sizes[code];
+  if (!(o.v.itemsize == 4 || o.v.itemsize == 8) || o.v.len / o.v.itemsize < n || lo < 0 ||
+      hi > n || lo > hi || C < 1 || inner < 1 || sc.n < C || zp.n < C) {
+    PyErr_SetString(PyExc_ValueError, "dequantize: buffer sizes do not match");
+    return nullptr;
+  }
+  Py_BEGIN_ALLOW_THREADS KT.dequantize(q.v.buf, code, o.v.buf, o.v.itemsize == 8, shortp, C, inner,
+                                       (const double*)sc.ptr, (const double*)zp.ptr, lo, hi);
+  Py_END_ALLOW_THREADS Py_RETURN_NONE;
+}
+
+// blocks(x, out, dims(4 int64), rule, mode, codes_only, int_elem, int_bits, elem(5 int32),
+//        scale(5 int32), ints(5 int32), dbls(4 float64), values, enc, u0, u1)
+PyObject* py_blocks(PyObject*, PyObject* args) {
+  PyObject *ox, *oo, *odims, *oel, *osc, *oints, *odbl, *oval, *oenc;
+  int rule, mode, codes_only, int_elem, int_bits;
+  long long u0, u1;
+  if (!PyArg_ParseTuple(args, "OOOiiiiiOOOOOOLL", &ox, &oo, &odims, &rule, &mode, &codes_only,
+                        &int_elem, &int_bits, &oel, &osc, &oints, &odbl, &oval, &oenc, &u0, &u1))
+    return nullptr;
+  buf x, o, dims, el, sc, ints, dbl, val, enc;
+  if (PyObject_GetBuffer(ox, &x.v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) return nullptr;
+  x.held = true;
+  if (PyObject_GetBuffer(oo, &o.v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) != 0)
+    return nullptr;
+  o.held = true;
+  if (!get_buf(odims, &dims, 'i', 8, false, "dims", false) ||
+      !get_buf(oel, &el, 'i', 4, false, "elem", false) ||
+      !get_buf(osc, &sc, 'i', 4, false, "scale", false) ||
+      !get_buf(oints, &ints, 'i', 4, false, "ints", false) ||
+      !get_buf(odbl, &dbl, 'f', 8, false, "dbls", false) ||
+      !get_buf(oval, &val, 'f', 8, true, "values", false) ||
+      !get_buf(oenc, &enc, 'f', 8, false, "enc", true))
+    return nullptr;
+  const long long* dm = (const long long*)dims.ptr;
+  const long long U = dm[0], A = dm[1], B = dm[2], C = dm[3];
+  const int isz = (int)x.v.itemsize;
+  if (!(isz == 4 || isz == 8) || o.v.itemsize != isz || dims.n < 4 || el.n < 5 || sc.n < 5 ||
+      ints.n < 5 || dbl.n < 4 || x.v.len / isz < U * A * B * C || o.v.len / isz < U * A * B * C ||
+      val.n < U * B || (enc.ptr && enc.n < U * B) || u0 < 0 || u1 > U || u0 > u1) {
+    PyErr_SetString(PyExc_ValueError, "blocks: buffer sizes do not match");
+    return nullptr;
+  }
+  Py_BEGIN_ALLOW_THREADS KT.blocks(x.v.buf, o.v.buf, isz == 8, U, A, B, C, rule, mode, codes_only,
+                                   int_elem, int_bits, (const int*)el.ptr, (const int*)sc.ptr,
+                                   (const int*)ints.ptr, (const double*)dbl.ptr,
+                                   (double*)val.ptr, (const double*)enc.ptr, u0, u1);
+  Py_END_ALLOW_THREADS Py_RETURN_NONE;
+}
+
+// block_amax(x, dims(4 int64), out(float64 U*B), u0, u1)
+PyObject* py_block_amax(PyObject*, PyObject* args) {
+  PyObject *ox, *odims, *oo;
+  long long u0, u1;
+  if (!PyArg_ParseTuple(args, "OOOLL", &ox, &odims, &oo, &u0, &u1)) return nullptr;
+  buf x, dims, o;
+  if (PyObject_GetBuffer(ox, &x.v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) return nullptr;
+  x.held = true;
+  if (!get_buf(odims, &dims, 'i', 8, false, "dims", false) ||
+      !get_buf(oo, &o, 'f', 8, true, "out", false))
+    return nullptr;
+  const long long* dm = (const long long*)dims.ptr;
+  const long long U = dm[0], A = dm[1], B = dm[2], C = dm[3];
+  const int isz = (int)x.v.itemsize;
+  if (!(isz == 4 || isz == 8) || x.v.len / isz < U * A * B * C || o.n < U * B || u0 < 0 ||
+      u1 > U || u0 > u1) {
+    PyErr_SetString(PyExc_ValueError, "block_amax: buffer sizes do not match");
+    return nullptr;
+  }
+  Py_BEGIN_ALLOW_THREADS KT.block_amax(x.v.buf, isz == 8, A, B, C, (double*)o.ptr, u0, u1);
+  Py_END_ALLOW_THREADS Py_RETURN_NONE;
+}
+
+PyObject* py_isa(PyObject*, PyObject*) { return PyUnicode_FromString(KT.isa); }
+
+PyMethodDef methods[] = {
+    {"gemm", py_gemm, METH_VARARGS, "gemm(params, A, B, C, SA, SB, EA, EB, D, r0, r1, flags, B32)"},
+    {"gemm_fma32", py_gemm_fma32, METH_VARARGS, "gemm_fma32(params, A, B, C, D, r0, r1)"},
+    {"align_exponents", py_align_exponents, METH_VARARGS, "align_exponents(x, emin, out)"},
+    {"quantize", py_quantize, METH_VARARGS,
+     "quantize(x, out, out_code, C, inner, S, Z, mode, short, torch, qmin, qmax, lo, hi)"},
+    {"dequantize", py_dequantize, METH_VARARGS,
+     "dequantize(q, q_code, out, short, C, inner, S, Z, lo, hi)"},
+    {"blocks", py_blocks, METH_VARARGS, "blocks(x, out, dims, rule, mode, ...): see blocks.inc"},
+    {"block_amax", py_block_amax, METH_VARARGS, "block_amax(x, dims, out, u0, u1)"},
+    {"isa", py_isa, METH_NOARGS, "instruction set of the kernels in use"},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_native_kernels",
+                         "GEMM model kernels of precision_lab on the CPU", -1, methods};
+
+}  // namespace
+
+#ifndef PL_SOURCE_HASH
+#define PL_SOURCE_HASH "unknown"  // setup.py defines the hash of the sources (native/sources.py)
+#endif
+
+PyMODINIT_FUNC PyInit__native_kernels(void) {
+#if defined(PL_HAVE_AVX2)
+  // PRECISION_LAB_NATIVE_ISA=baseline forces the baseline kernels (tests run both)
+  const char* want = getenv("PRECISION_LAB_NATIVE_ISA");
+  __builtin_cpu_init();
+  if (!(want && strcmp(want, "baseline") == 0) && __builtin_cpu_supports("avx2") &&
+      __builtin_cpu_supports("fma")) {
+    KT = {pl_avx2::k_gemm_rows, pl_avx2::k_align_exps, pl_avx2::k_fma32_rows,
+          pl_avx2::k_quantize,  pl_avx2::k_dequantize,  pl_avx2::k_blocks,
+          pl_avx2::k_block_amax, "avx2+fma"};
+  }
+#endif
+  PyObject* m = PyModule_Create(&moduledef);
+  if (m == nullptr) return nullptr;
+  if (PyModule_AddStringConstant(m, "SOURCE_HASH", PL_SOURCE_HASH) < 0) {
+    Py_DECREF(m);
+    return nullptr;
+  }
+  return m;
+}
