@@ -140,8 +140,9 @@ def _layer_hists(results: dict[str, list[TrainResult]], out: Path) -> None:
             ax.annotate(
                 f"{100 * below:.1f}% below 2^{lo + 1}\n(down to 2^{deepest})",
                 xy=(lo + 1, 100 * h[k == lo + 1].sum() / tot),
-                xytext=(lo + 4, 0.8 * 100 * h[k == lo + 1].sum() / tot),
+                xytext=(lo + 3, 0.6 * 100 * h[k == lo + 1].sum() / tot),
                 fontsize=8,
+                bbox={"fc": "white", "ec": "0.6", "alpha": 0.95},
                 arrowprops={"arrowstyle": "->", "lw": 0.8},
             )
         ax.bar(k, 100 * h / tot, width=1.0, color="0.7", edgecolor="0.4", label="all values")
