@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from .figures.text import signed
 from .policy import LossScaleSpec, Policy, get_policy
 from .ptq import WEIGHT_GRANULARITIES, QuantizedMLP, build, calibrate_activations
 from .qat import qat_finetune
@@ -57,7 +58,7 @@ SEEDS = (0, 1, 2)
 SETTINGS: dict[str, Any] = {"hidden": (64, 64, 64), "batch_size": 128, "epochs": 30}
 CALIB_SIZE = 200
 QAT_SETTINGS: dict[str, Any] = {"epochs": 3, "lr": 1e-3, "lr_schedule": "cosine"}
-PARTS = ("policies", "norm", "int8")
+PARTS = ("policies", "norm", "int8", "fp8")
 
 
 @dataclass
@@ -85,6 +86,23 @@ class Variant:
 
 
 @dataclass
+class Fp8Row:
+    """One row of the FP8 ablation: a recipe (``"training"``: the training section's MLP on the
+    whole training split; ``"policies"``: this section's policy MLP with the calibration slice
+    held out), its settings, the FP8 run and the FP32 run of the same recipe and seeds."""
+
+    recipe: str
+    change: str
+    batch_size: int
+    epochs: int
+    steps: int
+    history: int
+    scaling: str
+    fp8: Variant
+    ref: Variant
+
+
+@dataclass
 class Study:
     """Everything :func:`run_study` measured."""
 
@@ -98,6 +116,7 @@ class Study:
     qat: dict[str, Variant] = field(default_factory=dict)
     qat_method: str = ""
     int8_bytes: dict[str, float] = field(default_factory=dict)
+    fp8: list[Fp8Row] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -165,6 +184,11 @@ def _variant(name: str, label: str, results: list[TrainResult], policy: Policy) 
             "skipped": [r.n_skipped for r in results],
             "final_scale": [r.scale[-1] for r in results],
             "loss": float(np.mean([r.final_loss for r in results])),
+            "steps": results[0].steps,
+            "saturated": {
+                role: float(np.mean([r.fp8_casts[role]["saturated"] for r in results]))
+                for role in results[0].fp8_casts
+            },
         },
     )
 
@@ -256,7 +280,151 @@ def run_study(
     if "int8" in parts:
         assert fp32_net is not None
         _int8(study, fp32_net, data, xc, yc, xte, yte, qconf)
+    if "fp8" in parts:
+        t0 = time.perf_counter()
+        study.fp8 = fp8_ablation(study, data, conf)
+        study.seconds["fp8"] = time.perf_counter() - t0
     return study
+
+
+def fp8_ablation(study: Study, data: Sequence[Dataset], conf: dict[str, Any]) -> list[Fp8Row]:
+    """Why FP8 with delayed scaling loses 15 pp in the training section's recipe and nothing in
+    this section's: each recipe as reported, then one factor changed at a time (amax history,
+    current instead of delayed scaling, batch size and epochs), FP8 against FP32 of the same
+    recipe and seeds. Reuses ``study.policies`` (``float32``, ``fp8_hybrid``) when present."""
+    from .training import RUNS
+
+    seeds = study.seeds
+    rows: list[Fp8Row] = []
+    t8, t32 = RUNS["fp8"], RUNS["fp32"]
+    tref = _variant("t_fp32", "FP32", train_seeds(t32, seeds), get_policy("float32"))
+    for change, cfg in (
+        ("as reported", t8),
+        ("amax history 1024", t8.replace(amax_history_len=1024)),
+        ("current scaling", t8.replace(tensor_scaling="current")),
+    ):
+        v = _variant("t_fp8", change, train_seeds(cfg, seeds), get_policy("fp8_hybrid"))
+        rows.append(
+            Fp8Row(
+                "training",
+                change,
+                cfg.batch_size,
+                cfg.epochs,
+                v.extra["steps"],
+                cfg.amax_history_len,
+                cfg.tensor_scaling,
+                v,
+                tref,
+            )
+        )
+    f32, f8 = get_policy("float32"), get_policy("fp8_hybrid")
+    pref = study.policies.get("float32")
+    if pref is None:
+        pref = _variant("float32", "float32", _train(f32, seeds, data, conf)[0], f32)
+    p8 = study.policies.get("fp8_hybrid")
+    if p8 is None:
+        p8 = _variant("fp8_hybrid", "fp8_hybrid", _train(f8, seeds, data, conf)[0], f8)
+    big = {**conf, "batch_size": t8.batch_size, "epochs": t8.epochs}
+    bref = _variant("float32", "float32", _train(f32, seeds, data, big)[0], f32)
+    b8 = _variant("fp8_hybrid", "fp8_hybrid", _train(f8, seeds, data, big)[0], f8)
+    hist = f8.tensor_scaling.amax_history_len
+    for change, c, v, ref in (
+        ("as reported", conf, p8, pref),
+        (f"batch {t8.batch_size}, {t8.epochs} epochs", big, b8, bref),
+    ):
+        rows.append(
+            Fp8Row(
+                "policies",
+                change,
+                c["batch_size"],
+                c["epochs"],
+                v.extra["steps"],
+                hist,
+                "delayed",
+                v,
+                ref,
+            )
+        )
+    return rows
+
+
+def fp8_markdown(study: Study) -> list[str]:
+    """The FP8 ablation table and what it shows (Markdown lines)."""
+    rows = study.fp8
+    if not rows:
+        return []
+    lines = [
+        "### FP8: why the training section's run fails and this one does not",
+        "",
+        "The same FP8 recipe (E4M3 forward, E5M2 gradients, BF16 storage, per-tensor scaling) "
+        "in the two sections' settings, each as reported and with one factor changed; FP8 "
+        "against FP32 trained with the same recipe, data and seeds "
+        f"({', '.join(map(str, study.seeds))}). *training*: the training section's MLP on the "
+        "whole training split; *policies*: this section's policy network with the calibration "
+        "slice held out. Saturated: share of the non-zero values cast to FP8 that the scale put "
+        "above the format's max, over the run (activations / weights / gradients).",
+        "",
+        "| recipe | change | batch | epochs | optimizer steps | amax history | scaling "
+        "| FP8 test accuracy (%) | FP32, same recipe (%) | FP8 vs FP32 (pp, paired) "
+        "| saturated (%) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        sat = r.fp8.extra["saturated"]
+        sat_text = " / ".join(f"{100 * sat[k]:.2f}" for k in ("x", "w", "dy") if k in sat)
+        lines.append(
+            f"| {r.recipe} | {r.change} | {r.batch_size} | {r.epochs} | {r.steps} "
+            f"| {r.history} | {r.scaling} | {_pm(r.fp8)} | {_pm(r.ref)} "
+            f"| {_delta(r.fp8, r.ref)} | {sat_text} |"
+        )
+    by = {(r.recipe, r.change): r for r in rows}
+    t = by.get(("training", "as reported"))
+    th = by.get(("training", "amax history 1024"))
+    tc = by.get(("training", "current scaling"))
+    p = by.get(("policies", "as reported"))
+    pb = [r for r in rows if r.recipe == "policies" and r.change != "as reported"]
+    if t and th and tc and p and pb:
+
+        def loses(r: Fp8Row) -> bool:
+            """Every seed loses more than 0.3 pp (a loss the seeds agree on)."""
+            return bool(np.all(100 * (r.fp8.acc - r.ref.acc) < -0.3))
+
+        def gap(r: Fp8Row) -> str:
+            d, sd = r.fp8.delta(r.ref)
+            per = ", ".join(signed(v) for v in 100 * (r.fp8.acc - r.ref.acc))
+            if loses(r):
+                verdict = "every seed loses"
+            elif not _significant(d, sd):
+                verdict = "within the spread over seeds"
+            else:
+                verdict = "a real gain" if d > 0 else "a real loss"
+            return f"{signed(d)} ± {sd:.2f} pp (per seed {per}: {verdict})"
+
+        def sat(r: Fp8Row) -> str:
+            return f"{100 * r.fp8.extra['saturated'].get('dy', 0.0):.2f}%"
+
+        lines += [
+            "",
+            f"Measured: the training section's recipe ({t.steps} steps of batches of "
+            f"{t.batch_size}) with delayed scaling: {gap(t)}; {sat(t)} of the gradients cast to "
+            f"E5M2 saturate. An amax history of {th.history} instead of {t.history}: {gap(th)}. "
+            f"Current scaling (each tensor's own amax, no lag): {gap(tc)}, {sat(tc)} saturated. "
+            f"The policies recipe ({p.steps} steps of batches of {p.batch_size}) with delayed "
+            f"scaling: {gap(p)}, {sat(p)} saturated; the same recipe with batches of "
+            f"{pb[0].batch_size} for {pb[0].epochs} epochs ({pb[0].steps} steps): {gap(pb[0])}, "
+            f"{sat(pb[0])} saturated.",
+        ]
+        if loses(t) and loses(th) and loses(pb[0]) and not loses(p) and not loses(tc):
+            lines += [
+                "",
+                "So the two sections disagree because of the number of optimizer steps under "
+                "delayed scaling (a scale taken from earlier steps' amax saturates tensors that "
+                "still change fast), not because of the amax history; current scaling avoids the "
+                "loss in the recipe where delayed scaling fails.",
+            ]
+        else:
+            lines += ["", "These runs do not single out one cause of the difference."]
+    return lines
 
 
 def norm_statistics_error(net: PolicyMLP, x: np.ndarray) -> dict[str, dict[str, float]]:
@@ -381,7 +549,7 @@ def _pm(v: Variant) -> str:
 
 def _delta(v: Variant, ref: Variant) -> str:
     d, s = v.delta(ref)
-    return f"{d:+.2f} ± {s:.2f}"
+    return f"{signed(d)} ± {s:.2f}"
 
 
 def _lost(v: Variant) -> tuple[float, int]:
@@ -421,7 +589,7 @@ def selection_guide(study: Study) -> list[dict[str, str]]:
             d, s = nols.delta(v)
             evidence = (
                 f"without it {lost_n:.1f}% of the layer-{layer_n} activation gradients flush "
-                f"to zero (with it {lost:.2f}%) and accuracy moves {d:+.2f} ± {s:.2f} pp"
+                f"to zero (with it {lost:.2f}%) and accuracy moves {signed(d)} ± {s:.2f} pp"
             )
             if lost_n < 1.0:
                 need = f"no: {evidence}"
@@ -434,6 +602,22 @@ def selection_guide(study: Study) -> list[dict[str, str]]:
                 f"no loss scaler; per-tensor delayed scaling of the FP8 operands instead "
                 f"({lost:.2f}% of the layer-{layer} BF16 activation gradients flushed)"
             )
+            short = [r for r in study.fp8 if r.recipe == "policies" and r.change != "as reported"]
+            cur = [r for r in study.fp8 if r.scaling == "current"]
+            if short:
+                d, sd = short[0].fp8.delta(short[0].ref)
+                need += (
+                    f". With batches of {short[0].batch_size} for {short[0].epochs} epochs "
+                    f"({short[0].steps} steps) delayed scaling costs {signed(d)} ± {sd:.2f} pp "
+                    "(FP8 ablation above)"
+                )
+            if cur:
+                d, sd = cur[0].fp8.delta(cur[0].ref)
+                ok = not (_significant(d, sd) and d < 0)
+                need += (
+                    f"; current scaling in the training section's recipe: {signed(d)} ± "
+                    f"{sd:.2f} pp" + (", so prefer it for short runs" if ok else "")
+                )
         else:
             need = f"no: {lost:.2f}% of the layer-{layer} activation gradients flush without it"
         fmts = f"{pol.compute_format}"
@@ -558,7 +742,7 @@ def markdown(study: Study, *, figure: str | None = "policies_int8.png") -> str:
             lines += [
                 "",
                 f"**FP16 head versus FP32 head** (`mixed_float16`): FP16 head {_pm(h16)} %, FP32 "
-                f"head {_pm(h32)} %, paired difference {d:+.2f} ± {s:.2f} pp: the FP32 head "
+                f"head {_pm(h32)} %, paired difference {signed(d)} ± {s:.2f} pp: the FP32 head "
                 f"{verdict}.",
                 "",
                 "Lost to zero: the share of non-zero activation gradients (times the loss "
@@ -569,6 +753,8 @@ def markdown(study: Study, *, figure: str | None = "policies_int8.png") -> str:
                 "under the FP16 head the softmax has already flushed them to 0 before the "
                 "store, so they are not counted.",
             ]
+    if study.fp8:
+        lines += ["", *fp8_markdown(study)]
     if study.norm:
         N = study.norm
         lines += [
@@ -585,7 +771,7 @@ def markdown(study: Study, *, figure: str | None = "policies_int8.png") -> str:
             d, s = N["ln_fp16_stats"].delta(N["ln_fp32_stats"])
             lines += [
                 "",
-                f"FP16 statistics against FP32 statistics: {d:+.2f} ± {s:.2f} pp (paired): "
+                f"FP16 statistics against FP32 statistics: {signed(d)} ± {s:.2f} pp (paired): "
                 + (
                     "no measurable difference on this model. "
                     if not _significant(d, s)
@@ -667,7 +853,7 @@ def markdown(study: Study, *, figure: str | None = "policies_int8.png") -> str:
             "activations with the fixed calibration) and the straight-through estimator; the "
             "accuracy is that of the exported INT8 network. "
             + (
-                f"QAT ends {d_best:+.2f} ± {s_best:.2f} pp from the best PTQ variant: at least "
+                f"QAT ends {signed(d_best)} ± {s_best:.2f} pp from the best PTQ variant: at least "
                 "as accurate, as required"
                 + (
                     ", by a margin within the spread over seeds"
@@ -678,13 +864,13 @@ def markdown(study: Study, *, figure: str | None = "policies_int8.png") -> str:
                 "it.) "
                 + (
                     f"Against the control (the same fine-tuning in FP32, then the same PTQ) QAT "
-                    f"ends {d_ctrl:+.2f} ± {s_ctrl:.2f} pp: part of its margin is the extra "
+                    f"ends {signed(d_ctrl)} ± {s_ctrl:.2f} pp: part of its margin is the extra "
                     "training, not the fake quantization."
                     if ctrl is not None
                     else ""
                 )
                 if ok
-                else f"QAT ends {d_best:+.2f} ± {s_best:.2f} pp from the best PTQ variant, "
+                else f"QAT ends {signed(d_best)} ± {s_best:.2f} pp from the best PTQ variant, "
                 "below it: on this model INT8 PTQ already loses almost nothing, so the "
                 "fine-tuning's noise (a few test images of 450) decides the order."
             ),

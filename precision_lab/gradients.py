@@ -23,7 +23,9 @@ gradients). The same seed gives the same values on every machine (numpy's PCG64)
 
 from __future__ import annotations
 
+import io
 import math
+import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -225,8 +227,16 @@ def save_gradients(path: str | Path, grads: dict[str, Any]) -> Path:
             raise TypeError(f"grads[{k!r}] must hold floats, got {a.dtype}")
         arrays[k] = a
     p = Path(path)
-    np.savez_compressed(p, **arrays)  # type: ignore[arg-type]
-    return p if p.suffix == ".npz" else p.with_name(p.name + ".npz")
+    p = p if p.suffix == ".npz" else p.with_name(p.name + ".npz")
+    # what np.savez_compressed writes, with a fixed time stamp: the same bytes every run
+    with zipfile.ZipFile(p, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for k, a in arrays.items():
+            buf = io.BytesIO()
+            np.lib.format.write_array(buf, a, allow_pickle=False)
+            info = zipfile.ZipInfo(f"{k}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, buf.getvalue())
+    return p
 
 
 def load_gradients(path: str | Path) -> dict[str, np.ndarray]:

@@ -39,6 +39,7 @@ import numpy as np
 
 from .gemm import Accumulator, gemm
 from .quantization import CALIBRATION_METHODS, Calibration, calibrate
+from .training.model import matmul_fixed_order
 
 __all__ = [
     "WEIGHT_GRANULARITIES",
@@ -51,6 +52,7 @@ __all__ = [
 ]
 
 WEIGHT_GRANULARITIES = ("per_tensor", "per_channel")
+#: the integer GEMM's sums are exact in float32 (checked), so BLAS order cannot change them
 _BLAS = Accumulator("fp32", order="blas")
 #: int8 codes are exact in bf16 (8 significant bits): the carrier grid of the integer GEMM
 _CARRIER = "bf16"
@@ -65,14 +67,15 @@ def _as_replicas(arrs: Sequence[Any], name: str) -> list[np.ndarray]:
 
 def layer_inputs(W: Sequence[Any], b: Sequence[Any], x: Any) -> list[np.ndarray]:
     """The input of every GEMM of the FP32 network on ``x`` (R, N, D): ``[x, relu(z0), ...]``,
-    float32 (GEMMs through :func:`precision_lab.gemm`, FP32 accumulation)."""
+    float32 (FP32 accumulation by the training emulation's
+    :func:`~precision_lab.training.model.matmul_fixed_order`: the same bits on every machine)."""
     Ws, bs = _as_replicas(W, "W"), _as_replicas(b, "b")
     h = np.asarray(x, dtype=np.float32)
     out = []
     for i, (w, bias) in enumerate(zip(Ws, bs, strict=True)):
         out.append(h)
         if i < len(Ws) - 1:
-            z = gemm(h, w, input_format="fp32", accumulator=_BLAS) + bias
+            z = matmul_fixed_order(h, w) + bias
             h = np.maximum(z, np.float32(0))
     return out
 
@@ -80,9 +83,7 @@ def layer_inputs(W: Sequence[Any], b: Sequence[Any], x: Any) -> list[np.ndarray]
 def fp32_forward(W: Sequence[Any], b: Sequence[Any], x: Any) -> np.ndarray:
     """Logits (R, N, C) of the FP32 network."""
     h = layer_inputs(W, b, x)[-1]
-    return np.asarray(
-        gemm(h, np.asarray(W[-1], np.float32), input_format="fp32", accumulator=_BLAS) + b[-1]
-    )
+    return np.asarray(matmul_fixed_order(h, np.asarray(W[-1], np.float32)) + b[-1])
 
 
 def _per_replica(x: np.ndarray, method: str, **kwargs: Any) -> Calibration:

@@ -24,13 +24,13 @@ def cp():
     try:
         import cupy
     except Exception as exc:  # ImportError, or a broken CUDA install
-        pytest.skip(f"CuPy is not importable ({type(exc).__name__}: {exc})")
+        pytest.skip(f"needs CuPy and a CUDA GPU: CuPy is not importable ({type(exc).__name__})")
     try:
         n = cupy.cuda.runtime.getDeviceCount()
     except Exception as exc:
-        pytest.skip(f"no CUDA device visible ({type(exc).__name__}: {exc})")
+        pytest.skip(f"needs CuPy and a CUDA GPU: no CUDA device visible ({type(exc).__name__})")
     if n == 0:
-        pytest.skip("no CUDA device visible (device count 0)")
+        pytest.skip("needs CuPy and a CUDA GPU: no CUDA device visible (device count 0)")
     return cupy
 
 

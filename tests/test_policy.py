@@ -391,7 +391,8 @@ def test_per_layer_override_in_fp8(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(model_mod, "gemm", counting)
     p = get_policy("fp8_hybrid").replace(
-        overrides=(LayerOverride(0, compute_format="bf16", backward_format="bf16"),)
+        overrides=(LayerOverride(0, compute_format="bf16", backward_format="bf16"),),
+        accumulator=pl.Accumulator("fp32", order="blas"),  # through pl.gemm (default: not)
     )
     r = train_seeds(TrainConfig.from_policy(p, **TINY), [0])[0]
     assert {"bf16", "e4m3", ("e4m3", "e5m2"), ("e5m2", "e4m3")} <= set(calls)

@@ -107,7 +107,16 @@ def test_tensors_are_stored_in_the_low_format(run: str) -> None:
     assert not on_grid(gW[0], "e4m3") or np.all(gW[0] == 0)  # the grid is fmt's, not coarser
 
 
-def test_every_matmul_goes_through_gemm(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_matmul_goes_through_the_numerics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Default accumulator: every matmul is one fixed-order sum of operands on their grids;
+    an explicit accumulator sends every matmul through pl.gemm instead."""
+    sums: list[tuple] = []
+    real_sum = model_mod.fixed_order_sum
+
+    def counting_sum(a, b):  # type: ignore[no-untyped-def]
+        sums.append((a.shape, b.shape))
+        return real_sum(a, b)
+
     calls: list[tuple] = []
     real = model_mod.gemm
 
@@ -116,16 +125,100 @@ def test_every_matmul_goes_through_gemm(monkeypatch: pytest.MonkeyPatch) -> None
         calls.append((a.shape, b.shape, tuple(map(str, f)) if isinstance(f, tuple) else str(f)))
         return real(a, b, *args, **kw)
 
+    monkeypatch.setattr(model_mod, "fixed_order_sum", counting_sum)
     monkeypatch.setattr(model_mod, "gemm", counting)
     r = train(RUNS["fp16_static"].replace(**TINY))
     n_layers = 3
     per_step = n_layers + n_layers + (n_layers - 1)  # forward, wgrad, dgrad
     evals = r.config.epochs + 1  # the test set after each epoch, the training set at the end
-    assert len(calls) == r.steps * per_step + evals * n_layers
+    assert len(sums) == r.steps * per_step + evals * n_layers and not calls
+    sums.clear()
+    acc = pl.Accumulator("fp32", order="blas")
+    r = train(RUNS["fp16_static"].replace(accumulator=acc, **TINY))
+    assert len(calls) == r.steps * per_step + evals * n_layers and not sums
     assert {c[2] for c in calls} == {"fp16"}
     calls.clear()
-    train(RUNS["fp8"].replace(**TINY))
+    train(RUNS["fp8"].replace(accumulator=acc, **TINY))
     assert {c[2] for c in calls} == {"e4m3", ("e4m3", "e5m2"), ("e5m2", "e4m3")}
+
+
+def _sequential_float64(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Independent oracle: Python floats (IEEE float64), k in increasing order, per element."""
+    m, k = a.shape
+    n = b.shape[1]
+    out = np.empty((m, n), np.float32)
+    for i in range(m):
+        for j in range(n):
+            s = 0.0
+            for t in range(k):
+                s += float(a[i, t]) * float(b[t, j])
+            out[i, j] = np.float32(s)
+    return out
+
+
+def test_matmul_fixed_order_against_an_independent_loop() -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        m, k, n = (int(v) for v in rng.integers(1, 9, 3))
+        scale = 2.0 ** rng.integers(-30, 30, size=(1, k))
+        a = (rng.standard_normal((m, k)) * scale).astype(np.float32)
+        b = (rng.standard_normal((k, n)) / scale.T).astype(np.float32)
+        got = model_mod.matmul_fixed_order(a, b)
+        assert got.dtype == np.float32
+        assert np.array_equal(got, _sequential_float64(a, b))
+    # batches broadcast like numpy.matmul; each batch entry equals its own product
+    a = rng.standard_normal((3, 1, 4, 5)).astype(np.float32)
+    b = rng.standard_normal((2, 5, 6)).astype(np.float32)
+    got = model_mod.matmul_fixed_order(a, b)
+    assert got.shape == (3, 2, 4, 6)
+    assert np.array_equal(got[2, 1], _sequential_float64(a[2, 0], b[1]))
+    # the exact product is kept where a float32 sum loses it
+    one = np.array([[1.0, 2.0**-24, 2.0**-24]], np.float32)
+    assert model_mod.matmul_fixed_order(one, np.ones((3, 1), np.float32))[0, 0] == 1 + 2.0**-23
+    with pytest.raises(ValueError, match="float32"):
+        model_mod.matmul_fixed_order(np.array([[0.1]]), np.ones((1, 1), np.float32))
+    with pytest.raises(ValueError, match="disagree on K"):
+        model_mod.matmul_fixed_order(np.ones((2, 3), np.float32), np.ones((2, 3), np.float32))
+
+
+_THREADS_SCRIPT = """
+import hashlib, numpy as np
+from precision_lab.training import RUNS, train_seeds
+from precision_lab.ptq import fp32_forward
+h = hashlib.sha256()
+for name in ("fp32", "fp8"):
+    cfg = RUNS[name].replace(hidden=(16, 16), epochs=1, batch_size=128)
+    for r in train_seeds(cfg, [0, 1]):
+        h.update(np.array(r.batch_loss + r.test_acc).tobytes())
+rng = np.random.default_rng(0)
+W = [rng.standard_normal((2, 64, 64)).astype(np.float32) for _ in range(2)]
+b = [np.zeros((2, 1, 64), np.float32)] * 2
+h.update(fp32_forward(W, b, rng.standard_normal((2, 300, 64)).astype(np.float32)).tobytes())
+print(h.hexdigest())
+"""
+
+
+def test_training_bits_do_not_depend_on_blas_threads() -> None:
+    """The report's training and FP32 PTQ forward give the same bits with 1 and 2 BLAS/OpenMP
+    threads (each in a fresh process, where the thread count is read at start-up)."""
+    import os
+    import subprocess
+    import sys
+
+    digests = []
+    for threads in ("1", "2"):
+        env = dict(os.environ)
+        for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            env[var] = threads
+        out = subprocess.run(
+            [sys.executable, "-c", _THREADS_SCRIPT],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        digests.append(out.stdout.strip())
+    assert len(digests[0]) == 64 and digests[0] == digests[1]
 
 
 def test_power_of_two_loss_scale_changes_nothing_in_fp32() -> None:

@@ -35,27 +35,48 @@ def rows() -> list[dict[str, object]]:
     return out
 
 
+def _label(r: dict[str, object]) -> str:
+    """``"e2m1 (4 bits, 1 fraction bit)"``: the y tick label of a format."""
+    if r["kind"] == "int":
+        return f"{r['name']} ({r['bits']}-bit integer)"
+    prec = round(-math.log2(float(r["eps"])))  # type: ignore[arg-type]
+    return f"{r['name']} ({r['bits']} bits, {prec} fraction bit{'' if prec == 1 else 's'})"
+
+
+#: x range of the zoomed panel (log2 of magnitude): the 4- to 8-bit formats and fp16
+ZOOM = (-27.0, 19.0)
+
+
 def make(outdir: Path) -> str:
     table = [r for r in rows() if r["name"] != "fp64"]
-    fig, ax = plt.subplots(figsize=(9, 6.5), constrained_layout=True)
-    for i, r in enumerate(table):
-        lo, hi = math.log2(float(r["smallest_subnormal"])), math.log2(float(r["max"]))  # type: ignore[arg-type]
-        norm = math.log2(float(r["smallest_normal"]))  # type: ignore[arg-type]
-        ax.plot([lo, norm], [i, i], color="0.65", lw=6, solid_capstyle="butt")
-        ax.plot([norm, hi], [i, i], color="0.15", lw=6, solid_capstyle="butt")
-        if r["kind"] == "int":
-            label = f"{r['bits']}-bit integer"
-        else:
-            prec = round(-math.log2(float(r["eps"])))  # type: ignore[arg-type]
-            label = f"{r['bits']} bits, {prec} fraction bits"
-        ax.text(hi + 2, i, label, va="center", fontsize=8)
-    ax.set_yticks(range(len(table)), [str(r["name"]) for r in table])
-    ax.invert_yaxis()
-    ax.set_xlabel("log2 of magnitude (dark: normal range, grey: subnormal range)")
-    ax.set_title("Representable magnitudes of every format (fp32 ... int4)")
-    ax.set_xlim(-155, 175)
-    ax.grid(axis="x", alpha=0.3)
-    fig.savefig(outdir / "format_table.png", dpi=120)
+    fig, axes = plt.subplots(
+        1,
+        2,
+        figsize=(12, 6.8),
+        sharey=True,
+        constrained_layout=True,
+        gridspec_kw={"width_ratios": [1.1, 1]},
+    )
+    for ax in axes:
+        for i, r in enumerate(table):
+            lo = math.log2(float(r["smallest_subnormal"]))  # type: ignore[arg-type]
+            hi = math.log2(float(r["max"]))  # type: ignore[arg-type]
+            norm = math.log2(float(r["smallest_normal"]))  # type: ignore[arg-type]
+            sub_label = "subnormal range" if i == 0 else None
+            norm_label = "normal range" if i == 0 else None
+            ax.plot([lo, norm], [i, i], color="0.65", lw=7, solid_capstyle="butt", label=sub_label)
+            ax.plot([norm, hi], [i, i], color="0.15", lw=7, solid_capstyle="butt", label=norm_label)
+        ax.grid(axis="x", alpha=0.3)
+        ax.set_xlabel("log2 of magnitude")
+    axes[0].set_yticks(range(len(table)), [_label(r) for r in table])
+    axes[0].invert_yaxis()
+    axes[0].set_xlim(-155, 135)
+    axes[0].set_title("full range")
+    axes[0].legend(loc="lower left", fontsize=8)
+    axes[1].set_xlim(*ZOOM)
+    axes[1].set_title(f"zoom on log2 |x| in [{ZOOM[0]:.0f}, {ZOOM[1]:.0f}] (bars cut at the edges)")
+    fig.suptitle("Representable magnitudes of every format (fp32 ... int4)")
+    fig.savefig(outdir / "format_table.png", dpi=110)
     plt.close(fig)
 
     lines = [

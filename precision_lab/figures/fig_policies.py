@@ -29,7 +29,7 @@ def _seed_marks(ax: plt.Axes, pos: float, d: np.ndarray, spread: float, first: b
             SEED_MARKERS[r % len(SEED_MARKERS)],
             color="black",
             mfc="white",
-            ms=5,
+            ms=6,
             zorder=3,
             label=f"seed {r}" if first else None,
         )
@@ -51,15 +51,16 @@ def _bars(ax: plt.Axes, variants: list[Variant], labels: list[str], ref: Variant
         )
         _seed_marks(ax, k, d, 0.15, k == 0)
     ax.axhline(0, color="black", lw=1)
-    ax.set_xticks(np.arange(len(variants)), labels, rotation=25, ha="right", fontsize=8)
+    ax.set_xticks(np.arange(len(variants)), labels, rotation=20, ha="right", fontsize=10)
     ax.grid(axis="y", alpha=0.3, zorder=0)
 
 
 def plot(study: Study, out: Path) -> None:
-    """One PNG, three panels: policies, layer norm, INT8; paired differences in pp."""
-    fig, axes = plt.subplots(
-        1, 3, figsize=(16, 5.6), constrained_layout=True, gridspec_kw={"width_ratios": [6, 3, 8]}
-    )
+    """One PNG, three panels (policies and layer norm above, INT8 below); paired differences
+    in pp."""
+    fig = plt.figure(figsize=(13, 11), constrained_layout=True)
+    grid = fig.add_gridspec(2, 2, width_ratios=[2, 1])
+    axes = [fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1]), fig.add_subplot(grid[1, :])]
     ref = study.fp32
     P = list(study.policies.values())
     short = {
@@ -71,16 +72,19 @@ def plot(study: Study, out: Path) -> None:
         "fp8_hybrid": "fp8_hybrid\n(E4M3/E5M2)",
     }
     _bars(axes[0], P, [short.get(v.name, v.name) for v in P], ref)
-    axes[0].set_ylabel(f"test accuracy minus FP32's, same seed (pp); FP32: {ref.mean:.2f}%")
-    axes[0].set_title("Training policies vs float32", fontsize=10)
-    axes[0].legend(fontsize=7, loc="lower left")
+    axes[0].set_ylabel(f"test accuracy minus float32's, same seed (pp)\nfloat32: {ref.mean:.2f}%")
+    axes[0].set_title("Training policies vs float32", fontsize=12)
+    axes[0].legend(fontsize=9, loc="lower left")
 
     N = list(study.norm.values())
     if N:
         labels = ["float32", "mixed_float16\nstats FP32", "mixed_float16\nstats FP16"]
         _bars(axes[1], N, labels[: len(N)], N[0])
-        axes[1].set_ylabel(f"minus the float32 layer-norm run, same seed (pp); {N[0].mean:.2f}%")
-    axes[1].set_title("Layer norm statistics: FP32 vs FP16", fontsize=10)
+        axes[1].set_ylabel(
+            "test accuracy minus the float32 layer-norm run's,\n"
+            f"same seed (pp); float32 with layer norm: {N[0].mean:.2f}%"
+        )
+    axes[1].set_title("Layer norm statistics: FP32 vs FP16", fontsize=12)
 
     ax = axes[2]
     if study.ptq:
@@ -124,17 +128,20 @@ def plot(study: Study, out: Path) -> None:
         ax.axhline(0, color="black", lw=1)
         ticks = [*range(n), *(n + 0.2 + j * 0.8 for j in range(len(study.qat)))]
         labels = [*CALIBRATION_METHODS, *(names.get(k, k) for k in study.qat)]
-        ax.set_xticks(ticks, labels, fontsize=8)
+        ax.set_xticks(ticks, labels, fontsize=10)
         ax.set_xlabel("PTQ: activation calibration method (held-out slice) | QAT (per-channel)")
-        ax.set_ylabel(f"INT8 test accuracy minus FP32's, same seed (pp); FP32: {ref.mean:.2f}%")
+        ax.set_ylabel(
+            f"INT8 test accuracy minus float32's,\nsame seed (pp); float32: {ref.mean:.2f}%"
+        )
         ax.grid(axis="y", alpha=0.3, zorder=0)
-        ax.legend(fontsize=7, loc="upper left")
-    ax.set_title("INT8 PTQ (four calibrations, two weight granularities) vs QAT", fontsize=10)
+        ax.legend(fontsize=9, loc="upper left")
+    ax.set_title("INT8 PTQ (four calibrations, two weight granularities) vs QAT", fontsize=12)
     fig.suptitle(
         f"MLP 64-64-64-64-10 on digits, {len(study.seeds)} seeds paired: FP16/BF16/FP8 "
-        "policies and INT8 deployment against FP32 (bars: mean ± std; markers: seeds)"
+        "policies and INT8 deployment against FP32\n(bars: mean ± std; markers: seeds)",
+        fontsize=13,
     )
-    fig.savefig(out / FIGURE, dpi=110)
+    fig.savefig(out / FIGURE, dpi=100)
     plt.close(fig)
 
 

@@ -10,6 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..training import RUNS, TrainResult, train_seeds
+from .text import signed
 
 TITLE = "Mixed-precision training of an MLP on the digits (FP32, FP16, BF16, FP8)"
 ORDER = 64
@@ -91,25 +92,33 @@ def _first_epoch(acc: list[float], level: float) -> float:
 
 
 def _curves(results: dict[str, list[TrainResult]], out: Path) -> None:
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), constrained_layout=True, sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 6.4), constrained_layout=True, sharey=True)
     for name, rs in results.items():
         color, ls, marker = STYLE.get(name, ("grey", "-", "."))
         label = rs[0].config.label or name
         for ax, key in zip(axes, ("train_acc", "test_acc"), strict=True):
-            y = 100 * np.mean([getattr(r, key) for r in rs], axis=0)
+            ys = 100 * np.array([getattr(r, key) for r in rs])
+            y = ys.mean(axis=0)
             x = np.arange(1, len(y) + 1)
             every = max(1, len(y) // 8)
+            ax.fill_between(x, ys.min(axis=0), ys.max(axis=0), color=color, alpha=0.12, lw=0)
             ax.plot(x, y, color=color, ls=ls, marker=marker, markevery=every, ms=5, label=label)
     for ax, what in zip(axes, ("training (running, minibatches)", "test"), strict=True):
         ax.set_xlabel("epoch")
-        ax.set_title(f"{what} accuracy, mean of {len(SEEDS)} seeds")
+        ax.set_title(f"{what} accuracy: mean of {len(SEEDS)} seeds, shaded min to max")
         ax.grid(alpha=0.3)
-        ax.set_ylim(60, 100.5)
+        ax.set_ylim(0, 100.5)
+        ax.set_xlim(0.5, None)
     axes[0].set_ylabel("accuracy (%)")
-    axes[1].legend(loc="lower right", fontsize=8)
+    fig.legend(*axes[1].get_legend_handles_labels(), loc="outside lower center", ncol=3, fontsize=9)
     fig.suptitle("MLP 64-64-64-64-10 on digits: FP32 vs FP16 / BF16 / FP8 mixed precision")
     fig.savefig(out / "training_accuracy.png", dpi=110)
     plt.close(fig)
+
+
+#: log2 range of the per-layer histograms: the bulk of the values (a few outliers of the
+#: output layer reach 2^-140; they are counted, in the first bin shown)
+HIST_XLIM = (-40, -4)
 
 
 def _layer_hists(results: dict[str, list[TrainResult]], out: Path) -> None:
@@ -121,6 +130,21 @@ def _layer_hists(results: dict[str, list[TrainResult]], out: Path) -> None:
         h = np.sum([r.layers[i].act_hist for r in rs], axis=0).astype(float)
         z = np.sum([r.layers[i].act_hist_zero for r in rs], axis=0).astype(float)
         tot = max(h.sum(), 1.0)
+        lo = HIST_XLIM[0]  # values below the axis are added into its first bin
+        below = float(h[k <= lo].sum() / tot)
+        deepest = int(k[np.flatnonzero(h)[0]]) if h.any() else lo
+        for arr in (h, z):
+            arr[k == lo + 1] += arr[k <= lo].sum()
+            arr[k <= lo] = 0
+        if below >= 0.005:
+            ax.annotate(
+                f"{100 * below:.1f}% below 2^{lo + 1}\n(down to 2^{deepest})",
+                xy=(lo + 1, 100 * h[k == lo + 1].sum() / tot),
+                xytext=(lo + 3, 0.6 * 100 * h[k == lo + 1].sum() / tot),
+                fontsize=8,
+                bbox={"fc": "white", "ec": "0.6", "alpha": 0.95},
+                arrowprops={"arrowstyle": "->", "lw": 0.8},
+            )
         ax.bar(k, 100 * h / tot, width=1.0, color="0.7", edgecolor="0.4", label="all values")
         ax.bar(k, 100 * z / tot, width=1.0, color="tab:red", hatch="//", label="became 0 in fp16")
         ax.axvline(-25, color="k", ls="--", lw=1)
@@ -128,15 +152,13 @@ def _layer_hists(results: dict[str, list[TrainResult]], out: Path) -> None:
         zf = 100 * np.mean([r.layers[i].act_zero_fraction for r in rs])
         ax.set_title(f"layer {i}: {zf:.1f}% lost to zero", fontsize=10)
         ax.set_xlabel("log2 |activation gradient|")
-        used = np.flatnonzero(h)
-        if used.size:
-            first = int(np.searchsorted(np.cumsum(h) / h.sum(), 0.002))
-            ax.set_xlim(k[first] - 1, k[used[-1]] + 2)
+        ax.set_xlim(*HIST_XLIM)
     axes[0].set_ylabel("% of values (all recorded steps)")
     axes[0].legend(fontsize=8, loc="upper left")
     fig.suptitle(
         "FP16 without loss scaling: per-layer activation-gradient magnitudes "
-        "(dashed: 2^-25 rounds to 0; dotted: 2^-14 smallest normal)"
+        "(dashed: 2^-25 rounds to 0; dotted: 2^-14 smallest normal;\n"
+        f"values below 2^{HIST_XLIM[0] + 1} counted in the leftmost bin)"
     )
     fig.savefig(out / "training_grad_hist_fp16.png", dpi=110)
     plt.close(fig)
@@ -156,9 +178,11 @@ def make(outdir: Path) -> str:
         f"seeds {', '.join(map(str, SEEDS))} fix split, initial weights and batch order). "
         f"{cfg.optimizer.capitalize()}, learning rate {cfg.lr}, mean cross-entropy over "
         f"batches of {cfg.batch_size}, {cfg.epochs} epochs, initial weights "
-        f"N(0, {cfg.init_std}^2). Every matmul goes through `pl.gemm` (fp32 accumulation modelled "
-        "by BLAS); activations and gradients are stored in the run's formats with "
-        "`pl.round_to`; master weights and the optimizer are fp32.",
+        f"N(0, {cfg.init_std}^2). Every matmul takes its inputs in the run's formats and sums in "
+        "fp32 with the same bits on every machine (exact products added in float64 in a fixed "
+        "order, rounded once: `precision_lab.training.model.matmul_fixed_order`; no BLAS, so "
+        "no thread count or CPU changes a number); activations and gradients are stored in the "
+        "run's formats with `pl.round_to`; master weights and the optimizer are fp32.",
         "",
         "![accuracy curves](training_accuracy.png)",
         "",
@@ -172,7 +196,7 @@ def make(outdir: Path) -> str:
         zeros = " / ".join(f"{100 * z:.1f}" for z in r["act_zero"])
         lines.append(
             f"| {r['label']} | {r['acc_mean']:.2f} ± {r['acc_std']:.2f} "
-            f"[{r['acc_min']:.2f}, {r['acc_max']:.2f}] | {r['gap']:+.2f} | {r['auc']:.2f} "
+            f"[{r['acc_min']:.2f}, {r['acc_max']:.2f}] | {signed(r['gap'])} | {r['auc']:.2f} "
             f"| {r['epoch90']:.1f} | {r['loss']:.4f} "
             f"| {zeros} | {', '.join(map(str, r['skipped']))} |"
         )
@@ -188,13 +212,23 @@ def make(outdir: Path) -> str:
         "",
         "![per-layer gradient histograms](training_grad_hist_fp16.png)",
         "",
-        f"FP16 with dynamic loss scaling ends {by['fp16_dynamic']['gap']:+.2f} pp and BF16 "
-        f"{by['bf16']['gap']:+.2f} pp from FP32; FP16 without loss scaling "
-        f"{noscale['gap']:+.2f} pp (final training loss {noscale['loss']:.4f} against "
+        f"The histograms' axis is cut to log2 in [{HIST_XLIM[0]}, {HIST_XLIM[1]}], the bulk of "
+        "the values; a layer with a tail below it (the output layer, whose gradients "
+        "(p - onehot) / batch are tiny where the probability p of a wrong class is) has that "
+        "tail counted in the leftmost bin, labelled with its share and its deepest binade.",
+        "",
+        f"FP16 with dynamic loss scaling ends {signed(by['fp16_dynamic']['gap'])} pp and BF16 "
+        f"{signed(by['bf16']['gap'])} pp from FP32; FP16 without loss scaling "
+        f"{signed(noscale['gap'])} pp (final training loss {noscale['loss']:.4f} against "
         f"{by['fp32']['loss']:.4f}; it reaches 90% test accuracy at epoch "
         f"{noscale['epoch90']:.1f} against {by['fp32']['epoch90']:.1f}, and its test accuracy "
-        f"averaged over the epochs is {noscale['auc'] - by['fp32']['auc']:+.2f} pp from FP32's); "
-        f"FP8 {by['fp8']['gap']:+.2f} pp. Spreads are over the {len(SEEDS)} seeds.",
+        "averaged over the epochs is "
+        f"{signed(noscale['auc'] - by['fp32']['auc'])} pp from FP32's); FP8 with delayed "
+        f"scaling {signed(by['fp8']['gap'])} pp. Spreads are over the {len(SEEDS)} seeds. The "
+        "FP8 loss belongs to this recipe's few optimizer steps under delayed scaling (2 per "
+        "epoch with batches of 512), not to FP8 as such: the FP8 ablation in the policies "
+        "section below runs this recipe with current scaling and with another amax history, "
+        "and the policies recipe with this batch size, and measures the cause.",
         "",
         _fp8_text(results["fp8"]),
     ]

@@ -100,8 +100,8 @@ def _histogram(layers: list, choice: LossScaleChoice, out: Path) -> dict[str, fl
 def _vs_scale(g: np.ndarray, out: Path, chosen: int) -> dict[str, list[tuple[int, float, float]]]:
     ks = np.arange(-8, 41)
     curves: dict[str, list[tuple[int, float, float]]] = {}
-    fig, ax = plt.subplots(figsize=(9, 4.8), constrained_layout=True)
-    for name in FORMATS:
+    fig, (ax, ax_o) = plt.subplots(1, 2, figsize=(13, 4.8), constrained_layout=True, sharey=True)
+    for j, name in enumerate(FORMATS):
         color, ls, marker = STYLE[name]
         zs, os = [], []
         for kk in ks:
@@ -109,37 +109,40 @@ def _vs_scale(g: np.ndarray, out: Path, chosen: int) -> dict[str, list[tuple[int
             zs.append(st.zero_fraction)
             os.append(st.overflow_fraction)
         curves[name] = list(zip(ks.tolist(), zs, os, strict=True))
-        ax.plot(
-            ks,
-            100 * np.array(zs),
-            color=color,
-            ls=ls,
-            marker=marker,
-            ms=4,
-            markevery=4,
-            label=f"{name}: underflow to 0",
-        )
-        ax.plot(
+        every = (j, 4)  # staggered markers: curves that coincide stay distinguishable
+        ax.plot(ks, 100 * np.array(zs), color=color, ls=ls, marker=marker, ms=5, markevery=every)
+        ax_o.plot(
             ks,
             100 * np.array(os),
             color=color,
             ls=ls,
-            lw=1.2,
-            marker="|",
-            ms=7,
-            markevery=4,
-            alpha=0.75,
-            label=f"{name}: overflow",
+            lw=3.0 if name == "fp16" else 1.5,  # fp16 wide, e5m2 drawn on top of it
+            marker=marker,
+            ms=6,
+            mfc="none" if name == "e5m2" else color,
+            markevery=every,
+            label=name,
         )
-    ax.set_yscale("symlog", linthresh=0.01)
-    ax.set_ylim(0, 100)
-    ax.set_xlabel("log2 of the loss scale S")
-    ax.set_ylabel("% of non-zero gradients (symlog)")
-    ax.axvline(chosen, color="tab:blue", lw=0.8, ls=":")
+    for a in (ax, ax_o):
+        a.set_yscale("symlog", linthresh=0.01)
+        a.set_ylim(0, 100)
+        a.set_xlabel("log2 of the loss scale S")
+        a.axvline(chosen, color="tab:blue", lw=0.8, ls=":")
+        a.grid(alpha=0.3)
     ax.text(chosen + 0.3, 0.003, f"fp16 choice 2^{chosen}", color="tab:blue", fontsize=8)
-    ax.set_title("Recorded activation gradients x S cast to fp16 / bf16 / e5m2 / e4m3")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2, loc="lower left")
+    ax.set_ylabel("% of non-zero gradients (symlog)")
+    ax.set_title("underflow: gradients x S that round to 0")
+    ax_o.set_title("overflow: gradients x S above the format's max")
+    ax_o.legend(fontsize=9, loc="upper left")
+    ax_o.text(
+        -8,
+        0.5,
+        "fp16 (max 65504) and e5m2 (max 57344)\noverflow at almost the same S:\n"
+        "wide blue line under the dashed purple one",
+        fontsize=8,
+        va="top",
+    )
+    fig.suptitle("Recorded activation gradients x S cast to fp16 / bf16 / e5m2 / e4m3")
     fig.savefig(out / "underflow_vs_loss_scale.png", dpi=110)
     plt.close(fig)
     return curves

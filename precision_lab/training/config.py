@@ -42,8 +42,10 @@ class TrainConfig:
     master_format:
         Format of the master weights and of the optimizer update (fp32).
     accumulator:
-        The :class:`~precision_lab.Accumulator` of every GEMM; ``None`` means fp32 sums done by
-        BLAS (``Accumulator("fp32", order="blas")``), the fast model of fp32 accumulation.
+        The :class:`~precision_lab.Accumulator` of every GEMM (through
+        :func:`precision_lab.gemm`); ``None`` means fp32 sums by
+        :func:`~precision_lab.training.model.matmul_fixed_order` (exact products added in float64
+        in a fixed order, rounded once to fp32): fast, and the same bits on every machine.
     loss_scaling:
         ``"none"``, ``"static"`` (``loss_scale``) or ``"dynamic"`` (a
         :class:`~precision_lab.scaling.DynamicLossScaler` preset ``scaler_preset`` with
