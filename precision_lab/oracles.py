@@ -6,16 +6,17 @@ float16 or bfloat16 values; anything float64 holds exactly) to ``(values, codes)
 rounded values (float64) and the format's codes (the dtype of :attr:`FloatFormat.code_dtype`).
 
 ``referee``
-    Rounds by the textbook formula in exact float64 arithmetic, written independently of the
-    rounding core's add-and-mask trick: with ``E = floor(log2 |x|)`` (``frexp``) the quantum of
-    the exact input's binade is ``q = 2**(max(E, emin) - mantissa_bits)``; ``k = |x| / q`` is
-    exact (a power-of-two scaling), ``floor(k)`` and the fraction ``k - floor(k)`` are exact, and
-    the mode picks ``floor(k)`` or ``floor(k) + 1`` from them; the result is ``k' * q``
-    (``ldexp``), then overflow, flushing and signs follow the rules of DESIGN.md. Codes are built
-    from the rounded value's exponent and significand (not by the codec). It needs a signed
-    format with zero and subnormals (every registered float format but e8m0) and an input whose
-    values float64 holds with at least ``mantissa_bits + 2`` bits to spare, which float32 and
-    narrower inputs do for formats up to fp32. It is checked against the exact
+    Rounds by the textbook formula in exact integer arithmetic, written independently of the
+    rounding core's add-and-mask trick: the input, widened to float64, is split into its binary
+    exponent ``E`` and 53-bit integer significand; the quantum of the exact input's binade is
+    ``q = 2**(max(E, emin) - mantissa_bits)``, so ``k = floor(|x| / q)`` is the significand
+    shifted right and the remainder ``|x| - k*q`` the bits shifted out; the mode picks ``k`` or
+    ``k + 1`` from the remainder's comparison with half a quantum; the result is ``k' * q``
+    (``ldexp``, exact), then overflow, flushing and signs follow the rules of DESIGN.md. Codes
+    are built from the rounded value's exponent and significand fields (not by the codec). It
+    needs a signed format with zero and subnormals (every registered float format but e8m0) and
+    inputs that float64 holds as normal numbers (every float32, float16 and bfloat16 value; not
+    float64 subnormals). It is checked against the exact
     ``fractions.Fraction`` referee of the test suite (tests/referee.py) on every float16 and
     bfloat16 pattern for several formats and on a sample of float32 inputs.
 ``ml_dtypes``
@@ -26,7 +27,9 @@ rounded values (float64) and the format's codes (the dtype of :attr:`FloatFormat
     input is rounded by ml_dtypes alone. The codes are ml_dtypes' own bytes.
 ``torch``
     ``torch.from_numpy(x).to(torch dtype)`` for fp16, bf16, e4m3, e5m2, e4m3fnuz, e5m2fnuz; round
-    to nearest even; saturation by the same clamp as ml_dtypes.
+    to nearest even; saturation by the same clamp as ml_dtypes. Its IEEE overflow is torch's own
+    (DESIGN.md: torch saturates E4M3): a sweep against it with ``overflow="ieee"`` reports where
+    torch's semantics differ from IEEE 754.
 
 NaN results compare as NaN whatever their payload; for codes, any NaN code of the format matches
 any other with the same sign bit (see :func:`nan_codes`).
@@ -88,6 +91,8 @@ TORCH_DTYPES: dict[str, str] = {
 }
 
 _INWARD = {"toward_zero", "odd"}  # magnitude rules that never leave the finite range
+_U0, _U1, _U52 = np.uint64(0), np.uint64(1), np.uint64(52)
+_MANT = np.uint64((1 << 52) - 1)
 
 
 def _float_format(fmt: Any) -> FloatFormat:
@@ -132,7 +137,7 @@ def referee(
     overflow: str = "ieee",
     subnormals: str = "keep",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Correctly rounded ``(values, codes)`` of ``x`` in ``fmt`` by exact float64 arithmetic.
+    """Correctly rounded ``(values, codes)`` of ``x`` in ``fmt`` by exact integer arithmetic.
 
     ``mode`` is a deterministic rounding mode (full name), ``overflow`` ``"ieee"`` or
     ``"saturate"``, ``subnormals`` ``"keep"`` or ``"flush"``. Values come back as float64, codes
@@ -164,22 +169,27 @@ def referee(
         nan = np.isnan(a)
         inf = np.isinf(a)
         finite = ~(nan | inf)
-        e = np.frexp(a)[1].astype(np.int64) - 1  # a = 1.f * 2**e for a > 0
+        # a = sig * 2**(e - 52) exactly, sig a 53-bit integer (inputs narrower than float64 are
+        # never subnormal in float64); the quantum of a's binade in fmt is 2**qexp
+        bits = a.view(np.uint64)
+        e = (bits >> _U52).astype(np.int64) - 1023
+        sig = np.where(a == 0, _U0, (bits & _MANT) | (_U1 << _U52))
         qexp = np.maximum(e, f.emin) - m
-        k = np.ldexp(a, -qexp)  # exact: a power-of-two scaling of a float64
-        lo = np.floor(k)
-        frac = k - lo  # exact
-        lo_odd = np.fmod(lo, 2) == 1
+        drop = np.minimum(qexp - (e - 52), 63).astype(np.uint64)  # bits below the quantum: >= 2
+        k = sig >> drop  # floor(a / 2**qexp)
+        rem = sig - (k << drop)  # a - k * 2**qexp, in units of 2**(e - 52)
+        half = _U1 << (drop - _U1)
+        lo_odd = (k & _U1) == 1
         away, inward = _magnitude_rule(mode, neg)
         if mode in ("toward_zero", "up", "down"):
-            up = away & (frac > 0)
+            up = away & (rem > 0)
         elif mode == "odd":
-            up = (frac > 0) & ~lo_odd
+            up = (rem > 0) & ~lo_odd
         elif mode == "nearest_away":
-            up = frac >= 0.5
+            up = rem >= half
         else:  # nearest_even
-            up = (frac > 0.5) | ((frac == 0.5) & lo_odd)
-        r = np.ldexp(lo + up, qexp)
+            up = (rem > half) | ((rem == half) & lo_odd)
+        r = np.ldexp((k + up).astype(np.float64), qexp.astype(np.int32))  # exact
         finite_only = f.nan == "none"
         # beyond max: ±max when saturating, in formats without inf/NaN, or when the rule points
         # inward; else inf (or NaN where the format has no inf)
@@ -212,12 +222,15 @@ def _codes(values: np.ndarray, f: FloatFormat) -> np.ndarray:
     nan = np.isnan(a)
     inf = np.isinf(a)
     finite = ~(nan | inf) & (a > 0)
-    ef = np.frexp(np.where(finite, a, 1.0))[1].astype(np.int64) - 1
-    sub = ef < f.emin
+    bits = a.view(np.uint64)
+    e = (bits >> _U52).astype(np.int64) - 1023
+    sig = (bits & _MANT) | (_U1 << _U52)
+    sub = e < f.emin
     with np.errstate(all="ignore"):
-        field_sub = np.ldexp(np.where(sub, a, 0.0), -(f.emin - m))
-        sig = np.ldexp(np.where(finite & ~sub, a, 0.0), -(ef - m)) - (1 << m)
-    mag = np.where(sub, field_sub, ((ef + bias) << m) + sig).astype(np.int64)
+        shift = np.clip(52 - m + f.emin - e, 0, 63).astype(np.uint64)
+        field_sub = (sig >> shift).astype(np.int64)  # exact: the value is on fmt's grid
+    frac = ((bits >> np.uint64(52 - m)) & np.uint64((1 << m) - 1)).astype(np.int64)
+    mag = np.where(sub, field_sub, ((e + bias) << m) | frac)
     mag = np.where(finite, mag, 0)
     all_ones = (1 << e_bits) - 1
     mag = np.where(inf, all_ones << m, mag)

@@ -120,3 +120,18 @@ def test_oracles_refuse_what_they_cannot_check():
         referee(x, "e8m0")
     with pytest.raises(ValueError, match="overflow"):
         referee(x, "e4m3", overflow="clamp")
+
+
+@pytest.mark.parametrize("name", ["e4m3", "e5m2", "bf16", "fp16"])
+def test_torch_oracle_matches_fast_referee_when_saturating(name):
+    pytest.importorskip("torch")
+    from precision_lab.oracles import torch_oracle
+
+    x = patterns("bf16")
+    fmt = pl.get_format(name)
+    want, want_codes = referee(x, fmt, overflow="saturate")
+    got, codes = torch_oracle(x, fmt, overflow="saturate")
+    ok = same(got, want)
+    assert ok.all(), first_wrong(x, got, want, ok)
+    nan = np.isnan(want)
+    assert (codes[~nan] == want_codes[~nan]).all()
