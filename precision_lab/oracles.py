@@ -169,6 +169,8 @@ def referee(
         nan = np.isnan(a)
         inf = np.isinf(a)
         finite = ~(nan | inf)
+        if np.any((a > 0) & (a < np.finfo(np.float64).tiny)):
+            raise ValueError("the referee oracle needs x without float64 subnormals")
         # a = sig * 2**(e - 52) exactly, sig a 53-bit integer (inputs narrower than float64 are
         # never subnormal in float64); the quantum of a's binade in fmt is 2**qexp
         bits = a.view(np.uint64)

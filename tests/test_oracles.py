@@ -120,6 +120,8 @@ def test_oracles_refuse_what_they_cannot_check():
         referee(x, "e8m0")
     with pytest.raises(ValueError, match="overflow"):
         referee(x, "e4m3", overflow="clamp")
+    with pytest.raises(ValueError, match="subnormals"):
+        referee(np.array([5e-324]), "e4m3")
 
 
 @pytest.mark.parametrize("name", ["e4m3", "e5m2", "bf16", "fp16"])
