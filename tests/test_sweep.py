@@ -71,6 +71,15 @@ def test_float32_slice_same_on_cluster_threads_and_loop(dask_cluster):
     assert records(on_cluster) == records(threads) == plain_loop("bf16", **kw)
 
 
+def test_scheduler_address_and_progress_bars(dask_cluster, capsys):
+    cluster, _ = dask_cluster
+    kw = {"input": "float16", "against": "ml_dtypes", "chunk": 2**14}
+    by_address = verify_exhaustive("e5m2", client=cluster.scheduler_address, **kw)
+    local = verify_exhaustive("e5m2", **kw)  # dask.diagnostics.ProgressBar
+    assert by_address.ok and records(by_address) == records(local)
+    assert "100% Completed" in capsys.readouterr().out
+
+
 def slow_ml_dtypes(x, fmt, **kw):
     """ml_dtypes, slowly: keeps a sweep running long enough to kill a worker in the middle."""
     time.sleep(0.3)
