@@ -740,7 +740,143 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_info)
+
+    add_scaleout_commands(sub)
     return parser
+
+
+# ----- verify / grid (Dask) ----------------------------------------------------------------------
+def add_scaleout_commands(sub: Any) -> None:
+    """The ``verify`` and ``grid`` subcommands (they need the ``[dask]`` extra)."""
+    p = sub.add_parser(
+        "verify",
+        help="check round_to/encode on every input bit pattern (Dask)",
+        description="Compare round_to and encode on every float32 (or float16/bfloat16) input "
+        "with an independent oracle, in chunks, as Dask tasks. Exit status 1 on mismatches. "
+        'Needs pip install "precision_lab[dask]".',
+    )
+    p.add_argument("format", metavar="FORMAT", help="format name, e.g. e4m3, bf16")
+    p.add_argument(
+        "--mode",
+        action="append",
+        metavar="MODE",
+        help="rounding mode to check (repeatable; default nearest_even)",
+    )
+    p.add_argument(
+        "--overflow",
+        action="append",
+        choices=OVERFLOW_MODES,
+        help="overflow switch to check (repeatable; default ieee)",
+    )
+    p.add_argument("--subnormals", default="keep", choices=SUBNORMAL_MODES)
+    p.add_argument(
+        "--against",
+        default="referee",
+        choices=("referee", "ml_dtypes", "torch"),
+        help="the oracle (default referee: exact float64 arithmetic)",
+    )
+    p.add_argument(
+        "--input",
+        default="float32",
+        choices=("float32", "float16", "bfloat16"),
+        help="which bit patterns to walk (default float32: all 2**32)",
+    )
+    p.add_argument("--chunk", type=lambda t: int(t, 0), default=2**24, help="patterns per task")
+    p.add_argument("--start", type=lambda t: int(t, 0), default=0, help="first bit pattern")
+    p.add_argument("--stop", type=lambda t: int(t, 0), default=None, help="end bit pattern")
+    p.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS",
+        help="Dask scheduler address (default: local threads; or threads, processes, sync)",
+    )
+    p.add_argument("--out", default=None, metavar="DIR", help="checkpoint folder (resumable)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser(
+        "grid",
+        help="run an experiment grid from a JSON SPEC (Dask)",
+        description="Run the training or GEMM-error configurations of SPEC as Dask tasks; "
+        "write results.csv (and results.parquet with pyarrow), failures.json and a cache "
+        "to --out. Exit status 1 when a run failed. "
+        'Needs pip install "precision_lab[dask]".',
+    )
+    p.add_argument("spec", metavar="SPEC", help="JSON spec (see precision_lab.grid)")
+    p.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS",
+        help="Dask scheduler address (default: local processes; or threads, processes, sync)",
+    )
+    p.add_argument(
+        "--out", default=None, metavar="DIR", help="output folder (default SPEC-stem-results)"
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_grid)
+
+
+def _needs_dask(command: str, err: ImportError) -> int:
+    print(f"precision-lab {command}: error: {err}", file=sys.stderr)
+    return 1
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    try:
+        from .sweep import verify_exhaustive
+    except ImportError as err:
+        return _needs_dask("verify", err)
+    res = verify_exhaustive(
+        args.format,
+        modes=args.mode or ("nearest_even",),
+        overflow=args.overflow or ("ieee",),
+        subnormals=args.subnormals,
+        against=args.against,
+        input=args.input,
+        chunk=args.chunk,
+        start=args.start,
+        stop=args.stop,
+        client=args.scheduler,
+        out=args.out,
+        quiet=args.quiet,
+    )
+    if args.json:
+        info = {
+            "ok": res.ok,
+            "format": res.fmt,
+            "input": res.input,
+            "against": res.against,
+            "checked": res.checked,
+            "skipped": res.skipped,
+            "counts": {f"{m}/{o}": c for (m, o), c in res.counts.items()},
+            "mismatches": res.mismatches,
+            "computed_chunks": res.computed,
+            "reused_chunks": res.reused,
+            "seconds": res.seconds,
+            "path": res.path,
+        }
+        print(json.dumps(info, indent=2))
+    else:
+        print(res.summary())
+    return 0 if res.ok else 1
+
+
+def cmd_grid(args: argparse.Namespace) -> int:
+    try:
+        from .grid import load_spec, run_grid
+    except ImportError as err:
+        return _needs_dask("grid", err)
+    configs = load_spec(args.spec)
+    out = args.out or f"{Path(args.spec).stem}-results"
+    res = run_grid(configs, client=args.scheduler, out=out, quiet=args.quiet)
+    print(
+        f"{len(res.rows)} runs finished ({res.computed} computed, {res.reused} from the cache), "
+        f"{len(res.failures)} failed; table: {Path(out) / 'results.csv'}"
+    )
+    for f in res.failures:
+        print(f"failed: {f}", file=sys.stderr)
+    return 0 if not res.failures else 1
 
 
 _NEGATIVE_VALUE = re.compile(r"^-(\d|\.\d|inf|nan|0x)", re.IGNORECASE)

@@ -1,0 +1,523 @@
+"""Exhaustive verification sweeps on Dask: every input bit pattern cast and compared with an oracle.
+
+:func:`verify_exhaustive` walks every float32 (2**32), float16 or bfloat16 (2**16) bit pattern in
+chunks, one Dask task per chunk; each task rounds its inputs with :func:`~precision_lab.round_to`
+and encodes them with :func:`~precision_lab.encode` in every requested (mode, overflow) pair, and
+compares values and codes with an independent oracle (:mod:`precision_lab.oracles`: the fast
+``"referee"``, ``"ml_dtypes"``, ``"torch"``, or any callable with the same signature). It returns
+the mismatch counts and the first mismatches of each chunk.
+
+Where it runs. ``client=None`` (the default) runs the tasks on Dask's local threaded scheduler:
+nothing to start, no process spawning or pickling, and the work is numpy code that releases the
+GIL (the rounding core already spreads each chunk over the cores), so threads use the machine
+fully. ``client`` may also be a scheduler address (``"tcp://host:8786"``: a
+``dask.distributed.Client`` is opened and closed around the sweep) or any
+``dask.distributed.Client`` (a ``LocalCluster``, a cluster of many machines): the chunks are then
+``client.map`` tasks, and a worker that dies mid-sweep costs only its running chunks, which the
+scheduler recomputes elsewhere.
+
+Checkpoints. With ``out=DIR`` every finished chunk is written at once to its own small JSON file
+under ``DIR/<sweep key>/`` (written to a temporary file, then renamed: a file is either complete
+or absent). A rerun with the same parameters reads the finished chunks and submits only the
+others, so an interrupted 2**32 sweep resumes where it stopped. The sweep key names the format,
+input, oracle and subnormal switch and hashes every parameter and the package version; chunk
+files are named by their bit-pattern range ``lo-hi``, so a slice and the full sweep share them.
+With a distributed client the files are written by the client as results arrive, so the workers
+need no shared file system.
+
+Needs the ``[dask]`` extra: ``pip install "precision_lab[dask]"``.
+
+>>> r = verify_exhaustive("e4m3", input="bfloat16", against="ml_dtypes",
+...                       overflow=("ieee", "saturate"), chunk=2**15, quiet=True)
+>>> r.ok, r.checked, r.counts["nearest_even", "saturate"]
+(True, 65536, {'values': 0, 'codes': 0})
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from . import __version__
+from .codec import encode
+from .formats import FloatFormat, get_format
+from .oracles import ORACLES, nan_codes
+from .rounding import check_choice, check_rounding, round_to
+
+INSTALL = 'pip install "precision_lab[dask]"'
+try:
+    import dask
+except ImportError as err:  # pragma: no cover - depends on the environment
+    raise ImportError(f"precision_lab.sweep needs Dask: {INSTALL}") from err
+
+__all__ = ["INPUTS", "SweepResult", "check_chunk", "verify_exhaustive"]
+
+#: input kinds: name -> (bits, numpy type of the patterns)
+INPUTS: dict[str, tuple[int, Any]] = {
+    "float32": (32, np.float32),
+    "float16": (16, np.float16),
+    "bfloat16": (16, ml_dtypes.bfloat16),
+}
+_UINT = {32: np.uint32, 16: np.uint16}
+#: Dask's local schedulers, accepted as ``client``
+_LOCAL = ("threads", "processes", "sync")
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """What every chunk task needs (small and picklable)."""
+
+    fmt: FloatFormat
+    input: str
+    against: str | Callable[..., tuple[np.ndarray, np.ndarray]]
+    keys: tuple[tuple[str, str], ...]
+    subnormals: str
+    max_examples: int
+
+
+@dataclass
+class SweepResult:
+    """Outcome of :func:`verify_exhaustive`.
+
+    ``counts[mode, overflow]`` holds the number of inputs whose value (``"values"``) or code
+    (``"codes"``) disagrees with the oracle; ``checked`` inputs were compared under every key,
+    ``skipped`` were left out (NaN inputs of formats without NaN, which have no code for them).
+    ``mismatches`` lists the first mismatches of each chunk; ``chunks`` every chunk's record.
+    ``computed`` chunks ran in this call, ``reused`` came from checkpoints; ``seconds`` is the
+    wall time of this call and ``rate`` its input elements per second (computed chunks only).
+    """
+
+    fmt: str
+    input: str
+    against: str
+    subnormals: str
+    start: int
+    stop: int
+    chunk: int
+    counts: dict[tuple[str, str], dict[str, int]]
+    checked: int
+    skipped: int
+    mismatches: list[dict[str, Any]]
+    chunks: list[dict[str, Any]] = field(repr=False)
+    computed: int
+    reused: int
+    seconds: float
+    path: str | None
+
+    @property
+    def ok(self) -> bool:
+        """True when no value and no code disagrees with the oracle."""
+        return all(c["values"] == 0 and c["codes"] == 0 for c in self.counts.values())
+
+    @property
+    def rate(self) -> float:
+        """Input elements per second swept in this call (0 when everything was reused)."""
+        done = sum(c["hi"] - c["lo"] for c in self.chunks if not c.get("reused"))
+        return done / self.seconds if self.seconds > 0 and done else 0.0
+
+    def summary(self) -> str:
+        """A few lines for a terminal or a log."""
+        lines = [
+            f"{self.fmt} from all {self.input} patterns [{self.start:#x}, {self.stop:#x}) "
+            f"against {self.against}: {'OK' if self.ok else 'MISMATCHES'}; "
+            f"{self.checked} inputs checked, {self.skipped} skipped; "
+            f"{self.computed} chunks computed, {self.reused} reused; {self.seconds:.1f} s, "
+            f"{self.rate / 1e6:.1f} Melem/s"
+        ]
+        for (mode, overflow), c in self.counts.items():
+            lines.append(
+                f"  {mode:13s} {overflow:8s} value mismatches {c['values']}, "
+                f"code mismatches {c['codes']}"
+            )
+        for m in self.mismatches[:10]:
+            lines.append(f"  e.g. {m}")
+        return "\n".join(lines)
+
+
+# ----- one chunk ---------------------------------------------------------------------------------
+def _patterns(kind: str, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """Bit patterns ``lo..hi-1`` of input kind ``kind`` and the floats they encode."""
+    bits, dtype = INPUTS[kind]
+    u = np.arange(lo, hi, dtype=_UINT[bits])
+    return u, u.view(dtype)
+
+
+def _same_values(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """Bitwise identity of values (sign of zero included), any NaN matching any NaN."""
+    dt = np.result_type(got.dtype, want.dtype)
+    g, w = got.astype(dt, copy=False), want.astype(dt, copy=False)
+    u = np.uint64 if dt.itemsize == 8 else np.uint32
+    same = g.view(u) == w.view(u)
+    odd = np.flatnonzero(~same)
+    same[odd] = np.isnan(g[odd]) & np.isnan(w[odd])
+    return same
+
+
+def _same_codes(got: np.ndarray, want: np.ndarray, f: FloatFormat) -> np.ndarray:
+    """Code identity, any NaN code matching any NaN code of the same sign."""
+    same = got == want.astype(got.dtype, copy=False)
+    odd = np.flatnonzero(~same)
+    g, w = got[odd], want[odd].astype(got.dtype)
+    sign = (g.astype(np.uint64) ^ w.astype(np.uint64)) >> np.uint64(f.bits - 1)
+    same[odd] = nan_codes(g, f) & nan_codes(w, f) & (sign == 0)
+    return same
+
+
+def check_chunk(spec: SweepSpec, lo: int, hi: int) -> dict[str, Any]:
+    """Compare round_to and encode with the oracle on the bit patterns ``lo..hi-1``.
+
+    Pure: the result (a JSON-safe dict) depends on the arguments only. It is what each Dask task
+    computes and what each checkpoint file holds.
+    """
+    u, x = _patterns(spec.input, lo, hi)
+    f = spec.fmt
+    skipped = 0
+    if f.nan == "none":  # no NaN in the format: NaN inputs have no result to compare
+        keep = ~np.isnan(x)
+        skipped = int(keep.size - np.count_nonzero(keep))
+        u, x = u[keep], x[keep]
+    x32 = x.astype(np.float32, copy=False)  # exact; what the oracles get
+    oracle = ORACLES[spec.against] if isinstance(spec.against, str) else spec.against
+    counts: dict[str, list[int]] = {}
+    examples: list[dict[str, Any]] = []
+    for mode, overflow in spec.keys:
+        sub = spec.subnormals
+        got = round_to(x, f, rounding=mode, overflow=overflow, subnormals=sub)
+        got_codes = encode(x, f, rounding=mode, overflow=overflow, subnormals=sub)
+        want, want_codes = oracle(x32, f, mode=mode, overflow=overflow, subnormals=spec.subnormals)
+        with np.errstate(all="ignore"):
+            ok_v = _same_values(got, np.asarray(want))
+            ok_c = _same_codes(got_codes, np.asarray(want_codes), f)
+        counts[f"{mode}/{overflow}"] = [
+            int(ok_v.size - np.count_nonzero(ok_v)),
+            int(ok_c.size - np.count_nonzero(ok_c)),
+        ]
+        room = spec.max_examples - len(examples)
+        for i in np.flatnonzero(~(ok_v & ok_c))[: max(room, 0)]:
+            examples.append(
+                {
+                    "bits": f"{int(u[i]):#x}",
+                    "x": repr(float(x32[i])),
+                    "mode": mode,
+                    "overflow": overflow,
+                    "got": repr(float(got[i])),
+                    "want": repr(float(want[i])),
+                    "got_code": f"{int(got_codes[i]):#x}",
+                    "want_code": f"{int(want_codes[i]):#x}",
+                }
+            )
+    return {
+        "lo": lo,
+        "hi": hi,
+        "checked": int(x.size),
+        "skipped": skipped,
+        "mismatches": counts,
+        "examples": examples,
+    }
+
+
+# ----- checkpoints -------------------------------------------------------------------------------
+def _write_atomic(path: Path, record: dict[str, Any]) -> None:
+    """Write JSON to ``path`` through a temporary file in the same folder and a rename."""
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(record, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _chunk_file(folder: Path, lo: int, hi: int) -> Path:
+    return folder / f"{lo:09x}-{hi:09x}.json"
+
+
+def _run_chunk(spec: SweepSpec, lo: int, hi: int, folder: str | None) -> dict[str, Any]:
+    """The task: check one chunk, checkpoint it when ``folder`` is given (local runs)."""
+    record = check_chunk(spec, lo, hi)
+    if folder is not None:
+        _write_atomic(_chunk_file(Path(folder), lo, hi), record)
+    return record
+
+
+def _oracle_name(against: Any) -> str:
+    if isinstance(against, str):
+        return against
+    mod = getattr(against, "__module__", "")
+    return f"{mod}.{getattr(against, '__qualname__', type(against).__name__)}"
+
+
+def _sweep_key(spec: SweepSpec, chunk: int) -> str:
+    f = spec.fmt
+    ident = {
+        "fmt": repr(f),
+        "input": spec.input,
+        "against": _oracle_name(spec.against),
+        "keys": spec.keys,
+        "subnormals": spec.subnormals,
+        "max_examples": spec.max_examples,
+        "chunk": chunk,
+        "version": __version__,
+    }
+    digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]
+    name = f.name or f"e{f.exponent_bits}m{f.mantissa_bits}"
+    tag = "".join(c if c.isalnum() else "_" for c in _oracle_name(spec.against))[-40:]
+    return f"{name}-{spec.input}-{tag}-{spec.subnormals}-{digest}"
+
+
+# ----- the sweep ---------------------------------------------------------------------------------
+def _as_tuple(value: str | Sequence[str], name: str) -> tuple[str, ...]:
+    items = (value,) if isinstance(value, str) else tuple(value)
+    if not items:
+        raise ValueError(f"{name} must name at least one choice, got {value!r}")
+    return items
+
+
+def _ranges(start: int, stop: int, chunk: int) -> list[tuple[int, int]]:
+    """Chunk ranges aligned to multiples of ``chunk`` (so slices share checkpoints)."""
+    out = []
+    lo = start
+    while lo < stop:
+        hi = min((lo // chunk + 1) * chunk, stop)
+        out.append((lo, hi))
+        lo = hi
+    return out
+
+
+def verify_exhaustive(
+    fmt: str | FloatFormat,
+    *,
+    modes: str | Sequence[str] = ("nearest_even",),
+    overflow: str | Sequence[str] = ("ieee",),
+    subnormals: str = "keep",
+    against: str | Callable[..., tuple[np.ndarray, np.ndarray]] = "referee",
+    input: str = "float32",
+    chunk: int = 2**24,
+    start: int = 0,
+    stop: int | None = None,
+    client: Any = None,
+    out: str | os.PathLike[str] | None = None,
+    max_examples: int = 8,
+    quiet: bool = False,
+) -> SweepResult:
+    """Check round_to and encode on every ``input`` bit pattern against an oracle.
+
+    Parameters
+    ----------
+    fmt:
+        The target format (a name or a :class:`~precision_lab.FloatFormat`).
+    modes, overflow, subnormals:
+        Deterministic rounding modes and overflow switches to check (a name or a sequence; every
+        pair is checked), and the subnormal switch.
+    against:
+        ``"referee"`` (fast exact float64 referee, every mode), ``"ml_dtypes"`` or ``"torch"``
+        (nearest_even, both overflow switches; see :mod:`precision_lab.oracles`), or a callable
+        ``f(x, fmt, *, mode, overflow, subnormals) -> (values, codes)`` taking float32 inputs
+        (picklable when a distributed client runs it).
+    input:
+        ``"float32"`` (2**32 patterns), ``"float16"`` or ``"bfloat16"`` (2**16 each).
+    chunk, start, stop:
+        Patterns per task (boundaries at multiples of ``chunk``) and the slice
+        ``[start, stop)`` of bit patterns to sweep (default: all of them).
+    client:
+        ``None`` or ``"threads"``: Dask's threaded scheduler in this process; ``"processes"``
+        or ``"sync"``: Dask's other local schedulers; a scheduler address string; or a
+        ``dask.distributed.Client``.
+    out:
+        Checkpoint folder (see the module docstring); ``None`` keeps nothing.
+    max_examples:
+        Mismatches recorded per chunk.
+    quiet:
+        No progress bar (else ``dask.diagnostics.ProgressBar`` locally,
+        ``distributed.progress`` with a client).
+
+    Returns
+    -------
+    SweepResult
+    """
+    f = get_format(fmt)
+    if not isinstance(f, FloatFormat):
+        raise ValueError(f"fmt must be a floating-point format, got {f}")
+    check_choice("input", input, tuple(INPUTS))
+    check_choice("subnormals", subnormals, ("keep", "flush"))
+    mode_list = tuple(check_rounding(m) for m in _as_tuple(modes, "modes"))
+    if "stochastic" in mode_list:
+        raise ValueError("modes must be deterministic: stochastic rounding has no single answer")
+    overflows = tuple(
+        check_choice("overflow", o, ("ieee", "saturate")) for o in _as_tuple(overflow, "overflow")
+    )
+    if isinstance(against, str):
+        check_choice("against", against, tuple(ORACLES))
+    elif not callable(against):
+        raise ValueError(f"against must be one of {tuple(ORACLES)} or a callable, got {against!r}")
+    n_patterns = 1 << INPUTS[input][0]
+    stop = n_patterns if stop is None else stop
+    if not (isinstance(chunk, int) and chunk >= 1):
+        raise ValueError(f"chunk must be an integer >= 1, got {chunk!r}")
+    if not (0 <= start < stop <= n_patterns):
+        raise ValueError(
+            f"start and stop must satisfy 0 <= start < stop <= {n_patterns} for {input} input, "
+            f"got start={start}, stop={stop}"
+        )
+    spec = SweepSpec(
+        fmt=f,
+        input=input,
+        against=against,
+        keys=tuple((m, o) for m in mode_list for o in overflows),
+        subnormals=subnormals,
+        max_examples=max_examples,
+    )
+    folder: Path | None = None
+    if out is not None:
+        folder = Path(out) / _sweep_key(spec, chunk)
+        folder.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    done: dict[tuple[int, int], dict[str, Any]] = {}
+    todo: list[tuple[int, int]] = []
+    for lo, hi in _ranges(start, stop, chunk):
+        path = None if folder is None else _chunk_file(folder, lo, hi)
+        if path is not None and path.exists():
+            done[lo, hi] = {**json.loads(path.read_text()), "reused": True}
+        else:
+            todo.append((lo, hi))
+    if todo:
+        records = _compute(spec, todo, client, folder, quiet)
+        done.update({(r["lo"], r["hi"]): r for r in records})
+    seconds = time.perf_counter() - t0
+    return _gather(
+        spec,
+        start,
+        stop,
+        chunk,
+        [done[k] for k in sorted(done)],
+        seconds,
+        folder,
+        computed=len(todo),
+    )
+
+
+def _compute(
+    spec: SweepSpec,
+    todo: list[tuple[int, int]],
+    client: Any,
+    folder: Path | None,
+    quiet: bool,
+) -> list[dict[str, Any]]:
+    """Run the chunks of ``todo`` as Dask tasks; return their records."""
+    if client is None or client in _LOCAL:
+        from dask.diagnostics import ProgressBar
+
+        where = None if folder is None else str(folder)
+        tasks = [
+            dask.delayed(_run_chunk, pure=True)(spec, lo, hi, where, dask_key_name=f"chunk-{lo:x}")
+            for lo, hi in todo
+        ]
+        scheduler = client or "threads"
+        if quiet:
+            return list(dask.compute(*tasks, scheduler=scheduler))
+        with ProgressBar():
+            return list(dask.compute(*tasks, scheduler=scheduler))
+    from distributed import Client
+
+    if isinstance(client, str):
+        with Client(client) as own:
+            return _on_client(own, spec, todo, folder, quiet)
+    if not isinstance(client, Client):
+        raise ValueError(
+            f"client must be None, {_LOCAL}, a scheduler address or a dask.distributed.Client, "
+            f"got {client!r}"
+        )
+    return _on_client(client, spec, todo, folder, quiet)
+
+
+def _on_client(
+    client: Any, spec: SweepSpec, todo: list[tuple[int, int]], folder: Path | None, quiet: bool
+) -> list[dict[str, Any]]:
+    """``client.map`` over the chunks; checkpoints are written here as results arrive."""
+    from distributed import progress
+
+    tag = _sweep_key(spec, 0)
+    futures = client.map(
+        _run_chunk,
+        [spec] * len(todo),
+        [lo for lo, _ in todo],
+        [hi for _, hi in todo],
+        [None] * len(todo),
+        key=[f"pl-sweep-{tag}-{lo:x}-{hi:x}" for lo, hi in todo],
+    )
+
+    saved = {fut.key: threading.Event() for fut in futures}
+
+    def save(fut: Any) -> None:  # runs on the client as each result arrives
+        try:
+            if folder is not None and fut.status == "finished":
+                record = fut.result()
+                _write_atomic(_chunk_file(folder, record["lo"], record["hi"]), record)
+        finally:
+            saved[fut.key].set()
+
+    for fut in futures:
+        fut.add_done_callback(save)
+    if not quiet:
+        progress(futures)
+    records: list[dict[str, Any]] = client.gather(futures)
+    for event in saved.values():  # let the last callbacks finish their files
+        event.wait(timeout=60)
+    if folder is not None:  # and write any a callback could not
+        for r in records:
+            path = _chunk_file(folder, r["lo"], r["hi"])
+            if not path.exists():
+                _write_atomic(path, r)
+    return records
+
+
+def _gather(
+    spec: SweepSpec,
+    start: int,
+    stop: int,
+    chunk: int,
+    records: list[dict[str, Any]],
+    seconds: float,
+    folder: Path | None,
+    *,
+    computed: int,
+) -> SweepResult:
+    counts = {key: {"values": 0, "codes": 0} for key in spec.keys}
+    for r in records:
+        for (mode, overflow), c in counts.items():
+            v, k = r["mismatches"][f"{mode}/{overflow}"]
+            c["values"] += v
+            c["codes"] += k
+    f = spec.fmt
+    return SweepResult(
+        fmt=f.name or str(f),
+        input=spec.input,
+        against=_oracle_name(spec.against),
+        subnormals=spec.subnormals,
+        start=start,
+        stop=stop,
+        chunk=chunk,
+        counts=counts,
+        checked=sum(r["checked"] for r in records),
+        skipped=sum(r["skipped"] for r in records),
+        mismatches=[e for r in records for e in r["examples"]],
+        chunks=records,
+        computed=computed,
+        reused=len(records) - computed,
+        seconds=seconds,
+        path=None if folder is None else str(folder),
+    )
