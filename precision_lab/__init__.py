@@ -45,7 +45,13 @@ Modules:
   ``pl.backend_info()``, ``pl.use_backend(...)``
 * :mod:`~precision_lab.native`: the compiled CPU backend (C++ from the CUDA headers): build,
   loading and staleness check
+* :mod:`~precision_lab.native_kernels`: the compiled GEMM, INT quantization and block kernels
 * :mod:`~precision_lab.gpu`: the CuPy backend (optional, ``precision_lab[gpu]``)
+* :mod:`~precision_lab.sweep`: exhaustive verification of casts over every input bit pattern, on
+  Dask (``precision_lab[dask]``), checkpointed and resumable
+* :mod:`~precision_lab.oracles`: independent fast oracles for those sweeps (referee, ml_dtypes,
+  torch)
+* :mod:`~precision_lab.grid`: experiment grids (training runs, GEMM errors) as Dask tasks
 * :mod:`~precision_lab.figures`: the figure jobs and ``figures/REPORT.md``
 * :mod:`~precision_lab.cli`: the ``precision-lab`` command line
 
