@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
-	touch $(STAMP) $(NATIVE)
+	touch $(STAMP)
 
 # the compiled backend (precision_lab._native): rebuilt when its sources change; `make test`
 # requires it to load (PRECISION_LAB_REQUIRE_NATIVE=1: a missing or stale build fails the run)
@@ -20,7 +20,8 @@ NATIVE_SRC = setup.py precision_lab/native/sources.py \
 NATIVE     = $(VENV)/.native
 
 $(NATIVE): $(STAMP) $(NATIVE_SRC)
-	$(PY) -m pip install -q --no-deps -e .
+	PRECISION_LAB_REQUIRE_NATIVE=1 $(PY) -c "import precision_lab" 2>/dev/null || \
+		$(PY) -m pip install -q --no-deps -e .
 	touch $(NATIVE)
 
 native: $(NATIVE)

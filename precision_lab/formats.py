@@ -406,11 +406,19 @@ Format = FloatFormat | IntFormat
 
 
 def _values(fmt: FloatFormat) -> np.ndarray:
-    from .codec import decode
-
-    codes = np.arange(1 << fmt.bits, dtype=np.uint64).astype(fmt.code_dtype)
-    v = decode(codes, fmt).astype(np.float64)
-    return np.unique(v[np.isfinite(v)]) + 0.0  # + 0.0: the zero is +0, not -0
+    """Every finite value, from the format's definition (no codec: formats sit below it)."""
+    assert fmt.bias is not None
+    m = fmt.mantissa_bits
+    code = np.arange(fmt.max_code_magnitude + 1, dtype=np.int64)
+    field, frac = code >> m, (code & ((1 << m) - 1)).astype(np.float64)
+    sub = (field == 0) & fmt.has_zero  # zero and subnormals (zero only without subnormals)
+    mag = np.where(
+        sub,
+        np.ldexp(frac if fmt.has_subnormals else 0.0 * frac, fmt.emin - m),
+        np.ldexp(frac + 2.0**m, (field - fmt.bias - m).astype(np.int64)),
+    )
+    v = np.concatenate([-mag, mag]) if fmt.signed else mag
+    return np.unique(v) + 0.0  # + 0.0: the zero is +0, not -0
 
 
 def _step(fmt: FloatFormat, x: float | np.ndarray, direction: int) -> np.ndarray:

@@ -155,7 +155,15 @@ def referee(
             f"the referee oracle needs a signed format with zero and subnormals and at most 50 "
             f"mantissa bits, got {f}; use against='ml_dtypes' or a callable"
         )
-    if mode not in ("nearest_even", "nearest_away", "toward_zero", "up", "down", "odd"):
+    if mode not in (
+        "nearest_even",
+        "nearest_away",
+        "nearest_zero",
+        "toward_zero",
+        "up",
+        "down",
+        "odd",
+    ):
         raise ValueError(f"mode must be a deterministic rounding mode, got {mode!r}")
     if overflow not in ("ieee", "saturate"):
         raise ValueError(f"overflow must be 'ieee' or 'saturate', got {overflow!r}")
@@ -189,6 +197,8 @@ def referee(
             up = (rem > 0) & ~lo_odd
         elif mode == "nearest_away":
             up = rem >= half
+        elif mode == "nearest_zero":
+            up = rem > half
         else:  # nearest_even
             up = (rem > half) | ((rem == half) & lo_odd)
         r = np.ldexp((k + up).astype(np.float64), qexp.astype(np.int32))  # exact

@@ -369,7 +369,7 @@ def quantize(
     qmin, qmax = qrange(f, narrow_range)
     native = _quantize_native(a, f, s, z, ax, mode, qmin, qmax, division)
     if native is not None:
-        return native
+        return restore(native)  # type: ignore[no-any-return]
     if np.isnan(a).any():
         raise ValueError(f"x contains NaN, which {f} cannot represent")
     with np.errstate(all="ignore"):

@@ -331,7 +331,7 @@ def test_missing_or_stale_extension(monkeypatch) -> None:
     with pytest.raises(ImportError, match="stale"):
         native.load_or_warn("precision_lab._native")
     monkeypatch.delenv(native.REQUIRE_ENV)
-    with pytest.warns(RuntimeWarning, match="numpy backend serves"):
+    with pytest.warns(RuntimeWarning, match="numpy reference serves instead"):
         native.load_or_warn("precision_lab._native")
 
 
