@@ -639,8 +639,9 @@ def cmd_info(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info, indent=2))
     else:
+        width = max(map(len, info))
         for op, backend in info.items():
-            print(f"{op:12s} {backend}")
+            print(f"{op:{width}s}  {backend}")
     return 0
 
 
