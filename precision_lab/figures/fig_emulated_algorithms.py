@@ -22,6 +22,7 @@ from ..experiments_emulated import (
     training_weight_updates,
 )
 from ..formats import get_format
+from .text import signed
 
 TITLE = "Emulated algorithms: bf16 weight updates (RN, SR, Kahan) and mixed-precision IR"
 ORDER = 72
@@ -187,10 +188,10 @@ def _training_updates(outdir: Path) -> list[str]:
         "",
         f"Round to nearest ends {rel['bf16_rn'] - 1:.0%} above the fp32 loss: an update below "
         "half an ulp of its weight is lost. Stochastic rounding "
-        f"({rel['bf16_sr'] - 1:+.1%}) and Kahan-compensated updates "
-        f"({rel['bf16_kahan'] - 1:+.1%}) bring the loss back to fp32's on this problem; the "
-        f"{closer} run is the closer one (Zamirai et al. 2020: Kahan-compensated updates "
-        "match fp32, stochastic rounding only in expectation).",
+        f"({signed(100 * (rel['bf16_sr'] - 1))}%) and Kahan-compensated updates "
+        f"({signed(100 * (rel['bf16_kahan'] - 1))}%) bring the loss back to fp32's on this "
+        f"problem; the {closer} run is the closer one (Zamirai et al. 2020: "
+        "Kahan-compensated updates match fp32, stochastic rounding only in expectation).",
         "",
     ]
 
