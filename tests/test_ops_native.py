@@ -211,3 +211,18 @@ def test_broadcasting_and_layouts() -> None:
     y = np.float32(0.3) * np.ones((2, 1, 2), dtype=np.float32)
     a, b = both("mul", (x, y), "bf16", rounding="up")
     assert a.shape == (2, 3, 2) and same_bits(a, b)
+
+
+@pytest.mark.parametrize("backend", ["native", "numpy"])
+def test_operands_of_the_format_own_dtype_are_flushed_too(backend: str) -> None:
+    # a bf16 subnormal operand is flushed to zero under subnormals="flush" (as a float32 one
+    # is), so 1 + tiny rounded up stays 1; kept, it moves 1 up by an ulp
+    tiny = np.array([2.0**-130], dtype=ml_dtypes.bfloat16)
+    one = np.ones(1, dtype=ml_dtypes.bfloat16)
+    with pl.use_backend(backend):
+        flushed = ops.add(one, tiny, "bf16", rounding="up", subnormals="flush")
+        kept = ops.add(one, tiny, "bf16", rounding="up")
+        as_f32 = ops.add(one.astype(np.float32), tiny.astype(np.float32), "bf16",
+                         rounding="up", subnormals="flush")  # fmt: skip
+    assert flushed.tolist() == as_f32.tolist() == [1.0]
+    assert kept.tolist() == [1.0078125]
