@@ -1,7 +1,8 @@
 """Emulated arithmetic throughput: precision_lab.ops against ml_dtypes, and an Emulated LU.
 
 * ``pl.ops.add`` / ``pl.ops.mul`` on 16M bf16 values (ml_dtypes bfloat16 arrays in, float32
-  values out: each result the exact sum or product rounded once by the core) against numpy's
+  values out: each result the exact sum or product rounded once by the core; on the compiled
+  extension where it is built, :func:`precision_lab.native.elementwise`) against numpy's
   ``np.add`` / ``np.multiply`` on ml_dtypes bfloat16 arrays (target >= 1x);
 * Gaussian elimination (no pivoting) on a 256 x 256 matrix written with numpy operators, run on
   a ``pl.emulate(A, "bf16")`` array against the same code on a float64 numpy array (target:
@@ -43,6 +44,8 @@ def main() -> None:
     x = rng.standard_normal(args.n).astype(ml_dtypes.bfloat16)
     y = rng.standard_normal(args.n).astype(ml_dtypes.bfloat16)
     print(f"load average before: {os.getloadavg()}, cpus: {os.cpu_count()}")
+    served = "numpy" if pl.native.ext is None else pl.native.choice()[0]
+    print(f"ops.add/mul backend: {served} (auto = the extension where built)")
     for name, ours, theirs in (
         ("add", lambda: pl.ops.add(x, y, "bf16"), lambda: np.add(x, y)),
         ("mul", lambda: pl.ops.mul(x, y, "bf16"), lambda: np.multiply(x, y)),

@@ -37,6 +37,7 @@ __all__ = [
     "sgd_weight_updates",
     "sr_bound",
     "summation_errors",
+    "training_weight_updates",
 ]
 
 HARMONIC_FORMATS = ("fp16", "bf16", "tf32", "e5m2", "e4m3")
@@ -210,6 +211,45 @@ def sgd_weight_updates(
                 hist.append(float(ops.dot(res, res, accumulator=acc32)) / n_rows)
         losses[method] = np.array(hist)
     return losses
+
+
+#: the weight-update rules compared on the training emulation
+WEIGHT_UPDATE_RULES = ("fp32", "bf16_rn", "bf16_sr", "bf16_kahan")
+
+
+def training_weight_updates(
+    seeds: tuple[int, ...] = (0, 1, 2),
+    *,
+    epochs: int = 15,
+    lr: float = 0.005,
+    batch_size: int = 64,
+    hidden: tuple[int, ...] = (64,),
+) -> dict[str, list[Any]]:
+    """The digits MLP of :mod:`precision_lab.training` (fp32 GEMMs and activations, SGD with
+    momentum 0.9, constant ``lr``) trained with each weight-update rule of
+    :data:`WEIGHT_UPDATE_RULES` (:mod:`precision_lab.training.updates`: fp32 master weights, or
+    bf16 weights updated with round to nearest, stochastic rounding or a Kahan-compensated
+    update), once per seed; ``{rule: [TrainResult per seed]}``.
+
+    Bit-reproducible: the GEMMs are :func:`~precision_lab.training.model.matmul_fixed_order`
+    (no BLAS), the updates single roundings by the core with words keyed by the seed.
+    """
+    from .training import RUNS, train_seeds
+
+    base = RUNS["fp32"].replace(
+        optimizer="sgd",
+        lr=lr,
+        lr_schedule="constant",
+        momentum=0.9,
+        batch_size=batch_size,
+        epochs=epochs,
+        hidden=hidden,
+        init_std=0.05,
+    )
+    return {
+        rule: train_seeds(base.replace(weight_update=rule, name=rule), list(seeds))
+        for rule in WEIGHT_UPDATE_RULES
+    }
 
 
 # ----- (d) mixed-precision iterative refinement ------------------------------------------------

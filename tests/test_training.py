@@ -3,6 +3,7 @@ implementation, storage formats, GEMM routing, loss scaling, replicas, configura
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -17,6 +18,7 @@ from precision_lab.training import (
     softmax_xent,
     train,
     train_seeds,
+    updates,
 )
 from precision_lab.training import model as model_mod
 
@@ -299,6 +301,7 @@ def test_dataset_split() -> None:
         ({"batch_size": 0}, "batch_size"),
         ({"hidden": ()}, "hidden"),
         ({"loss_scale": 0.0}, "loss_scale"),
+        ({"weight_update": "fp16_rn"}, "weight_update"),
     ],
 )
 def test_config_errors(kw: dict, match: str) -> None:
@@ -315,3 +318,72 @@ def test_runs_are_the_six_of_the_report() -> None:
         "delayed",
     )
     assert all(c.master_format == "fp32" for c in RUNS.values())
+
+
+# ----- weight-update rules (Zamirai et al. 2020) ----------------------------------------------
+def _repeat_updates(rule: str, n: int = 1000, k: int = 1000) -> np.ndarray:
+    """``k`` updates of float32(1e-3) to ``n`` bf16 weights of 1.0 under ``rule``."""
+    w = np.ones(n, np.float32)
+    c = np.zeros_like(w) if rule == "bf16_kahan" else None
+    d = np.full(n, 1e-3, np.float32)
+    for step in range(k):
+        w, c = updates.apply_update(rule, w, d, c, seed=step)
+    return w
+
+
+def test_update_rules_on_repeated_small_updates() -> None:
+    total = 1000 * float(np.float32(1e-3))  # the exact sum of the updates, about 1.0
+    rn = _repeat_updates("bf16_rn")
+    assert (rn == 1.0).all()  # each update is below half an ulp of 1 (2**-8): all lost
+    kahan = _repeat_updates("bf16_kahan")
+    ulp2 = 2.0**-6  # bf16 ulp in [2, 4)
+    assert (np.abs(kahan - (1.0 + total)) <= ulp2).all()
+    sr = _repeat_updates("bf16_sr")
+    # unbiased: the mean of 1000 independent weights is within a few sigma of 1 + total
+    # (each step's variance is at most ulp**2 / 4, ulp <= 2**-6 on [1, 4))
+    sigma = (1000 * (2.0**-6) ** 2 / 4) ** 0.5 / 1000**0.5
+    assert abs(float(sr.mean()) - (1.0 + total)) < 5 * sigma
+    assert sr.std() > 0  # the seeds differ per step and per weight
+    for w in (rn, kahan, sr):  # results are bf16 values
+        assert np.array_equal(w, w.astype(ml_dtypes.bfloat16).astype(np.float32))
+
+
+def test_bf16_add_is_a_single_rounding_of_the_exact_sum() -> None:
+    # 1 + (2**-8 + 2**-40) lies just above the tie 1 + 2**-8: rounding a float32 sum first
+    # (1 + 2**-8, a tie, to even) would give 1.0
+    a = np.array([1.0, 1.0, -1.0])
+    b = np.array([2.0**-8 + 2.0**-40, 2.0**-8, -(2.0**-8) - 2.0**-40])
+    assert updates.bf16_add(a, b).tolist() == [1.0078125, 1.0, -1.0078125]
+    # stochastic: one of the two neighbours, reproducible by seed
+    r1 = updates.bf16_add(a, b, rounding="stochastic", seed=3)
+    assert np.array_equal(r1, updates.bf16_add(a, b, rounding="stochastic", seed=3))
+    assert set(np.abs(r1).tolist()) <= {1.0, 1.0078125}
+
+
+def test_weight_update_rules_train_reproducibly() -> None:
+    cfg = RUNS["fp32"].replace(optimizer="sgd", lr=0.01, lr_schedule="constant", **TINY)
+    runs = {}
+    for rule in updates.WEIGHT_UPDATES:
+        both = train_seeds(cfg.replace(weight_update=rule), [3, 4])
+        alone = train(cfg.replace(weight_update=rule, seed=4))
+        assert both[1].batch_loss == alone.batch_loss  # replicas stay independent
+        runs[rule] = both
+    assert runs["fp32"][0].batch_loss == train_seeds(cfg, [3])[0].batch_loss  # default unchanged
+    for rule in ("bf16_rn", "bf16_sr", "bf16_kahan"):
+        assert runs[rule][0].batch_loss != runs["fp32"][0].batch_loss
+        assert np.isfinite(runs[rule][0].final_loss)
+
+
+def test_weights_stay_bf16_under_the_bf16_rules() -> None:
+    from precision_lab.training.model import MLP
+
+    cfg = RUNS["fp32"].replace(weight_update="bf16_sr", optimizer="sgd", **TINY)
+    nets: list[MLP] = []
+
+    def build(sizes, c, rngs):  # type: ignore[no-untyped-def]
+        nets.append(MLP(sizes, c, rngs))
+        return nets[-1]
+
+    train_seeds(cfg, [0], model=build)
+    for w in (*nets[0].W, *nets[0].b):
+        assert np.array_equal(w, w.astype(ml_dtypes.bfloat16).astype(np.float32))

@@ -5,10 +5,10 @@ Each module ``fig_*.py`` in this package is one figure job: it defines ``TITLE``
 into ``outdir`` and returns the Markdown section (the numbers behind the figures) for
 ``REPORT.md``. ``make figures`` and ``precision-lab figures`` call :func:`run`.
 
-The jobs built on the training run (``training``, ``underflow``, ``loss_scale``, ``policies``)
-need scikit-learn for its data set (the digits); on a base install without it they are skipped
-with one line saying so (``pip install "precision_lab[figures]"``), and the report keeps their
-previous sections.
+The jobs built on the training run (``training``, ``underflow``, ``loss_scale``, ``policies``,
+``emulated_algorithms``) need scikit-learn for its data set (the digits); on a base install
+without it they are skipped with one line saying so (``pip install "precision_lab[figures]"``),
+and the report keeps their previous sections.
 """
 
 from __future__ import annotations

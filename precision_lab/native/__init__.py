@@ -224,3 +224,55 @@ def decode(codes: Any, fmt: FloatFormat | IntFormat, o: None = None) -> np.ndarr
 
     for_chunks(src.size, work, chunk=CHUNK)
     return None if bad else out
+
+
+#: operations of :func:`elementwise` (their numbers in the extension)
+ELEMENTWISE_OPS = ("add", "sub", "mul", "fma")
+_KINDS = {np.dtype(np.float32): 4, np.dtype(np.float16): 2}
+
+
+def _operand_kind(a: np.ndarray) -> tuple[np.ndarray, int]:
+    """(flat contiguous native data, kind 4/2/3 for float32/float16/bfloat16) of an operand
+    whose values are float32 values (other ml_dtypes floats are widened to float32 first)."""
+    import ml_dtypes
+
+    if a.dtype == np.dtype(ml_dtypes.bfloat16):
+        return np.ascontiguousarray(a).reshape(-1).view(np.uint16), 3
+    if a.dtype not in _KINDS:
+        a = a.astype(np.float32)
+    elif not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
+    return np.ascontiguousarray(a).reshape(-1), _KINDS[a.dtype]
+
+
+def elementwise(
+    op: str, operands: list[np.ndarray], fmt: FloatFormat, o: RoundingOptions, on_grid: bool
+) -> np.ndarray | None:
+    """``op`` (one of :data:`ELEMENTWISE_OPS`) of float32-valued operands, correctly rounded to
+    ``fmt`` (whose values fit in float32) on the extension: a float32 array of the broadcast
+    shape, or None when the numpy path must serve (a stochastic sum whose discarded fraction
+    reaches beyond 53 bits: operands more than 29 binades apart, or an fma).
+
+    ``on_grid``: the operands are known to be values of ``fmt`` already (no rounding of them).
+    Options already checked; precision_lab.ops states the semantics and calls this.
+    """
+    assert ext is not None
+    shape = np.broadcast_shapes(*(a.shape for a in operands))
+    flat = [_operand_kind(np.broadcast_to(a, shape)) for a in operands]
+    while len(flat) < 3:
+        flat.append(flat[0])
+    (x, xk), (y, yk), (z, zk) = flat
+    out = np.empty(shape, dtype=np.float32)
+    dst = out.reshape(-1)
+    if dst.size == 0:
+        return out
+    sat, flush = int(o.overflow == "saturate"), int(o.subnormals == "flush")
+    args = (ELEMENTWISE_OPS.index(op), format_args(fmt), ROUNDING_MODES.index(o.mode), sat, flush)
+    deferred: list[int] = []
+
+    def work(lo: int, hi: int) -> None:
+        if ext.elementwise(x, xk, y, yk, z, zk, dst, *args, on_grid, *_sr(o), lo, hi):
+            deferred.append(lo)
+
+    for_chunks(dst.size, work, chunk=CHUNK)
+    return None if deferred else out

@@ -24,7 +24,9 @@
 //   round_float / round_int: values rounded to the format, in the output's float type;
 //   encode_float / encode_int: codes; they return 1 if a NaN met a format without a NaN code;
 //   decode_table / decode_float / decode_int: values of codes; they return 1 if a code is out of
-//   range (the caller then lets the numpy backend raise the error).
+//   range (the caller then lets the numpy backend raise the error);
+//   elementwise: add/sub/mul/fma of float32/float16/bfloat16 operands correctly rounded to a
+//   format whose values fit in float32 (precision_lab.ops; float32 results).
 // fmt is the tuple (exponent_bits, mantissa_bits, bias, nan_style, flags) of
 // precision_lab.gpu.format_args; mode is the index in precision_lab.rounding.ROUNDING_MODES.
 #define PY_SSIZE_T_CLEAN
@@ -634,6 +636,247 @@ PyObject* decode_op(PyObject* args, bool integer) {
 PyObject* decode_float(PyObject*, PyObject* args) { return decode_op(args, false); }
 PyObject* decode_int(PyObject*, PyObject* args) { return decode_op(args, true); }
 
+// ----- elementwise arithmetic of precision_lab.ops (add, sub, mul, fma) --------------------------
+// Operands are float32 values (float32, float16 or bfloat16 input, widened exactly); the format's
+// values fit in float32. Each operand is first put on the format's grid (nearest_even with the
+// call's switches; infinities kept under saturate in formats that have them), as
+// precision_lab.ops does; then the exact result is formed in double: a product of two float32
+// values is exact in double, a sum (or product plus addend) is a TwoSum pair s + t collapsed by
+// round-to-odd to 53 bits (exact for targets of at most 51 significant bits); that double is
+// rounded once by the header (fast path plus pl_round_bits for flagged elements).
+enum { PL_OP_ADD = 0, PL_OP_SUB = 1, PL_OP_MUL = 2, PL_OP_FMA = 3 };
+
+// Bits of elements [i0, i0 + n) of an operand as float32 (kind: 4 float32, 2 float16, 3 bfloat16).
+PL_INLINE const pl_u32* load_operand(const void* src, int kind, size_t i0, int n, pl_u32* buf) {
+  if (kind == 4) return (const pl_u32*)src + i0;
+  const pl_u16* h = (const pl_u16*)src + i0;
+  if (kind == 3) {
+    for (int i = 0; i < n; ++i) buf[i] = (pl_u32)h[i] << 16;
+  } else {
+    for (int i = 0; i < n; ++i) buf[i] = half_to_float_bits(h[i]);
+  }
+  return buf;
+}
+
+// r = the format's value of each float32 b (the grid job: nearest_even, the call's switches)
+template <int MODE>
+PL_INLINE void round_f32_block(const job<float>& j, const pl_u32* __restrict b, pl_u32* __restrict r,
+                            int n) {
+  if (j.exact_only) {
+    for (int i = 0; i < n; ++i) r[i] = pl_round_bits(j.p, b[i], 0);
+    return;
+  }
+  if (round_block_fast<float, MODE>(j.c, b, r, NULL, n))
+    for_flagged(j.c, b, n, [&](int i) { r[i] = pl_round_bits(j.p, b[i], 0); });
+}
+
+struct arith_job {
+  job<float> grid;    // operands onto the grid
+  job<double> out;    // the exact result onto the format
+  job<float> out32;   // the same rounding of results that are exact in float32
+  pl_plan<double> special;  // non-finite results under stochastic modes: nearest_even
+  int op;
+  bool on_grid;       // operands already on the grid (the format's own dtype, nothing to flush)
+  bool keep_inf;      // saturate in a format with inf: infinite operands stay infinite
+  bool fast32;        // try float32 first (sums; products of formats of at most 12 bits)
+  arith_job(const pl_format& f, int op_, int mode, int saturate, int flush, pl_sr_key k,
+            bool on_grid_)
+      : grid(f, PL_RNE, saturate, flush, k),
+        out(f, mode, saturate, flush, k),
+        out32(f, mode, saturate, flush, k),
+        special(pl_make_plan<double>(f, PL_RNE, saturate, flush)),
+        op(op_),
+        on_grid(on_grid_),
+        keep_inf(saturate && f.has_inf),
+        fast32(out32.c.s > 0 && !out32.exact_only &&
+               (op_ == PL_OP_ADD || op_ == PL_OP_SUB || (op_ == PL_OP_MUL && f.mbits <= 11))) {}
+};
+
+// Operand block on the grid: a pointer to n float32 bit patterns.
+PL_INLINE const pl_u32* grid_operand(const arith_job& j, const void* src, int kind, size_t i0,
+                                     int n, pl_u32* buf, pl_u32* r) {
+  const pl_u32* b = load_operand(src, kind, i0, n, buf);
+  if (j.on_grid) return b;
+  if (j.grid.c.s == 0) round_f32_block<PL_RTZ>(j.grid, b, r, n);
+  else round_f32_block<PL_RNE>(j.grid, b, r, n);
+  if (j.keep_inf)
+    for (int i = 0; i < n; ++i) r[i] = (b[i] & 0x7FFFFFFFu) == 0x7F800000u ? b[i] : r[i];
+  return r;
+}
+
+// Exact results of one block as doubles (bits in v); inexact[i] = 1 where the double is the
+// round-to-odd collapse of an inexact TwoSum pair (t != 0).
+PL_INLINE pl_u64 exact_block(int op, bool down, const pl_u32* __restrict a,
+                             const pl_u32* __restrict b, const pl_u32* __restrict c,
+                             pl_u64* __restrict v, int n) {
+  pl_u64 any_inexact = 0;
+  if (op == PL_OP_MUL) {
+    for (int i = 0; i < n; ++i) v[i] = pl_bits_of((double)pl_f32_of(a[i]) * (double)pl_f32_of(b[i]));
+    return 0;
+  }
+  for (int i = 0; i < n; ++i) {
+    double x, y;
+    pl_u64 xb, yb;
+    if (op == PL_OP_FMA) {
+      x = (double)pl_f32_of(a[i]) * (double)pl_f32_of(b[i]);  // exact
+      y = (double)pl_f32_of(c[i]);
+    } else {
+      x = (double)pl_f32_of(a[i]);
+      y = (double)pl_f32_of(op == PL_OP_SUB ? b[i] ^ 0x80000000u : b[i]);
+    }
+    xb = pl_bits_of(x);
+    yb = pl_bits_of(y);
+    const double s = x + y;  // TwoSum
+    const double bp = s - x;
+    const double t = (x - (s - bp)) + (y - bp);
+    const pl_u64 sb = pl_bits_of(s);
+    const pl_u64 inexact = (pl_u64)(t != 0) & (pl_u64)(s - s == 0);  // finite s only
+    const pl_u64 inward = inexact & ((pl_bits_of(t) ^ sb) >> 63);
+    pl_u64 r = (sb - inward) | inexact;
+    // an exact zero sum is -0 under `down` unless both addends are +0
+    if (down) r = (s == 0 && (xb | yb) != 0) ? 0x8000000000000000ULL : r;
+    v[i] = r;
+    any_inexact |= inexact;
+  }
+  return any_inexact;
+}
+
+// Sums and products in float32, rounded by the float32 job, where float32 holds them exactly;
+// redo[i] = 1 (and a nonzero return) for the others: inexact sums (TwoSum error not zero),
+// products below float32's normal range or overflowing, non-finite results, and zero sums under
+// `down` (their sign is the ops' rule) -- the caller redoes those in double.
+template <int MODE>
+PL_INLINE int float_block(const arith_job& j, bool down, bool random, const pl_u32* __restrict a,
+                          const pl_u32* __restrict b, pl_u32* __restrict o,
+                          const pl_u64* __restrict rw, pl_u8* __restrict redo, int n) {
+  pl_u32 v[BLOCK];
+  pl_u32 any = 0;
+  if (j.op == PL_OP_MUL) {
+    for (int i = 0; i < n; ++i) {
+      const pl_u32 am = a[i] & 0x7FFFFFFFu, bm = b[i] & 0x7FFFFFFFu;
+      const pl_u32 r = pl_bits_of(pl_f32_of(a[i]) * pl_f32_of(b[i]));
+      const pl_u32 m = r & 0x7FFFFFFFu;
+      const pl_u32 bad = ((m < 0x00800000u) & (am != 0) & (bm != 0)) | (m >= 0x7F800000u);
+      v[i] = r;
+      redo[i] = (pl_u8)bad;
+      any |= bad;
+    }
+  } else {
+    const pl_u32 flip = j.op == PL_OP_SUB ? 0x80000000u : 0u;
+    for (int i = 0; i < n; ++i) {
+      const float x = pl_f32_of(a[i]), y = pl_f32_of(b[i] ^ flip);
+      const float s = x + y;
+      const float bp = s - x;
+      const float t = (x - (s - bp)) + (y - bp);  // NaN for non-finite sums: redone
+      const pl_u32 bad = (pl_u32)(t != 0) | (pl_u32)(down & (s == 0));
+      v[i] = pl_bits_of(s);
+      redo[i] = (pl_u8)bad;
+      any |= bad;
+    }
+  }
+  if (round_block_fast<float, MODE>(j.out32.c, v, o, rw, n))
+    for_flagged(j.out32.c, v, n,
+                [&](int i) { o[i] = pl_round_bits(j.out32.p, v[i], random ? rw[i] : 0); });
+  return any != 0;
+}
+
+template <int MODE>
+PL_CLONES int arith_range_mode(const arith_job& j, const void* xs, int xk, const void* ys, int yk,
+                               const void* zs, int zk, pl_u32* dst, size_t lo, size_t hi) {
+  typedef pl_u64 U;
+  pl_u32 bx[BLOCK], by[BLOCK], bz[BLOCK], gx[BLOCK], gy[BLOCK], gz[BLOCK];
+  U v[BLOCK], r[BLOCK];
+  pl_u64 rw[BLOCK];
+  const bool random = j.out.random;
+  const bool down = j.out.p.mode == PL_RDN;
+  for (size_t i0 = lo; i0 < hi; i0 += BLOCK) {
+    const int n = (int)(hi - i0 < (size_t)BLOCK ? hi - i0 : (size_t)BLOCK);
+    const pl_u32* a = grid_operand(j, xs, xk, i0, n, bx, gx);
+    const pl_u32* b = grid_operand(j, ys, yk, i0, n, by, gy);
+    const pl_u32* c = j.op == PL_OP_FMA ? grid_operand(j, zs, zk, i0, n, bz, gz) : NULL;
+    if (random) fill_words(j.out.key, i0, n, rw);
+    if (j.fast32) {  // float32 results where exact; the others (flagged) in double
+      pl_u32* o = dst + i0;
+      pl_u8 redo[BLOCK + 8];
+      if (float_block<MODE>(j, down, random, a, b, o, rw, redo, n)) {
+        for (int i = 0; i < n; ++i) {
+          if (!redo[i]) continue;
+          pl_u64 e, rb;
+          if (exact_block(j.op, down, a + i, b + i, NULL, &e, 1) && random) return 1;
+          const bool finite = (e & 0x7FF0000000000000ULL) != 0x7FF0000000000000ULL;
+          rb = random && !finite ? pl_round_bits(j.special, e, 0)
+                                 : pl_round_bits(j.out.p, e, random ? rw[i] : 0);
+          o[i] = pl_bits_of((float)pl_f64_of(rb));
+        }
+      }
+      continue;
+    }
+    if (exact_block(j.op, down, a, b, c, v, n) && random) return 1;  // needs the exact fraction
+    if (j.out.exact_only) {
+      for (int i = 0; i < n; ++i) r[i] = pl_round_bits(j.out.p, v[i], random ? rw[i] : 0);
+    } else if (round_block_fast<double, MODE>(j.out.c, v, r, rw, n)) {
+      for_flagged(j.out.c, v, n, [&](int i) {
+        const bool finite = (v[i] & 0x7FF0000000000000ULL) != 0x7FF0000000000000ULL;
+        r[i] = random && !finite ? pl_round_bits(j.special, v[i], 0)
+                                 : pl_round_bits(j.out.p, v[i], random ? rw[i] : 0);
+      });
+    }
+    pl_u32* o = dst + i0;
+    for (int i = 0; i < n; ++i) o[i] = pl_bits_of((float)pl_f64_of(r[i]));  // exact
+  }
+  return 0;
+}
+
+// elementwise(x, x_kind, y, y_kind, z, z_kind, out, op, fmt, mode, saturate, flush, on_grid,
+// seed_lo, seed_hi, random_bits, lo, hi) -> 1 when a stochastic sum needs the exact discarded
+// fraction beyond 53 bits (the caller then uses the numpy path), else 0
+PyObject* elementwise(PyObject*, PyObject* args) {
+  PyObject *x_obj, *y_obj, *z_obj, *out_obj, *fmt_obj;
+  int xk, yk, zk, op, mode, saturate, flush, on_grid, random_bits;
+  unsigned long long seed_lo, seed_hi;
+  Py_ssize_t lo, hi;
+  if (!PyArg_ParseTuple(args, "OiOiOiOiOiiipKKinn", &x_obj, &xk, &y_obj, &yk, &z_obj, &zk,
+                        &out_obj, &op, &fmt_obj, &mode, &saturate, &flush, &on_grid, &seed_lo,
+                        &seed_hi, &random_bits, &lo, &hi))
+    return NULL;
+  bool ok;
+  const pl_format f = parse_format(fmt_obj, &ok);
+  if (!ok) return NULL;
+  if (op < PL_OP_ADD || op > PL_OP_FMA) {
+    PyErr_Format(PyExc_ValueError, "op must be 0 (add), 1 (sub), 2 (mul) or 3 (fma), got %d", op);
+    return NULL;
+  }
+  if (!pl_fits_float32(f) || f.mbits > 23) {
+    PyErr_SetString(PyExc_ValueError, "fmt: the format's values must fit in float32");
+    return NULL;
+  }
+  buffer x, y, z, out;
+  if (!x.get(x_obj, false, "x") || !y.get(y_obj, false, "y") || !z.get(z_obj, false, "z") ||
+      !out.get(out_obj, true, "out"))
+    return NULL;
+  const int ksize[5] = {0, 0, 2, 2, 4};
+  if (!check_size(xk, "x", 2, 3, 4, 4) || !check_size(yk, "y", 2, 3, 4, 4) ||
+      !check_size(zk, "z", 2, 3, 4, 4) || !check_range(lo, hi, x, ksize[xk], out, 4) ||
+      !check_range(lo, hi, y, ksize[yk], out, 4) ||
+      (op == PL_OP_FMA && !check_range(lo, hi, z, ksize[zk], out, 4)))
+    return NULL;
+  const arith_job j(f, op, mode, saturate, flush, make_key(seed_lo, seed_hi, random_bits),
+                    on_grid != 0);
+  int err = 0;
+  const void *xs = x.view.buf, *ys = y.view.buf, *zs = z.view.buf;
+  pl_u32* d = (pl_u32*)out.view.buf;
+  Py_BEGIN_ALLOW_THREADS;
+  if (j.out.c.s == 0) {
+    err = arith_range_mode<PL_RTZ>(j, xs, xk, ys, yk, zs, zk, d, lo, hi);
+  } else {
+#define PL_CALL(M) err = arith_range_mode<M>(j, xs, xk, ys, yk, zs, zk, d, lo, hi)
+    PL_BY_MODE(j.out.p.mode, PL_CALL)
+#undef PL_CALL
+  }
+  Py_END_ALLOW_THREADS;
+  return PyLong_FromLong(err);
+}
+
 PyMethodDef methods[] = {
     {"round_float", round_float, METH_VARARGS,
      "round_float(src, src_itemsize, out, out_itemsize, fmt, mode, saturate, flush, seed_lo, "
@@ -656,6 +899,10 @@ PyMethodDef methods[] = {
     {"decode_int", decode_int, METH_VARARGS,
      "decode_int(codes, code_itemsize, code_signed, out, out_itemsize, bits, signed, lo, hi) -> 1 "
      "if a code is out of range"},
+    {"elementwise", elementwise, METH_VARARGS,
+     "elementwise(x, x_kind, y, y_kind, z, z_kind, out, op, fmt, mode, saturate, flush, on_grid, "
+     "seed_lo, seed_hi, random_bits, lo, hi): float32 results of add/sub/mul/fma (op 0..3) of "
+     "float32/float16/bfloat16 operands (kind 4/2/3) -> 1 if a stochastic sum needs the numpy path"},
     {NULL, NULL, 0, NULL}};
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "precision_lab._native",

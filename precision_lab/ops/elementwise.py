@@ -42,6 +42,12 @@ Semantics (the same for every function here):
   inside; add, sub and sqrt have no such limit: a sum beyond float64's range is rounded at
   half scale).
 
+Backends: where the compiled extension is active (:func:`precision_lab.backend_info`),
+``add``, ``sub``, ``mul`` and ``fma`` of arrays of float32 values (float32, float16,
+ml_dtypes floats such as bfloat16) to a format whose values fit in float32 run in C++
+(:func:`precision_lab.native.elementwise`, the same bits as the numpy path, stochastic words
+included); everything else, and ``PRECISION_LAB_BACKEND=numpy``, runs the numpy code here.
+
 Results are float32 arrays when the format's values fit in float32 and no operand is float64
 (Python floats are float64), else float64.
 
@@ -65,6 +71,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from .. import native
 from ..formats import FloatFormat, get_format
 from ..gemm.exact import Rounder, odd_collapse, quantum_exponent, round_sum, two_sum
 from ..quantization import _two_product_error
@@ -282,6 +289,47 @@ _F32_OPERANDS = {np.dtype(np.float32), np.dtype(np.float16)} | {
 }
 
 
+def _own_format(dtype: np.dtype, f: FloatFormat) -> bool:
+    """Whether arrays of ``dtype`` hold values of ``f`` (its ml_dtypes type, float32 for fp32)."""
+    try:
+        return get_format(dtype) == f
+    except (TypeError, ValueError):
+        return False
+
+
+def _native_path(
+    op: str,
+    operands: tuple[Any, ...],
+    fmt: Any,
+    rounding: str,
+    overflow: str,
+    subnormals: str,
+    seed: int | None,
+) -> np.ndarray | None:
+    """``op`` (add, sub, mul, fma) on the compiled extension
+    (:func:`precision_lab.native.elementwise`: the same results bit for bit, stochastic
+    rounding keyed by the same (seed, flat index) words); None when it does not apply: the
+    numpy backend selected or the extension not built, an operand that is not an array of
+    float32 values (float32, float16, ml_dtypes floats of at most 32 bits), a format whose
+    values do not fit in float32, or ``stochastic_equal`` (whose numpy path draws its own
+    seed), or a stochastic sum the extension declines."""
+    if native.ext is None or native.choice()[0] == "numpy":
+        return None
+    if not all(
+        isinstance(v, np.ndarray) and v.dtype.newbyteorder("=") in _F32_OPERANDS for v in operands
+    ):
+        return None
+    f = get_format(fmt)
+    if not (isinstance(f, FloatFormat) and _fits_float32(f)):
+        return None
+    o = check_options(rounding, overflow, subnormals, seed, None)
+    if o.mode == "stochastic_equal":
+        return None
+    keep = o.subnormals == "keep" or not f.has_subnormals
+    on_grid = keep and all(_own_format(v.dtype, f) for v in operands)
+    return native.elementwise(op, list(operands), f, o, on_grid)
+
+
 def _float32_path(
     op: str,
     x: Any,
@@ -367,11 +415,8 @@ def _grid32(v: np.ndarray, f: FloatFormat, o: RoundingOptions) -> np.ndarray:
     """A float32 operand on ``f``'s grid (as :func:`_on_grid`; no rounding for arrays of
     ``f``'s own ml_dtypes type)."""
     if v.dtype.kind == "V" or v.dtype not in (np.float32, np.float16):
-        try:
-            own = get_format(v.dtype) == f
-        except (TypeError, ValueError):
-            own = False
-        if own:
+        keep = o.subnormals == "keep" or not f.has_subnormals  # else subnormals are flushed
+        if keep and _own_format(v.dtype, f):
             return v.astype(np.float32)
     return _on_grid(as_float_array(v), f, o).astype(np.float32, copy=False)
 
@@ -393,7 +438,9 @@ def add(
     >>> pl.ops.add([1.0, 448.0], [0.0625, 32.0], "e4m3").tolist()   # 1.0625 ties to even; overflow
     [1.0, nan]
     """
-    fast = _float32_path("add", x, y, fmt, rounding, overflow, subnormals, seed)
+    fast = _native_path("add", (x, y), fmt, rounding, overflow, subnormals, seed)
+    if fast is None:
+        fast = _float32_path("add", x, y, fmt, rounding, overflow, subnormals, seed)
     if fast is not None:
         return fast
     c = Call.make(fmt, rounding, overflow, subnormals, seed, {"x": x, "y": y})
@@ -448,6 +495,9 @@ def sub(
     >>> float(pl.ops.sub(1.0, 2.0**-12, "bf16", rounding="toward_zero"))
     0.99609375
     """
+    fast = _native_path("sub", (x, y), fmt, rounding, overflow, subnormals, seed)
+    if fast is not None:
+        return fast
     c = Call.make(fmt, rounding, overflow, subnormals, seed, {"x": x, "y": y})
     a, b = c.vals
     return _add_vals(c, a, -b)
@@ -469,7 +519,9 @@ def mul(
     >>> float(pl.ops.mul(1.125, 1.125, "e4m3", rounding="odd"))   # exact 1.265625
     1.375
     """
-    fast = _float32_path("mul", x, y, fmt, rounding, overflow, subnormals, seed)
+    fast = _native_path("mul", (x, y), fmt, rounding, overflow, subnormals, seed)
+    if fast is None:
+        fast = _float32_path("mul", x, y, fmt, rounding, overflow, subnormals, seed)
     if fast is not None:
         return fast
     c = Call.make(fmt, rounding, overflow, subnormals, seed, {"x": x, "y": y})
@@ -499,6 +551,9 @@ def fma(
     >>> float(pl.ops.sub(pl.ops.mul(a, b, "fp16"), 1.0, "fp16"))   # a * b rounds to 1 first
     0.0
     """
+    fast = _native_path("fma", (x, y, z), fmt, rounding, overflow, subnormals, seed)
+    if fast is not None:
+        return fast
     c = Call.make(fmt, rounding, overflow, subnormals, seed, {"x": x, "y": y, "z": z})
     a, b, d = c.vals
     tame = _tame(c.fmt)

@@ -41,6 +41,12 @@ class TrainConfig:
         gradients, weight and bias gradients, before unscaling) is rounded to them.
     master_format:
         Format of the master weights and of the optimizer update (fp32).
+    weight_update:
+        How the weights are stored and updated (:mod:`precision_lab.training.updates`):
+        ``"fp32"`` (master weights in ``master_format``, the default), or weights kept in bf16
+        with ``w <- round(w + delta)`` rounded to nearest (``"bf16_rn"``), stochastically
+        (``"bf16_sr"``) or Kahan-compensated with a bf16 buffer (``"bf16_kahan"``); the
+        optimizer states stay float32 (Zamirai et al. 2020).
     accumulator:
         The :class:`~precision_lab.Accumulator` of every GEMM (through
         :func:`precision_lab.gemm`); ``None`` means fp32 sums by
@@ -83,6 +89,7 @@ class TrainConfig:
     activation_format: str = "fp32"
     gradient_format: str = "fp32"
     master_format: str = "fp32"
+    weight_update: Literal["fp32", "bf16_rn", "bf16_sr", "bf16_kahan"] = "fp32"
     accumulator: Any = None
     loss_scaling: Literal["none", "static", "dynamic"] = "none"
     loss_scale: float = 1.0
@@ -119,6 +126,11 @@ class TrainConfig:
         if self.loss_scaling not in ("none", "static", "dynamic"):
             raise ValueError(
                 f"loss_scaling must be 'none', 'static' or 'dynamic', got {self.loss_scaling!r}"
+            )
+        if self.weight_update not in ("fp32", "bf16_rn", "bf16_sr", "bf16_kahan"):
+            raise ValueError(
+                "weight_update must be 'fp32', 'bf16_rn', 'bf16_sr' or 'bf16_kahan', "
+                f"got {self.weight_update!r}"
             )
         if self.tensor_scaling not in ("none", "delayed", "current"):
             raise ValueError(

@@ -27,6 +27,7 @@ FP8):
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from typing import Any
 
@@ -38,6 +39,7 @@ from ..gemm import Accumulator, gemm
 from ..rounding import round_to
 from ..scaling import DelayedScaling, scale_from_amax
 from .config import TrainConfig
+from .updates import apply_update
 
 __all__ = ["MLP", "Numerics", "matmul_fixed_order", "softmax_xent"]
 
@@ -227,6 +229,12 @@ def softmax_xent(logits: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndar
     return -picked.mean(axis=-1, dtype=np.float64), p
 
 
+def _entropy(g: np.random.Generator) -> int:
+    """The seed a generator was made from (``default_rng(s)``: ``s``), else 0."""
+    ent = getattr(getattr(g.bit_generator, "seed_seq", None), "entropy", None)
+    return int(ent) if isinstance(ent, int) else 0
+
+
 class MLP:
     """``R`` replicas of a ReLU MLP ``sizes[0] -> ... -> sizes[-1]`` with fp32 master weights,
     trained by SGD with momentum or Adam.
@@ -250,6 +258,14 @@ class MLP:
         ]
         self.b = [np.zeros((self.R, 1, n), dtype=np.float32) for _, n in pairs]
         self.W = [self.num.store(w, self.num.master) for w in self.W]
+        if cfg.weight_update != "fp32":  # the weights themselves live in bf16
+            self.W = [self.num.store(w, get_format("bf16")) for w in self.W]
+        #: Kahan compensation buffers (bf16 values) of weights and biases (weight_update only)
+        self.cW = [np.zeros_like(w) for w in self.W]
+        self.cb = [np.zeros_like(b) for b in self.b]
+        #: per replica: the seed its stochastic weight updates are keyed by (the seed the
+        #: replica's generator was made from, so a replica's run does not depend on the others)
+        self.update_keys = [_entropy(g) for g in rngs]
         self.mW = [np.zeros_like(w) for w in self.W]
         self.mb = [np.zeros_like(b) for b in self.b]
         self.vW = [np.zeros_like(w) for w in self.W]
@@ -395,5 +411,23 @@ class MLP:
                         upd = m
                     M[i] = np.where(on, m, M[i])
                     V[i] = np.where(on, v, V[i])
+                    if cfg.weight_update != "fp32":
+                        self._update_low(P, i, -(lr32 * upd), taken)
+                        continue
                     new = self.num.store(P[i] - lr32 * upd, self.num.master)
                     P[i] = np.where(on, new, P[i])
+
+    def _update_low(self, P: list[np.ndarray], i: int, delta: np.ndarray, taken: Any) -> None:
+        """``P[i] <- round(P[i] + delta)`` by the bf16 ``weight_update`` rule, per replica
+        whose step is taken (stochastic words keyed by the replica, its step, the tensor)."""
+        comp = self.cW if P is self.W else self.cb
+        tensor = 2 * i + (P is not self.W)
+        for r in range(self.R):
+            if not taken[r]:
+                continue
+            key = (self.update_keys[r], int(self.t[r]), tensor)
+            seed = int.from_bytes(hashlib.sha256(repr(key).encode()).digest()[:16], "little")
+            w, c = apply_update(self.cfg.weight_update, P[i][r], delta[r], comp[i][r], seed=seed)
+            P[i][r] = w
+            if c is not None:
+                comp[i][r] = c
