@@ -56,7 +56,7 @@ from .formats import FloatFormat
 from .gemm.accumulator import Accumulator
 from .gemm.reference import gemm
 from .ops.elementwise import float_format
-from .rounding import as_float_array, check_options, round_to
+from .rounding import STOCHASTIC_MODES, as_float_array, check_options, round_to
 
 __all__ = ["Emulated", "EmulationContext", "emulate"]
 
@@ -76,7 +76,7 @@ class EmulationContext:
 
     def next_seed(self) -> int | None:
         """The seed of the next rounding operation (None unless stochastic)."""
-        if self.rounding != "stochastic":
+        if self.rounding not in STOCHASTIC_MODES:
             return None
         self.counter += 1
         return (self.seed + self.counter * 2**64) % 2**128
@@ -128,7 +128,7 @@ def emulate(
             out_rounding=o.mode,
             overflow=o.overflow,
             subnormals=o.subnormals,
-            seed=o.seed % 2**64 if o.mode == "stochastic" else None,
+            seed=o.seed % 2**64 if o.mode in STOCHASTIC_MODES else None,
         )
     elif isinstance(accumulator, Accumulator):
         acc = accumulator
@@ -139,7 +139,7 @@ def emulate(
         o.mode,
         o.overflow,
         o.subnormals,
-        check_seed(seed) if o.mode == "stochastic" else 0,
+        check_seed(seed) if o.mode in STOCHASTIC_MODES else 0,
         acc,
     )
     return Emulated._from_values(_to_grid(x, ctx), ctx)

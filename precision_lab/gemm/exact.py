@@ -20,6 +20,7 @@ True
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -27,7 +28,7 @@ import numpy as np
 
 from .._random import random_words
 from ..formats import FloatFormat, get_format
-from ..rounding import round_to
+from ..rounding import STOCHASTIC_MODES, round_to
 
 __all__ = [
     "Rounder",
@@ -88,7 +89,7 @@ class Rounder:
 
     def round(self, x: np.ndarray, words: np.ndarray | None = None) -> np.ndarray:
         """Round float64 ``x`` (exact values) onto the format (float64 result)."""
-        if self.mode == "stochastic":
+        if self.mode in STOCHASTIC_MODES:
             return round_sum(x, np.zeros_like(x), self, words)
         r = round_to(
             x, self.fmt, rounding=self.mode, overflow=self.overflow, subnormals=self.subnormals
@@ -134,9 +135,10 @@ def _round_sum_fp64(s: np.ndarray, t: np.ndarray, r: Rounder) -> np.ndarray:
             z = np.where(t > 0, side, s)
         elif mode == "down":
             z = np.where(t < 0, side, s)
-        elif mode == "nearest_away":  # RNE's tie went to the even neighbour: take the outer one
+        elif mode in ("nearest_away", "nearest_zero"):  # RNE's tie went to the even neighbour
             tie = (t != 0) & (2 * np.abs(t) == np.abs(side - s))
-            z = np.where(tie & (np.signbit(t) == np.signbit(s)), side, s)
+            outward = np.signbit(t) == np.signbit(s)  # the side neighbour is the outer one
+            z = np.where(tie & (outward if mode == "nearest_away" else ~outward), side, s)
         else:
             z = s
     # z is on the float64 grid: this applies the mode's overflow rule and the subnormal switch
@@ -156,7 +158,7 @@ def round_sum(
     if r.fp64_native:
         return round_to(s, fmt, overflow=r.overflow, subnormals=r.subnormals)
     wide = fmt.precision > 51
-    if r.mode != "stochastic":
+    if r.mode not in STOCHASTIC_MODES:
         if wide:
             return _round_sum_fp64(s, t, r)
         z = odd_collapse(s, t)
@@ -180,11 +182,21 @@ def round_sum(
     # the true fraction is below 2**64, so the modular sum is exact
     d1u = np.where(d1s >= 2.0**64, 0.0, d1s).astype(np.uint64)
     frac = d1u + ts.astype(np.int64).view(np.uint64)
-    away = finite & (frac != 0) & (words >= np.uint64(0) - frac)
+    if r.mode == "stochastic_equal":  # inexact: away iff the top random bit is set
+        away = finite & (frac != 0) & ((words >> np.uint64(63)) == 1)
+    else:
+        away = finite & (frac != 0) & (words >= np.uint64(0) - frac)
+    # beyond the largest value plus one quantum, every rounding of the unbounded grid overflows
+    # (trunc was clamped to max, so frac above says nothing): as round_to does, overflow per the
+    # overflow switch, which round-to-nearest gives too
+    top = fmt.max + math.ldexp(1.0, fmt.emax - fmt.mantissa_bits)  # on float64's grid (or inf)
+    beyond = finite & ((np.abs(s) > top) | ((np.abs(s) == top) & (st >= 0)))
     step = np.ldexp(np.where(np.signbit(z), -1.0, 1.0), qexp)
     with np.errstate(over="ignore"):  # trunc + step may pass the float64 range (fp64 itself)
         up = round_to(np.where(away, trunc + step, trunc), fmt, overflow=r.overflow)
     out = np.where(finite, up, round_to(s, fmt, overflow=r.overflow))
+    if beyond.any():
+        out = np.where(beyond, round_to(np.where(beyond, z, 0.0), fmt, overflow=r.overflow), out)
     if r.subnormals == "flush":
         out = round_to(out, fmt, subnormals="flush", overflow=r.overflow)
     return out.astype(np.float64)

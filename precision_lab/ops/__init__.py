@@ -5,6 +5,10 @@
 * :mod:`.reductions`: ``sum dot cumsum`` along an axis with any
   :class:`~precision_lab.Accumulator`.
 
+Special values follow IEEE 754: NaN operands give NaN, the sign of a NaN result of arithmetic is
+unspecified (IEEE 754-2019 6.3; it may differ between the numpy and native backends, as it does
+between numpy's own SIMD and scalar loops), and signs of zero follow the standard's rules.
+
 >>> import precision_lab as pl
 >>> float(pl.ops.add(1.0, 2.0**-8, "bf16")), float(pl.ops.add(1.0, 2.0**-8, "bf16", rounding="up"))
 (1.0, 1.0078125)

@@ -76,6 +76,7 @@ from ..formats import FloatFormat, get_format
 from ..gemm.exact import Rounder, odd_collapse, quantum_exponent, round_sum, two_sum
 from ..quantization import _two_product_error
 from ..rounding import (
+    STOCHASTIC_MODES,
     RoundingOptions,
     _fits_float32,
     as_float_array,
@@ -196,7 +197,7 @@ class Call:
             rounding=o.mode,
             overflow=o.overflow,
             subnormals=o.subnormals,
-            seed=o.seed if o.mode == "stochastic" else None,
+            seed=o.seed if o.mode in STOCHASTIC_MODES else None,
         )
         return self.out(r)
 
@@ -223,12 +224,13 @@ class Call:
         if idx.size:
             si, ti = s[idx], t[idx]
             w = None if words is None else words[idx]
-            if exact_fraction is not None and o.mode == "stochastic":
+            if exact_fraction is not None and o.mode in STOCHASTIC_MODES:
                 ti = self._fraction_pairs(si, ti, idx, exact_fraction)
             rounder = self.rounder
-            if exact_fraction is not None and o.mode == "nearest_away" and self.fmt == _FP64:
+            nearest_tie_rule = o.mode in ("nearest_away", "nearest_zero")
+            if exact_fraction is not None and nearest_tie_rule and self.fmt == _FP64:
                 # t is not exact, so fp64 cannot see a tie; a quotient or root of 53-bit values
-                # is never a 54-bit midpoint, so ties-away is ties-to-even here
+                # is never a 54-bit midpoint, so any tie rule is ties-to-even here
                 rounder = Rounder(self.fmt, "nearest_even", o.overflow, o.subnormals)
             res[idx] = round_sum(si, ti, rounder, w)
             if zero_pair is not None and o.mode == "down":
@@ -245,7 +247,7 @@ class Call:
     def _special(self, shadow: np.ndarray) -> np.ndarray:
         """IEEE special results (NaN, infinities) through the core."""
         o = self.opts
-        mode = "nearest_even" if o.mode == "stochastic" else o.mode
+        mode = "nearest_even" if o.mode in STOCHASTIC_MODES else o.mode
         return round_to(
             shadow, self.fmt, rounding=mode, overflow=o.overflow, subnormals=o.subnormals
         )
@@ -359,7 +361,7 @@ def _float32_path(
     if not (isinstance(f, FloatFormat) and _fits_float32(f) and f.precision <= 12):
         return None
     o = check_options(rounding, overflow, subnormals, seed, None)
-    if x.shape == y.shape and o.mode != "stochastic":  # in cache-sized chunks, on all cores
+    if x.shape == y.shape and o.mode not in STOCHASTIC_MODES:  # in cache-sized chunks, on all cores
         xf, yf = x.reshape(-1), y.reshape(-1)
         out = np.empty(xf.size, dtype=np.float32)
         failed = []
@@ -407,7 +409,7 @@ def _float32_chunk(
         rounding=o.mode,
         overflow=o.overflow,
         subnormals=o.subnormals,
-        seed=o.seed if o.mode == "stochastic" else None,
+        seed=o.seed if o.mode in STOCHASTIC_MODES else None,
     )
 
 
