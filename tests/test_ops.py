@@ -489,3 +489,27 @@ def test_fp64_sums_beyond_float64_range(mode: str, overflow: str) -> None:
         got = float(ops.add(x, y, "fp64", rounding=mode, overflow=overflow))
         want = beyond_fp64(F(x) + F(y), mode, overflow)
         assert same(np.array(got), np.array(want)), (x, y, got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_stochastic_sum_beyond_max_plus_one_quantum_overflows_like_round_to(dtype) -> None:
+    """448 + 32 = 480 in e4m3: every stochastic rounding of the unbounded grid gives 480 or 512,
+    both beyond max, so the result overflows (NaN) as round_to(480) does; round_sum used to
+    clamp the truncation to max and return 448."""
+    for seed in range(8):
+        got = ops.add(dtype(448.0), dtype(32.0), "e4m3", rounding="stochastic", seed=seed)
+        want = pl.round_to(np.float64(480.0), "e4m3", rounding="stochastic", seed=seed)
+        assert np.isnan(got) and np.isnan(want)
+        sat = ops.add(
+            dtype(448.0), dtype(32.0), "e4m3", rounding="sr", seed=seed, overflow="saturate"
+        )
+        assert float(sat) == 448.0
+
+
+def test_fp64_ties_toward_zero_and_away() -> None:
+    """1 - 2**-54 is the midpoint of 1 - 2**-53 and 1: nearest_zero takes the smaller magnitude."""
+    below = 1 - 2.0**-53
+    assert float(ops.sub(1.0, 2.0**-54, "fp64", rounding="nearest_zero")) == below
+    assert float(ops.add(-1.0, 2.0**-54, "fp64", rounding="nearest_zero")) == -below
+    assert float(ops.sub(1.0, 2.0**-54, "fp64", rounding="nearest_away")) == 1.0
+    assert float(ops.sub(1.0, 2.0**-54, "fp64")) == 1.0  # ties to even: 1.0 is even
