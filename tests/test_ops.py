@@ -434,8 +434,6 @@ def test_cumsum_matches_sum_for_every_prefix() -> None:
     c = ops.cumsum(x, accumulator="fp16")
     for k in (1, 7, 40):
         assert float(c[k - 1]) == float(ops.sum(x[:k], accumulator="fp16"))
-    with pytest.raises(ValueError, match="cumsum supports"):
-        ops.cumsum(x, accumulator=pl.Accumulator("fp16", order="pairwise"))
     with pytest.raises(ValueError, match="not on the grid"):
         ops.sum(np.array([0.1]), accumulator="bf16")
 
@@ -513,3 +511,22 @@ def test_fp64_ties_toward_zero_and_away() -> None:
     assert float(ops.add(-1.0, 2.0**-54, "fp64", rounding="nearest_zero")) == -below
     assert float(ops.sub(1.0, 2.0**-54, "fp64", rounding="nearest_away")) == 1.0
     assert float(ops.sub(1.0, 2.0**-54, "fp64")) == 1.0  # ties to even: 1.0 is even
+
+
+@pytest.mark.parametrize(
+    "acc",
+    [
+        pl.Accumulator("bf16", order="pairwise"),
+        pl.Accumulator("fp16", order="blocked", block=8),
+        pl.Accumulator("bf16", promote_every=16),
+        pl.tensor_core("h100", "e4m3"),
+    ],
+    ids=["pairwise", "blocked", "promotion", "h100"],
+)
+def test_cumsum_under_every_order_is_the_sum_of_each_prefix(acc) -> None:
+    x = pl.round_to(np.random.default_rng(5).uniform(-1, 1, (3, 40)), "e4m3").astype(np.float64)
+    got = ops.cumsum(x.T, accumulator=acc, axis=0)  # along axis 0, back in place
+    for i in range(40):
+        want = ops.sum(x[:, : i + 1], accumulator=acc, axis=1)
+        assert np.array_equal(got[i], want), i
+    assert ops.cumsum(np.zeros((2, 0)), accumulator=acc, axis=1).shape == (2, 0)

@@ -5,7 +5,8 @@ reference) under an :class:`~precision_lab.Accumulator`: every order (``sequenti
 ``pairwise``, ``blocked``, ``block_fma``, ``compensated``), promotion, stochastic rounding with
 its event numbering. ``sum(x)`` is the inner product of ``x`` with ones, so its summation is
 exactly the model's. ``cumsum`` runs the ``sequential`` or ``compensated`` recurrence and
-returns every partial result (its last entry equals ``sum`` with the same accumulator).
+returns every partial result, or under the other models reduces each prefix as its own sum (its
+last entry equals ``sum`` with the same accumulator).
 
 Inputs are values of a format of at most 26 significant bits (``input_format``; by default the
 accumulator's format if every value is on its grid, else fp32): products are then exact in
@@ -167,10 +168,14 @@ def cumsum(
     input_format: str | FloatFormat | None = None,
 ) -> np.ndarray:
     """Running sums of ``x`` along ``axis`` (``None``: the flattened array), each partial sum
-    rounded to the accumulator's format; ``sequential`` and ``compensated`` orders.
+    rounded to the accumulator's format.
 
-    Stochastic rounding uses the event numbers of the accumulator model, so the last partial
-    sum equals :func:`sum` with the same accumulator and seed.
+    ``sequential`` and ``compensated`` orders run one pass (each partial sum is the running
+    state). Under every other order (pairwise, blocked, block_fma, promotion, product formats)
+    partial sum ``i`` is :func:`sum` of ``x[..., :i + 1]`` under the accumulator: what a
+    program that reduces each prefix with that hardware model gets (``K`` reductions, so
+    ``O(K**2)`` work). Stochastic rounding uses the event numbers of the accumulator model, so
+    the last partial sum equals :func:`sum` with the same accumulator and seed.
 
     >>> import precision_lab as pl
     >>> pl.ops.cumsum([1.0, 2.0**-8, 2.0**-8, 2.0**-8], accumulator="bf16").tolist()
@@ -180,12 +185,20 @@ def cumsum(
     [1.0, 1.0, 1.0078125, 1.015625]
     """
     acc = _as_accumulator(accumulator)
-    if acc.order not in ("sequential", "compensated"):
-        raise ValueError(
-            f"cumsum supports the orders 'sequential' and 'compensated', got order={acc.order!r}"
-        )
-    if acc.promote_every is not None or acc.product_format is not None:
-        raise ValueError("cumsum takes an accumulator without promote_every or product_format")
+    one_pass = acc.order in ("sequential", "compensated")
+    v = _axis_last(as_float_array(x, "x"), axis)
+    if v.size == 0:
+        fmt0 = acc.format
+        assert isinstance(fmt0, FloatFormat)
+        empty = np.empty(v.shape, dtype=np.float32 if _fits_float32(fmt0) else np.float64)
+        return empty if axis is None else np.moveaxis(empty, -1, axis)
+    if not one_pass or acc.promote_every is not None or acc.product_format is not None:
+        parts = [
+            sum(v[..., : i + 1], accumulator=acc, axis=-1, input_format=input_format)
+            for i in range(v.shape[-1])
+        ]
+        res = np.stack(parts, axis=-1)
+        return res if axis is None else np.moveaxis(res, -1, axis)
     a = as_float_array(x, "x")
     v = np.ascontiguousarray(_axis_last(a, axis)).astype(np.float64)
     _input_format([v], acc, input_format)  # values on a <= 26-bit grid (as sum and dot)
