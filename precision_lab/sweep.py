@@ -8,10 +8,11 @@ compares values and codes with an independent oracle (:mod:`precision_lab.oracle
 the mismatch counts and the first mismatches of each chunk.
 
 Where it runs. ``client=None`` (the default) runs the tasks on Dask's local threaded scheduler:
-nothing to start, no process spawning or pickling, and the work is numpy code that releases the
-GIL (the rounding core already spreads each chunk over the cores), so threads use the machine
-fully. ``client`` may also be a scheduler address (``"tcp://host:8786"``: a
-``dask.distributed.Client`` is opened and closed around the sweep) or any
+nothing to start, no process spawning or pickling, and the work is numpy and native code that
+releases the GIL, so threads use the machine fully. Each task runs precision_lab single-threaded
+(:func:`~precision_lab._parallel.use_workers`), so the parallelism is Dask's (workers x threads),
+not Dask's times the rounding core's own thread pool. ``client`` may also be a scheduler address
+(``"tcp://host:8786"``: a ``dask.distributed.Client`` is opened and closed around the sweep) or any
 ``dask.distributed.Client`` (a ``LocalCluster``, a cluster of many machines): the chunks are then
 ``client.map`` tasks, and a worker that dies mid-sweep costs only its running chunks, which the
 scheduler recomputes elsewhere.
@@ -50,6 +51,7 @@ import ml_dtypes
 import numpy as np
 
 from . import __version__
+from ._parallel import use_workers
 from .codec import encode
 from .formats import FloatFormat, get_format
 from .oracles import ORACLES, nan_codes
@@ -247,8 +249,10 @@ def _chunk_file(folder: Path, lo: int, hi: int) -> Path:
 
 
 def _run_chunk(spec: SweepSpec, lo: int, hi: int, folder: str | None) -> dict[str, Any]:
-    """The task: check one chunk, checkpoint it when ``folder`` is given (local runs)."""
-    record = check_chunk(spec, lo, hi)
+    """The task: check one chunk (single-threaded: Dask runs the tasks in parallel),
+    checkpoint it when ``folder`` is given (local runs)."""
+    with use_workers(1):
+        record = check_chunk(spec, lo, hi)
     if folder is not None:
         _write_atomic(_chunk_file(Path(folder), lo, hi), record)
     return record

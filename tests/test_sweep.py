@@ -11,16 +11,20 @@ import signal
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
 pytest.importorskip("dask", reason='needs the [dask] extra: pip install "precision_lab[dask]"')
 
+import dask
+
 import precision_lab as pl
+from precision_lab import _parallel
 from precision_lab.cli import main
 from precision_lab.oracles import ml_dtypes_oracle, referee
-from precision_lab.sweep import SweepSpec, _ranges, check_chunk, verify_exhaustive
+from precision_lab.sweep import SweepSpec, _ranges, _run_chunk, check_chunk, verify_exhaustive
 
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered in cast")
 
@@ -120,6 +124,42 @@ def test_killed_worker_still_gives_the_complete_result(dask_cluster, tmp_path):
     client.wait_for_workers(2, timeout=60)  # the nanny restarts the worker
 
 
+def single_threaded_referee(x, fmt, **kw):
+    """The referee, failing unless the task runs precision_lab single-threaded."""
+    if _parallel._OVERRIDE.get() != 1:
+        raise AssertionError(f"task threads: {_parallel._OVERRIDE.get()!r}, expected 1")
+    return referee(x, fmt, **kw)
+
+
+def test_tasks_run_single_threaded_with_identical_records(dask_cluster, monkeypatch):
+    """Each task runs its chunks inline (Dask is the parallelism): no pool, the same records."""
+    import cloudpickle
+
+    monkeypatch.setattr(_parallel, "WORKERS", 2)  # a real pool even on a one-core machine
+    pools = []
+    real_pool = _parallel._pool
+    monkeypatch.setattr(_parallel, "_pool", lambda n: pools.append(n) or real_pool(n))
+    spec = SweepSpec(
+        pl.get_format("e4m3"), "float32", "ml_dtypes", (("nearest_even", "ieee"),), "keep", 8
+    )
+    lo, hi = 0x43E00000, 0x43E00000 + 2**20  # 448.0 (e4m3 max) to 512: ties and overflow
+    pooled = check_chunk(spec, lo, hi)
+    assert pools  # outside a task, the calls used the pool
+    pools.clear()
+    assert _run_chunk(spec, lo, hi, None) == pooled and not pools
+    kw = {"input": "float16", "against": single_threaded_referee, "chunk": 2**14, "quiet": True}
+    threads = verify_exhaustive("e4m3", client="threads", **kw)
+    assert threads.ok and not pools
+    _, client = dask_cluster
+    client.wait_for_workers(2, timeout=60)
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
+    try:
+        on_cluster = verify_exhaustive("e4m3", client=client, **kw)
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    assert records(on_cluster) == records(threads)
+
+
 CALLS = {"n": 0, "fail_from": None}
 _LOCK = threading.Lock()
 
@@ -148,8 +188,10 @@ def test_resumed_sweep_recomputes_nothing_already_checkpointed(tmp_path):
     for p in sorted(folder.glob("*.json"))[8:]:
         p.unlink()  # the negative half is missing again
     CALLS.update(n=0, fail_from=1000.0)
-    with pytest.raises(RuntimeError, match="interrupted"):
+    pool = ThreadPoolExecutor(2)
+    with pytest.raises(RuntimeError, match="interrupted"), dask.config.set(pool=pool):
         verify_exhaustive("e4m3", **kw)
+    pool.shutdown(wait=True)  # the tasks still running when the error came up finish here
     finished = len(list(folder.glob("*.json")))
     CALLS.update(n=0, fail_from=None)
     again = verify_exhaustive("e4m3", **kw)
