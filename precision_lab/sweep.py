@@ -129,14 +129,34 @@ class SweepResult:
         return done / self.seconds if self.seconds > 0 and done else 0.0
 
     def summary(self) -> str:
-        """A few lines for a terminal or a log."""
+        """A few lines for a terminal or a log: the verdict, what was checked, the counts.
+
+        >>> r = verify_exhaustive("e5m2", input="float16", against="ml_dtypes", stop=2**12,
+        ...                       chunk=2**11, quiet=True)
+        >>> print(r.summary().splitlines()[0])
+        e5m2 from float16 patterns [0x0, 0x1000) against ml_dtypes: OK (no mismatch)
+        """
+        n_all = 1 << INPUTS[self.input][0]
+        if (self.start, self.stop) == (0, n_all):
+            span = f"all {n_all} {self.input} patterns"
+        else:
+            span = f"{self.input} patterns [{self.start:#x}, {self.stop:#x})"
+        n_bad = sum(c["values"] + c["codes"] for c in self.counts.values())
+        verdict = "OK (no mismatch)" if self.ok else f"MISMATCHES ({n_bad} in all)"
+        skipped = f", {self.skipped} NaN inputs skipped (no NaN in {self.fmt})"
+        speed = (
+            f"; {self.seconds:.1f} s, {self.rate / 1e6:.1f} Melem/s"
+            if self.computed
+            else f"; {self.seconds:.1f} s"
+        )
         lines = [
-            f"{self.fmt} from all {self.input} patterns [{self.start:#x}, {self.stop:#x}) "
-            f"against {self.against}: {'OK' if self.ok else 'MISMATCHES'}; "
-            f"{self.checked} inputs checked, {self.skipped} skipped; "
-            f"{self.computed} chunks computed, {self.reused} reused; {self.seconds:.1f} s, "
-            f"{self.rate / 1e6:.1f} Melem/s"
+            f"{self.fmt} from {span} against {self.against}: {verdict}",
+            f"  {self.checked} inputs checked{skipped if self.skipped else ''}, "
+            f"each under {len(self.counts)} (mode, overflow) pair(s)",
+            f"  {self.computed} chunks computed, {self.reused} reused from checkpoints{speed}",
         ]
+        if self.path is not None:
+            lines.append(f"  checkpoints: {self.path}")
         for (mode, overflow), c in self.counts.items():
             lines.append(
                 f"  {mode:13s} {overflow:8s} value mismatches {c['values']}, "
@@ -144,6 +164,8 @@ class SweepResult:
             )
         for m in self.mismatches[:10]:
             lines.append(f"  e.g. {m}")
+        if len(self.mismatches) > 10:
+            lines.append(f"  ... {len(self.mismatches) - 10} more examples in .mismatches")
         return "\n".join(lines)
 
 

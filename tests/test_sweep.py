@@ -221,6 +221,9 @@ def test_mismatches_are_counted_and_shown():
     assert first["bits"] == "0x3f80" and first["got"] == "1.0" and first["want"] == "2.0"
     assert first["got_code"] == "0x38" and first["want_code"] == "0x40"
     assert sum(len(c["examples"]) for c in res.chunks) == len(res.mismatches) <= 4 * 8
+    text = res.summary()
+    assert text.startswith("e4m3 from all 65536 bfloat16 patterns against test_sweep.one_wrong: ")
+    assert f"MISMATCHES ({2 + n_neg_nan} in all)" in text and "e.g. {'bits': '0x3f80'" in text
 
 
 def test_options_are_checked():
@@ -262,3 +265,46 @@ def test_without_dask_import_and_cli_say_how_to_install(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.count('pip install "precision_lab[dask]"') == 2
     assert float(pl.round_to(1.0, "e4m3")) == 1.0  # the rest works
+
+
+class _FakeTensor:
+    """Just enough of torch.Tensor for the torch oracle: ``to``, ``view``, ``numpy``."""
+
+    def __init__(self, a):
+        self._a = a
+
+    def to(self, dtype):
+        with np.errstate(over="ignore"):  # (torch does not warn on overflow either)
+            return _FakeTensor(self._a.astype(dtype))
+
+    def view(self, dtype):
+        return _FakeTensor(self._a.view(dtype))
+
+    def numpy(self):
+        return self._a
+
+
+def test_torch_oracle_path_with_a_fake_torch(monkeypatch):
+    """The sweep's torch path (dtype names, clamping, code views) with a torch-like module whose
+    casts are ml_dtypes' (it checks the plumbing, not torch's casts): the records of the
+    ml_dtypes oracle. With real torch installed, tests/test_oracles.py checks torch itself."""
+    import types
+
+    import ml_dtypes
+
+    from precision_lab.oracles import TORCH_DTYPES
+
+    calls = []
+    fake = types.ModuleType("torch")
+    fake.from_numpy = lambda a: calls.append(a.size) or _FakeTensor(a)
+    fake.float32, fake.uint8, fake.int16 = np.float32, np.uint8, np.int16
+    for name in TORCH_DTYPES.values():
+        setattr(fake, name, getattr(ml_dtypes, name, None) or np.dtype(name))
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    kw = {"input": "bfloat16", "overflow": BOTH, "chunk": 2**14, "quiet": True}
+    for fmt in ("e4m3", "bf16", "fp16"):
+        calls.clear()
+        by_torch = verify_exhaustive(fmt, against="torch", **kw)
+        assert by_torch.ok and by_torch.against == "torch", by_torch.summary()
+        assert sum(calls) == by_torch.checked * 2  # every input, under both overflow switches
+        assert records(by_torch) == records(verify_exhaustive(fmt, against="ml_dtypes", **kw))
