@@ -226,6 +226,28 @@ def test_mismatches_are_counted_and_shown():
     assert f"MISMATCHES ({2 + n_neg_nan} in all)" in text and "e.g. {'bits': '0x3f80'" in text
 
 
+def test_blocks_inside_a_chunk_give_the_same_record(monkeypatch):
+    """check_chunk works in blocks: the record (counts, first examples of each key, in order)
+    does not depend on the block size."""
+    from precision_lab import sweep
+
+    keys = tuple(("nearest_even", o) for o in BOTH)
+    for fmt, against in (("e4m3", one_wrong), ("e2m1", "referee")):  # e2m1: NaNs skipped
+        spec = SweepSpec(pl.get_format(fmt), "bfloat16", against, keys, "keep", 8)
+        monkeypatch.setattr(sweep, "_BLOCK", 1 << 16)
+        whole = check_chunk(spec, 0x3000, 1 << 16)
+        monkeypatch.setattr(sweep, "_BLOCK", 1000)
+        assert check_chunk(spec, 0x3000, 1 << 16) == whole
+    assert whole["skipped"] > 0
+    spec = SweepSpec(pl.get_format("e4m3"), "bfloat16", one_wrong, keys, "keep", 8)
+    record = check_chunk(spec, 0x3000, 1 << 16)
+    assert [e["overflow"] for e in record["examples"]] == ["ieee"] * 8  # the first key's first
+    assert (
+        record["examples"][0]["bits"] == "0x3f80"
+        and record["mismatches"]["nearest_even/saturate"][1] > 8
+    )
+
+
 def test_options_are_checked():
     with pytest.raises(ValueError, match="input"):
         verify_exhaustive("e4m3", input="float64")
