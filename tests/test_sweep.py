@@ -135,7 +135,10 @@ def test_tasks_run_single_threaded_with_identical_records(dask_cluster, monkeypa
     """Each task runs its chunks inline (Dask is the parallelism): no pool, the same records."""
     import cloudpickle
 
+    from precision_lab import sweep
+
     monkeypatch.setattr(_parallel, "WORKERS", 2)  # a real pool even on a one-core machine
+    monkeypatch.setattr(sweep, "_BLOCK", 2**20)  # blocks large enough for the pool
     pools = []
     real_pool = _parallel._pool
     monkeypatch.setattr(_parallel, "_pool", lambda n: pools.append(n) or real_pool(n))
