@@ -11,6 +11,11 @@ thread pool (numpy releases the GIL in the kernels). The pool is
   is set, the chunks not yet started are skipped, the running ones finish, and the exception
   reaches the caller.
 
+:func:`use_workers` sets the number of threads for the calls of the current thread (or asyncio
+task) only: ``with use_workers(1):`` runs every chunk inline in the caller. Code that is itself
+one of many parallel tasks (a Dask task of :mod:`precision_lab.sweep` or
+:mod:`precision_lab.grid`) uses it so that tasks x pool threads do not oversubscribe the cores.
+
 >>> out = []
 >>> for_chunks(10, lambda lo, hi: out.append((lo, hi)), chunk=4)
 >>> out
@@ -19,13 +24,15 @@ thread pool (numpy releases the GIL in the kernels). The pool is
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from contextvars import ContextVar
 
-__all__ = ["CHUNK", "WORKERS", "for_chunks"]
+__all__ = ["CHUNK", "WORKERS", "current_workers", "for_chunks", "use_workers"]
 
 #: elements per chunk: the temporaries of one chunk stay in the core's L2 cache
 CHUNK = 1 << 15
@@ -38,6 +45,43 @@ _POLL = 0.1
 _POOL: ThreadPoolExecutor | None = None
 _LOCK = threading.Lock()
 _TLS = threading.local()
+#: the thread count chosen by use_workers for this thread / asyncio task (None: WORKERS)
+_OVERRIDE: ContextVar[int | None] = ContextVar("precision_lab_workers", default=None)
+
+
+def current_workers() -> int:
+    """Threads that :func:`for_chunks` would use for a call made here (at most ``WORKERS``).
+
+    >>> with use_workers(1):
+    ...     current_workers()
+    1
+    """
+    n = _OVERRIDE.get()
+    return WORKERS if n is None else min(n, WORKERS)
+
+
+@contextlib.contextmanager
+def use_workers(n: int) -> Iterator[None]:
+    """Use at most ``n`` threads for the chunked calls of this thread (or asyncio task).
+
+    Other threads are not affected (a ContextVar holds the setting), and the shared pool is not
+    resized: ``n=1`` runs every chunk inline in the calling thread; larger ``n`` splits a call
+    over ``min(n, WORKERS)`` ranges of the pool.
+
+    >>> import threading
+    >>> seen = set()
+    >>> with use_workers(1):
+    ...     for_chunks(1 << 20, lambda lo, hi: seen.add(threading.get_ident()), chunk=1 << 10)
+    >>> seen == {threading.get_ident()}
+    True
+    """
+    if not (isinstance(n, int) and not isinstance(n, bool) and n >= 1):
+        raise ValueError(f"n must be an integer >= 1 (threads per call), got {n!r}")
+    token = _OVERRIDE.set(n)
+    try:
+        yield
+    finally:
+        _OVERRIDE.reset(token)
 
 
 def _pool(workers: int) -> ThreadPoolExecutor:
@@ -91,10 +135,11 @@ def for_chunks(n: int, work: Callable[[int, int], None], chunk: int | None = Non
 
     Each core takes one contiguous range of chunks. An exception in any chunk, or a
     KeyboardInterrupt while the caller waits, stops the chunks not yet started and is re-raised.
-    Calls from inside a chunk (nested) run inline.
+    Calls from inside a chunk (nested) run inline, and so do all calls under
+    ``use_workers(1)``.
     """
     chunk = chunk or CHUNK
-    workers = WORKERS
+    workers = current_workers()
     # inside a pool worker (nested call), run inline: waiting on the pool there could deadlock
     if n <= 4 * chunk or workers <= 1 or getattr(_TLS, "in_pool", False):
         for i in range(0, n, chunk):
@@ -118,7 +163,7 @@ def for_chunks(n: int, work: Callable[[int, int], None], chunk: int | None = Non
         finally:
             tls.in_pool = False
 
-    pool = _pool(workers)
+    pool = _pool(WORKERS)  # (sized for every caller, whatever use_workers says here)
     futures: list[Future[None]] = []
     try:
         for lo in range(0, n, per):

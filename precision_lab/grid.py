@@ -39,12 +39,14 @@ A SPEC file (``precision-lab grid SPEC.json``) is a JSON object::
 configuration is ``base`` updated by one product combination or one run. examples/grid_gemm.json
 is a complete example.
 
-Where it runs: ``client=None`` uses Dask's local ``"processes"`` scheduler: nothing to start,
-and the runs, which are mostly small numpy calls driven by Python, do not contend for one GIL
-as they would in threads. ``client`` may also be ``"threads"`` or ``"sync"`` (Dask's other
-local schedulers), a scheduler address or a ``dask.distributed.Client``. A run that raises is
-reported in :attr:`GridResult.failures` with its configuration and the error; the others are
-kept. Needs the ``[dask]`` extra: ``pip install "precision_lab[dask]"``.
+Where it runs: ``client=None`` uses Dask's local ``"processes"`` scheduler: nothing to start, and
+the runs, which are mostly small numpy calls driven by Python, do not contend for one GIL as they
+would in threads. Each run calls precision_lab single-threaded
+(:func:`~precision_lab._parallel.use_workers`): the runs themselves are the parallel work.
+``client`` may also be ``"threads"`` or ``"sync"`` (Dask's other local schedulers), a scheduler
+address or a ``dask.distributed.Client``. A run that raises is reported in
+:attr:`GridResult.failures` with its configuration and the error; the others are kept. Needs the
+``[dask]`` extra: ``pip install "precision_lab[dask]"``.
 
 >>> spec = {"kind": "gemm", "base": {"m": 4, "k": 64, "n": 4},
 ...         "product": {"accumulator": ["fp32", "bf16"]}}
@@ -70,6 +72,7 @@ from typing import Any
 import numpy as np
 
 from . import __version__
+from ._parallel import use_workers
 
 INSTALL = 'pip install "precision_lab[dask]"'
 try:
@@ -248,9 +251,13 @@ def run_config(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _task(config: dict[str, Any]) -> dict[str, Any]:
-    """The Dask task: a run's metrics, or its error (so one failure loses no other result)."""
+    """The Dask task: a run's metrics, or its error (so one failure loses no other result).
+
+    Single-threaded in precision_lab's pool: Dask runs the tasks in parallel.
+    """
     try:
-        return {"ok": True, "metrics": run_config(config)}
+        with use_workers(1):
+            return {"ok": True, "metrics": run_config(config)}
     except Exception as err:
         return {"ok": False, "error": f"{type(err).__name__}: {err}"}
 

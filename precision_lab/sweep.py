@@ -8,10 +8,11 @@ compares values and codes with an independent oracle (:mod:`precision_lab.oracle
 the mismatch counts and the first mismatches of each chunk.
 
 Where it runs. ``client=None`` (the default) runs the tasks on Dask's local threaded scheduler:
-nothing to start, no process spawning or pickling, and the work is numpy code that releases the
-GIL (the rounding core already spreads each chunk over the cores), so threads use the machine
-fully. ``client`` may also be a scheduler address (``"tcp://host:8786"``: a
-``dask.distributed.Client`` is opened and closed around the sweep) or any
+nothing to start, no process spawning or pickling, and the work is numpy and native code that
+releases the GIL, so threads use the machine fully. Each task runs precision_lab single-threaded
+(:func:`~precision_lab._parallel.use_workers`), so the parallelism is Dask's (workers x threads),
+not Dask's times the rounding core's own thread pool. ``client`` may also be a scheduler address
+(``"tcp://host:8786"``: a ``dask.distributed.Client`` is opened and closed around the sweep) or any
 ``dask.distributed.Client`` (a ``LocalCluster``, a cluster of many machines): the chunks are then
 ``client.map`` tasks, and a worker that dies mid-sweep costs only its running chunks, which the
 scheduler recomputes elsewhere.
@@ -50,6 +51,7 @@ import ml_dtypes
 import numpy as np
 
 from . import __version__
+from ._parallel import use_workers
 from .codec import encode
 from .formats import FloatFormat, get_format
 from .oracles import ORACLES, nan_codes
@@ -127,14 +129,34 @@ class SweepResult:
         return done / self.seconds if self.seconds > 0 and done else 0.0
 
     def summary(self) -> str:
-        """A few lines for a terminal or a log."""
+        """A few lines for a terminal or a log: the verdict, what was checked, the counts.
+
+        >>> r = verify_exhaustive("e5m2", input="float16", against="ml_dtypes", stop=2**12,
+        ...                       chunk=2**11, quiet=True)
+        >>> print(r.summary().splitlines()[0])
+        e5m2 from float16 patterns [0x0, 0x1000) against ml_dtypes: OK (no mismatch)
+        """
+        n_all = 1 << INPUTS[self.input][0]
+        if (self.start, self.stop) == (0, n_all):
+            span = f"all {n_all} {self.input} patterns"
+        else:
+            span = f"{self.input} patterns [{self.start:#x}, {self.stop:#x})"
+        n_bad = sum(c["values"] + c["codes"] for c in self.counts.values())
+        verdict = "OK (no mismatch)" if self.ok else f"MISMATCHES ({n_bad} in all)"
+        skipped = f", {self.skipped} NaN inputs skipped (no NaN in {self.fmt})"
+        speed = (
+            f"; {self.seconds:.1f} s, {self.rate / 1e6:.1f} Melem/s"
+            if self.computed
+            else f"; {self.seconds:.1f} s"
+        )
         lines = [
-            f"{self.fmt} from all {self.input} patterns [{self.start:#x}, {self.stop:#x}) "
-            f"against {self.against}: {'OK' if self.ok else 'MISMATCHES'}; "
-            f"{self.checked} inputs checked, {self.skipped} skipped; "
-            f"{self.computed} chunks computed, {self.reused} reused; {self.seconds:.1f} s, "
-            f"{self.rate / 1e6:.1f} Melem/s"
+            f"{self.fmt} from {span} against {self.against}: {verdict}",
+            f"  {self.checked} inputs checked{skipped if self.skipped else ''}, "
+            f"each under {len(self.counts)} (mode, overflow) pair(s)",
+            f"  {self.computed} chunks computed, {self.reused} reused from checkpoints{speed}",
         ]
+        if self.path is not None:
+            lines.append(f"  checkpoints: {self.path}")
         for (mode, overflow), c in self.counts.items():
             lines.append(
                 f"  {mode:13s} {overflow:8s} value mismatches {c['values']}, "
@@ -142,6 +164,8 @@ class SweepResult:
             )
         for m in self.mismatches[:10]:
             lines.append(f"  e.g. {m}")
+        if len(self.mismatches) > 10:
+            lines.append(f"  ... {len(self.mismatches) - 10} more examples in .mismatches")
         return "\n".join(lines)
 
 
@@ -178,8 +202,43 @@ def check_chunk(spec: SweepSpec, lo: int, hi: int) -> dict[str, Any]:
     """Compare round_to and encode with the oracle on the bit patterns ``lo..hi-1``.
 
     Pure: the result (a JSON-safe dict) depends on the arguments only. It is what each Dask task
-    computes and what each checkpoint file holds.
+    computes and what each checkpoint file holds. The patterns are checked in blocks of
+    ``_BLOCK``: a task's chunk (2**24 patterns by default) sets the granularity of scheduling
+    and checkpoints, while the arrays of a block stay small enough to be reused by the
+    allocator (arrays of 2**24 elements are fresh pages from the kernel each time, and
+    zeroing them cost several times the casts themselves) and to stay in cache.
     """
+    checked = skipped = 0
+    counts = {f"{m}/{o}": [0, 0] for m, o in spec.keys}
+    examples: dict[str, list[dict[str, Any]]] = {key: [] for key in counts}
+    for a in range(lo, hi, _BLOCK):
+        n, k = _check_block(spec, a, min(a + _BLOCK, hi), counts, examples)
+        checked += n
+        skipped += k
+    # the first mismatches, key by key (each key's in input order), max_examples in all
+    firsts = [e for key in counts for e in examples[key]][: spec.max_examples]
+    return {
+        "lo": lo,
+        "hi": hi,
+        "checked": checked,
+        "skipped": skipped,
+        "mismatches": counts,
+        "examples": firsts,
+    }
+
+
+#: patterns per block of check_chunk (1 MiB per float32 array: reused by malloc, in L2 cache)
+_BLOCK = 1 << 18
+
+
+def _check_block(
+    spec: SweepSpec,
+    lo: int,
+    hi: int,
+    counts: dict[str, list[int]],
+    examples: dict[str, list[dict[str, Any]]],
+) -> tuple[int, int]:
+    """check_chunk on ``lo..hi-1``, adding to ``counts`` and ``examples``; (checked, skipped)."""
     u, x = _patterns(spec.input, lo, hi)
     f = spec.fmt
     skipped = 0
@@ -189,8 +248,6 @@ def check_chunk(spec: SweepSpec, lo: int, hi: int) -> dict[str, Any]:
         u, x = u[keep], x[keep]
     x32 = x.astype(np.float32, copy=False)  # exact; what the oracles get
     oracle = ORACLES[spec.against] if isinstance(spec.against, str) else spec.against
-    counts: dict[str, list[int]] = {}
-    examples: list[dict[str, Any]] = []
     for mode, overflow in spec.keys:
         sub = spec.subnormals
         got = round_to(x, f, rounding=mode, overflow=overflow, subnormals=sub)
@@ -199,13 +256,12 @@ def check_chunk(spec: SweepSpec, lo: int, hi: int) -> dict[str, Any]:
         with np.errstate(all="ignore"):
             ok_v = _same_values(got, np.asarray(want))
             ok_c = _same_codes(got_codes, np.asarray(want_codes), f)
-        counts[f"{mode}/{overflow}"] = [
-            int(ok_v.size - np.count_nonzero(ok_v)),
-            int(ok_c.size - np.count_nonzero(ok_c)),
-        ]
-        room = spec.max_examples - len(examples)
+        key = f"{mode}/{overflow}"
+        counts[key][0] += int(ok_v.size - np.count_nonzero(ok_v))
+        counts[key][1] += int(ok_c.size - np.count_nonzero(ok_c))
+        room = spec.max_examples - len(examples[key])
         for i in np.flatnonzero(~(ok_v & ok_c))[: max(room, 0)]:
-            examples.append(
+            examples[key].append(
                 {
                     "bits": f"{int(u[i]):#x}",
                     "x": repr(float(x32[i])),
@@ -217,14 +273,7 @@ def check_chunk(spec: SweepSpec, lo: int, hi: int) -> dict[str, Any]:
                     "want_code": f"{int(want_codes[i]):#x}",
                 }
             )
-    return {
-        "lo": lo,
-        "hi": hi,
-        "checked": int(x.size),
-        "skipped": skipped,
-        "mismatches": counts,
-        "examples": examples,
-    }
+    return int(x.size), skipped
 
 
 # ----- checkpoints -------------------------------------------------------------------------------
@@ -247,8 +296,10 @@ def _chunk_file(folder: Path, lo: int, hi: int) -> Path:
 
 
 def _run_chunk(spec: SweepSpec, lo: int, hi: int, folder: str | None) -> dict[str, Any]:
-    """The task: check one chunk, checkpoint it when ``folder`` is given (local runs)."""
-    record = check_chunk(spec, lo, hi)
+    """The task: check one chunk (single-threaded: Dask runs the tasks in parallel),
+    checkpoint it when ``folder`` is given (local runs)."""
+    with use_workers(1):
+        record = check_chunk(spec, lo, hi)
     if folder is not None:
         _write_atomic(_chunk_file(Path(folder), lo, hi), record)
     return record

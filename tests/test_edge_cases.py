@@ -699,3 +699,47 @@ def test_item2_mx_value_beyond_float32_output_is_inf():
     assert float(q.scales[0]) == 2.0**120 and float(q.element_values()[-1]) == 256.0
     assert pl.round_to_blocks(x, bf)[-1] == np.inf == pl.dequantize_blocks(q)[-1]
     assert pl.round_to_blocks(x.astype(np.float64), bf)[-1] == 2.0**128  # float64 holds it
+
+
+def _threads_used(n: int = 64 * 100) -> set[int]:
+    """The threads that ran the chunks of one for_chunks call (of 64 chunks)."""
+    seen: set[int] = set()
+    lock = threading.Lock()
+
+    def work(lo: int, hi: int) -> None:
+        with lock:
+            seen.add(threading.get_ident())
+        time.sleep(0.001)  # (so that each pool thread gets a range)
+
+    _parallel.for_chunks(n, work, chunk=100)
+    return seen
+
+
+def test_use_workers_one_runs_inline_in_this_thread_only(monkeypatch):
+    """use_workers(1) keeps this thread's calls inline; another thread still uses the pool,
+    and the setting ends with the block."""
+    monkeypatch.setattr(_parallel, "WORKERS", 2)
+    me = threading.get_ident()
+    assert me not in _threads_used()  # the pool's threads, not the caller
+    other: list[set[int]] = []
+    with _parallel.use_workers(1):
+        assert _parallel.current_workers() == 1
+        assert _threads_used() == {me}
+        t = threading.Thread(target=lambda: other.append(_threads_used()))
+        t.start()
+        t.join()
+    assert other and other[0] and t.ident not in other[0]  # the other thread: the pool
+    assert _parallel.current_workers() == 2
+    assert me not in _threads_used()
+
+
+def test_use_workers_results_identical_and_argument_checked(monkeypatch):
+    monkeypatch.setattr(_parallel, "WORKERS", 2)
+    x = np.linspace(-500, 500, 1 << 20, dtype=np.float32)
+    pooled = pl.encode(x, "e4m3", overflow="saturate")
+    with _parallel.use_workers(1):
+        np.testing.assert_array_equal(pl.encode(x, "e4m3", overflow="saturate"), pooled)
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="n must be an integer >= 1"):
+            with _parallel.use_workers(bad):
+                pass

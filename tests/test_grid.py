@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("dask", reason='needs the [dask] extra: pip install "precision_lab[dask]"')
 
-from precision_lab import grid
+from precision_lab import _parallel, grid
 from precision_lab.cli import main
 from precision_lab.grid import config_hash, expand_spec, load_spec, run_config, run_grid
 
@@ -142,3 +142,21 @@ def test_cli_grid(tmp_path, capsys):
     spec.write_text(json.dumps({"kind": "gemm", "runs": [{"input_format": "nope"}]}))
     assert main(argv) == 1
     assert "nope" in capsys.readouterr().err
+
+
+def test_grid_task_runs_single_threaded(monkeypatch):
+    """A grid task's chunked calls run inline (the runs are the parallel work); same metrics."""
+    import threading
+
+    monkeypatch.setattr(_parallel, "WORKERS", 2)  # a real pool even on a one-core machine
+    big = {"kind": "gemm", "m": 64, "k": 4096, "n": 2}  # round_to of a: 2**18 elements, pooled
+    assert grid._task(big) == {"ok": True, "metrics": run_config(big)}
+
+    def threads_of_a_chunked_call(config):
+        seen = set()
+        _parallel.for_chunks(1 << 20, lambda lo, hi: seen.add(threading.get_ident()), chunk=1024)
+        return {"threads": len(seen), "caller": int(threading.get_ident() in seen)}
+
+    assert threads_of_a_chunked_call({})["caller"] == 0  # outside a task: the pool's threads
+    monkeypatch.setattr(grid, "run_config", threads_of_a_chunked_call)
+    assert grid._task(big) == {"ok": True, "metrics": {"threads": 1, "caller": 1}}

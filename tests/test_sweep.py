@@ -11,16 +11,20 @@ import signal
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
 pytest.importorskip("dask", reason='needs the [dask] extra: pip install "precision_lab[dask]"')
 
+import dask
+
 import precision_lab as pl
+from precision_lab import _parallel
 from precision_lab.cli import main
 from precision_lab.oracles import ml_dtypes_oracle, referee
-from precision_lab.sweep import SweepSpec, _ranges, check_chunk, verify_exhaustive
+from precision_lab.sweep import SweepSpec, _ranges, _run_chunk, check_chunk, verify_exhaustive
 
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered in cast")
 
@@ -120,6 +124,45 @@ def test_killed_worker_still_gives_the_complete_result(dask_cluster, tmp_path):
     client.wait_for_workers(2, timeout=60)  # the nanny restarts the worker
 
 
+def single_threaded_referee(x, fmt, **kw):
+    """The referee, failing unless the task runs precision_lab single-threaded."""
+    if _parallel._OVERRIDE.get() != 1:
+        raise AssertionError(f"task threads: {_parallel._OVERRIDE.get()!r}, expected 1")
+    return referee(x, fmt, **kw)
+
+
+def test_tasks_run_single_threaded_with_identical_records(dask_cluster, monkeypatch):
+    """Each task runs its chunks inline (Dask is the parallelism): no pool, the same records."""
+    import cloudpickle
+
+    from precision_lab import sweep
+
+    monkeypatch.setattr(_parallel, "WORKERS", 2)  # a real pool even on a one-core machine
+    monkeypatch.setattr(sweep, "_BLOCK", 2**20)  # blocks large enough for the pool
+    pools = []
+    real_pool = _parallel._pool
+    monkeypatch.setattr(_parallel, "_pool", lambda n: pools.append(n) or real_pool(n))
+    spec = SweepSpec(
+        pl.get_format("e4m3"), "float32", "ml_dtypes", (("nearest_even", "ieee"),), "keep", 8
+    )
+    lo, hi = 0x43E00000, 0x43E00000 + 2**20  # 448.0 (e4m3 max) to 512: ties and overflow
+    pooled = check_chunk(spec, lo, hi)
+    assert pools  # outside a task, the calls used the pool
+    pools.clear()
+    assert _run_chunk(spec, lo, hi, None) == pooled and not pools
+    kw = {"input": "float16", "against": single_threaded_referee, "chunk": 2**14, "quiet": True}
+    threads = verify_exhaustive("e4m3", client="threads", **kw)
+    assert threads.ok and not pools
+    _, client = dask_cluster
+    client.wait_for_workers(2, timeout=60)
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
+    try:
+        on_cluster = verify_exhaustive("e4m3", client=client, **kw)
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    assert records(on_cluster) == records(threads)
+
+
 CALLS = {"n": 0, "fail_from": None}
 _LOCK = threading.Lock()
 
@@ -147,10 +190,11 @@ def test_resumed_sweep_recomputes_nothing_already_checkpointed(tmp_path):
     folder = tmp_path / os.path.basename(full.path)
     for p in sorted(folder.glob("*.json"))[8:]:
         p.unlink()  # the negative half is missing again
-    # (sync: with threads, tasks still running after the failure would count calls later)
     CALLS.update(n=0, fail_from=1000.0)
-    with pytest.raises(RuntimeError, match="interrupted"):
-        verify_exhaustive("e4m3", **{**kw, "client": "sync"})
+    pool = ThreadPoolExecutor(2)
+    with pytest.raises(RuntimeError, match="interrupted"), dask.config.set(pool=pool):
+        verify_exhaustive("e4m3", **kw)
+    pool.shutdown(wait=True)  # the tasks still running when the error came up finish here
     finished = len(list(folder.glob("*.json")))
     CALLS.update(n=0, fail_from=None)
     again = verify_exhaustive("e4m3", **kw)
@@ -180,6 +224,31 @@ def test_mismatches_are_counted_and_shown():
     assert first["bits"] == "0x3f80" and first["got"] == "1.0" and first["want"] == "2.0"
     assert first["got_code"] == "0x38" and first["want_code"] == "0x40"
     assert sum(len(c["examples"]) for c in res.chunks) == len(res.mismatches) <= 4 * 8
+    text = res.summary()
+    assert text.startswith("e4m3 from all 65536 bfloat16 patterns against test_sweep.one_wrong: ")
+    assert f"MISMATCHES ({2 + n_neg_nan} in all)" in text and "e.g. {'bits': '0x3f80'" in text
+
+
+def test_blocks_inside_a_chunk_give_the_same_record(monkeypatch):
+    """check_chunk works in blocks: the record (counts, first examples of each key, in order)
+    does not depend on the block size."""
+    from precision_lab import sweep
+
+    keys = tuple(("nearest_even", o) for o in BOTH)
+    for fmt, against in (("e4m3", one_wrong), ("e2m1", "referee")):  # e2m1: NaNs skipped
+        spec = SweepSpec(pl.get_format(fmt), "bfloat16", against, keys, "keep", 8)
+        monkeypatch.setattr(sweep, "_BLOCK", 1 << 16)
+        whole = check_chunk(spec, 0x3000, 1 << 16)
+        monkeypatch.setattr(sweep, "_BLOCK", 1000)
+        assert check_chunk(spec, 0x3000, 1 << 16) == whole
+    assert whole["skipped"] > 0
+    spec = SweepSpec(pl.get_format("e4m3"), "bfloat16", one_wrong, keys, "keep", 8)
+    record = check_chunk(spec, 0x3000, 1 << 16)
+    assert [e["overflow"] for e in record["examples"]] == ["ieee"] * 8  # the first key's first
+    assert (
+        record["examples"][0]["bits"] == "0x3f80"
+        and record["mismatches"]["nearest_even/saturate"][1] > 8
+    )
 
 
 def test_options_are_checked():
@@ -221,3 +290,46 @@ def test_without_dask_import_and_cli_say_how_to_install(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.count('pip install "precision_lab[dask]"') == 2
     assert float(pl.round_to(1.0, "e4m3")) == 1.0  # the rest works
+
+
+class _FakeTensor:
+    """Just enough of torch.Tensor for the torch oracle: ``to``, ``view``, ``numpy``."""
+
+    def __init__(self, a):
+        self._a = a
+
+    def to(self, dtype):
+        with np.errstate(over="ignore"):  # (torch does not warn on overflow either)
+            return _FakeTensor(self._a.astype(dtype))
+
+    def view(self, dtype):
+        return _FakeTensor(self._a.view(dtype))
+
+    def numpy(self):
+        return self._a
+
+
+def test_torch_oracle_path_with_a_fake_torch(monkeypatch):
+    """The sweep's torch path (dtype names, clamping, code views) with a torch-like module whose
+    casts are ml_dtypes' (it checks the plumbing, not torch's casts): the records of the
+    ml_dtypes oracle. With real torch installed, tests/test_oracles.py checks torch itself."""
+    import types
+
+    import ml_dtypes
+
+    from precision_lab.oracles import TORCH_DTYPES
+
+    calls = []
+    fake = types.ModuleType("torch")
+    fake.from_numpy = lambda a: calls.append(a.size) or _FakeTensor(a)
+    fake.float32, fake.uint8, fake.int16 = np.float32, np.uint8, np.int16
+    for name in TORCH_DTYPES.values():
+        setattr(fake, name, getattr(ml_dtypes, name, None) or np.dtype(name))
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    kw = {"input": "bfloat16", "overflow": BOTH, "chunk": 2**14, "quiet": True}
+    for fmt in ("e4m3", "bf16", "fp16"):
+        calls.clear()
+        by_torch = verify_exhaustive(fmt, against="torch", **kw)
+        assert by_torch.ok and by_torch.against == "torch", by_torch.summary()
+        assert sum(calls) == by_torch.checked * 2  # every input, under both overflow switches
+        assert records(by_torch) == records(verify_exhaustive(fmt, against="ml_dtypes", **kw))
