@@ -76,7 +76,7 @@ def covers(accumulator: Accumulator, **_: Any) -> bool:
 def _rows_chunk(rows: int, per_row: int) -> int:
     """Rows per work item: about _CHUNK_ELEMENTS outputs, and at least 4 items per worker."""
     by_size = max(1, _CHUNK_ELEMENTS // max(per_row, 1))
-    by_workers = max(1, rows // (4 * _parallel.WORKERS))
+    by_workers = max(1, rows // (4 * _parallel.current_workers()))
     return max(1, min(by_size, by_workers))
 
 
