@@ -188,9 +188,8 @@ def cumsum(
     one_pass = acc.order in ("sequential", "compensated")
     v = _axis_last(as_float_array(x, "x"), axis)
     if v.size == 0:
-        fmt0 = acc.format
-        assert isinstance(fmt0, FloatFormat)
-        empty = np.empty(v.shape, dtype=np.float32 if _fits_float32(fmt0) else np.float64)
+        assert isinstance(acc.format, FloatFormat)
+        empty = np.empty(v.shape, dtype=np.float32 if _fits_float32(acc.format) else np.float64)
         return empty if axis is None else np.moveaxis(empty, -1, axis)
     if not one_pass or acc.promote_every is not None or acc.product_format is not None:
         parts = [
@@ -199,8 +198,7 @@ def cumsum(
         ]
         res = np.stack(parts, axis=-1)
         return res if axis is None else np.moveaxis(res, -1, axis)
-    a = as_float_array(x, "x")
-    v = np.ascontiguousarray(_axis_last(a, axis)).astype(np.float64)
+    v = np.ascontiguousarray(v).astype(np.float64)
     _input_format([v], acc, input_format)  # values on a <= 26-bit grid (as sum and dot)
     rows = v.reshape(-1, v.shape[-1]) if v.ndim else v.reshape(1, 1)
     n_rows, K = rows.shape
