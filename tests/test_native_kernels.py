@@ -12,6 +12,7 @@ import importlib
 import os
 import subprocess
 import sys
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -262,6 +263,54 @@ def test_quantize_hypothesis(x, scale, mode, per_channel):
         native_kernels.ext = saved
     assert np.array_equal(q, ref)
     assert same_bits(pl.dequantize(q, s, axis=axis), dref)
+
+
+def _near_critical_rows(scales: np.ndarray, width: int, dtype: type) -> np.ndarray:
+    """Rows of ``width`` values for the scales: random ones (the first tiles of a row, so the fast
+    nearest-even pass decides them) and, further on, exact quotients k/2 (ties, integers), their
+    neighbours one step up and down in ``dtype``, zeros, infinities and huge quotients (tiles
+    the kernel hands to the exact path)."""
+    rows = []
+    for s in scales.astype(np.float64):
+        k = RNG.integers(-300, 300, width // 4) / 2
+        near = (k * s).astype(dtype)
+        special = np.array([0.0, -0.0, np.inf, -np.inf, 2.0**45 * s, -(2.0**45) * s], dtype)
+        rest = np.concatenate(
+            [near, np.nextafter(near, dtype(np.inf)), np.nextafter(near, dtype(-np.inf)), special]
+        )
+        rand = (RNG.standard_normal(width - rest.size) * 100 * s).astype(dtype)
+        rows.append(np.concatenate([rand, rest]))
+    return np.stack(rows)
+
+
+@needs_native
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", ["rows", "columns", "tensor"])
+@pytest.mark.parametrize(
+    ("fmt", "zp"), [("int8", 0), ("uint8", 100), (pl.formats.IntFormat(16, True, "int16"), -7)]
+)
+def test_quantize_nearest_even_fast_pass_near_ties(monkeypatch, dtype, layout, fmt, zp):
+    """quant.inc's one-pass nearest_even tiles (q = x * (1/s), kept only away from multiples of
+    1/2) give the exact path's codes, and the Fraction referee's where quotients are ties."""
+    scales = np.array([3 * 2.0**-7, 0.75, 2.0**-6, np.float32(0.0173), 0.1, 1e-300])
+    x = _near_critical_rows(scales, 1000, dtype)
+    if layout == "columns":  # channels along the last axis: one scale per element of a row
+        scales = scales[:-1]  # (a tile with a scale below 2**-400 takes the exact path)
+        x, axis = np.ascontiguousarray(x[:-1].T), 1
+    else:
+        axis = 0 if layout == "rows" else None
+    s = scales if axis is not None else np.float64(scales[0])
+    with np.errstate(over="ignore", invalid="ignore"):
+        q = pl.quantize(x, fmt, s, zp, axis=axis)
+        ref = numpy_only(monkeypatch, pl.quantize, x, fmt, s, zp, axis=axis)
+    assert np.array_equal(q, ref)
+    lo, hi = quantization.qrange(fmt)
+    sb = np.broadcast_to(
+        s if axis is None else s.reshape((-1, 1) if axis == 0 else (1, -1)), x.shape
+    )
+    for i in RNG.choice(np.flatnonzero(np.isfinite(x) & (sb > 1e-200)), 400, replace=False):
+        v = Fraction(float(x.flat[i])) / Fraction(float(sb.flat[i]))
+        assert int(q.flat[i]) == min(max(round(v) + zp, lo), hi)  # round(): half to even
 
 
 def test_numpy_path_where_native_does_not_apply(monkeypatch):
