@@ -315,20 +315,36 @@ class FloatFormat:
         return np.where(finite, out, a)
 
     def next_up(self, x: float | np.ndarray) -> np.ndarray:
-        """Smallest value of the format strictly greater than x (x rounded up first if off-grid).
+        """Smallest value of the format strictly greater than ``x`` (float64, x's shape).
 
-        >>> float(get_format("e4m3").next_up(1.0))
-        1.125
+        Off-grid ``x`` gives the value just above it. Where no finite value is greater, the
+        result is ``+inf`` for a format with infinities (so ``next_up(max)`` and
+        ``next_up(inf)`` are inf, as IEEE 754's nextUp) and NaN otherwise; a zero reached from
+        below is ``-0.0`` where the format has a negative zero; NaN gives NaN. Computed from the
+        format's bit layout (magnitude codes in order), without the rounding core.
+
+        >>> e4m3 = get_format("e4m3")
+        >>> e4m3.next_up([1.0, 1.01, 0.0, -2.0**-9, -np.inf, 448.0]).tolist()
+        [1.125, 1.125, 0.001953125, -0.0, -448.0, nan]
+        >>> get_format("e5m2").next_up([57344.0, np.inf])
+        array([inf, inf])
         """
-        return _step(self, x, +1)
+        return _next(self, x, up=True)
 
     def next_down(self, x: float | np.ndarray) -> np.ndarray:
-        """Largest value of the format strictly less than x.
+        """Largest value of the format strictly less than ``x`` (float64, x's shape).
 
-        >>> float(get_format("e4m3").next_down(1.0))
-        0.9375
+        The mirror image of :meth:`next_up`: ``-inf`` (with infinities) or NaN where no finite
+        value is less (``next_down(-max)``, any ``x <= min`` of an unsigned or zero-less
+        format), ``+0.0`` for a zero reached from above, NaN for NaN.
+
+        >>> e4m3 = get_format("e4m3")
+        >>> e4m3.next_down([1.0, 0.0, 2.0**-9, np.inf, -448.0]).tolist()
+        [0.9375, -0.001953125, 0.0, 448.0, nan]
+        >>> get_format("e8m0").next_down([1.0, 2.0**-127])
+        array([0.5, nan])
         """
-        return _step(self, x, -1)
+        return _next(self, x, up=False)
 
     def __str__(self) -> str:
         return self.name or f"e{self.exponent_bits}m{self.mantissa_bits}"
@@ -405,33 +421,84 @@ class IntFormat:
 Format = FloatFormat | IntFormat
 
 
-def _values(fmt: FloatFormat) -> np.ndarray:
-    """Every finite value, from the format's definition (no codec: formats sit below it)."""
+def _code_values(fmt: FloatFormat, code: np.ndarray) -> np.ndarray:
+    """float64 magnitudes of magnitude codes ``0 .. max_code_magnitude`` (int64 array), from
+    the format's layout: exponent field and trailing significand (no codec: formats sit below
+    it)."""
     assert fmt.bias is not None
     m = fmt.mantissa_bits
-    code = np.arange(fmt.max_code_magnitude + 1, dtype=np.int64)
     field, frac = code >> m, (code & ((1 << m) - 1)).astype(np.float64)
     sub = (field == 0) & fmt.has_zero  # zero and subnormals (zero only without subnormals)
-    mag = np.where(
+    return np.where(
         sub,
         np.ldexp(frac if fmt.has_subnormals else 0.0 * frac, fmt.emin - m),
         np.ldexp(frac + 2.0**m, (field - fmt.bias - m).astype(np.int64)),
     )
+
+
+def _values(fmt: FloatFormat) -> np.ndarray:
+    """Every finite value, from the format's definition."""
+    mag = _code_values(fmt, np.arange(fmt.max_code_magnitude + 1, dtype=np.int64))
     v = np.concatenate([-mag, mag]) if fmt.signed else mag
     return np.unique(v) + 0.0  # + 0.0: the zero is +0, not -0
 
 
-def _step(fmt: FloatFormat, x: float | np.ndarray, direction: int) -> np.ndarray:
-    from .rounding import round_to
+def _floor_code(fmt: FloatFormat, a: np.ndarray) -> np.ndarray:
+    """The largest magnitude code whose value is ``<= a`` (``a >= 0`` float64, inf allowed),
+    as int64; -1 where ``a`` is below every value (zero-less formats)."""
+    assert fmt.bias is not None
+    m, top = fmt.mantissa_bits, fmt.max_code_magnitude
+    with np.errstate(invalid="ignore", over="ignore"):  # lanes np.where drops
+        fin = np.where(np.isfinite(a), a, 0.0)
+        e = np.frexp(fin)[1].astype(np.int64) - 1  # 2**e <= fin < 2**(e + 1)
+        normal = fin >= fmt.smallest_normal
+        # normal: field e + bias, trailing significand floor((fin / 2**e - 1) * 2**m); capped at
+        # the exponent field of max (larger magnitudes clip to top below)
+        ec = np.minimum(e, (top >> m) - fmt.bias)
+        frac = np.floor(np.ldexp(fin, m - ec)) - 2.0**m
+        frac = np.minimum(frac, 2.0**m - 1)
+        code = np.where(normal, ((ec + fmt.bias) << m) + frac.astype(np.int64), 0)
+        if fmt.has_subnormals:  # below the smallest normal: the subnormal codes
+            sub = np.floor(np.ldexp(fin, m - fmt.emin)).astype(np.int64)
+            code = np.where(normal, code, sub)
+        elif fmt.has_zero:  # field 0 is zero for every trailing significand: the last such
+            code = np.where(normal, code, (1 << m) - 1)  # code, whose next is the smallest normal
+        else:
+            code = np.where(normal, code, -1)
+    return np.where(np.isinf(a), top, np.minimum(code, top))
 
+
+def _next(fmt: FloatFormat, x: float | np.ndarray, *, up: bool) -> np.ndarray:
+    """:meth:`FloatFormat.next_up` (``up``) or ``next_down``: the next value in magnitude
+    code order, on the side of ``x`` that moves away from zero or towards it."""
     a = np.asarray(x, dtype=np.float64)
-    mode = "up" if direction > 0 else "down"
-    r = round_to(a, fmt, rounding=mode, overflow="ieee")
-    on_grid = r == a
-    # from a grid value, go one step: nudge by a tiny amount and round in the same direction
-    tiny = np.nextafter(a, np.inf * direction)
-    r2 = round_to(tiny, fmt, rounding=mode, overflow="ieee")
-    return np.where(on_grid, r2, r)
+    top = fmt.max_code_magnitude
+    beyond = np.inf if fmt.has_inf else np.nan  # nothing further out
+    mag = np.abs(a)
+    floor = _floor_code(fmt, mag)
+    on_grid = (floor >= 0) & (_code_values(fmt, np.maximum(floor, 0)) == mag)
+    # outward (away from zero, or up from a zero): the code above floor; inward: the largest
+    # value below |x|, i.e. floor, or floor - 1 where |x| is itself a value
+    outward = ~np.signbit(a) if up else np.signbit(a)
+    outward |= mag == 0
+    above = floor + 1
+    below = floor - on_grid
+    pick = np.where(outward, above, below)
+    val = _code_values(fmt, np.clip(pick, 0, top))
+    val = np.where(outward & (above > top), beyond, val)
+    val = np.where(~outward & (below < 0), np.nan, val)  # nothing inward (zero-less: below min)
+    val = np.where(outward == up, val, -val)  # x's side: next_up outward or next_down inward: +
+    if not fmt.signed:  # no negative values: from below 0 up to the least value; nothing below
+        least = float(_code_values(fmt, np.zeros((), dtype=np.int64)))
+        neg = np.signbit(a) & (mag != 0)
+        val = np.where(neg, least if up else np.nan, val)
+        val = np.where((mag == 0) & (not up), np.nan, val)
+    zero = val == 0
+    if fmt.has_negative_zero:  # a zero approached from below keeps the sign of the side
+        val = np.where(zero & up & np.signbit(a) & (mag != 0), -0.0, np.where(zero, 0.0, val))
+    else:
+        val = np.where(zero, 0.0, val)
+    return np.where(np.isnan(a), np.nan, val)
 
 
 def _f(e: int, m: int, name: str, **kw: object) -> FloatFormat:
