@@ -17,6 +17,9 @@ competes for the CPUs, and a target missed in that run is reported as "unreliabl
 instead of "MISSED" (rerun on a quiet machine); a target met under load is still "ok".
 
 Usage: python benchmarks/bench_cast.py [--n 16000000] [--repeat 5]
+
+torch's rows need torch, which is not a project dependency: use a separate venv with the project
+and a CPU build of torch (``.venv-bench``, git-ignored; see benchmarks/bench_quantize.py).
 """
 
 from __future__ import annotations

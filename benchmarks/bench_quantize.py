@@ -5,7 +5,12 @@ Prints million elements per second (medians of ``--repeat`` runs, one process, a
 native/numpy ratio, torch's ``quantize_per_tensor`` / ``quantize_per_channel`` where torch is
 installed (same thread count), and the peak extra memory of each call as a multiple of the
 output's size (tracemalloc: numpy allocations). Target of issue 11: quantize int8 per channel
->= 1x torch.quantize_per_channel, peak extra memory <= 1.5x the output.
+>= 1x torch.quantize_per_channel, peak extra memory <= 1.5x the output. torch is not a dependency
+of the project: run this from a separate venv that has the project and a CPU build of torch
+(``python -m venv .venv-bench && .venv-bench/bin/pip install -e . torch``; git-ignored).
+Same computation: torch rounds ``float32(x) * float32(1 / float32(scale))`` half to even, ours
+the exact quotient (they differ where that float32 product falls on the other side of a .5,
+about 1 element in 10**6; ``division="torch"`` reproduces torch bit for bit).
 
     python benchmarks/bench_quantize.py [--repeat 5] [--quick]
 """
