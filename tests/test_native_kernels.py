@@ -290,10 +290,11 @@ def _near_critical_rows(scales: np.ndarray, width: int, dtype: type) -> np.ndarr
     ("fmt", "zp"), [("int8", 0), ("uint8", 100), (pl.formats.IntFormat(16, True, "int16"), -7)]
 )
 def test_quantize_nearest_even_fast_pass_near_ties(monkeypatch, dtype, layout, fmt, zp):
-    """quant.inc's one-pass nearest_even tiles (q = x * (1/s), kept only away from multiples of
-    1/2) give the exact path's codes, and the Fraction referee's where quotients are ties."""
+    """quant.inc's one-pass nearest_even tiles (q = x * (1/s) in float32 lanes, then float64
+    lanes, kept only away from multiples of 1/2) give the exact path's codes, and the Fraction
+    referee's where quotients are ties."""
     scales = np.array([3 * 2.0**-7, 0.75, 2.0**-6, np.float32(0.0173), 0.1, 1e-300])
-    x = _near_critical_rows(scales, 1000, dtype)
+    x = _near_critical_rows(scales, 1800, dtype)  # 4 tiles of random values first per row
     if layout == "columns":  # channels along the last axis: one scale per element of a row
         scales = scales[:-1]  # (a tile with a scale below 2**-400 takes the exact path)
         x, axis = np.ascontiguousarray(x[:-1].T), 1
