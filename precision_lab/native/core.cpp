@@ -11,7 +11,8 @@
 //   vectorises these loops. Flagged elements are then redone by the header's exact routine.
 //   Rounding modes this file does not know (added to the header later) take the per-element
 //   routine for every element.
-// - Stochastic rounding uses the header's Philox4x64-10 words (pl_random_group), keyed by
+// - Stochastic rounding uses the header's Philox4x64-10 words (pl_random_group's, from its round
+//   pl_philox4x64_round with the round keys computed once per call: fill_words), keyed by
 //   (seed, flat index) like precision_lab/_random.py, so chunking and threads do not matter.
 // - float16 input is widened exactly to the working type; codes are written as uint8/16/32/64;
 //   decode of formats of at most 16 bits is a lookup in a table the caller passes in.
@@ -27,6 +28,7 @@
 //   range (the caller then lets the numpy backend raise the error);
 //   elementwise: add/sub/mul/fma of float32/float16/bfloat16 operands correctly rounded to a
 //   format whose values fit in float32 (precision_lab.ops; float32 results).
+//   random_words: the random words stochastic rounding gives to a range of flat indices (tests).
 // fmt is the tuple (exponent_bits, mantissa_bits, bias, nan_style, flags) of
 // precision_lab.gpu.format_args; mode is the index in precision_lab.rounding.ROUNDING_MODES.
 #define PY_SSIZE_T_CLEAN
@@ -915,6 +917,35 @@ PyObject* elementwise(PyObject*, PyObject* args) {
   return PyLong_FromLong(err);
 }
 
+// random_words(out, seed_lo, seed_hi, random_bits, start): out[i] = the random word of flat index
+// start + i (out: a uint64 buffer), as fill_words gives it to the rounding loops
+PyObject* random_words(PyObject*, PyObject* args) {
+  PyObject* out_obj;
+  unsigned long long seed_lo, seed_hi, start;
+  int random_bits;
+  if (!PyArg_ParseTuple(args, "OKKiK", &out_obj, &seed_lo, &seed_hi, &random_bits, &start))
+    return NULL;
+  if (random_bits < 1 || random_bits > 64) {
+    PyErr_Format(PyExc_ValueError, "random_bits must be in 1..64, got %d", random_bits);
+    return NULL;
+  }
+  buffer out;
+  if (!out.get(out_obj, true, "out")) return NULL;
+  const size_t n = (size_t)out.view.len / 8;
+  if (start > ~0ULL - n) {
+    PyErr_SetString(PyExc_ValueError, "start + len(out) must be below 2**64");
+    return NULL;
+  }
+  const pl_sr_key key = make_key(seed_lo, seed_hi, random_bits);
+  pl_u64* w = (pl_u64*)out.view.buf;
+  Py_BEGIN_ALLOW_THREADS;
+  for (size_t i0 = 0; i0 < n; i0 += BLOCK)
+    fill_words(key, (size_t)start + i0, (int)(n - i0 < (size_t)BLOCK ? n - i0 : (size_t)BLOCK),
+               w + i0);
+  Py_END_ALLOW_THREADS;
+  Py_RETURN_NONE;
+}
+
 PyMethodDef methods[] = {
     {"round_float", round_float, METH_VARARGS,
      "round_float(src, src_itemsize, out, out_itemsize, fmt, mode, saturate, flush, seed_lo, "
@@ -941,6 +972,9 @@ PyMethodDef methods[] = {
      "elementwise(x, x_kind, y, y_kind, z, z_kind, out, op, fmt, mode, saturate, flush, on_grid, "
      "seed_lo, seed_hi, random_bits, lo, hi): float32 results of add/sub/mul/fma (op 0..3) of "
      "float32/float16/bfloat16 operands (kind 4/2/3) -> 1 if a stochastic sum needs the numpy path"},
+    {"random_words", random_words, METH_VARARGS,
+     "random_words(out, seed_lo, seed_hi, random_bits, start): out[i] (uint64) = the random word of "
+     "flat index start + i that stochastic rounding uses"},
     {NULL, NULL, 0, NULL}};
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "precision_lab._native",
