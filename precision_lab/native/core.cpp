@@ -197,11 +197,12 @@ PL_AVX512 inline void mul128_x8(__m512i a, __m512i ml, __m512i mh, __m512i* hi, 
   const __m512i a1 = _mm512_shuffle_epi32(a, _MM_PERM_DDBB);  // high halves (low dwords read)
   const __m512i p00 = _mm512_mul_epu32(a, ml), p01 = _mm512_mul_epu32(a, mh);
   const __m512i p10 = _mm512_mul_epu32(a1, ml), p11 = _mm512_mul_epu32(a1, mh);
-  // t = p10 + p00 / 2**32 and u = p01 + t mod 2**32 cannot overflow 64 bits
+  // t = p10 + floor(p00 / 2**32) and u = p01 + (t mod 2**32) stay below 2**64
   const __m512i t = _mm512_add_epi64(p10, _mm512_maskz_shuffle_epi32(0x5555, p00, _MM_PERM_DDBB));
   const __m512i u = _mm512_add_epi64(p01, _mm512_and_si512(t, _mm512_set1_epi64(0xFFFFFFFFLL)));
-  *hi = _mm512_add_epi64(_mm512_add_epi64(p11, _mm512_maskz_shuffle_epi32(0x5555, t, _MM_PERM_DDBB)),
-                         _mm512_maskz_shuffle_epi32(0x5555, u, _MM_PERM_DDBB));
+  const __m512i t_hi = _mm512_maskz_shuffle_epi32(0x5555, t, _MM_PERM_DDBB);  // t / 2**32
+  const __m512i u_hi = _mm512_maskz_shuffle_epi32(0x5555, u, _MM_PERM_DDBB);
+  *hi = _mm512_add_epi64(_mm512_add_epi64(p11, t_hi), u_hi);
   *lo = _mm512_mask_shuffle_epi32(p00, 0xAAAA, u, _MM_PERM_CCAA);  // low dword p00's, high u's
 }
 
@@ -211,7 +212,8 @@ PL_AVX512 __attribute__((noinline)) size_t philox_groups_avx512(const philox_key
   const int V = 4;  // vectors in flight: their multiplications overlap
   const __m512i m0l = _mm512_set1_epi64(0xE14C6C93LL), m0h = _mm512_set1_epi64(0xD2E7470ELL);
   const __m512i m1l = _mm512_set1_epi64(0x95121157LL), m1h = _mm512_set1_epi64(0xCA5A8263LL);
-  const __m512i lane = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0), mask = _mm512_set1_epi64((long long)keep);
+  const __m512i lane = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i mask = _mm512_set1_epi64((long long)keep);
   // word order of a group after the transposition below
   const __m512i lo_pairs = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
   const __m512i hi_pairs = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
@@ -1087,8 +1089,8 @@ PyMethodDef methods[] = {
      "seed_lo, seed_hi, random_bits, lo, hi): float32 results of add/sub/mul/fma (op 0..3) of "
      "float32/float16/bfloat16 operands (kind 4/2/3) -> 1 if a stochastic sum needs the numpy path"},
     {"random_words", random_words, METH_VARARGS,
-     "random_words(out, seed_lo, seed_hi, random_bits, start): out[i] (uint64) = the random word of "
-     "flat index start + i that stochastic rounding uses"},
+     "random_words(out, seed_lo, seed_hi, random_bits, start): out[i] (uint64) = the random "
+     "word of flat index start + i that stochastic rounding uses"},
     {NULL, NULL, 0, NULL}};
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "precision_lab._native",
