@@ -7,8 +7,9 @@
 - wider float formats and integer formats on random inputs;
 - hypothesis: custom formats, inputs at ties, around the overflow threshold and in the subnormal
   range, float32 and float64;
-- stochastic rounding: the same bits as numpy whatever the seed, random_bits, chunk size and
-  thread count;
+- stochastic rounding: the same bits as numpy whatever the seed, random_bits, chunk size,
+  thread count and input dtype (float16/32/64); the extension's random words (any start, length,
+  seed below 2**128) equal numpy's Philox4x64-10 and the plain-Python reference;
 - decode of every code of every format of at most 16 bits (and random codes of wider ones), code
   dtypes of every width and sign, and the numpy backend's errors for bad codes;
 - layouts: non-contiguous, big-endian, 0-d, empty and read-only inputs, never modified;
@@ -18,9 +19,11 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
 import os
 import shutil
 import subprocess
+import sysconfig
 from pathlib import Path
 
 import numpy as np
@@ -49,7 +52,8 @@ from precision_lab import (
     native,
     round_to,
 )
-from precision_lab.gpu import CUDA_DIR
+from precision_lab._random import philox4x64, random_words
+from precision_lab.gpu import CUDA_DIR, format_args
 
 pytestmark = [
     pytest.mark.skipif(native.ext is None, reason=f"precision_lab._native: {native.WHY}"),
@@ -195,7 +199,7 @@ def test_stochastic_same_bits_as_numpy(mode: str, seed: int, random_bits: int | 
     kw = {"rounding": mode, "seed": seed, "random_bits": random_bits}
     for name in ("e4m3", "e5m2", "bf16", "e2m1", "e8m0", "fp16"):
         fmt = pl.get_format(name)
-        for x in (X32, X32.astype(np.float64)):
+        for x in (X32, X32.astype(np.float64), X16):
             check(round_to, x, fmt, **kw)
             check(encode, without_nan(x, fmt), fmt, **kw)
     check(round_to, X32, pl.get_format("int8"), **kw)
@@ -215,6 +219,79 @@ def test_stochastic_independent_of_chunks_and_threads(monkeypatch, chunk: int, w
     with pl.use_backend("native"):
         _same_bits(round_to(x, "e4m3", rounding="sr", seed=42, random_bits=9), want, "sr", x)
         _same_bits(encode(x, "e5m2", rounding="sr", seed=42), want_codes, "sr codes", x)
+
+
+def _native_words(seed: int, n: int, start: int, random_bits: int) -> list[int]:
+    out = np.empty(n, dtype=np.uint64)
+    native.ext.random_words(out, seed & (2**64 - 1), seed >> 64, random_bits, start)
+    return out.tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    seed=st.integers(0, 2**128 - 1),
+    start=st.one_of(st.integers(0, 40), st.integers(0, 2**62)),
+    n=st.one_of(st.integers(0, 70), st.integers(0, 400)),
+    random_bits=st.integers(1, 64),
+)
+def test_random_words_are_numpys_philox(seed: int, start: int, n: int, random_bits: int) -> None:
+    """The words the rounding loops use (fill_words: round keys computed once, whole groups 32 at a
+    time on AVX-512 and one at a time, the partial groups at both ends of a range) are numpy's
+    Philox4x64-10 words of (seed, flat index), masked to their top random_bits bits."""
+    keep = (2**64 - 1) ^ ((1 << (64 - random_bits)) - 1)
+    want = [w & keep for w in random_words(seed, n, start).tolist()]
+    assert _native_words(seed, n, start, random_bits) == want
+
+
+def test_random_words_against_the_plain_python_philox() -> None:
+    """Whole blocks at many counters and keys (counters past 2**32, keys with high bits set) equal
+    the plain-Python Philox4x64-10, and a range longer than one native block (1024 words) starting
+    inside a group equals numpy's words."""
+    rng = np.random.default_rng(11)
+    for _ in range(60):
+        seed = int(rng.integers(0, 2**63)) * int(rng.integers(1, 2**63)) * 7 + int(rng.integers(9))
+        seed %= 2**128
+        group = int(rng.integers(0, 2**61)) >> int(rng.integers(0, 61))
+        want = philox4x64((group, 0, 0, 0), (seed & (2**64 - 1), seed >> 64))
+        assert _native_words(seed, 4, 4 * group, 64) == want, (seed, group)
+    long = _native_words(2**64 + 3, 2 * native.ext.BLOCK + 5, 4097, 64)
+    assert long == random_words(2**64 + 3, 2 * native.ext.BLOCK + 5, 4097).tolist()
+    with pytest.raises(ValueError, match=r"random_bits must be in 1\.\.64, got 0"):
+        _native_words(1, 4, 0, 0)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++")
+def test_portable_build_gives_the_same_words(tmp_path) -> None:
+    """core.cpp built as on other CPUs and compilers (no AVX-512 path, no BMI2 copy, no __int128:
+    the header's four-product fallback) gives the same random words and stochastic results."""
+    so = tmp_path / ("_native" + sysconfig.get_config_var("EXT_SUFFIX"))
+    core = Path(pl.__file__).parent / "native" / "core.cpp"
+    flags = ["-DPL_NO_AVX512", "-DPL_NO_CLONES", "-DPL_NO_INT128", "-ffp-contract=off"]
+    include = f"-I{sysconfig.get_paths()['include']}"
+    cmd = ["g++", "-std=c++17", "-O0", "-shared", "-fPIC", *flags, include, str(core)]
+    subprocess.run([*cmd, "-o", str(so)], check=True, capture_output=True)
+    spec = importlib.util.spec_from_file_location("portable._native", so)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for seed, start, n in [
+        (2**64 + 3, 4097, 2 * mod.BLOCK + 5),
+        (5, 1, 999),
+        (2**128 - 1, 2**62, 300),
+    ]:
+        out = np.empty(n, dtype=np.uint64)
+        mod.random_words(out, seed & (2**64 - 1), seed >> 64, 64, start)
+        assert out.tolist() == random_words(seed, n, start).tolist(), (seed, start, n)
+    seed = 2**70 + 5
+    with pl.use_backend("numpy"):
+        want = round_to(X32, "e4m3", rounding="stochastic", seed=seed)
+    got = np.empty_like(X32)
+    mode = pl.rounding.ROUNDING_MODES.index("stochastic")
+    fmt = format_args(pl.get_format("e4m3"))
+    mod.round_float(
+        X32, 4, got, 4, fmt, mode, 0, 0, seed & (2**64 - 1), seed >> 64, 64, 3, X32.size
+    )
+    _same_bits(got[3:], want[3:], "portable build, stochastic", X32[3:])
 
 
 # ----- decode -----------------------------------------------------------------------------------

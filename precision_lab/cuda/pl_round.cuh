@@ -199,20 +199,48 @@ PL_HD pl_u64 pl_mulhi64(pl_u64 a, pl_u64 b) {
 #endif
 }
 
+// The 128-bit product a * b: returns the low 64 bits and stores the high 64 in *hi. With __int128
+// both halves come from one multiplication (GCC does not merge pl_mulhi64(a, b) with a * b: it
+// emits a MUL and an IMUL, twice the multiplier's work in Philox).
+PL_HD pl_u64 pl_mul128(pl_u64 a, pl_u64 b, pl_u64* hi) {
+#if !defined(__CUDA_ARCH__) && defined(__SIZEOF_INT128__) && !defined(PL_NO_INT128)
+  const unsigned __int128 p = (unsigned __int128)a * b;
+  *hi = (pl_u64)(p >> 64);
+  return (pl_u64)p;
+#else
+  *hi = pl_mulhi64(a, b);
+  return a * b;
+#endif
+}
+
+// One Philox4x64 round of counter c (in place) under the round key (k0, k1).
+PL_HD void pl_philox4x64_round(pl_u64 c[4], pl_u64 k0, pl_u64 k1) {
+  pl_u64 hi0, hi1;
+  const pl_u64 lo0 = pl_mul128(0xD2E7470EE14C6C93ULL, c[0], &hi0);
+  const pl_u64 lo1 = pl_mul128(0xCA5A826395121157ULL, c[2], &hi1);
+  const pl_u64 n0 = hi1 ^ c[1] ^ k0, n2 = hi0 ^ c[3] ^ k1;
+  c[0] = n0;
+  c[1] = lo1;
+  c[2] = n2;
+  c[3] = lo0;
+}
+
+// The Weyl increments of Philox4x64's key between rounds.
+#define PL_PHILOX_W0 0x9E3779B97F4A7C15ULL
+#define PL_PHILOX_W1 0xBB67AE8584CAA73BULL
+
 // Philox4x64-10 of counter c (in place) under key (k0, k1).
 PL_HD void pl_philox4x64_10(pl_u64 c[4], pl_u64 k0, pl_u64 k1) {
   for (int round = 0; round < 10; ++round) {
-    const pl_u64 m0 = 0xD2E7470EE14C6C93ULL, m1 = 0xCA5A826395121157ULL;
-    const pl_u64 hi0 = pl_mulhi64(m0, c[0]), lo0 = m0 * c[0];
-    const pl_u64 hi1 = pl_mulhi64(m1, c[2]), lo1 = m1 * c[2];
-    const pl_u64 n0 = hi1 ^ c[1] ^ k0, n2 = hi0 ^ c[3] ^ k1;
-    c[0] = n0;
-    c[1] = lo1;
-    c[2] = n2;
-    c[3] = lo0;
-    k0 += 0x9E3779B97F4A7C15ULL;
-    k1 += 0xBB67AE8584CAA73BULL;
+    pl_philox4x64_round(c, k0, k1);
+    k0 += PL_PHILOX_W0;
+    k1 += PL_PHILOX_W1;
   }
+}
+
+// The mask that keeps the top random_bits bits (1..64) of a random word.
+PL_HD pl_u64 pl_random_mask(int random_bits) {
+  return random_bits >= 64 ? ~0ULL : ~((1ULL << (64 - random_bits)) - 1);
 }
 
 // The random words of flat indices 4*group .. 4*group+3 for seed (seed_lo + 2**64 seed_hi), with
@@ -224,7 +252,7 @@ PL_HD void pl_random_group(pl_u64 group, pl_u64 seed_lo, pl_u64 seed_hi, int ran
   w[2] = 0;
   w[3] = 0;
   pl_philox4x64_10(w, seed_lo, seed_hi);
-  const pl_u64 keep = random_bits >= 64 ? ~0ULL : ~((1ULL << (64 - random_bits)) - 1);
+  const pl_u64 keep = pl_random_mask(random_bits);
   for (int j = 0; j < 4; ++j) w[j] &= keep;
 }
 
