@@ -128,20 +128,11 @@ def _launch(
     (:func:`_float32_sums`)."""
     del grid, block
     if name.startswith("pl_gemm_fma_"):
+        # the fp32 FMA model that _fma32_gemm handed back (an infinite result) or does not run
+        # (toward_zero, up): the tile kernel in float64 (same model)
         A, B, Cx, D, params = args
-        m, n, nb, has_c = int(params[0]), int(params[1]), int(params[3]), bool(params[24])
-        C = Cx if has_c else None
-        if name.startswith("pl_gemm_fma_rn"):
-            for_chunks(
-                nb * m,
-                lambda lo, hi: _ext.gemm_fma32(params, A, B, C, D, lo, hi),
-                _rows_chunk(nb * m, n),
-            )
-            return
-        # toward_zero / up: the tile kernel in float64 (same model)
-        A, B = A.astype(np.float64), B.astype(np.float64)
-        C = None if C is None else C.astype(np.float64)
-        _run_generic(params, A, B, C, None, None, D, flags)
+        C = Cx.astype(np.float64) if bool(params[24]) else None
+        _run_generic(params, A.astype(np.float64), B.astype(np.float64), C, None, None, D, flags)
         return
     A, B, Cx, SA, SB, D, params = args
     has_c, has_scales = bool(params[24]), bool(params[12])
