@@ -51,6 +51,8 @@ from .shapes import gemm_shapes
 __all__ = ["available", "covers", "fma32_applies", "gemm", "isa"]
 
 _FP32 = get_format("fp32")
+#: floats of A that one work item of the fp32 FMA kernel packs
+_PACKED_A = 1 << 20
 
 _MAX_BLOCK = 128  # cupy_backend.kernel_plan's limit on block_fma blocks (shared parameters)
 #: output elements per work item
@@ -323,11 +325,14 @@ def _fma32_gemm(
     panels = nb * -(-n // nr)
     Bp = np.empty(panels * k * nr, dtype=np.float32)
     if k:
-        for_chunks(panels, lambda lo, hi: _ext.fma32_pack(B, Bp, k, n, lo, hi), 1)
+        per = max(1, panels // (4 * _parallel.current_workers()))
+        for_chunks(panels, lambda lo, hi: _ext.fma32_pack(B, Bp, k, n, lo, hi), per)
     same_out = int(out_fmt == _FP32 and not is_stochastic(acc.out_rounding))
     bad: list[int] = []
     rows = nb * m
-    chunk = -(-max(1, rows // (4 * _parallel.current_workers())) // mr) * mr
+    # rows per work item: whole register tiles, 4 items per worker, packed A at most 4 MiB
+    chunk = min(rows // (4 * _parallel.current_workers()), _PACKED_A // max(k, 1))
+    chunk = max(1, -(-chunk // mr)) * mr
     for_chunks(
         rows,
         lambda lo, hi: bad.append(_ext.gemm_fma32(plan.params, A, Bp, C, D, same_out, lo, hi)),
