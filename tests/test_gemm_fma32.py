@@ -312,3 +312,24 @@ def test_other_instruction_set_builds_match(env, isa):
         text=True,
     )
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_run_together_runs_tasks_on_two_threads_and_inline_under_one_worker():
+    import threading
+
+    from precision_lab._parallel import run_together
+
+    barrier = threading.Barrier(2, timeout=10)  # both tasks must be running at the same time
+
+    def task(v):
+        barrier.wait()
+        return v, threading.get_ident()
+
+    with use_workers(2):
+        (x, t1), (y, t2) = run_together(lambda: task(1), lambda: task(2))
+    assert (x, y) == (1, 2) and t1 != t2
+    with use_workers(1):
+        got = run_together(lambda: threading.get_ident(), lambda: threading.get_ident())
+    assert got == [threading.get_ident()] * 2
+    with pytest.raises(ZeroDivisionError), use_workers(2):
+        run_together(lambda: 1, lambda: 1 // 0)

@@ -295,8 +295,10 @@ def _fma32_gemm(
 
     batch, m, k, n = gemm_shapes(a.shape, b.shape)
     seed = 0 if acc.seed is None else acc.seed
-    a32 = _grid32(a, fa, input_rounding, seed)
-    b32 = None if a32 is None else _grid32(b, fb, input_rounding, seed + 1)
+    a32, b32 = _parallel.run_together(
+        lambda: _grid32(a, fa, input_rounding, seed),
+        lambda: _grid32(b, fb, input_rounding, seed + 1),
+    )
     if a32 is None or b32 is None:
         return None
     out_shape = (*batch, m, n)
