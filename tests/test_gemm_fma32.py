@@ -333,3 +333,13 @@ def test_run_together_runs_tasks_on_two_threads_and_inline_under_one_worker():
     assert got == [threading.get_ident()] * 2
     with pytest.raises(ZeroDivisionError), use_workers(2):
         run_together(lambda: 1, lambda: 1 // 0)
+
+
+def test_input_dtypes_scalar_c_and_input_rounding_modes():
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((6, 21))
+    b = rng.standard_normal((21, 35))
+    check(a.astype(np.float16), b.astype(np.float16), -0.0, fmt="e4m3")
+    check(a, b.astype(np.float32), 0.375, fmt="bf16", input_rounding="toward_zero")
+    check(a, b, fmt="e5m2", input_rounding="stochastic", expect_fast=False)
+    assert fast(a, b, fmt="e5m2", rounding="stochastic") is None
