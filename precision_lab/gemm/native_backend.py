@@ -255,41 +255,21 @@ def fma32_applies(acc: Accumulator, fa: FloatFormat, fb: FloatFormat, out_fmt: F
     )
 
 
-#: what the fp32 FMA kernel does with its float32 inputs: (values, rounder or None, exact)
-_Input32 = tuple[np.ndarray, np.ndarray | None, int]
-
-
-def _input32(x: np.ndarray, fmt: FloatFormat, mode: str, seed: int) -> _Input32 | None:
-    """``x`` as the fp32 FMA kernel takes it, or None where the general path must decide
-    (stochastic rounding, an unknown mode, with ``"exact"`` a value off the grid: it raises).
-
-    Float32 arrays go to the kernel as they are, with the rounder of ``fmt`` in ``mode``
-    (round_to's switches: IEEE overflow, subnormals kept): it puts them on the grid, or with
-    ``"exact"`` checks that they are on it, while it packs them. Other dtypes are rounded by
-    :func:`~precision_lab.round_to` first (their values then fit float32 exactly).
-    """
-    from .cupy_backend import _rounder
-
+def _grid32(x: np.ndarray, fmt: FloatFormat, mode: str, seed: int) -> np.ndarray | None:
+    """``x`` put on ``fmt``'s grid as float32, or None where the general path must decide
+    (stochastic rounding, an unknown mode, a value off the grid with ``"exact"``: it raises)."""
     if mode == "exact":
-        if x.dtype == np.float32:
-            return x, _params(_rounder(fmt, "nearest_even", Accumulator())), 1
-        if not np.array_equal(round_to(x, fmt), x):  # (NaN too: the general path checks it)
+        r = round_to(x, fmt)
+        if not np.array_equal(r, x):  # (NaN too: the general path checks and handles it)
             return None
-        return x.astype(np.float32), None, 0
+        return x.astype(np.float32, copy=False)
     try:
         mode = check_rounding(mode)
     except ValueError:
         return None
     if is_stochastic(mode):
         return None
-    if x.dtype == np.float32:
-        return x, _params(_rounder(fmt, mode, Accumulator())), 0
-    return round_to(x, fmt, rounding=mode, seed=seed).astype(np.float32, copy=False), None, 0
-
-
-def _params(values: list[int]) -> np.ndarray:
-    """int64 parameters of a kernel (unsigned 64-bit values wrapped as cupy_backend does)."""
-    return np.array([v - (1 << 64) if v >= 1 << 63 else v for v in values], dtype=np.int64)
+    return round_to(x, fmt, rounding=mode, seed=seed).astype(np.float32, copy=False)
 
 
 def _fma32_gemm(
@@ -304,25 +284,23 @@ def _fma32_gemm(
 ) -> np.ndarray | None:
     """The GEMM on the fp32 FMA kernel (:func:`fma32_applies`), or None: use the general path.
 
-    Inputs are put on their formats' grids in their own dtype (float32: by the kernel while it
-    packs them, :func:`_input32`) and held as float32 (exact, as the formats fit in float32),
-    ``c`` likewise on ``out_fmt``'s grid: the values of the general path, without its float64
-    copies. An output is finite only if every input of its row of ``a``, column of ``b`` and
-    ``c`` is (inf and NaN propagate through every FMA after them) and no step overflowed, so a
-    non-finite count of zero proves the result is the model's.
+    Inputs are rounded to their formats in their own dtype and then held as float32 (exact, as
+    the formats fit in float32), ``c`` likewise on ``out_fmt``'s grid: the values of the general
+    path, without its float64 copies. An output is finite only if every input of its row of
+    ``a``, column of ``b`` and ``c`` is (inf and NaN propagate through every FMA after them) and
+    no step overflowed, so a non-finite count of zero proves the result is the model's.
     """
     from .cupy_backend import kernel_plan
     from .reference import _broadcast_c
 
     batch, m, k, n = gemm_shapes(a.shape, b.shape)
     seed = 0 if acc.seed is None else acc.seed
-    ina, inb = _parallel.run_together(
-        lambda: _input32(a, fa, input_rounding, seed),
-        lambda: _input32(b, fb, input_rounding, seed + 1),
+    a32, b32 = _parallel.run_together(
+        lambda: _grid32(a, fa, input_rounding, seed),
+        lambda: _grid32(b, fb, input_rounding, seed + 1),
     )
-    if ina is None or inb is None:
+    if a32 is None or b32 is None:
         return None
-    (a32, grid_a, exact_a), (b32, grid_b, exact_b) = ina, inb
     out_shape = (*batch, m, n)
     nb = math.prod(batch)
     A = np.ascontiguousarray(np.broadcast_to(a32, (*batch, m, k))).reshape(nb, m, k)
@@ -348,26 +326,18 @@ def _fma32_gemm(
     mr, nr = _ext.fma32_tile()
     panels = nb * -(-n // nr)
     Bp = np.empty(panels * k * nr, dtype=np.float32)
-    bad: list[int] = []
     if k:
         per = max(1, panels // (4 * _parallel.current_workers()))
-        for_chunks(
-            panels,
-            lambda lo, hi: bad.append(_ext.fma32_pack(B, Bp, k, n, lo, hi, grid_b, exact_b)),
-            per,
-        )
-        if any(bad):
-            return None
+        for_chunks(panels, lambda lo, hi: _ext.fma32_pack(B, Bp, k, n, lo, hi), per)
     same_out = int(out_fmt == _FP32 and not is_stochastic(acc.out_rounding))
+    bad: list[int] = []
     rows = nb * m
     # rows per work item: whole register tiles, 4 items per worker, packed A at most 4 MiB
     chunk = min(rows // (4 * _parallel.current_workers()), _PACKED_A // max(k, 1))
     chunk = max(1, -(-chunk // mr)) * mr
     for_chunks(
         rows,
-        lambda lo, hi: bad.append(
-            _ext.gemm_fma32(plan.params, A, Bp, C, D, same_out, lo, hi, grid_a, exact_a)
-        ),
+        lambda lo, hi: bad.append(_ext.gemm_fma32(plan.params, A, Bp, C, D, same_out, lo, hi)),
         chunk,
     )
     return None if any(bad) else D.reshape(out_shape)

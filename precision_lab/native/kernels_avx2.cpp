@@ -17,7 +17,6 @@
 namespace pl_avx2 {
 #include "../cuda/pl_gemm.cuh"
 #include "common.inc"
-#include "fast_round.inc"
 #include "kernels.inc"
 #include "fma32.inc"
 #include "quant.inc"

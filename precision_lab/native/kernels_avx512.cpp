@@ -16,7 +16,6 @@
 namespace pl_avx512 {
 #include "../cuda/pl_gemm.cuh"
 #include "common.inc"
-#include "fast_round.inc"
 #include "fma32.inc"
 }  // namespace pl_avx512
 #if defined(__clang__)

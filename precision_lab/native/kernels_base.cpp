@@ -11,7 +11,6 @@
 namespace pl_base {
 #include "../cuda/pl_gemm.cuh"
 #include "common.inc"
-#include "fast_round.inc"
 #include "kernels.inc"
 #include "fma32.inc"
 #include "quant.inc"

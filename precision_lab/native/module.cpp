@@ -106,30 +106,17 @@ PyObject* py_gemm(PyObject*, PyObject* args) {
   Py_END_ALLOW_THREADS Py_RETURN_NONE;
 }
 
-// The input grid argument of the fp32 FMA kernel: None or the 9 int64 of a rounder.
-bool get_grid(PyObject* o, buf* g) {
-  if (!get_buf(o, g, 'i', 8, false, "grid", true)) return false;
-  if (g->ptr && g->n < 9) {
-    PyErr_SetString(PyExc_ValueError, "grid: expected the 9 int64 entries of a rounder");
-    return false;
-  }
-  return true;
-}
-
-// gemm_fma32(params, A, Bp, C, D, same_out, r0, r1, grid, exact) -> count: fp32 sequential
-// nearest-even (fma32.inc) on float32 A (put on the grid of the rounder grid, or checked with
-// exact), packed B (fma32_pack) and C (or None); count: non-finite results + values off grid.
+// gemm_fma32(params, A, Bp, C, D, same_out, r0, r1) -> non-finite count: fp32 sequential
+// nearest-even (fma32.inc) on float32 A, packed B (fma32_pack) and C (or None).
 PyObject* py_gemm_fma32(PyObject*, PyObject* args) {
-  PyObject *op, *oa, *ob, *oc, *od, *og;
-  int same_out, exact;
+  PyObject *op, *oa, *ob, *oc, *od;
+  int same_out;
   long long r0, r1;
-  if (!PyArg_ParseTuple(args, "OOOOOiLLOi", &op, &oa, &ob, &oc, &od, &same_out, &r0, &r1, &og,
-                        &exact))
+  if (!PyArg_ParseTuple(args, "OOOOOiLL", &op, &oa, &ob, &oc, &od, &same_out, &r0, &r1))
     return nullptr;
-  buf p, a, b, c, d, g;
+  buf p, a, b, c, d;
   if (!get_buf(op, &p, 'i', 8, false, "params", false) || !get_buf(oa, &a, 'f', 4, false, "A", false) ||
-      !get_buf(ob, &b, 'f', 4, false, "Bp", false) || !get_buf(oc, &c, 'f', 4, false, "C", true) ||
-      !get_grid(og, &g))
+      !get_buf(ob, &b, 'f', 4, false, "Bp", false) || !get_buf(oc, &c, 'f', 4, false, "C", true))
     return nullptr;
   if (PyObject_GetBuffer(od, &d.v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) != 0)
     return nullptr;
@@ -149,23 +136,19 @@ PyObject* py_gemm_fma32(PyObject*, PyObject* args) {
   }
   const int f32 = d.v.itemsize == 4;
   long long bad;
-  Py_BEGIN_ALLOW_THREADS bad =
-      KT.fma32_rows(q, (const float*)a.ptr, (const float*)b.ptr, (const float*)c.ptr, d.v.buf, f32,
-                    same_out, r0, r1, (const long long*)g.ptr, exact);
+  Py_BEGIN_ALLOW_THREADS bad = KT.fma32_rows(q, (const float*)a.ptr, (const float*)b.ptr,
+                                             (const float*)c.ptr, d.v.buf, f32, same_out, r0, r1);
   Py_END_ALLOW_THREADS return PyLong_FromLongLong(bad);
 }
 
-// fma32_pack(B, Bp, K, N, q0, q1, grid, exact) -> values off grid: panels q0..q1-1 of B
-// (nb x K x N float32) into Bp, which holds nb * ceil(N / NR) panels of K x NR floats (NR:
-// fma32_tile()[1]), put on the grid (or checked) as in gemm_fma32.
+// fma32_pack(B, Bp, K, N, q0, q1): panels q0..q1-1 of B (nb x K x N float32) into Bp, which
+// holds nb * ceil(N / NR) panels of K x NR floats (NR: fma32_tile()[1]).
 PyObject* py_fma32_pack(PyObject*, PyObject* args) {
-  PyObject *ob, *op, *og;
+  PyObject *ob, *op;
   long long K, N, q0, q1;
-  int exact;
-  if (!PyArg_ParseTuple(args, "OOLLLLOi", &ob, &op, &K, &N, &q0, &q1, &og, &exact)) return nullptr;
-  buf b, bp, g;
-  if (!get_buf(ob, &b, 'f', 4, false, "B", false) || !get_buf(op, &bp, 'f', 4, true, "Bp", false) ||
-      !get_grid(og, &g))
+  if (!PyArg_ParseTuple(args, "OOLLLL", &ob, &op, &K, &N, &q0, &q1)) return nullptr;
+  buf b, bp;
+  if (!get_buf(ob, &b, 'f', 4, false, "B", false) || !get_buf(op, &bp, 'f', 4, true, "Bp", false))
     return nullptr;
   const long long nr = KT.fma32_tile(1), npan = (N + nr - 1) / nr;
   const long long nb = npan > 0 && K > 0 ? bp.n / (npan * K * nr) : 0;
@@ -173,10 +156,8 @@ PyObject* py_fma32_pack(PyObject*, PyObject* args) {
     PyErr_SetString(PyExc_ValueError, "fma32_pack: buffer sizes do not match K, N / panel range");
     return nullptr;
   }
-  long long off;
-  Py_BEGIN_ALLOW_THREADS off = KT.fma32_pack((const float*)b.ptr, (float*)bp.ptr, K, N, q0, q1,
-                                             (const long long*)g.ptr, exact);
-  Py_END_ALLOW_THREADS return PyLong_FromLongLong(off);
+  Py_BEGIN_ALLOW_THREADS KT.fma32_pack((const float*)b.ptr, (float*)bp.ptr, K, N, q0, q1);
+  Py_END_ALLOW_THREADS Py_RETURN_NONE;
 }
 
 // fma32_tile() -> (MR, NR): rows and columns of the fp32 FMA kernel's register tile.
@@ -337,9 +318,8 @@ PyObject* py_isa(PyObject*, PyObject*) { return PyUnicode_FromString(KT.isa); }
 PyMethodDef methods[] = {
     {"gemm", py_gemm, METH_VARARGS, "gemm(params, A, B, C, SA, SB, EA, EB, D, r0, r1, flags, B32)"},
     {"gemm_fma32", py_gemm_fma32, METH_VARARGS,
-     "gemm_fma32(params, A, Bp, C, D, same_out, r0, r1, grid, exact) -> count"},
-    {"fma32_pack", py_fma32_pack, METH_VARARGS,
-     "fma32_pack(B, Bp, K, N, q0, q1, grid, exact) -> values off grid"},
+     "gemm_fma32(params, A, Bp, C, D, same_out, r0, r1) -> non-finite count"},
+    {"fma32_pack", py_fma32_pack, METH_VARARGS, "fma32_pack(B, Bp, K, N, q0, q1)"},
     {"fma32_tile", py_fma32_tile, METH_NOARGS, "(MR, NR) of the fp32 FMA kernel"},
     {"align_exponents", py_align_exponents, METH_VARARGS, "align_exponents(x, emin, out)"},
     {"quantize", py_quantize, METH_VARARGS,

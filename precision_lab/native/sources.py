@@ -31,7 +31,6 @@ EXTENSIONS: dict[str, list[str]] = {
         "native/kernels_avx512.cpp",
         "native/kernels.h",
         "native/common.inc",
-        "native/fast_round.inc",
         "native/kernels.inc",
         "native/fma32.inc",
         "native/quant.inc",
