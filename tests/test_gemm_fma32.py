@@ -15,6 +15,7 @@ import importlib
 import os
 import subprocess
 import sys
+import zlib
 
 import numpy as np
 import pytest
@@ -343,3 +344,26 @@ def test_input_dtypes_scalar_c_and_input_rounding_modes():
     check(a, b.astype(np.float32), 0.375, fmt="bf16", input_rounding="toward_zero")
     check(a, b, fmt="e5m2", input_rounding="stochastic", expect_fast=False)
     assert fast(a, b, fmt="e5m2", rounding="stochastic") is None
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2", "e2m1", "bf16", "fp16", "e4m3fnuz"])
+@pytest.mark.parametrize(
+    "mode", ["nearest_even", "nearest_away", "toward_zero", "up", "down", "odd", "exact"]
+)
+def test_float32_inputs_are_put_on_the_grid_in_every_mode(fmt, mode):
+    """Float32 inputs put on the grid (or checked, 'exact') on the fast path: raw values across
+    the format's range (subnormal range, ties, beyond max) and signed zeros."""
+    rng = np.random.default_rng(zlib.crc32(f"{fmt} {mode}".encode()))
+    f = F(fmt)
+    top = min(int(np.log2(float(f.max))) + 2, 60)  # (products stay below float32's max)
+    e = rng.integers(f.emin - f.mantissa_bits - 2, top, (2, 9, 33))
+    v = rng.uniform(1, 2, e.shape) * 2.0 ** e.astype(np.float64) * rng.choice([-1, 1], e.shape)
+    v[:, :, 0] = -0.0
+    v = v.astype(np.float32)
+    if mode == "exact":  # values on the grid (its subnormals, -0) go through the check
+        v = np.asarray(pl.round_to(v, fmt), np.float32)
+        v[~np.isfinite(v)] = 1.0
+    a, b = v[0], v[1].T.copy()
+    check(a, b, fmt=fmt, input_rounding=mode, expect_fast=False)
+    if mode == "exact":
+        assert fast(a, b, fmt=fmt, rounding=mode) is not None
