@@ -31,8 +31,9 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextvars import ContextVar
+from typing import TypeVar
 
-__all__ = ["CHUNK", "WORKERS", "current_workers", "for_chunks", "use_workers"]
+__all__ = ["CHUNK", "WORKERS", "current_workers", "for_chunks", "run_together", "use_workers"]
 
 #: elements per chunk: the temporaries of one chunk stay in the core's L2 cache
 CHUNK = 1 << 15
@@ -45,6 +46,7 @@ _POLL = 0.1
 _POOL: ThreadPoolExecutor | None = None
 _LOCK = threading.Lock()
 _TLS = threading.local()
+_T = TypeVar("_T")
 #: the thread count chosen by use_workers for this thread / asyncio task (None: WORKERS)
 _OVERRIDE: ContextVar[int | None] = ContextVar("precision_lab_workers", default=None)
 
@@ -173,3 +175,36 @@ def for_chunks(n: int, work: Callable[[int, int], None], chunk: int | None = Non
         cancel.set()
         _drain(futures)
         raise
+
+
+def run_together(*tasks: Callable[[], _T]) -> list[_T]:
+    """Run independent tasks at the same time and return their results in order.
+
+    The first task runs in the caller, the others on the pool; all of them inline (one after
+    the other) under ``use_workers(1)`` or when called from inside a chunk or task. Calls made
+    inside a task run inline, like nested :func:`for_chunks` calls. An exception in a task is
+    raised after the others have finished.
+
+    >>> run_together(lambda: 1, lambda: 2)
+    [1, 2]
+    """
+    if len(tasks) < 2 or current_workers() <= 1 or getattr(_TLS, "in_pool", False):
+        return [t() for t in tasks]
+    tls = _TLS
+
+    def run(task: Callable[[], _T]) -> _T:
+        tls.in_pool = True
+        try:
+            return task()
+        finally:
+            tls.in_pool = False
+
+    pool = _pool(WORKERS)
+    futures = [pool.submit(run, t) for t in tasks[1:]]
+    try:
+        first = run(tasks[0])
+        _collect(futures)  # type: ignore[arg-type]
+    except BaseException:
+        _drain(futures)  # type: ignore[arg-type]
+        raise
+    return [first, *(f.result() for f in futures)]

@@ -8,8 +8,10 @@ arithmetic; they equal the numpy reference bit for bit. The Python side is the C
 the CPU: output rows are split over :func:`precision_lab.rounding.for_chunks` (the GIL is
 released inside the kernels). Three kernels:
 
-* fp32 sequential round-to-nearest-even with exact products (the CUDA ``pl_gemm_fma_rn``
-  kernel's model): ``s = fmaf(a, b, s)`` in increasing ``k``, 4 x 16 register tiles;
+* fp32 sequential round-to-nearest-even with exact products (:func:`fma32_applies`; the CUDA
+  ``pl_gemm_fma_rn`` kernel's model): ``s = fmaf(a, b, s)`` in increasing ``k`` on float32
+  inputs, register tiles of 12 x 32 (AVX-512) or 6 x 16 (AVX2) outputs over packed panels; an
+  output that is not finite sends the whole call to the general kernels;
 * tile kernels for ``sequential`` (any format and deterministic mode, promotion, scales) and
   ``block_fma`` (every tensor-core preset): a tile of outputs of one row, ``k`` outermost so the
   compiler vectorises across columns, rounding by bit operations in the format's normal range,
@@ -34,17 +36,23 @@ True
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import numpy as np
 
 from .. import _parallel
-from ..formats import FloatFormat
+from ..formats import FloatFormat, get_format
 from ..native_kernels import available, ext, isa
-from ..rounding import _fits_float32, for_chunks
+from ..rounding import _fits_float32, check_rounding, for_chunks, is_stochastic, round_to
 from .accumulator import Accumulator
+from .shapes import gemm_shapes
 
-__all__ = ["available", "covers", "gemm", "isa"]
+__all__ = ["available", "covers", "fma32_applies", "gemm", "isa"]
+
+_FP32 = get_format("fp32")
+#: floats of A that one work item of the fp32 FMA kernel packs
+_PACKED_A = 1 << 20
 
 _MAX_BLOCK = 128  # cupy_backend.kernel_plan's limit on block_fma blocks (shared parameters)
 #: output elements per work item
@@ -122,20 +130,11 @@ def _launch(
     (:func:`_float32_sums`)."""
     del grid, block
     if name.startswith("pl_gemm_fma_"):
+        # the fp32 FMA model that _fma32_gemm handed back (an infinite result) or does not run
+        # (toward_zero, up): the tile kernel in float64 (same model)
         A, B, Cx, D, params = args
-        m, n, nb, has_c = int(params[0]), int(params[1]), int(params[3]), bool(params[24])
-        C = Cx if has_c else None
-        if name.startswith("pl_gemm_fma_rn"):
-            for_chunks(
-                nb * m,
-                lambda lo, hi: _ext.gemm_fma32(params, A, B, C, D, lo, hi),
-                _rows_chunk(nb * m, n),
-            )
-            return
-        # toward_zero / up: the tile kernel in float64 (same model)
-        A, B = A.astype(np.float64), B.astype(np.float64)
-        C = None if C is None else C.astype(np.float64)
-        _run_generic(params, A, B, C, None, None, D, flags)
+        C = Cx.astype(np.float64) if bool(params[24]) else None
+        _run_generic(params, A.astype(np.float64), B.astype(np.float64), C, None, None, D, flags)
         return
     A, B, Cx, SA, SB, D, params = args
     has_c, has_scales = bool(params[24]), bool(params[12])
@@ -203,6 +202,10 @@ def gemm(
     from .reference import sum_bound, sum_is_exact
 
     fa, fb = input_format if isinstance(input_format, tuple) else (input_format, input_format)
+    if scale_a is None and scale_b is None and fma32_applies(accumulator, fa, fb, out_format):
+        out = _fma32_gemm(a, b, c, fa, fb, accumulator, out_format, input_rounding)
+        if out is not None:
+            return out
     flags = (
         int(sum_is_exact(accumulator, fa, fb))
         | int(sum_bound(accumulator, fa, fb) < 2.0**1022) << 1
@@ -222,3 +225,119 @@ def gemm(
         scale_b=scale_b,
         scale_block=scale_block,
     )
+
+
+def fma32_applies(acc: Accumulator, fa: FloatFormat, fb: FloatFormat, out_fmt: FloatFormat) -> bool:
+    """Whether the fp32 FMA kernel computes ``acc``'s model (without scales).
+
+    The model must be the sequential fp32 sum in nearest_even with exact products, subnormals
+    kept, no promotion, and inputs and output that float32 holds. An FMA then rounds each step
+    ``round(s + a*b)`` exactly as the model does, with IEEE overflow; with ``overflow="saturate"``
+    the results agree as long as no step overflows, and a step that overflows leaves an
+    infinite (or NaN) accumulator, which sends the call to the general kernels.
+
+    >>> e4m3, fp32 = get_format("e4m3"), get_format("fp32")
+    >>> fma32_applies(Accumulator("fp32"), e4m3, e4m3, fp32)
+    True
+    >>> fma32_applies(Accumulator("fp32", subnormals="flush"), e4m3, e4m3, fp32)
+    False
+    """
+    return (
+        acc.order == "sequential"
+        and acc.format == _FP32
+        and acc.rounding == "nearest_even"
+        and acc.subnormals == "keep"
+        and acc.product_format is None
+        and acc.promote_every is None
+        and _fits_float32(fa)
+        and _fits_float32(fb)
+        and _fits_float32(out_fmt)
+    )
+
+
+def _grid32(x: np.ndarray, fmt: FloatFormat, mode: str, seed: int) -> np.ndarray | None:
+    """``x`` put on ``fmt``'s grid as float32, or None where the general path must decide
+    (stochastic rounding, an unknown mode, a value off the grid with ``"exact"``: it raises)."""
+    if mode == "exact":
+        r = round_to(x, fmt)
+        if not np.array_equal(r, x):  # (NaN too: the general path checks and handles it)
+            return None
+        return x.astype(np.float32, copy=False)
+    try:
+        mode = check_rounding(mode)
+    except ValueError:
+        return None
+    if is_stochastic(mode):
+        return None
+    return round_to(x, fmt, rounding=mode, seed=seed).astype(np.float32, copy=False)
+
+
+def _fma32_gemm(
+    a: np.ndarray,
+    b: np.ndarray,
+    c: np.ndarray | None,
+    fa: FloatFormat,
+    fb: FloatFormat,
+    acc: Accumulator,
+    out_fmt: FloatFormat,
+    input_rounding: str,
+) -> np.ndarray | None:
+    """The GEMM on the fp32 FMA kernel (:func:`fma32_applies`), or None: use the general path.
+
+    Inputs are rounded to their formats in their own dtype and then held as float32 (exact, as
+    the formats fit in float32), ``c`` likewise on ``out_fmt``'s grid: the values of the general
+    path, without its float64 copies. An output is finite only if every input of its row of
+    ``a``, column of ``b`` and ``c`` is (inf and NaN propagate through every FMA after them) and
+    no step overflowed, so a non-finite count of zero proves the result is the model's.
+    """
+    from .cupy_backend import kernel_plan
+    from .reference import _broadcast_c
+
+    batch, m, k, n = gemm_shapes(a.shape, b.shape)
+    seed = 0 if acc.seed is None else acc.seed
+    a32, b32 = _parallel.run_together(
+        lambda: _grid32(a, fa, input_rounding, seed),
+        lambda: _grid32(b, fb, input_rounding, seed + 1),
+    )
+    if a32 is None or b32 is None:
+        return None
+    out_shape = (*batch, m, n)
+    nb = math.prod(batch)
+    A = np.ascontiguousarray(np.broadcast_to(a32, (*batch, m, k))).reshape(nb, m, k)
+    B = np.ascontiguousarray(np.broadcast_to(b32, (*batch, k, n))).reshape(nb, k, n)
+    C = None
+    if c is not None:
+        C = round_to(_broadcast_c(c, out_shape), out_fmt).astype(np.float32)
+        C = np.ascontiguousarray(C).reshape(nb, m, n)
+    plan = kernel_plan(
+        a.shape,
+        b.shape,
+        fa=fa,
+        fb=fb,
+        acc=acc,
+        out_fmt=out_fmt,
+        has_c=C is not None,
+        has_special=False,
+        scales=None,
+    )
+    D = np.empty((nb, m, n), dtype=plan.out_dtype)
+    if nb * m * n == 0:
+        return D.reshape(out_shape)
+    mr, nr = _ext.fma32_tile()
+    panels = nb * -(-n // nr)
+    Bp = np.empty(panels * k * nr, dtype=np.float32)
+    if k:
+        per = max(1, panels // (4 * _parallel.current_workers()))
+        for_chunks(panels, lambda lo, hi: _ext.fma32_pack(B, Bp, k, n, lo, hi), per)
+    same_out = int(out_fmt == _FP32 and not is_stochastic(acc.out_rounding))
+    bad: list[int] = []
+    rows = nb * m
+    # rows per work item: whole register tiles, 4 items per worker, packed A at most 4 MiB
+    chunk = min(rows // (4 * _parallel.current_workers()), _PACKED_A // max(k, 1))
+    chunk = max(1, -(-chunk // mr)) * mr
+    for_chunks(
+        rows,
+        lambda lo, hi: bad.append(_ext.gemm_fma32(plan.params, A, Bp, C, D, same_out, lo, hi)),
+        chunk,
+    )
+    return None if any(bad) else D.reshape(out_shape)

@@ -1,15 +1,24 @@
 // kernels.h: the CPU kernels of precision_lab._native_kernels, built twice (kernels_base.cpp for
-// baseline x86-64 / any CPU, kernels_avx2.cpp for AVX2+FMA); module.cpp picks one at import.
+// baseline x86-64 / any CPU, kernels_avx2.cpp for AVX2+FMA), and the fp32 FMA GEMM a third time
+// for AVX-512 (kernels_avx512.cpp); module.cpp picks them at import.
 #ifndef PL_NATIVE_KERNELS_H
 #define PL_NATIVE_KERNELS_H
+
+// the fp32 FMA GEMM (fma32.inc), also built for AVX-512 on its own
+#define PL_FMA32_DECLS                                                                           \
+  void k_fma32_pack(const float* B, float* Bp, long long K, long long N, long long q0,         \
+                    long long q1);                                                              \
+  long long k_fma32_rows(const long long* params, const float* A, const float* Bp,             \
+                         const float* C, void* D, int f32, int same_out, long long r0,          \
+                         long long r1);                                                         \
+  int k_fma32_tile(int which);
 
 #define PL_KERNEL_DECLS                                                                          \
   void k_gemm_rows(const long long* params, const double* A, const double* B, const double* C, \
                    const double* SA, const double* SB, const short* EA, const short* EB,       \
                    const float* B32, void* D, int f32, long long r0, long long r1, int flags); \
   void k_align_exps(const double* x, short* out, long long n, int emin);                       \
-  void k_fma32_rows(const long long* params, const float* A, const float* B, const float* C,   \
-                    void* D, int f32, long long r0, long long r1);                              \
+  PL_FMA32_DECLS                                                                                \
   long long k_quantize(const void* x, int x_f64, void* out, int out_code, long long C,         \
                        long long inner, const double* S, const double* Z, int mode,            \
                        int short_path, int torch, double qmin, double qmax, long long lo,      \
@@ -31,6 +40,9 @@ PL_KERNEL_DECLS
 #define PL_HAVE_AVX2 1
 namespace pl_avx2 {
 PL_KERNEL_DECLS
+}
+namespace pl_avx512 {
+PL_FMA32_DECLS
 }
 #endif
 

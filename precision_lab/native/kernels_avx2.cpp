@@ -16,7 +16,9 @@
 #endif
 namespace pl_avx2 {
 #include "../cuda/pl_gemm.cuh"
+#include "common.inc"
 #include "kernels.inc"
+#include "fma32.inc"
 #include "quant.inc"
 #include "blocks.inc"
 }  // namespace pl_avx2

@@ -4,9 +4,15 @@
 
 #include "kernels.h"
 
+#if defined(__SSE2__) || defined(_M_X64)
+#include <xmmintrin.h>  // the SSE control register (fma32.inc)
+#endif
+
 namespace pl_base {
 #include "../cuda/pl_gemm.cuh"
+#include "common.inc"
 #include "kernels.inc"
+#include "fma32.inc"
 #include "quant.inc"
 #include "blocks.inc"
 }  // namespace pl_base

@@ -14,16 +14,19 @@ namespace {
 struct kernels {
   decltype(&pl_base::k_gemm_rows) gemm_rows;
   decltype(&pl_base::k_align_exps) align_exps;
+  decltype(&pl_base::k_fma32_pack) fma32_pack;
   decltype(&pl_base::k_fma32_rows) fma32_rows;
+  decltype(&pl_base::k_fma32_tile) fma32_tile;
   decltype(&pl_base::k_quantize) quantize;
   decltype(&pl_base::k_dequantize) dequantize;
   decltype(&pl_base::k_blocks) blocks;
   decltype(&pl_base::k_block_amax) block_amax;
   const char* isa;
 };
-kernels KT = {pl_base::k_gemm_rows, pl_base::k_align_exps, pl_base::k_fma32_rows,
-              pl_base::k_quantize,  pl_base::k_dequantize,  pl_base::k_blocks,
-              pl_base::k_block_amax, "baseline"};
+kernels KT = {pl_base::k_gemm_rows,  pl_base::k_align_exps, pl_base::k_fma32_pack,
+              pl_base::k_fma32_rows, pl_base::k_fma32_tile, pl_base::k_quantize,
+              pl_base::k_dequantize, pl_base::k_blocks,     pl_base::k_block_amax,
+              "baseline"};
 
 // A C-contiguous buffer of `kind` ('f' float, 'i' integer) and itemsize, or None when allowed.
 struct buf {
@@ -103,14 +106,17 @@ PyObject* py_gemm(PyObject*, PyObject* args) {
   Py_END_ALLOW_THREADS Py_RETURN_NONE;
 }
 
-// gemm_fma32(params, A, B, C, D, r0, r1): fp32 sequential nearest-even (float32 buffers).
+// gemm_fma32(params, A, Bp, C, D, same_out, r0, r1) -> non-finite count: fp32 sequential
+// nearest-even (fma32.inc) on float32 A, packed B (fma32_pack) and C (or None).
 PyObject* py_gemm_fma32(PyObject*, PyObject* args) {
   PyObject *op, *oa, *ob, *oc, *od;
+  int same_out;
   long long r0, r1;
-  if (!PyArg_ParseTuple(args, "OOOOOLL", &op, &oa, &ob, &oc, &od, &r0, &r1)) return nullptr;
+  if (!PyArg_ParseTuple(args, "OOOOOiLL", &op, &oa, &ob, &oc, &od, &same_out, &r0, &r1))
+    return nullptr;
   buf p, a, b, c, d;
   if (!get_buf(op, &p, 'i', 8, false, "params", false) || !get_buf(oa, &a, 'f', 4, false, "A", false) ||
-      !get_buf(ob, &b, 'f', 4, false, "B", false) || !get_buf(oc, &c, 'f', 4, false, "C", true))
+      !get_buf(ob, &b, 'f', 4, false, "Bp", false) || !get_buf(oc, &c, 'f', 4, false, "C", true))
     return nullptr;
   if (PyObject_GetBuffer(od, &d.v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) != 0)
     return nullptr;
@@ -121,16 +127,42 @@ PyObject* py_gemm_fma32(PyObject*, PyObject* args) {
   }
   const long long* q = (const long long*)p.ptr;
   const long long M = q[0], N = q[1], K = q[2], NB = q[3];
-  const bool has_c = q[24] != 0;
-  if (r0 < 0 || r1 > NB * M || r0 > r1 || a.n < NB * M * K || b.n < NB * K * N ||
-      d.v.len / d.v.itemsize < NB * M * N || (has_c && (!c.ptr || c.n < NB * M * N))) {
+  const long long nr = KT.fma32_tile(1), npan = (N + nr - 1) / nr;
+  if (r0 < 0 || r1 > NB * M || r0 > r1 || a.n < NB * M * K || b.n < NB * npan * K * nr ||
+      d.v.len / d.v.itemsize < NB * M * N || (c.ptr && c.n < NB * M * N) ||
+      !(d.v.itemsize == 4 || d.v.itemsize == 8)) {
     PyErr_SetString(PyExc_ValueError, "gemm_fma32: buffer sizes do not match params / row range");
     return nullptr;
   }
   const int f32 = d.v.itemsize == 4;
-  Py_BEGIN_ALLOW_THREADS KT.fma32_rows(q, (const float*)a.ptr, (const float*)b.ptr,
-                                      (const float*)c.ptr, d.v.buf, f32, r0, r1);
+  long long bad;
+  Py_BEGIN_ALLOW_THREADS bad = KT.fma32_rows(q, (const float*)a.ptr, (const float*)b.ptr,
+                                             (const float*)c.ptr, d.v.buf, f32, same_out, r0, r1);
+  Py_END_ALLOW_THREADS return PyLong_FromLongLong(bad);
+}
+
+// fma32_pack(B, Bp, K, N, q0, q1): panels q0..q1-1 of B (nb x K x N float32) into Bp, which
+// holds nb * ceil(N / NR) panels of K x NR floats (NR: fma32_tile()[1]).
+PyObject* py_fma32_pack(PyObject*, PyObject* args) {
+  PyObject *ob, *op;
+  long long K, N, q0, q1;
+  if (!PyArg_ParseTuple(args, "OOLLLL", &ob, &op, &K, &N, &q0, &q1)) return nullptr;
+  buf b, bp;
+  if (!get_buf(ob, &b, 'f', 4, false, "B", false) || !get_buf(op, &bp, 'f', 4, true, "Bp", false))
+    return nullptr;
+  const long long nr = KT.fma32_tile(1), npan = (N + nr - 1) / nr;
+  const long long nb = npan > 0 && K > 0 ? bp.n / (npan * K * nr) : 0;
+  if (K < 0 || N < 0 || q0 < 0 || q0 > q1 || (q1 > q0 && (q1 > nb * npan || b.n < nb * K * N))) {
+    PyErr_SetString(PyExc_ValueError, "fma32_pack: buffer sizes do not match K, N / panel range");
+    return nullptr;
+  }
+  Py_BEGIN_ALLOW_THREADS KT.fma32_pack((const float*)b.ptr, (float*)bp.ptr, K, N, q0, q1);
   Py_END_ALLOW_THREADS Py_RETURN_NONE;
+}
+
+// fma32_tile() -> (MR, NR): rows and columns of the fp32 FMA kernel's register tile.
+PyObject* py_fma32_tile(PyObject*, PyObject*) {
+  return Py_BuildValue("ii", KT.fma32_tile(0), KT.fma32_tile(1));
 }
 
 // align_exponents(x, emin, out): max(floor(log2|x|), emin) as int16 (zero: -16384).
@@ -285,7 +317,10 @@ PyObject* py_isa(PyObject*, PyObject*) { return PyUnicode_FromString(KT.isa); }
 
 PyMethodDef methods[] = {
     {"gemm", py_gemm, METH_VARARGS, "gemm(params, A, B, C, SA, SB, EA, EB, D, r0, r1, flags, B32)"},
-    {"gemm_fma32", py_gemm_fma32, METH_VARARGS, "gemm_fma32(params, A, B, C, D, r0, r1)"},
+    {"gemm_fma32", py_gemm_fma32, METH_VARARGS,
+     "gemm_fma32(params, A, Bp, C, D, same_out, r0, r1) -> non-finite count"},
+    {"fma32_pack", py_fma32_pack, METH_VARARGS, "fma32_pack(B, Bp, K, N, q0, q1)"},
+    {"fma32_tile", py_fma32_tile, METH_NOARGS, "(MR, NR) of the fp32 FMA kernel"},
     {"align_exponents", py_align_exponents, METH_VARARGS, "align_exponents(x, emin, out)"},
     {"quantize", py_quantize, METH_VARARGS,
      "quantize(x, out, out_code, C, inner, S, Z, mode, short, torch, qmin, qmax, lo, hi)"},
@@ -307,14 +342,23 @@ PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_native_kernels",
 
 PyMODINIT_FUNC PyInit__native_kernels(void) {
 #if defined(PL_HAVE_AVX2)
-  // PRECISION_LAB_NATIVE_ISA=baseline forces the baseline kernels (tests run both)
+  // PRECISION_LAB_NATIVE_ISA=baseline forces the baseline kernels, =avx2 the AVX2 ones without
+  // the AVX-512 fp32 GEMM (tests run all)
   const char* want = getenv("PRECISION_LAB_NATIVE_ISA");
+  const bool baseline = want && strcmp(want, "baseline") == 0;
+  const bool no512 = baseline || (want && strcmp(want, "avx2") == 0);
   __builtin_cpu_init();
-  if (!(want && strcmp(want, "baseline") == 0) && __builtin_cpu_supports("avx2") &&
-      __builtin_cpu_supports("fma")) {
-    KT = {pl_avx2::k_gemm_rows, pl_avx2::k_align_exps, pl_avx2::k_fma32_rows,
-          pl_avx2::k_quantize,  pl_avx2::k_dequantize,  pl_avx2::k_blocks,
-          pl_avx2::k_block_amax, "avx2+fma"};
+  if (!baseline && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    KT = {pl_avx2::k_gemm_rows,  pl_avx2::k_align_exps, pl_avx2::k_fma32_pack,
+          pl_avx2::k_fma32_rows, pl_avx2::k_fma32_tile, pl_avx2::k_quantize,
+          pl_avx2::k_dequantize, pl_avx2::k_blocks,     pl_avx2::k_block_amax,
+          "avx2+fma"};
+    if (!no512 && __builtin_cpu_supports("avx512f")) {  // (checks the OS saves zmm state too)
+      KT.fma32_pack = pl_avx512::k_fma32_pack;
+      KT.fma32_rows = pl_avx512::k_fma32_rows;
+      KT.fma32_tile = pl_avx512::k_fma32_tile;
+      KT.isa = "avx2+fma, avx512f fp32 gemm";
+    }
   }
 #endif
   PyObject* m = PyModule_Create(&moduledef);
