@@ -790,14 +790,14 @@ def _elements(
     """
     mode = check_rounding(rounding)
     data, lay = _prepare(x, bf, axis, pad)
-    ext = _native_ext(data, bf, mode)
+    ext = _native_ext(data, lay, bf, mode)
     ps = _Pass(data, lay, bf, mode, tensor_scales=ext is None)
     kern = _Kernel(bf.element, mode, seed, random_bits)
     out_dtype = _out_dtype(data)
     U, A, B, C = lay.dims
     upc = _units_per_chunk(lay)
     if ext is not None:
-        native = _native_blocks(ext, data, lay, ps, bf, mode, codes)
+        native = _native_blocks(ext, data, lay, ps, kern, codes)
         res = (_codes(native, bf.element) if codes else native).reshape(lay.padded)
         return (res[lay.crop] if lay.needs_pad else res), lay, ps, out_dtype
     out = np.empty(ps.src.shape, dtype=bf.element.code_dtype if codes else out_dtype)
@@ -846,14 +846,15 @@ def _elements(
 _RULES = {"floor": 0, "ceil": 1, "amax": 2}
 
 
-def _native_ext(data: np.ndarray, bf: BlockFormat, mode: str) -> Any:
-    """The kernels extension where it serves this pass (else None): every deterministic mode,
-    float32/float64 data, float elements and MX INT8."""
+def _native_ext(data: np.ndarray, lay: _Layout, bf: BlockFormat, mode: str) -> Any:
+    """The kernels extension where it serves this pass (else None): every rounding mode (the
+    stochastic ones where x needs no padding: the layout's flat index is then x's), float32 and
+    float64 data, float elements and MX INT8."""
     ext = native_kernels.ext if native_kernels.active() else None
     elem = bf.element
     if (
         ext is None
-        or mode in STOCHASTIC_MODES
+        or (mode in STOCHASTIC_MODES and lay.needs_pad)
         or data.dtype not in (np.dtype(np.float32), np.dtype(np.float64))
         or data.size == 0
         or (isinstance(elem, IntFormat) and elem.bits != 8)
@@ -863,7 +864,7 @@ def _native_ext(data: np.ndarray, bf: BlockFormat, mode: str) -> Any:
 
 
 def _native_blocks(
-    ext: Any, data: np.ndarray, lay: _Layout, ps: _Pass, bf: BlockFormat, mode: str, codes: bool
+    ext: Any, data: np.ndarray, lay: _Layout, ps: _Pass, kern: _Kernel, codes: bool
 ) -> np.ndarray:
     """The fused pass on the native kernels (the same values as the numpy passes).
 
@@ -871,9 +872,11 @@ def _native_blocks(
     operation by operation (``precision_lab/native/blocks.inc``), and for NVFP4
     :func:`_nvfp4_scales` block by block, after a first pass for the per-tensor amax. With
     ``codes`` it returns the rounded elements (before scaling back), which :func:`_codes` encodes.
+    Stochastic rounding draws the random word of each element's flat index, as :class:`_Kernel`.
     """
     from .gpu import format_args
 
+    bf, mode = ps.bf, kern.mode
     elem = bf.element
     is_int = isinstance(elem, IntFormat)
     sf = bf.scale
@@ -895,10 +898,13 @@ def _native_blocks(
     rule = 3 if bf.tensor_scale else _RULES[bf.scale_rule]
     out = np.empty(lay.padded, dtype=data.dtype)
     m = ROUNDING_MODES.index(mode)
+    key = None
+    if mode in STOCHASTIC_MODES:
+        key = np.array([kern.key & (2**64 - 1), kern.key >> 64, kern.rbits], dtype=np.uint64)
 
     def work(lo: int, hi: int) -> None:
         ext.blocks(data, out, dims, rule, m, codes, is_int, 8, efmt, sfmt, ints, dbls,
-                   ps.values, lo, hi)  # fmt: skip
+                   ps.values, key, lo, hi)  # fmt: skip
 
     for_chunks(lay.dims[0], work, chunk=upc)
     res = out.reshape(ps.src.shape)

@@ -150,6 +150,48 @@ def test_chunks_tiles_and_threads_do_not_change_results(monkeypatch, name):
                 assert same(pl.round_to_blocks(x, name), ref), (chunk, workers)
 
 
+SR_CASES = [
+    ("mxfp8_e4m3", -1, np.float32),
+    ("mxfp4_e2m1", 0, np.float32),
+    ("nvfp4", -1, np.float32),
+    ("nvfp4", 0, np.float64),
+    ("mxint8", -1, np.float32),
+    ("mxfp6_e3m2", -1, np.float64),
+    ("fp8_1x128", -1, np.float32),
+    ("fp8_128x128", -2, np.float32),
+]
+
+
+@pytest.mark.parametrize(("name", "axis", "dtype"), SR_CASES)
+@pytest.mark.parametrize("mode", ["stochastic", "stochastic_equal"])
+def test_stochastic_rounding_matches_numpy_across_chunks_and_threads(
+    monkeypatch, name, axis, dtype, mode
+):
+    """Native stochastic rounding (float32 fast path, float64 and strided blocks, NaN, zero and
+    tiny blocks, fewer random bits) equals numpy's for every chunk size and thread count."""
+    x = (RNG.standard_normal((128, 384)) * 30).astype(dtype)
+    x[1, 5], x[3, 9] = np.nan, -np.inf
+    x[4, 32:64] = 0.0
+    x[6, :160] *= 1e-30
+    for rbits in (None, 7):
+        kw = {"axis": axis, "rounding": mode, "seed": 2**100 + 11, "random_bits": rbits}
+        for fn in (pl.round_to_blocks, pl.quantize_blocks):
+            ref = on_numpy(fn, x, name, **kw)
+            for chunk, workers in ((1 << 18, 2), (16 * 7, 2), (16 * 7, 1)):
+                monkeypatch.setattr(blocks, "_CHUNK", chunk)
+                with parallel.use_workers(workers):
+                    assert same(fn(x, name, **kw), ref), (fn.__name__, rbits, chunk, workers)
+
+
+def test_stochastic_rounding_of_padded_blocks_stays_on_numpy():
+    """Padding moves elements off x's flat index: those calls run numpy (and say so)."""
+    x = (RNG.standard_normal((3, 50)) * 10).astype(np.float32)
+    got = pl.round_to_blocks(x, "mxfp8_e4m3", rounding="stochastic", seed=3, pad=True)
+    ref = on_numpy(pl.round_to_blocks, x, "mxfp8_e4m3", rounding="stochastic", seed=3, pad=True)
+    assert same(got, ref)
+    assert "padded" in pl.backend_info()["round_to_blocks"]
+
+
 _BASELINE_SCRIPT = """
 import importlib, sys
 sys.path.insert(0, {tests!r})
@@ -163,6 +205,8 @@ for bf in t.FLOAT_PATH_FORMATS:
     for mode in t.MODES:
         assert t.same(t.pl.round_to_blocks(x, bf, rounding=mode),
                       t.on_numpy(t.pl.round_to_blocks, x, bf, rounding=mode)), (bf, mode)
+    kw = dict(rounding="stochastic", seed=5)
+    assert t.same(t.pl.round_to_blocks(x, bf, **kw), t.on_numpy(t.pl.round_to_blocks, x, bf, **kw))
 print("ok")
 """
 

@@ -220,15 +220,16 @@ PyObject* py_dequantize(PyObject*, PyObject* args) {
 }
 
 // blocks(x, out, dims(4 int64), rule, mode, codes_only, int_elem, int_bits, elem(5 int32),
-//        scale(5 int32), ints(5 int32), dbls(5 float64), values, u0, u1)
+//        scale(5 int32), ints(5 int32), dbls(5 float64), values, key, u0, u1)
+// key: None, or (seed_lo, seed_hi, random_bits) uint64 for stochastic rounding
 PyObject* py_blocks(PyObject*, PyObject* args) {
-  PyObject *ox, *oo, *odims, *oel, *osc, *oints, *odbl, *oval;
+  PyObject *ox, *oo, *odims, *oel, *osc, *oints, *odbl, *oval, *okey;
   int rule, mode, codes_only, int_elem, int_bits;
   long long u0, u1;
-  if (!PyArg_ParseTuple(args, "OOOiiiiiOOOOOLL", &ox, &oo, &odims, &rule, &mode, &codes_only,
-                        &int_elem, &int_bits, &oel, &osc, &oints, &odbl, &oval, &u0, &u1))
+  if (!PyArg_ParseTuple(args, "OOOiiiiiOOOOOOLL", &ox, &oo, &odims, &rule, &mode, &codes_only,
+                        &int_elem, &int_bits, &oel, &osc, &oints, &odbl, &oval, &okey, &u0, &u1))
     return nullptr;
-  buf x, o, dims, el, sc, ints, dbl, val;
+  buf x, o, dims, el, sc, ints, dbl, val, key;
   if (PyObject_GetBuffer(ox, &x.v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) return nullptr;
   x.held = true;
   if (PyObject_GetBuffer(oo, &o.v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) != 0)
@@ -239,21 +240,22 @@ PyObject* py_blocks(PyObject*, PyObject* args) {
       !get_buf(osc, &sc, 'i', 4, false, "scale", false) ||
       !get_buf(oints, &ints, 'i', 4, false, "ints", false) ||
       !get_buf(odbl, &dbl, 'f', 8, false, "dbls", false) ||
-      !get_buf(oval, &val, 'f', 8, true, "values", false))
+      !get_buf(oval, &val, 'f', 8, true, "values", false) ||
+      !get_buf(okey, &key, 'i', 8, false, "key", true))
     return nullptr;
   const long long* dm = (const long long*)dims.ptr;
   const long long U = dm[0], A = dm[1], B = dm[2], C = dm[3];
   const int isz = (int)x.v.itemsize;
   if (!(isz == 4 || isz == 8) || o.v.itemsize != isz || dims.n < 4 || el.n < 5 || sc.n < 5 ||
       ints.n < 5 || dbl.n < 5 || x.v.len / isz < U * A * B * C || o.v.len / isz < U * A * B * C ||
-      val.n < U * B || u0 < 0 || u1 > U || u0 > u1) {
+      val.n < U * B || (key.ptr && key.n < 3) || u0 < 0 || u1 > U || u0 > u1) {
     PyErr_SetString(PyExc_ValueError, "blocks: buffer sizes do not match");
     return nullptr;
   }
   Py_BEGIN_ALLOW_THREADS KT.blocks(x.v.buf, o.v.buf, isz == 8, U, A, B, C, rule, mode, codes_only,
                                    int_elem, int_bits, (const int*)el.ptr, (const int*)sc.ptr,
                                    (const int*)ints.ptr, (const double*)dbl.ptr,
-                                   (double*)val.ptr, u0, u1);
+                                   (double*)val.ptr, (const unsigned long long*)key.ptr, u0, u1);
   Py_END_ALLOW_THREADS Py_RETURN_NONE;
 }
 
