@@ -62,7 +62,11 @@ magnitude bits, the scale exponent from amax's exponent field, exact scaling, th
 kernel (the one behind :func:`~precision_lab.round_to`, as :func:`~precision_lab.encode` uses it),
 and scaling back, while the chunk is in cache. Under stochastic rounding element ``i`` of ``x`` (its
 C-order flat index) uses the core's random word ``i`` for the seed, exactly as one ``round_to`` call
-on the whole scaled tensor: results do not depend on chunking or threads.
+on the whole scaled tensor: results do not depend on chunking or threads. The native backend
+(``precision_lab/native/blocks.inc``) runs the same pass compiled, with the same bits: float32
+data in contiguous blocks (MX along the last axis, NVFP4) is scaled and rounded in float32 bits,
+NVFP4 takes one pass for the per-tensor amax and computes its block scales inside the element
+pass, and stochastic rounding draws the same random words (numpy runs it where x is padded).
 
 >>> import numpy as np
 >>> x = np.array([500.0, 1.0, -3.0] + [0.0] * 29, dtype=np.float32)
