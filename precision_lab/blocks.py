@@ -725,6 +725,10 @@ class _Pass:
                 np.multiply(q * self._grid(dec), self.ts, out=out)  # q * s is exact
             else:
                 np.multiply(q, self._grid(dec), out=out)
+        if self.bf.scale_rule == "amax":  # NaN blocks are +NaN (which NaN q * NaN gives depends
+            nan = self._grid(np.isnan(dec))  # on numpy's loops: x's for some shapes)
+            if nan.any():
+                out[np.broadcast_to(nan, out.shape)] = np.nan
 
 
 class _Kernel:

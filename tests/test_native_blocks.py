@@ -150,6 +150,26 @@ def test_chunks_tiles_and_threads_do_not_change_results(monkeypatch, name):
                 assert same(pl.round_to_blocks(x, name), ref), (chunk, workers)
 
 
+@pytest.mark.parametrize("name", ["fp8_1x128", "nvfp4", "fp8_128x128"])
+@pytest.mark.parametrize("rows", [1, 3])
+def test_nan_blocks_of_the_amax_rule_are_positive_nan(name, rows):
+    """A block holding -NaN (or a NaN payload) is +NaN throughout on both backends, whether the
+    scale grid has one element (numpy's scalar loop) or more."""
+    shape = (128 * rows, 128) if name == "fp8_128x128" else (rows, 128)
+    for dtype, nan_bits in ((np.float32, 0xFFC00000), (np.float32, 0xFF800001), (np.float64, None)):
+        x = np.zeros(shape, dtype)
+        x[0, 0] = -np.nan
+        if nan_bits is not None:
+            x.view(np.uint32)[0, 0] = nan_bits
+        got = pl.round_to_blocks(x, name)
+        assert same(got, on_numpy(pl.round_to_blocks, x, name))
+        block = (
+            got[:128, :128] if name == "fp8_128x128" else got[0, : (16 if name == "nvfp4" else 128)]
+        )
+        assert np.isnan(block).all() and np.isnan(got).sum() == block.size
+        assert not np.signbit(got[np.isnan(got)]).any()
+
+
 SR_CASES = [
     ("mxfp8_e4m3", -1, np.float32),
     ("mxfp4_e2m1", 0, np.float32),
