@@ -5,6 +5,7 @@ Prints million elements per second (Melem/s) for each contender and the ratios i
 targets:
 
   round_to_blocks(x, "mxfp8_e4m3")  >= 0.5x  round_to(x, "e4m3") (per-tensor cast, same run)
+  round_to_blocks(x, "mxfp8_e4m3" and "nvfp4")  >= 0.7x  round_to(x, "e4m3")  (issue 11)
   round_to_blocks(x, "mxfp8_e4m3")  >= 50x   gfloat.quantize_block (where gfloat is installed)
 
 The ratio to the cast is measured twice: from alternating runs on all cores (median of the
@@ -18,6 +19,7 @@ Usage: python benchmarks/bench_blocks.py [--n 16777216] [--repeat 5] [--gfloat-n
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -84,14 +86,15 @@ def main() -> None:
     )
 
     # the target ratio, robust to load from other processes: alternate the two, pair by pair
-    pairs = []
+    pairs: dict[str, list[float]] = {"mxfp8_e4m3": [], "nvfp4": []}
     for _ in range(max(args.repeat, 5)):
-        t0 = time.perf_counter()
-        pl.round_to(x, "e4m3")
-        t1 = time.perf_counter()
-        pl.round_to_blocks(x, "mxfp8_e4m3")
-        t2 = time.perf_counter()
-        pairs.append((t1 - t0) / (t2 - t1))
+        for key, ratios in pairs.items():
+            t0 = time.perf_counter()
+            pl.round_to(x, "e4m3")
+            t1 = time.perf_counter()
+            pl.round_to_blocks(x, key)
+            t2 = time.perf_counter()
+            ratios.append((t1 - t0) / (t2 - t1))
     # and on one core (CPU time of the calling thread): the least sensitive to other processes
     from precision_lab import _parallel
 
@@ -120,15 +123,17 @@ def main() -> None:
             f"{blocks_cpu * 1e3:.1f} ms: {r:.2f}x  (target >= 0.5x issue 5, >= 0.7x issue 11)  "
             f"{'OK' if r >= 0.7 else 'MISSED'}"
         )
-    ratio = statistics.median(pairs)
-    print(
-        f"per-pair speed ratios (blocks / cast), alternating runs: "
-        f"{' '.join(f'{r:.2f}' for r in pairs)}"
-    )
-    print(
-        f"mxfp8_e4m3 blocks vs per-tensor e4m3 cast (median pair): {ratio:.2f}x  (target >= 0.5x)  "
-        f"{'OK' if ratio >= 0.5 else 'MISSED'}"
-    )
+    for key, ratios in pairs.items():
+        ratio = statistics.median(ratios)
+        print(
+            f"{key} per-pair speed ratios (blocks / cast), alternating runs: "
+            f"{' '.join(f'{r:.2f}' for r in ratios)}"
+        )
+        print(
+            f"{key} blocks vs per-tensor e4m3 cast (median pair): {ratio:.2f}x  "
+            f"(target >= 0.5x issue 5, >= 0.7x issue 11)  {'OK' if ratio >= 0.7 else 'MISSED'}"
+        )
+    print(f"load average (1, 5, 15 min): {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     if gf is None:
         print("gfloat not installed: pip install gfloat to compare with gfloat.quantize_block")
         return

@@ -62,7 +62,11 @@ magnitude bits, the scale exponent from amax's exponent field, exact scaling, th
 kernel (the one behind :func:`~precision_lab.round_to`, as :func:`~precision_lab.encode` uses it),
 and scaling back, while the chunk is in cache. Under stochastic rounding element ``i`` of ``x`` (its
 C-order flat index) uses the core's random word ``i`` for the seed, exactly as one ``round_to`` call
-on the whole scaled tensor: results do not depend on chunking or threads.
+on the whole scaled tensor: results do not depend on chunking or threads. The native backend
+(``precision_lab/native/blocks.inc``) runs the same pass compiled, with the same bits: float32
+data in contiguous blocks (MX along the last axis, NVFP4) is scaled and rounded in float32 bits,
+NVFP4 takes one pass for the per-tensor amax and computes its block scales inside the element
+pass, and stochastic rounding draws the same random words (numpy runs it where x is padded).
 
 >>> import numpy as np
 >>> x = np.array([500.0, 1.0, -3.0] + [0.0] * 29, dtype=np.float32)
@@ -485,6 +489,24 @@ def _pow2_exponents(amax: np.ndarray, bf: BlockFormat) -> tuple[np.ndarray, np.n
     return np.where(nan, 0, k), nan
 
 
+def _nvfp4_tensor_scale(gamax: np.float32, bf: BlockFormat) -> tuple[np.float32, np.float32]:
+    """NVFP4's per-tensor decode scale ``S_dec`` and the block scales' factor
+    ``S_enc * (1 / elem_max)`` (float32) from the largest finite block amax ``gamax``.
+
+    >>> [float(v) for v in _nvfp4_tensor_scale(np.float32(2688.0), get_block_format("nvfp4"))]
+    [1.0, 0.1666666716337204]
+    """
+    f32 = np.float32
+    fmax = f32(np.finfo(np.float32).max)
+    elem_max, scale_max = f32(bf.element_max), f32(bf.scale.max)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        s_enc = f32(elem_max * scale_max) / gamax
+        s_enc = min(s_enc, fmax)
+        if s_enc == 0:
+            s_enc = f32(1.0)
+        return f32(1.0) / s_enc, s_enc * (f32(1.0) / elem_max)
+
+
 def _nvfp4_scales(amax: np.ndarray, bf: BlockFormat) -> tuple[np.ndarray, float, np.ndarray]:
     """Block scales (float32 values on the scale format), S_dec and the encode factors (float32).
 
@@ -496,15 +518,8 @@ def _nvfp4_scales(amax: np.ndarray, bf: BlockFormat) -> tuple[np.ndarray, float,
     a32 = round_to(amax, "fp32").astype(np.float32)
     finite = np.isfinite(a32)
     a32 = np.where(finite, a32, f32(0.0))
-    gamax = f32(a32.max()) if a32.size else f32(0.0)
-    elem_max, scale_max = f32(bf.element_max), f32(bf.scale.max)
+    s_dec, mult = _nvfp4_tensor_scale(f32(a32.max()) if a32.size else f32(0.0), bf)
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        s_enc = f32(elem_max * scale_max) / gamax
-        s_enc = min(s_enc, fmax)
-        if s_enc == 0:
-            s_enc = f32(1.0)
-        s_dec = f32(1.0) / s_enc
-        mult = s_enc * (f32(1.0) / elem_max)
         sb = np.minimum(a32 * mult, fmax)
         s = round_to(sb, bf.scale, overflow="saturate").astype(np.float32)
         enc = np.minimum(f32(1.0) / (s * s_dec), fmax)
@@ -560,7 +575,9 @@ class _Pass:
     first: its block scales are computed in an earlier pass.
     """
 
-    def __init__(self, data: np.ndarray, lay: _Layout, bf: BlockFormat, mode: str) -> None:
+    def __init__(
+        self, data: np.ndarray, lay: _Layout, bf: BlockFormat, mode: str, tensor_scales: bool = True
+    ) -> None:
         U, _, B, C = lay.dims
         self.lay, self.bf, self.dtype = lay, bf, data.dtype
         self.src = data.reshape(lay.data_shape())
@@ -574,7 +591,7 @@ class _Pass:
         self.bound = float(bf.element.max)
         self.tiny = data.dtype.type(np.finfo(data.dtype).smallest_subnormal)
         self.tensor_scale = 1.0
-        if bf.tensor_scale:
+        if bf.tensor_scale and tensor_scales:  # (the native kernels compute their own)
             s, s_dec, enc = _nvfp4_scales(_block_amax(data, lay), bf)
             self.values[...] = s
             self.tensor_scale = s_dec
@@ -708,6 +725,10 @@ class _Pass:
                 np.multiply(q * self._grid(dec), self.ts, out=out)  # q * s is exact
             else:
                 np.multiply(q, self._grid(dec), out=out)
+        if self.bf.scale_rule == "amax":  # NaN blocks are +NaN (which NaN q * NaN gives depends
+            nan = self._grid(np.isnan(dec))  # on numpy's loops: x's for some shapes)
+            if nan.any():
+                out[np.broadcast_to(nan, out.shape)] = np.nan
 
 
 class _Kernel:
@@ -777,16 +798,18 @@ def _elements(
     """
     mode = check_rounding(rounding)
     data, lay = _prepare(x, bf, axis, pad)
-    ps = _Pass(data, lay, bf, mode)
+    ext = _native_ext(data, lay, bf, mode)
+    ps = _Pass(data, lay, bf, mode, tensor_scales=ext is None)
     kern = _Kernel(bf.element, mode, seed, random_bits)
     out_dtype = _out_dtype(data)
     U, A, B, C = lay.dims
     upc = _units_per_chunk(lay)
+    if ext is not None:
+        native = _native_blocks(ext, data, lay, ps, kern, codes)
+        res = (_codes(native, bf.element) if codes else native).reshape(lay.padded)
+        return (res[lay.crop] if lay.needs_pad else res), lay, ps, out_dtype
     out = np.empty(ps.src.shape, dtype=bf.element.code_dtype if codes else out_dtype)
-    native = _native_blocks(data, lay, ps, bf, mode, codes)
-    if native is not None:
-        out = _codes(native, bf.element) if codes else native
-    elif not (mode in STOCHASTIC_MODES and lay.needs_pad):
+    if not (mode in STOCHASTIC_MODES and lay.needs_pad):
 
         def work(lo: int, hi: int) -> None:
             o, dec = ps.scaled(lo, hi)
@@ -831,47 +854,67 @@ def _elements(
 _RULES = {"floor": 0, "ceil": 1, "amax": 2}
 
 
-def _native_blocks(
-    data: np.ndarray, lay: _Layout, ps: _Pass, bf: BlockFormat, mode: str, codes: bool
-) -> np.ndarray | None:
-    """The fused pass on the native kernels (same values; None where they do not apply).
-
-    Every deterministic mode, float32/float64 data, float elements and MX INT8; the kernel
-    follows :meth:`_Pass.scaled`, :class:`_Kernel` and :meth:`_Pass.unscale` operation by
-    operation (``precision_lab/native/blocks.inc``). With ``codes`` it returns the rounded
-    elements (before scaling back), which :func:`_codes` encodes.
-    """
+def _native_ext(data: np.ndarray, lay: _Layout, bf: BlockFormat, mode: str) -> Any:
+    """The kernels extension where it serves this pass (else None): every rounding mode (the
+    stochastic ones where x needs no padding: the layout's flat index is then x's), float32 and
+    float64 data, float elements and MX INT8."""
     ext = native_kernels.ext if native_kernels.active() else None
     elem = bf.element
     if (
         ext is None
-        or mode in STOCHASTIC_MODES
+        or (mode in STOCHASTIC_MODES and lay.needs_pad)
         or data.dtype not in (np.dtype(np.float32), np.dtype(np.float64))
         or data.size == 0
         or (isinstance(elem, IntFormat) and elem.bits != 8)
     ):
         return None
+    return ext
+
+
+def _native_blocks(
+    ext: Any, data: np.ndarray, lay: _Layout, ps: _Pass, kern: _Kernel, codes: bool
+) -> np.ndarray:
+    """The fused pass on the native kernels (the same values as the numpy passes).
+
+    The kernel follows :meth:`_Pass.scaled`, :class:`_Kernel` and :meth:`_Pass.unscale`
+    operation by operation (``precision_lab/native/blocks.inc``), and for NVFP4
+    :func:`_nvfp4_scales` block by block, after a first pass for the per-tensor amax. With
+    ``codes`` it returns the rounded elements (before scaling back), which :func:`_codes` encodes.
+    Stochastic rounding draws the random word of each element's flat index, as :class:`_Kernel`.
+    """
     from .gpu import format_args
 
+    bf, mode = ps.bf, kern.mode
+    elem = bf.element
     is_int = isinstance(elem, IntFormat)
     sf = bf.scale
+    dims = np.array(lay.dims, dtype=np.int64)
+    upc = _units_per_chunk(lay)
+    mult = 0.0
+    if bf.tensor_scale:  # NVFP4: the per-tensor amax first (blocks without NaN or infinity)
+        big: list[float] = []
+        for_chunks(lay.dims[0], lambda lo, hi: big.append(ext.block_amax(data, dims, None, lo, hi)),
+                   chunk=upc)  # fmt: skip
+        s_dec, m32 = _nvfp4_tensor_scale(np.float32(max(big)), bf)
+        ps.tensor_scale, mult = float(s_dec), float(m32)
     mm, em = math.frexp(bf.element_max)
     kmin = math.frexp(sf.smallest_subnormal)[1] - 1
     ints = np.array([kmin, sf.emax, bf.element_emax, bf.element_exponent, em], dtype=np.int32)
-    dbls = np.array([mm, float(elem.max), bf.element_max, ps.tensor_scale], dtype=np.float64)
+    dbls = np.array([mm, float(elem.max), bf.element_max, ps.tensor_scale, mult], dtype=np.float64)
     efmt = np.array(format_args(sf if is_int else elem), dtype=np.int32)  # type: ignore[arg-type]
     sfmt = np.array(format_args(sf), dtype=np.int32)
     rule = 3 if bf.tensor_scale else _RULES[bf.scale_rule]
-    enc = np.ascontiguousarray(ps.enc, dtype=np.float64).reshape(-1) if bf.tensor_scale else None
-    dims = np.array(lay.dims, dtype=np.int64)
     out = np.empty(lay.padded, dtype=data.dtype)
     m = ROUNDING_MODES.index(mode)
+    key = None
+    if mode in STOCHASTIC_MODES:
+        key = np.array([kern.key & (2**64 - 1), kern.key >> 64, kern.rbits], dtype=np.uint64)
 
     def work(lo: int, hi: int) -> None:
         ext.blocks(data, out, dims, rule, m, codes, is_int, 8, efmt, sfmt, ints, dbls,
-                   ps.values, enc, lo, hi)  # fmt: skip
+                   ps.values, key, lo, hi)  # fmt: skip
 
-    for_chunks(lay.dims[0], work, chunk=_units_per_chunk(lay))
+    for_chunks(lay.dims[0], work, chunk=upc)
     res = out.reshape(ps.src.shape)
     if bf.scale_rule in ("floor", "ceil") and not codes:
         _positive_nan_blocks(res, ps, lay, bf, data.dtype)

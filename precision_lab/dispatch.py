@@ -43,6 +43,11 @@ __all__ = ["BACKENDS", "BACKEND_ENV", "OPERATIONS", "backend_info", "serve", "us
 OPERATIONS = ("round_to", "encode", "decode")
 #: the operations of the kernels extension (their modules choose native or numpy themselves)
 KERNEL_OPERATIONS = ("gemm", "quantize", "dequantize", "round_to_blocks", "quantize_blocks")
+#: what the kernels leave to numpy, where an operation states it (see precision_lab.blocks)
+_KERNEL_GAPS = dict.fromkeys(
+    ("round_to_blocks", "quantize_blocks"),
+    "stochastic rounding of padded blocks and integer elements other than 8-bit",
+)
 
 
 def _choice() -> tuple[str, str]:
@@ -120,7 +125,9 @@ def backend_info() -> dict[str, str]:
         kernels = f"numpy ({native_kernels.WHY})"
     else:
         kernels = f"native ({native_kernels.isa()}; numpy for what it does not cover)"
-    info.update(dict.fromkeys(KERNEL_OPERATIONS, kernels))
+    for op in KERNEL_OPERATIONS:
+        gap = _KERNEL_GAPS.get(op) if kernels.startswith("native") else None
+        info[op] = kernels.replace("what it does not cover", gap) if gap else kernels
     info["cupy arrays"] = "cupy" if gpu.available() else "cupy (not available: no CuPy or no GPU)"
     return info
 

@@ -194,7 +194,7 @@ EDGES = np.array(
 
 @needs_native
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", [*MODES, "nearest_zero"])
 @pytest.mark.parametrize(
     ("fmt", "scale", "axis", "zp"),
     [

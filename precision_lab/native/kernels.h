@@ -29,8 +29,8 @@
   void k_blocks(const void* x, void* out, int f64, long long U, long long A, long long B,      \
                 long long C, int rule, int mode, int codes_only, int int_elem, int int_bits,   \
                 const int* elem, const int* scale, const int* ints, const double* dbls,        \
-                double* values, const double* enc, long long u0, long long u1);              \
-  void k_block_amax(const void* x, int f64, long long A, long long B, long long C, double* out,   \
+                double* values, const unsigned long long* key, long long u0, long long u1);   \
+  double k_block_amax(const void* x, int f64, long long A, long long B, long long C, double* out,   \
                     long long u0, long long u1);
 
 namespace pl_base {

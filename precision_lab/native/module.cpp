@@ -252,15 +252,16 @@ PyObject* py_dequantize(PyObject*, PyObject* args) {
 }
 
 // blocks(x, out, dims(4 int64), rule, mode, codes_only, int_elem, int_bits, elem(5 int32),
-//        scale(5 int32), ints(5 int32), dbls(4 float64), values, enc, u0, u1)
+//        scale(5 int32), ints(5 int32), dbls(5 float64), values, key, u0, u1)
+// key: None, or (seed_lo, seed_hi, random_bits) uint64 for stochastic rounding
 PyObject* py_blocks(PyObject*, PyObject* args) {
-  PyObject *ox, *oo, *odims, *oel, *osc, *oints, *odbl, *oval, *oenc;
+  PyObject *ox, *oo, *odims, *oel, *osc, *oints, *odbl, *oval, *okey;
   int rule, mode, codes_only, int_elem, int_bits;
   long long u0, u1;
   if (!PyArg_ParseTuple(args, "OOOiiiiiOOOOOOLL", &ox, &oo, &odims, &rule, &mode, &codes_only,
-                        &int_elem, &int_bits, &oel, &osc, &oints, &odbl, &oval, &oenc, &u0, &u1))
+                        &int_elem, &int_bits, &oel, &osc, &oints, &odbl, &oval, &okey, &u0, &u1))
     return nullptr;
-  buf x, o, dims, el, sc, ints, dbl, val, enc;
+  buf x, o, dims, el, sc, ints, dbl, val, key;
   if (PyObject_GetBuffer(ox, &x.v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) return nullptr;
   x.held = true;
   if (PyObject_GetBuffer(oo, &o.v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) != 0)
@@ -272,25 +273,26 @@ PyObject* py_blocks(PyObject*, PyObject* args) {
       !get_buf(oints, &ints, 'i', 4, false, "ints", false) ||
       !get_buf(odbl, &dbl, 'f', 8, false, "dbls", false) ||
       !get_buf(oval, &val, 'f', 8, true, "values", false) ||
-      !get_buf(oenc, &enc, 'f', 8, false, "enc", true))
+      !get_buf(okey, &key, 'i', 8, false, "key", true))
     return nullptr;
   const long long* dm = (const long long*)dims.ptr;
   const long long U = dm[0], A = dm[1], B = dm[2], C = dm[3];
   const int isz = (int)x.v.itemsize;
   if (!(isz == 4 || isz == 8) || o.v.itemsize != isz || dims.n < 4 || el.n < 5 || sc.n < 5 ||
-      ints.n < 5 || dbl.n < 4 || x.v.len / isz < U * A * B * C || o.v.len / isz < U * A * B * C ||
-      val.n < U * B || (enc.ptr && enc.n < U * B) || u0 < 0 || u1 > U || u0 > u1) {
+      ints.n < 5 || dbl.n < 5 || x.v.len / isz < U * A * B * C || o.v.len / isz < U * A * B * C ||
+      val.n < U * B || (key.ptr && key.n < 3) || u0 < 0 || u1 > U || u0 > u1) {
     PyErr_SetString(PyExc_ValueError, "blocks: buffer sizes do not match");
     return nullptr;
   }
   Py_BEGIN_ALLOW_THREADS KT.blocks(x.v.buf, o.v.buf, isz == 8, U, A, B, C, rule, mode, codes_only,
                                    int_elem, int_bits, (const int*)el.ptr, (const int*)sc.ptr,
                                    (const int*)ints.ptr, (const double*)dbl.ptr,
-                                   (double*)val.ptr, (const double*)enc.ptr, u0, u1);
+                                   (double*)val.ptr, (const unsigned long long*)key.ptr, u0, u1);
   Py_END_ALLOW_THREADS Py_RETURN_NONE;
 }
 
-// block_amax(x, dims(4 int64), out(float64 U*B), u0, u1)
+// block_amax(x, dims(4 int64), out(float64 U*B, or None), u0, u1) -> the largest block amax
+// that is a finite FP32 value (0.0 if none)
 PyObject* py_block_amax(PyObject*, PyObject* args) {
   PyObject *ox, *odims, *oo;
   long long u0, u1;
@@ -299,18 +301,19 @@ PyObject* py_block_amax(PyObject*, PyObject* args) {
   if (PyObject_GetBuffer(ox, &x.v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) return nullptr;
   x.held = true;
   if (!get_buf(odims, &dims, 'i', 8, false, "dims", false) ||
-      !get_buf(oo, &o, 'f', 8, true, "out", false))
+      !get_buf(oo, &o, 'f', 8, true, "out", true))
     return nullptr;
   const long long* dm = (const long long*)dims.ptr;
   const long long U = dm[0], A = dm[1], B = dm[2], C = dm[3];
   const int isz = (int)x.v.itemsize;
-  if (!(isz == 4 || isz == 8) || x.v.len / isz < U * A * B * C || o.n < U * B || u0 < 0 ||
+  if (!(isz == 4 || isz == 8) || x.v.len / isz < U * A * B * C || (o.ptr && o.n < U * B) || u0 < 0 ||
       u1 > U || u0 > u1) {
     PyErr_SetString(PyExc_ValueError, "block_amax: buffer sizes do not match");
     return nullptr;
   }
-  Py_BEGIN_ALLOW_THREADS KT.block_amax(x.v.buf, isz == 8, A, B, C, (double*)o.ptr, u0, u1);
-  Py_END_ALLOW_THREADS Py_RETURN_NONE;
+  double big;
+  Py_BEGIN_ALLOW_THREADS big = KT.block_amax(x.v.buf, isz == 8, A, B, C, (double*)o.ptr, u0, u1);
+  Py_END_ALLOW_THREADS return PyFloat_FromDouble(big);
 }
 
 PyObject* py_isa(PyObject*, PyObject*) { return PyUnicode_FromString(KT.isa); }
@@ -327,7 +330,7 @@ PyMethodDef methods[] = {
     {"dequantize", py_dequantize, METH_VARARGS,
      "dequantize(q, q_code, out, short, C, inner, S, Z, lo, hi)"},
     {"blocks", py_blocks, METH_VARARGS, "blocks(x, out, dims, rule, mode, ...): see blocks.inc"},
-    {"block_amax", py_block_amax, METH_VARARGS, "block_amax(x, dims, out, u0, u1)"},
+    {"block_amax", py_block_amax, METH_VARARGS, "block_amax(x, dims, out, u0, u1) -> float"},
     {"isa", py_isa, METH_NOARGS, "instruction set of the kernels in use"},
     {nullptr, nullptr, 0, nullptr}};
 
