@@ -1,4 +1,4 @@
-"""Cast throughput outside the format's normal range: gradient-like data that underflows or overflows.
+"""Cast throughput outside the normal range: gradient-like data that underflows or overflows.
 
 Gradients cast to fp16/e5m2/e4m3 are mostly subnormal or underflow to zero; activations scaled up
 overflow. This bench times round_to (and encode) on one thread for such data next to data within
@@ -60,8 +60,8 @@ def main(argv: list[str] | None = None) -> None:
             tiny = (z * 1e-6).astype(np.float32)
             huge = (z * scale_over).astype(np.float32)
 
-            def r(x: np.ndarray, op=pl.round_to, **kw) -> float:
-                return rate(lambda: op(x, name, **kw), n, rep)
+            def r(x: np.ndarray, op=pl.round_to, fmt=fmt, **kw) -> float:
+                return rate(lambda: op(x, fmt, **kw), n, rep)
 
             base = r(inside)
             base_enc = r(inside, op=pl.encode)

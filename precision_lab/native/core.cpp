@@ -355,17 +355,36 @@ PL_INLINE U select(B yes, U a, U b) {
   return (a & m) | (b & ~m);
 }
 
-// Second pass over a block whose first pass (round_block_fast) flagged elements: low and
-// overflowing inputs get their results; flag[i] = 1 for the elements still to do exactly.
-// Returns nonzero when some are, and adds the number of low and overflowing inputs to *edges.
-// FUSED: no first pass was made (the previous block was mostly outside the normal range): the
-// normal-range results are computed here too.
-template <typename F, int MODE, bool FUSED>
+// How a block is processed, chosen from the previous block's elements (gradients come in long
+// runs of tiny values): AFTER_FIRST, a second pass after the first pass (round_block_fast) flagged
+// elements; FUSED, one pass for everything (the previous block was mostly outside the normal
+// range); LOW_IN / OVER_IN, one pass for the normal range and the inputs below the smallest normal
+// / above the max; ALL_LOW / ALL_OVER, one pass for inputs below the smallest normal / above the
+// max only. A pass of the last four kinds that meets an element it does not cover is redone FUSED.
+enum { AFTER_FIRST = 0, FUSED = 1, LOW_IN = 2, OVER_IN = 3, ALL_LOW = 4, ALL_OVER = 5 };
+
+// Counts of a block's elements below the smallest normal and above the max (fast paths on).
+struct edge_count {
+  int low = 0, over = 0;
+  int next_kind(int n) const {  // the kind for the next block (-1: the plain first pass)
+    if (low == n) return ALL_LOW;
+    if (over == n) return ALL_OVER;
+    if (4 * (low + over) <= n) return -1;
+    return over == 0 ? LOW_IN : low == 0 ? OVER_IN : FUSED;
+  }
+};
+
+// A pass over a block of KIND (see above): low and overflowing inputs get their results (and
+// in-range ones too, except AFTER_FIRST where the first pass gave them); flag[i] = 1 for the
+// elements still to do exactly. Returns nonzero when some are (kinds after FUSED: when the pass
+// met an element it does not cover, and then the block must be redone FUSED).
+template <typename F, int MODE, int KIND>
 PL_INLINE typename pl_traits<F>::U round_block_edges(const job<F>& j,
                                                      const typename pl_traits<F>::U* __restrict b,
                                                      typename pl_traits<F>::U* __restrict r,
                                                      const pl_u64* __restrict rw,
-                                                     pl_u8* __restrict flag, int n, int* edges) {
+                                                     pl_u8* __restrict flag, int n,
+                                                     edge_count* cnt) {
   typedef typename pl_traits<F>::U U;
   const int W = pl_traits<F>::W;
   const fast_consts<F>& c = j.c;
@@ -377,35 +396,45 @@ PL_INLINE typename pl_traits<F>::U round_block_edges(const job<F>& j,
   const U abs_mask = ((U)1 << (W - 1)) - 1, inf = pl_traits<F>::inf_bits(), maxbits = e.maxbits;
   const U low_on = e.low_on, over_on = e.over_on;
   const U over0 = e.over_res[0], over1 = e.over_res[1], inf0 = e.inf_res[0], inf1 = e.inf_res[1];
-  U any = 0, count = 0;
+  const bool IN = KIND <= OVER_IN, LOWP = KIND != OVER_IN && KIND != ALL_OVER;
+  const bool OVERP = KIND != LOW_IN && KIND != ALL_LOW;
+  U any = 0, n_low = 0, n_over = 0;
   for (int i = 0; i < n; ++i) {
     const U x = b[i], a = x & keep, neg = x >> (W - 1);
-    const U rf = FUSED ? fast_round<U, MODE>(x, s, notmask, half_m1, flip,
-                                             (MODE == PL_SR || MODE == PL_SRE) ? rw[i] : 0) &
-                             notmask
-                       : r[i];
-    const U low = low_on & ((U)0 - (U)(a < thr));
-    const U over = over_on & ((U)0 - (U)((a > maxbits) & (a <= inf)));
-    const U big = select(a == inf, select(neg, inf1, inf0), select(neg, over1, over0));
-    const U ores = select(((rf & abs_mask) <= maxbits) & (a != inf), rf, big);
-    const U lres = pl_low_fast<F>(L, MODE, a, neg);
-    r[i] = (lres & low) | (ores & over) | (rf & ~(low | over));
-    const U ex = needs_exact(x, keep, thr, range, zero_fast) & ~(low | over);
+    const U low = LOWP ? low_on & ((U)0 - (U)(a < thr)) : (U)0;
+    const U over = OVERP ? over_on & ((U)0 - (U)((a > maxbits) & (a <= inf))) : (U)0;
+    const U rf = KIND == AFTER_FIRST ? r[i]
+                 : (IN || OVERP)
+                     ? fast_round<U, MODE>(x, s, notmask, half_m1, flip,
+                                           (MODE == PL_SR || MODE == PL_SRE) ? rw[i] : 0) &
+                           notmask
+                     : (U)0;
+    U res = IN ? rf & ~(low | over) : (U)0;
+    if (LOWP) res |= pl_low_fast<F>(L, MODE, a, neg) & low;
+    if (OVERP) {  // an infinite input always rounds above the max here: `big` is then chosen
+      const U big = select(neg, select(a == inf, inf1, over1), select(a == inf, inf0, over0));
+      res |= select((rf & abs_mask) <= maxbits, rf, big) & over;
+    }
+    r[i] = res;
+    const U ex = (IN ? needs_exact(x, keep, thr, range, zero_fast) : (U)1) & ~(low | over) & 1;
     flag[i] = (pl_u8)ex;
     any |= ex;
-    count += (low | over) & 1;
+    n_low += low & 1;
+    n_over += over & 1;
   }
-  *edges += (int)count;
+  cnt->low = (int)n_low;
+  cnt->over = (int)n_over;
   return any;
 }
 
 // The same for codes (first pass: encode_block_fast).
-template <typename F, int MODE, typename C, bool FUSED>
+template <typename F, int MODE, typename C, int KIND>
 PL_INLINE typename pl_traits<F>::U encode_block_edges(const job<F>& j,
                                                       const typename pl_traits<F>::U* __restrict b,
                                                       C* __restrict out,
                                                       const pl_u64* __restrict rw,
-                                                      pl_u8* __restrict flag, int n, int* edges) {
+                                                      pl_u8* __restrict flag, int n,
+                                                      edge_count* cnt) {
   typedef typename pl_traits<F>::U U;
   const int W = pl_traits<F>::W;
   const fast_consts<F>& c = j.c;
@@ -419,32 +448,36 @@ PL_INLINE typename pl_traits<F>::U encode_block_edges(const job<F>& j,
   const U low_on = e.low_on, over_on = e.over_code_on;
   const U over0 = e.over_code[0], over1 = e.over_code[1];
   const U inf0 = e.inf_code[0], inf1 = e.inf_code[1];
-  U any = 0, count = 0;
+  const bool IN = KIND <= OVER_IN, LOWP = KIND != OVER_IN && KIND != ALL_OVER;
+  const bool OVERP = KIND != LOW_IN && KIND != ALL_LOW;
+  U any = 0, n_low = 0, n_over = 0;
   for (int i = 0; i < n; ++i) {
     const U x = b[i], a = x & keep, neg = x >> (W - 1);
-    const U rounded = fast_round<U, MODE>(x, s, notmask, half_m1, flip,
-                                          (MODE == PL_SR || MODE == PL_SRE) ? rw[i] : 0);
-    const U cf = FUSED ? fast_code(x, rounded, s, offset, low_bits, drop, sign_code, keep, top)
-                       : (U)out[i];
-    const U low = low_on & ((U)0 - (U)(a < thr));
-    const U over = over_on & ((U)0 - (U)((a > maxbits) & (a <= inf)));
-    const U rmag = rounded & notmask & abs_mask;
-    const U big = select(a == inf, select(neg, inf1, inf0), select(neg, over1, over0));
-    const U ocode = select((rmag <= maxbits) & (a != inf), cf, big);
-    const U lcode = pl_low_code<F>(L, MODE, a, neg, sign_code);
-    out[i] = (C)((lcode & low) | (ocode & over) | (cf & ~(low | over)));
-    const U ex = needs_exact(x, keep, thr, range, zero_fast) & ~(low | over);
+    const U low = LOWP ? low_on & ((U)0 - (U)(a < thr)) : (U)0;
+    const U over = OVERP ? over_on & ((U)0 - (U)((a > maxbits) & (a <= inf))) : (U)0;
+    const U rounded = (IN || OVERP) ? fast_round<U, MODE>(x, s, notmask, half_m1, flip,
+                                                          (MODE == PL_SR || MODE == PL_SRE) ? rw[i] : 0)
+                                    : (U)0;
+    const U cf = KIND == AFTER_FIRST ? (U)out[i]
+                 : (IN || OVERP) ? fast_code(x, rounded, s, offset, low_bits, drop, sign_code, keep, top)
+                                 : (U)0;
+    U res = IN ? cf & ~(low | over) : (U)0;
+    if (LOWP) res |= pl_low_code<F>(L, MODE, a, neg, sign_code) & low;
+    if (OVERP) {  // big, unless the input rounds down to the max
+      const U big = select(neg, select(a == inf, inf1, over1), select(a == inf, inf0, over0));
+      res |= select((rounded & notmask & abs_mask) <= maxbits, cf, big) & over;
+    }
+    out[i] = (C)res;
+    const U ex = (IN ? needs_exact(x, keep, thr, range, zero_fast) : (U)1) & ~(low | over) & 1;
     flag[i] = (pl_u8)ex;
     any |= ex;
-    count += (low | over) & 1;
+    n_low += low & 1;
+    n_over += over & 1;
   }
-  *edges += (int)count;
+  cnt->low = (int)n_low;
+  cnt->over = (int)n_over;
   return any;
 }
-
-// A block is "mostly outside the normal range" when more than a quarter of its elements are: the
-// next block then skips the first pass (gradients: long runs of tiny values).
-inline bool mostly_edges(int edges, int n) { return 4 * edges > n; }
 
 template <typename F, int MODE>
 PL_CLONES void round_range_mode(const job<F>& j, const void* src, int src_size, void* dst, size_t lo,
@@ -452,7 +485,8 @@ PL_CLONES void round_range_mode(const job<F>& j, const void* src, int src_size, 
   typedef typename pl_traits<F>::U U;
   U buf[BLOCK];
   pl_u64 rw[BLOCK];
-  bool fused = false;  // the previous block was mostly outside the normal range
+  pl_u8 flag[BLOCK + 8];
+  int kind = -1;  // of the next block: -1 the first pass, else see AFTER_FIRST ... ALL_OVER
   for (size_t i0 = lo; i0 < hi; i0 += BLOCK) {
     const int n = (int)(hi - i0 < (size_t)BLOCK ? hi - i0 : (size_t)BLOCK);
     const U* b = load_block<U>(src, src_size, i0, n, buf);
@@ -462,17 +496,20 @@ PL_CLONES void round_range_mode(const job<F>& j, const void* src, int src_size, 
       for (int i = 0; i < n; ++i) r[i] = pl_round_bits(j.p, b[i], j.random ? rw[i] : 0);
       continue;
     }
-    pl_u8 flag[BLOCK + 8];
-    int edges = 0;
-    U any;
-    if (fused) any = round_block_edges<F, MODE, true>(j, b, r, rw, flag, n, &edges);
-    else if (round_block_fast<F, MODE>(j.c, b, r, rw, n))
-      any = round_block_edges<F, MODE, false>(j, b, r, rw, flag, n, &edges);
-    else
-      any = 0;
-    fused = mostly_edges(edges, n);
-    if (any)
-      scan_flags(flag, n, [&](int i) { r[i] = pl_round_bits(j.p, b[i], j.random ? rw[i] : 0); });
+    // (no lambda around the passes: it would not be compiled for the clone's instruction set)
+    edge_count cnt;
+    bool any;
+#define PL_PASS(K) round_block_edges<F, MODE, K>(j, b, r, rw, flag, n, &cnt)
+    if (kind == ALL_LOW) any = PL_PASS(ALL_LOW);
+    else if (kind == ALL_OVER) any = PL_PASS(ALL_OVER);
+    else if (kind == LOW_IN) any = PL_PASS(LOW_IN);
+    else if (kind == OVER_IN) any = PL_PASS(OVER_IN);
+    else if (kind == FUSED) any = PL_PASS(FUSED);
+    else any = round_block_fast<F, MODE>(j.c, b, r, rw, n) && PL_PASS(AFTER_FIRST);
+    if (any && kind > FUSED) any = PL_PASS(FUSED);  // an element the pass does not cover: redo
+#undef PL_PASS
+    if (any) scan_flags(flag, n, [&](int i) { r[i] = pl_round_bits(j.p, b[i], j.random ? rw[i] : 0); });
+    kind = cnt.next_kind(n);
   }
 }
 
@@ -482,8 +519,9 @@ PL_CLONES int encode_range_mode(const job<F>& j, const void* src, int src_size, 
   typedef typename pl_traits<F>::U U;
   U buf[BLOCK];
   pl_u64 rw[BLOCK];
+  pl_u8 flag[BLOCK + 8];
   int err = 0;
-  bool fused = false;  // the previous block was mostly outside the normal range
+  int kind = -1;
   for (size_t i0 = lo; i0 < hi; i0 += BLOCK) {
     const int n = (int)(hi - i0 < (size_t)BLOCK ? hi - i0 : (size_t)BLOCK);
     const U* b = load_block<U>(src, src_size, i0, n, buf);
@@ -497,16 +535,19 @@ PL_CLONES int encode_range_mode(const job<F>& j, const void* src, int src_size, 
       for (int i = 0; i < n; ++i) exact(i);
       continue;
     }
-    pl_u8 flag[BLOCK + 8];
-    int edges = 0;
-    U any;
-    if (fused) any = encode_block_edges<F, MODE, C, true>(j, b, out, rw, flag, n, &edges);
-    else if (encode_block_fast<F, MODE, C>(j.c, b, out, rw, n))
-      any = encode_block_edges<F, MODE, C, false>(j, b, out, rw, flag, n, &edges);
-    else
-      any = 0;
-    fused = mostly_edges(edges, n);
+    edge_count cnt;
+    bool any;
+#define PL_PASS(K) encode_block_edges<F, MODE, C, K>(j, b, out, rw, flag, n, &cnt)
+    if (kind == ALL_LOW) any = PL_PASS(ALL_LOW);
+    else if (kind == ALL_OVER) any = PL_PASS(ALL_OVER);
+    else if (kind == LOW_IN) any = PL_PASS(LOW_IN);
+    else if (kind == OVER_IN) any = PL_PASS(OVER_IN);
+    else if (kind == FUSED) any = PL_PASS(FUSED);
+    else any = encode_block_fast<F, MODE, C>(j.c, b, out, rw, n) && PL_PASS(AFTER_FIRST);
+    if (any && kind > FUSED) any = PL_PASS(FUSED);  // an element the pass does not cover: redo
+#undef PL_PASS
     if (any) scan_flags(flag, n, exact);
+    kind = cnt.next_kind(n);
   }
   return err;
 }
