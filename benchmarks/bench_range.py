@@ -75,8 +75,11 @@ def main(argv: list[str] | None = None) -> None:
             if name == "e5m2":
                 cases += [(f"tiny {m}", tiny, {"rounding": m}, base) for m in MODES[1:]]
                 cases += [(f"huge {m}", huge, {"rounding": m}, base) for m in MODES[1:]]
-                cases.append(("tiny float64 input", tiny.astype(np.float64), {}, base))
-                cases.append(("tiny float16 input", tiny.astype(np.float16), {}, base))
+                for dt in (np.float64, np.float16):  # against in-range data of the same dtype
+                    ref = r(inside.astype(dt))
+                    label = f"{name} in range {dt.__name__} input"
+                    rows.append((label, shares(inside, fmt), ref, 1.0))
+                    cases.append((f"tiny {dt.__name__} input", tiny.astype(dt), {}, ref))
             for case, x, kw, ref in cases:
                 v = r(x, **kw)
                 rows.append((f"{name} {case}", shares(x, fmt), v, v / ref))

@@ -283,17 +283,34 @@ PL_INLINE void scan_flags(pl_u8* flag, int n, Fix fix) {
   }
 }
 
+// flag[i] = 1 for each element of a block that the first pass flagged; returns their number.
+template <typename F>
+PL_INLINE int flag_block(const fast_consts<F>& c, const typename pl_traits<F>::U* __restrict b,
+                         pl_u8* __restrict flag, int n) {
+  typedef typename pl_traits<F>::U U;
+  const U keep = c.keep, thr = c.thr, range = c.range, zero_fast = c.zero_fast;
+  int count = 0;
+  for (int i = 0; i < n; ++i) {
+    const U f = needs_exact(b[i], keep, thr, range, zero_fast);
+    flag[i] = (pl_u8)f;
+    count += (int)f;
+  }
+  return count;
+}
+
 // Calls fix(i) for each flagged element of a block: the flags are computed in one vectorised
 // pass and scanned eight at a time.
 template <typename F, typename Fix>
 PL_INLINE void for_flagged(const fast_consts<F>& c, const typename pl_traits<F>::U* __restrict b,
                         int n, Fix fix) {
-  typedef typename pl_traits<F>::U U;
-  const U keep = c.keep, thr = c.thr, range = c.range, zero_fast = c.zero_fast;
   pl_u8 flag[BLOCK + 8];
-  for (int i = 0; i < n; ++i) flag[i] = (pl_u8)needs_exact(b[i], keep, thr, range, zero_fast);
+  flag_block(c, b, flag, n);
   scan_flags(flag, n, fix);
 }
+
+// At most this many flagged elements in a block: the exact routine for each is cheaper than a
+// second pass over the block.
+const int FEW_FLAGGED = 24;
 
 // ----- the fast paths outside the normal range -------------------------------------------------
 // Blocks with flagged elements get a second vectorised pass: inputs below the smallest normal are
@@ -505,7 +522,8 @@ PL_CLONES void round_range_mode(const job<F>& j, const void* src, int src_size, 
     else if (kind == LOW_IN) any = PL_PASS(LOW_IN);
     else if (kind == OVER_IN) any = PL_PASS(OVER_IN);
     else if (kind == FUSED) any = PL_PASS(FUSED);
-    else any = round_block_fast<F, MODE>(j.c, b, r, rw, n) && PL_PASS(AFTER_FIRST);
+    else if (!round_block_fast<F, MODE>(j.c, b, r, rw, n)) any = false;
+    else any = flag_block(j.c, b, flag, n) <= FEW_FLAGGED || PL_PASS(AFTER_FIRST);
     if (any && kind > FUSED) any = PL_PASS(FUSED);  // an element the pass does not cover: redo
 #undef PL_PASS
     if (any) scan_flags(flag, n, [&](int i) { r[i] = pl_round_bits(j.p, b[i], j.random ? rw[i] : 0); });
@@ -543,7 +561,8 @@ PL_CLONES int encode_range_mode(const job<F>& j, const void* src, int src_size, 
     else if (kind == LOW_IN) any = PL_PASS(LOW_IN);
     else if (kind == OVER_IN) any = PL_PASS(OVER_IN);
     else if (kind == FUSED) any = PL_PASS(FUSED);
-    else any = encode_block_fast<F, MODE, C>(j.c, b, out, rw, n) && PL_PASS(AFTER_FIRST);
+    else if (!encode_block_fast<F, MODE, C>(j.c, b, out, rw, n)) any = false;
+    else any = flag_block(j.c, b, flag, n) <= FEW_FLAGGED || PL_PASS(AFTER_FIRST);
     if (any && kind > FUSED) any = PL_PASS(FUSED);  // an element the pass does not cover: redo
 #undef PL_PASS
     if (any) scan_flags(flag, n, exact);
