@@ -67,3 +67,16 @@ def test_bench_cast_prints_the_load_and_never_fails_targets_under_load(
         assert all(ln.endswith(("ok", word)) for ln in table)
     else:
         assert "unreliable (load" not in out and "UNDER LOAD" not in out
+
+
+def test_bench_range_prints_every_case_and_the_load(monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import bench_range
+
+    bench_range.main(["--n", "4096", "--repeat", "1"])
+    out = capsys.readouterr().out
+    assert "load average" in out and "after the run" in out
+    for name in ("e5m2", "e4m3", "fp16"):
+        for case in ("in range", "tiny", "huge saturate", "encode tiny"):
+            assert f"{name} {case}" in out
+    assert "100% low" in out and "worst ratio outside/in range" in out

@@ -49,6 +49,7 @@ from precision_lab import (
     decode,
     dispatch,
     encode,
+    gpu,
     native,
     round_to,
 )
@@ -188,6 +189,144 @@ def test_hypothesis_custom_formats(data, fmt: FloatFormat, dtype) -> None:
             kw = {"rounding": rounding_mode, "overflow": overflow, "subnormals": subnormals}
             check(round_to, x, fmt, **kw)
             check(encode, x, fmt, **kw)
+
+
+# ----- the fast paths outside the normal range (native/core.cpp, pl_low_fast) -------------------
+BLOCK = native.ext.BLOCK if native.ext is not None else 1024
+EDGE_FORMATS = ["fp16", "bf16", "e4m3", "e5m2", "e5m2fnuz", "e2m1", "e3m2_nosub", "e4m3_unsigned",
+                "e5m0_fn_nosub", "p3109_k8p1ue"]  # fmt: skip
+
+
+def _fixed_quantum(fmt: FloatFormat, working: str) -> bool:
+    """Whether the fast path below the smallest normal applies (rounding._Plan's view of it)."""
+    from precision_lab.rounding import _plan
+
+    p = _plan(fmt, working, "nearest_even", "ieee", False)
+    return p.fixed_quantum and not p.all_low
+
+
+@pytest.mark.parametrize("name", list(SMALL_FLOATS))
+def test_fast_paths_are_taken(name: str) -> None:
+    """The exhaustive tests above run through the fast paths, not only the exact routine: every
+    deterministic mode of every format with a fixed quantum below its smallest normal rounds such
+    inputs on the low path; overflow has its path in every mode (stochastic ones keep the exact
+    routine below the smallest normal)."""
+    fmt = SMALL_FLOATS[name]
+    for mode, rounding_mode in enumerate(pl.ROUNDING_MODES):
+        for sat, flush in ((0, 0), (1, 0), (0, 1), (1, 1)):
+            for itemsize, working in ((4, "float32"), (8, "float64")):
+                low, over, over_codes = native.ext.fast_paths(
+                    gpu.format_args(fmt), mode, sat, flush, itemsize
+                )
+                all_low = fmt.smallest_normal > fmt.max
+                want_low = rounding_mode in DETERMINISTIC and _fixed_quantum(fmt, working)
+                assert (low, over, over_codes) == (want_low, not all_low, not all_low), (
+                    fmt, rounding_mode, sat, flush, itemsize)  # fmt: skip
+
+
+def _class_samples(fmt: FloatFormat, rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
+    """n float64 values of each class: below the smallest normal (ties, multiples of the smallest
+    subnormal, neighbours, zeros), within the normal range, above the max (and inf), NaN."""
+    q, sn, mx = fmt.smallest_subnormal, fmt.smallest_normal, fmt.max
+    k = rng.integers(0, max(int(sn / q), 1) + 1, n).astype(float)
+    low = np.concatenate([k * q, (k + 0.5) * q, rng.uniform(0, sn, n), [0.0, q / 2, q / 4]])
+    low = np.nextafter(low, rng.choice([-np.inf, 0.0, np.inf], low.size))
+    low = low[(low >= 0) & (low < sn)]
+    mid = np.exp(rng.uniform(np.log(sn), np.log(mx), n))
+    top = mx + float(fmt.ulp(mx))
+    over = np.concatenate([rng.uniform(mx, 4 * mx, n), [(mx + top) / 2, top, np.inf]])
+    over = np.nextafter(over, rng.choice([-np.inf, np.inf], over.size))
+    over = over[over > mx]
+    sign = lambda v: v * rng.choice([-1.0, 1.0], v.size)  # noqa: E731
+    return {"low": sign(low), "mid": sign(mid), "over": sign(over), "nan": np.array([np.nan])}
+
+
+def _blocks(fmt: FloatFormat, seed: int) -> np.ndarray:
+    """Runs of blocks of one class, with intruders of the others, and mixed blocks: each kind of
+    pass in native/core.cpp (ALL_LOW, ALL_OVER, LOW_IN, OVER_IN, FUSED, AFTER_FIRST) and its
+    fallback when an element it does not cover turns up."""
+    rng = np.random.default_rng(seed)
+    c = _class_samples(fmt, rng, 300)
+
+    def block(*parts: tuple[str, float]) -> np.ndarray:
+        names = [p for p, _ in parts]
+        share = np.array([w for _, w in parts])
+        which = rng.choice(len(parts), BLOCK, p=share / share.sum())
+        return np.array([rng.choice(c[names[w]]) for w in which])
+
+    def intruded(base: str, other: str) -> np.ndarray:
+        b = block((base, 1.0))
+        b[rng.integers(0, BLOCK)] = rng.choice(c[other])
+        return b
+
+    seq = [block(("low", 1))] * 2 + [intruded("low", o) for o in ("mid", "over", "nan")]
+    seq += [block(("low", 1)), block(("over", 1)), block(("over", 1))]
+    seq += [intruded("over", o) for o in ("mid", "low", "nan")]
+    seq += [block(("low", 3), ("mid", 1)), block(("low", 3), ("mid", 1)), intruded("low", "over")]
+    seq += [block(("over", 3), ("mid", 1))] * 2 + [block(("over", 3), ("mid", 1), ("low", 1))]
+    seq += [block(("low", 1), ("mid", 1), ("over", 1))] * 2 + [block(("mid", 1))]
+    seq += [block(("mid", 50), ("low", 1), ("over", 1), ("nan", 1))]
+    return np.concatenate(seq)[: len(seq) * BLOCK - 77]  # a partial last block
+
+
+@pytest.mark.parametrize("name", EDGE_FORMATS)
+def test_block_kinds_with_intruders(name: str) -> None:
+    fmt = SMALL_FLOATS[name]
+    x64 = _blocks(fmt, seed=len(name))
+    with np.errstate(over="ignore"):
+        inputs = [x64, x64.astype(np.float32)]
+        if fmt.bits <= 8:
+            inputs.append(x64.astype(np.float16))
+    with _parallel.use_workers(1):  # one range: the block sequence as built
+        for rounding_mode in DETERMINISTIC:
+            for overflow, subnormals in SWITCHES:
+                kw = {"rounding": rounding_mode, "overflow": overflow, "subnormals": subnormals}
+                for x in inputs:
+                    check(round_to, x, fmt, **kw)
+                    check(encode, without_nan(x, fmt), fmt, **kw)
+
+
+@st.composite
+def edge_values(draw, fmt: FloatFormat) -> np.ndarray:
+    """Values below the smallest normal, around the smallest subnormal and its half, around the
+    overflow threshold (the max and halfway to the next binade step), ±0, ±inf and NaN."""
+    q, sn, mx = fmt.smallest_subnormal, fmt.smallest_normal, fmt.max
+    top = mx + float(fmt.ulp(mx))
+    anchors = [q / 2, q, 1.5 * q, sn - q / 2, sn, mx, (mx + top) / 2, top, 0.0, np.inf, np.nan]
+    pick = st.one_of(
+        st.floats(0, sn, allow_subnormal=True),
+        st.floats(0, 4 * q, allow_subnormal=True),
+        st.floats(mx / 2, 2 * top),
+        st.sampled_from(anchors),
+    )
+    v = np.array(draw(st.lists(pick, min_size=1, max_size=40)), dtype=np.float64)
+    steps = np.array(draw(st.lists(st.integers(-2, 2), min_size=v.size, max_size=v.size)))
+    v = np.where(steps > 0, np.nextafter(v, np.inf), np.where(steps < 0, np.nextafter(v, 0), v))
+    signs = np.array(draw(st.lists(st.booleans(), min_size=v.size, max_size=v.size)))
+    return np.where(signs, -v, v)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    data=st.data(),
+    fmt=st.one_of(st.sampled_from([SMALL_FLOATS[n] for n in EDGE_FORMATS]), custom_formats()),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    run=st.sampled_from(["low", "over"]),
+)
+def test_hypothesis_edges_in_long_runs(data, fmt: FloatFormat, dtype, run: str) -> None:
+    """Drawn edge values inside runs of blocks below the smallest normal or above the max, so that
+    they meet each pass of the fast paths, float32 and float64 input."""
+    v = data.draw(edge_values(fmt))
+    fill = fmt.smallest_subnormal * 0.75 if run == "low" else fmt.max * 3
+    with np.errstate(over="ignore"):
+        x = np.concatenate([np.full(2 * BLOCK, fill), v, np.full(BLOCK - v.size, -fill), v])
+        x = x.astype(dtype)
+    with _parallel.use_workers(1):
+        for rounding_mode in DETERMINISTIC:
+            for overflow, subnormals in SWITCHES:
+                kw = {"rounding": rounding_mode, "overflow": overflow, "subnormals": subnormals}
+                check(round_to, x, fmt, **kw)
+                check(encode, x, fmt, **kw)
 
 
 # ----- stochastic rounding ----------------------------------------------------------------------

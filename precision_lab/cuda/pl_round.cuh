@@ -16,9 +16,15 @@
 #if defined(__CUDACC__)
 #define PL_HD __host__ __device__ __forceinline__
 #define PL_HD_CALL __host__ __device__ __noinline__  // big functions: one copy, called
+#define PL_HD_VEC PL_HD
+#elif defined(__GNUC__)
+#define PL_HD inline
+#define PL_HD_CALL inline
+#define PL_HD_VEC inline __attribute__((always_inline))  // in CPU loops that must vectorise
 #else
 #define PL_HD inline
 #define PL_HD_CALL inline
+#define PL_HD_VEC inline
 #endif
 
 #if !defined(__CUDACC_RTC__)
@@ -404,6 +410,10 @@ PL_HD typename pl_traits<F>::U pl_low_bits(const pl_plan<F>& p, typename pl_trai
   return T::bits_from_double(val);
 }
 
+template <typename F>
+PL_HD typename pl_traits<F>::U pl_finish_bits(const pl_plan<F>& p, typename pl_traits<F>::U u,
+                                              bool neg, typename pl_traits<F>::U r);
+
 // Round the value with bits `bits` (working type F) to the format: the result's bits.
 // rw: the element's random word (masked to random_bits), used by stochastic rounding only.
 template <typename F>
@@ -456,6 +466,20 @@ PL_HD typename pl_traits<F>::U pl_round_bits(const pl_plan<F>& p, typename pl_tr
   }
   const bool neg = sign != 0;
   if (u < p.threshold) r = pl_low_bits(p, u, neg, rw);
+  return pl_finish_bits(p, u, neg, r);
+}
+
+// The rest of pl_round_bits once the magnitude is rounded (r: the result's magnitude bits, or
+// any value above p.maxbits for an overflow): overflow, inf and NaN, unsigned formats, zeros.
+// u: the input's magnitude bits; neg: its sign.
+template <typename F>
+PL_HD typename pl_traits<F>::U pl_finish_bits(const pl_plan<F>& p, typename pl_traits<F>::U u,
+                                              bool neg, typename pl_traits<F>::U r) {
+  typedef pl_traits<F> T;
+  typedef typename T::U U;
+  const int W = T::W;
+  const U abs_mask = ((U)1 << (W - 1)) - 1;
+  const U sign = neg ? (U)1 << (W - 1) : (U)0;
   // overflow, inf and NaN
   const bool over = u > p.maxbits && (u >= T::inf_bits() || r > p.maxbits);
   U res = over ? pl_special(p, u, neg) : (r | sign);
@@ -476,6 +500,126 @@ PL_HD typename pl_traits<F>::U pl_round_bits(const pl_plan<F>& p, typename pl_tr
   }
   if (nan && p.fmt.nan_style != PL_NAN_IEEE && p.fmt.nan_style != PL_NAN_FN) res = T::nan_bits();
   return res;
+}
+
+// ----- fast paths outside the normal range (vectorisable; native/core.cpp runs them in blocks) ---
+// Below the smallest normal the format's grid has a fixed quantum q = 2**qexp. Adding the magic
+// constant C = 2**(qexp + P) (whose binade is spaced by q) to a magnitude below the smallest
+// normal rounds it to a multiple k*q in nearest_even, exactly as IEEE addition rounds; the bits of
+// the sum less those of C are k, and (sum - C) is k*q, exactly. The other deterministic modes
+// correct k by one, from the sign of the exact residue |x| - k*q and whether it is a tie. Above the
+// max the result is one of two constants per sign. Each function here gives pl_round_bits's
+// bits for the inputs it is meant for (the caller selects them), without branches. Needs the
+// default rounding of the hardware (nearest_even) and no flush-to-zero, like the rest of the file.
+
+// Constants of the fast path below the smallest normal (deterministic modes).
+template <typename F>
+struct pl_low_plan {
+  typedef typename pl_traits<F>::U U;
+  int ok;             // the path applies to this job (else such inputs take pl_round_bits)
+  F magic;            // C = 2**(qexp + P)
+  U magic_bits;
+  U half_q;           // bits of q / 2 (those of inf where it underflows: every low input is
+                      // then exact)
+  U flush_below;      // results below this (the smallest normal) become zero; 0 without flush
+  U keep_neg_zero;    // all ones when a negative input that rounds to zero keeps its sign
+  int code_shift;     // the code's magnitude is k << code_shift
+  U code_keep;        // and-mask of that code (clears subnormal codes under flush)
+};
+
+// ok when: a deterministic mode; the format has zero and a fixed quantum below its smallest normal
+// in the working type (its smallest normal is normal there: rounding._Plan.fixed_quantum); a
+// normal value exists (not all_low); C is finite; and (s > 0, or every input below the threshold
+// is exact: native/core.cpp rounds s == 0 jobs with the toward_zero loop).
+template <typename F>
+PL_HD pl_low_plan<F> pl_make_low_plan(const pl_plan<F>& p) {
+  typedef pl_traits<F> T;
+  typedef typename T::U U;
+  const pl_format& f = p.fmt;
+  pl_low_plan<F> L;
+  const int msub = f.has_subnormals ? f.mbits : 0;
+  const int base = (int)T::BIAS + (int)T::P + p.qexp;  // 1 + the bits dropped at exponent field 1
+  L.ok = !pl_is_stochastic(p.mode) && p.mode <= PL_SRE && f.has_zero &&
+         p.smallest_normal >= T::min_normal() && p.maxbits >= p.threshold && msub <= (int)T::P &&
+         base >= 1 && p.qexp + (int)T::P <= (int)T::BIAS && (p.s > 0 || base <= 1);
+  const int cexp = L.ok ? p.qexp + (int)T::P : 0;
+  L.magic = (F)ldexp(1.0, cexp);
+  L.magic_bits = T::bits(L.magic);
+  L.half_q = base >= 2 ? T::bits((F)ldexp(1.0, p.qexp - 1)) : T::inf_bits();
+  L.flush_below = p.flush ? p.threshold : (U)0;
+  L.keep_neg_zero = (f.is_signed && f.nan_style != PL_NAN_FNUZ) ? ~(U)0 : (U)0;
+  L.code_shift = f.mbits - msub;
+  L.code_keep = p.flush ? ~(((U)1 << f.mbits) - 1) : ~(U)0;
+  return L;
+}
+
+// k, the multiple of the quantum that the magnitude with bits a (below the smallest normal)
+// rounds to in `mode` (deterministic); neg: the sign (0/1).
+template <typename F>
+PL_HD_VEC typename pl_traits<F>::U pl_low_multiple(const pl_low_plan<F>& L, int mode,
+                                               typename pl_traits<F>::U a,
+                                               typename pl_traits<F>::U neg) {
+  typedef pl_traits<F> T;
+  typedef typename T::U U;
+  const F v = T::value(a);
+  const F t = v + L.magic;  // rounds to nearest even
+  const U k = T::bits(t) - L.magic_bits;
+  if (mode == PL_RNE) return k;
+  const U d = T::bits(v - (t - L.magic));  // the residue, exact; its sign decides
+  const U sign = d >> (T::W - 1), inexact = (U)((d << 1) != 0);
+  const U above = inexact & (sign ^ 1), below = inexact & sign;
+  switch (mode) {
+    case PL_RNA:  // a tie that nearest_even rounded down
+      return k + (U)(d == L.half_q);
+    case PL_RNZ:  // a tie that nearest_even rounded up
+      return k - (U)(d == (L.half_q | ((U)1 << (T::W - 1))));
+    case PL_RUP:
+      return k + (above & (neg ^ 1)) - (below & neg);
+    case PL_RDN:
+      return k + (above & neg) - (below & (neg ^ 1));
+    case PL_RTO: {
+      const U even = (k & 1) ^ 1;
+      return k + (above & even) - (below & even);
+    }
+    default:  // PL_RTZ
+      return k - below;
+  }
+}
+
+// Result bits (sign included) of an input whose magnitude bits a lie below the smallest normal
+// (L.ok; signed formats, or a >= 0). neg: the sign bit (0/1).
+template <typename F>
+PL_HD_VEC typename pl_traits<F>::U pl_low_fast(const pl_low_plan<F>& L, int mode,
+                                           typename pl_traits<F>::U a,
+                                           typename pl_traits<F>::U neg) {
+  typedef pl_traits<F> T;
+  typedef typename T::U U;
+  const U k = pl_low_multiple<F>(L, mode, a, neg);
+  U r = T::bits(T::value(L.magic_bits + k) - L.magic);  // k * q, exactly
+  r &= (U)0 - (U)(r >= L.flush_below);
+  const U keep_sign = L.keep_neg_zero | ((U)0 - (U)(r != 0));
+  return r | ((neg << (T::W - 1)) & keep_sign);
+}
+
+// The code (sign included: sign_code is the format's sign bit, 0 when unsigned) of the same
+// inputs as pl_low_fast.
+template <typename F>
+PL_HD_VEC typename pl_traits<F>::U pl_low_code(const pl_low_plan<F>& L, int mode,
+                                           typename pl_traits<F>::U a,
+                                           typename pl_traits<F>::U neg,
+                                           typename pl_traits<F>::U sign_code) {
+  typedef typename pl_traits<F>::U U;
+  const U k = (pl_low_multiple<F>(L, mode, a, neg) << L.code_shift) & L.code_keep;
+  const U keep_sign = L.keep_neg_zero | ((U)0 - (U)(k != 0));
+  return k | (sign_code & ((U)0 - neg) & keep_sign);
+}
+
+// Result bits of a finite input above the max that rounds above it (inf: an infinite input), by
+// sign: pl_round_bits's result for every such input.
+template <typename F>
+PL_HD typename pl_traits<F>::U pl_overflow_bits(const pl_plan<F>& p, bool neg, bool inf) {
+  typedef pl_traits<F> T;
+  return pl_finish_bits(p, inf ? T::inf_bits() : T::inf_bits() - 1, neg, T::inf_bits());
 }
 
 template <typename F>

@@ -8,7 +8,12 @@
 //   the common case (magnitude within the format's normal range) by an integer add-and-mask on the
 //   bit pattern, exactly as precision_lab/rounding.py does, and flags the other elements
 //   (subnormal results, overflow, inf, NaN, negative inputs of unsigned formats). The compiler
-//   vectorises these loops. Flagged elements are then redone by the header's exact routine.
+//   vectorises these loops. A block with flagged elements gets a second vectorised pass: inputs
+//   below the smallest normal are rounded to the fixed quantum there by an integer rounding of
+//   their bit patterns with a per-element shift (the header's pl_low_fast / pl_low_code, for the
+//   deterministic modes), overflows and infinities by a compare and select. Only what is left
+//   (NaN, negative inputs of unsigned formats, low inputs of stochastic modes) is redone by the
+//   header's exact routine.
 //   Rounding modes this file does not know (added to the header later) take the per-element
 //   routine for every element.
 // - Stochastic rounding uses the header's Philox4x64-10 words (pl_random_group's, from its round
@@ -386,14 +391,25 @@ PL_INLINE typename pl_traits<F>::U round_block_fast(const fast_consts<F>& c,
   return any;
 }
 
-// Codes of one block (the element's sign moved to the format's sign bit); flagged as above.
+// The code of the in-range element x whose fast_round result is `rounded` (the element's sign
+// moved to the format's sign bit).
+template <typename U>
+PL_INLINE U fast_code(U x, U rounded, int s, U offset, U low, int drop, U sign_code, U keep,
+                      int top) {
+  const int W = (int)sizeof(U) * 8;
+  U k = (rounded >> s) - offset;
+  k = (k & low) | ((k >> drop) & sign_code);     // the sign bit moves down to the format's
+  const U zero = (U)0 - (U)((x & keep) == 0);  // ±0: the sign alone
+  return (k & ~zero) | (((x >> (W - 1)) << top) & sign_code & zero);
+}
+
+// Codes of one block; flagged as above.
 template <typename F, int MODE, typename C>
 PL_INLINE typename pl_traits<F>::U encode_block_fast(const fast_consts<F>& c,
                                            const typename pl_traits<F>::U* __restrict b,
                                            C* __restrict out, const pl_u64* __restrict rw,
                                            int n) {
   typedef typename pl_traits<F>::U U;
-  const int W = pl_traits<F>::W;
   const int s = c.s, drop = c.drop > 0 ? c.drop : 0, top = c.nbits - 1;
   const U notmask = c.notmask, half_m1 = c.half_m1, flip = c.flip, offset = c.offset;
   const U keep = c.keep, thr = c.thr, range = c.range, zero_fast = c.zero_fast;
@@ -401,26 +417,18 @@ PL_INLINE typename pl_traits<F>::U encode_block_fast(const fast_consts<F>& c,
   U any = 0;
   for (int i = 0; i < n; ++i) {
     const U x = b[i];
-    U k = (fast_round<U, MODE>(x, s, notmask, half_m1, flip, (MODE == PL_SR || MODE == PL_SRE) ? rw[i] : 0) >> s) -
-          offset;
-    k = (k & low) | ((k >> drop) & sign_code);     // the sign bit moves down to the format's
-    const U zero = (U)0 - (U)((x & keep) == 0);  // ±0: the sign alone
-    k = (k & ~zero) | (((x >> (W - 1)) << top) & sign_code & zero);
-    out[i] = (C)k;
+    const U rounded = fast_round<U, MODE>(x, s, notmask, half_m1, flip,
+                                          (MODE == PL_SR || MODE == PL_SRE) ? rw[i] : 0);
+    out[i] = (C)fast_code(x, rounded, s, offset, low, drop, sign_code, keep, top);
     any |= needs_exact(x, keep, thr, range, zero_fast);
   }
   return any;
 }
 
-// Calls fix(i) for each flagged element of a block: the flags are computed in one vectorised
-// pass and scanned eight at a time (a block usually holds few flagged elements, if any).
-template <typename F, typename Fix>
-PL_INLINE void for_flagged(const fast_consts<F>& c, const typename pl_traits<F>::U* __restrict b,
-                        int n, Fix fix) {
-  typedef typename pl_traits<F>::U U;
-  const U keep = c.keep, thr = c.thr, range = c.range, zero_fast = c.zero_fast;
-  pl_u8 flag[BLOCK + 8];
-  for (int i = 0; i < n; ++i) flag[i] = (pl_u8)needs_exact(b[i], keep, thr, range, zero_fast);
+// Calls fix(i) for each i < n with flag[i] != 0, scanning eight flags at a time (a block usually
+// holds few flagged elements, if any); flag has room for n rounded up to a multiple of 8.
+template <typename Fix>
+PL_INLINE void scan_flags(pl_u8* flag, int n, Fix fix) {
   for (int i = n; i < ((n + 7) & ~7); ++i) flag[i] = 0;
   for (int i = 0; i < n; i += 8) {
     pl_u64 eight;
@@ -431,6 +439,69 @@ PL_INLINE void for_flagged(const fast_consts<F>& c, const typename pl_traits<F>:
   }
 }
 
+// flag[i] = 1 for each element of a block that the first pass flagged; returns their number.
+template <typename F>
+PL_INLINE int flag_block(const fast_consts<F>& c, const typename pl_traits<F>::U* __restrict b,
+                         pl_u8* __restrict flag, int n) {
+  typedef typename pl_traits<F>::U U;
+  const U keep = c.keep, thr = c.thr, range = c.range, zero_fast = c.zero_fast;
+  int count = 0;
+  for (int i = 0; i < n; ++i) {
+    const U f = needs_exact(b[i], keep, thr, range, zero_fast);
+    flag[i] = (pl_u8)f;
+    count += (int)f;
+  }
+  return count;
+}
+
+// Calls fix(i) for each flagged element of a block: the flags are computed in one vectorised
+// pass and scanned eight at a time.
+template <typename F, typename Fix>
+PL_INLINE void for_flagged(const fast_consts<F>& c, const typename pl_traits<F>::U* __restrict b,
+                        int n, Fix fix) {
+  pl_u8 flag[BLOCK + 8];
+  flag_block(c, b, flag, n);
+  scan_flags(flag, n, fix);
+}
+
+// At most this many flagged elements in a block: the exact routine for each is cheaper than a
+// second pass over the block.
+const int FEW_FLAGGED = 24;
+
+// ----- the fast paths outside the normal range -------------------------------------------------
+// Blocks with flagged elements get a second vectorised pass: inputs below the smallest normal are
+// rounded on their bit patterns (the header's pl_low_fast / pl_low_code: deterministic modes),
+// finite inputs above the max and infinities by a compare and select between the first pass's
+// result and per-sign constants (every mode with a fast path). What is left (NaN, negative inputs
+// of unsigned formats, low inputs of stochastic modes or of formats without a fixed quantum) goes
+// to the header's exact routine.
+template <typename F>
+struct edge_consts {
+  typedef typename pl_traits<F>::U U;
+  pl_low_plan<F> low;
+  U low_on;           // all ones when the low path applies
+  U over_on;          // all ones when the overflow path applies to round_to
+  U over_code_on;     // ... and to encode (the overflow's codes exist)
+  U maxbits;
+  U over_res[2], inf_res[2];    // results of finite overflows and of infinities, by sign
+  U over_code[2], inf_code[2];  // their codes
+
+  edge_consts(const pl_plan<F>& p, bool exact_only) : low(pl_make_low_plan<F>(p)) {
+    const bool on = !exact_only && p.mode <= PL_SRE;
+    low_on = (on && low.ok) ? ~(U)0 : (U)0;
+    over_on = on ? ~(U)0 : (U)0;
+    maxbits = p.maxbits;
+    int err = 0;
+    for (int neg = 0; neg < 2; ++neg) {
+      over_res[neg] = pl_overflow_bits(p, neg != 0, false);
+      inf_res[neg] = pl_overflow_bits(p, neg != 0, true);
+      over_code[neg] = (U)pl_encode_rounded(p, over_res[neg], &err);
+      inf_code[neg] = (U)pl_encode_rounded(p, inf_res[neg], &err);
+    }
+    over_code_on = err ? (U)0 : over_on;
+  }
+};
+
 // ----- whole ranges -----------------------------------------------------------------------------
 template <typename F>
 struct job {
@@ -440,13 +511,146 @@ struct job {
   bool random;      // the mode needs random words
   bool exact_only;  // no input takes the fast path: the format has no normal value, or the
                     // mode was added to the header after this file
+  edge_consts<F> e;
   job(const pl_format& f, int mode, int saturate, int flush, pl_sr_key k)
       : p(pl_make_plan<F>(f, mode, saturate, flush)),
         c(p),
         key(k),
         random(pl_is_stochastic(mode)),
-        exact_only(mode > PL_SRE || p.maxbits < p.threshold) {}
+        exact_only(mode > PL_SRE || p.maxbits < p.threshold),
+        e(p, exact_only) {}
 };
+
+// yes ? a : b without a branch (the loops below vectorise)
+template <typename B, typename U>
+PL_INLINE U select(B yes, U a, U b) {
+  const U m = (U)0 - (U)(yes != 0);
+  return (a & m) | (b & ~m);
+}
+
+// How a block is processed, chosen from the previous block's elements (gradients come in long
+// runs of tiny values): AFTER_FIRST, a second pass after the first pass (round_block_fast) flagged
+// elements; FUSED, one pass for everything (the previous block was mostly outside the normal
+// range); LOW_IN / OVER_IN, one pass for the normal range and the inputs below the smallest normal
+// / above the max; ALL_LOW / ALL_OVER, one pass for inputs below the smallest normal / above the
+// max only. A pass of the last four kinds that meets an element it does not cover is redone FUSED.
+enum { AFTER_FIRST = 0, FUSED = 1, LOW_IN = 2, OVER_IN = 3, ALL_LOW = 4, ALL_OVER = 5 };
+
+// Counts of a block's elements below the smallest normal and above the max (fast paths on).
+struct edge_count {
+  int low = 0, over = 0;
+  int next_kind(int n) const {  // the kind for the next block (-1: the plain first pass)
+    if (low == n) return ALL_LOW;
+    if (over == n) return ALL_OVER;
+    if (4 * (low + over) <= n) return -1;
+    return over == 0 ? LOW_IN : low == 0 ? OVER_IN : FUSED;
+  }
+};
+
+// A pass over a block of KIND (see above): low and overflowing inputs get their results (and
+// in-range ones too, except AFTER_FIRST where the first pass gave them); flag[i] = 1 for the
+// elements still to do exactly. Returns nonzero when some are (kinds after FUSED: when the pass
+// met an element it does not cover, and then the block must be redone FUSED).
+template <typename F, int MODE, int KIND>
+PL_INLINE typename pl_traits<F>::U round_block_edges(const job<F>& j,
+                                                     const typename pl_traits<F>::U* __restrict b,
+                                                     typename pl_traits<F>::U* __restrict r,
+                                                     const pl_u64* __restrict rw,
+                                                     pl_u8* __restrict flag, int n,
+                                                     edge_count* cnt) {
+  typedef typename pl_traits<F>::U U;
+  const int W = pl_traits<F>::W;
+  const fast_consts<F>& c = j.c;
+  const edge_consts<F>& e = j.e;
+  const pl_low_plan<F> L = e.low;
+  const int s = c.s;
+  const U notmask = c.notmask, half_m1 = c.half_m1, flip = c.flip;
+  const U keep = c.keep, thr = c.thr, range = c.range, zero_fast = c.zero_fast;
+  const U abs_mask = ((U)1 << (W - 1)) - 1, inf = pl_traits<F>::inf_bits(), maxbits = e.maxbits;
+  const U low_on = e.low_on, over_on = e.over_on;
+  const U over0 = e.over_res[0], over1 = e.over_res[1], inf0 = e.inf_res[0], inf1 = e.inf_res[1];
+  const bool IN = KIND <= OVER_IN, LOWP = KIND != OVER_IN && KIND != ALL_OVER;
+  const bool OVERP = KIND != LOW_IN && KIND != ALL_LOW;
+  U any = 0, n_low = 0, n_over = 0;
+  for (int i = 0; i < n; ++i) {
+    const U x = b[i], a = x & keep, neg = x >> (W - 1);
+    const U low = LOWP ? low_on & ((U)0 - (U)(a < thr)) : (U)0;
+    const U over = OVERP ? over_on & ((U)0 - (U)((a > maxbits) & (a <= inf))) : (U)0;
+    const U rf = KIND == AFTER_FIRST ? r[i]
+                 : (IN || OVERP)
+                     ? fast_round<U, MODE>(x, s, notmask, half_m1, flip,
+                                           (MODE == PL_SR || MODE == PL_SRE) ? rw[i] : 0) &
+                           notmask
+                     : (U)0;
+    U res = IN ? rf & ~(low | over) : (U)0;
+    if (LOWP) res |= pl_low_fast<F>(L, MODE, a, neg) & low;
+    if (OVERP) {  // an infinite input always rounds above the max here: `big` is then chosen
+      const U big = select(neg, select(a == inf, inf1, over1), select(a == inf, inf0, over0));
+      res |= select((rf & abs_mask) <= maxbits, rf, big) & over;
+    }
+    r[i] = res;
+    const U ex = (IN ? needs_exact(x, keep, thr, range, zero_fast) : (U)1) & ~(low | over) & 1;
+    flag[i] = (pl_u8)ex;
+    any |= ex;
+    n_low += low & 1;
+    n_over += over & 1;
+  }
+  cnt->low = (int)n_low;
+  cnt->over = (int)n_over;
+  return any;
+}
+
+// The same for codes (first pass: encode_block_fast).
+template <typename F, int MODE, typename C, int KIND>
+PL_INLINE typename pl_traits<F>::U encode_block_edges(const job<F>& j,
+                                                      const typename pl_traits<F>::U* __restrict b,
+                                                      C* __restrict out,
+                                                      const pl_u64* __restrict rw,
+                                                      pl_u8* __restrict flag, int n,
+                                                      edge_count* cnt) {
+  typedef typename pl_traits<F>::U U;
+  const int W = pl_traits<F>::W;
+  const fast_consts<F>& c = j.c;
+  const edge_consts<F>& e = j.e;
+  const pl_low_plan<F> L = e.low;
+  const int s = c.s, drop = c.drop > 0 ? c.drop : 0, top = c.nbits - 1;
+  const U notmask = c.notmask, half_m1 = c.half_m1, flip = c.flip, sign_code = c.sign_code;
+  const U offset = c.offset, low_bits = sign_code ? sign_code - 1 : ~(U)0;
+  const U keep = c.keep, thr = c.thr, range = c.range, zero_fast = c.zero_fast;
+  const U abs_mask = ((U)1 << (W - 1)) - 1, inf = pl_traits<F>::inf_bits(), maxbits = e.maxbits;
+  const U low_on = e.low_on, over_on = e.over_code_on;
+  const U over0 = e.over_code[0], over1 = e.over_code[1];
+  const U inf0 = e.inf_code[0], inf1 = e.inf_code[1];
+  const bool IN = KIND <= OVER_IN, LOWP = KIND != OVER_IN && KIND != ALL_OVER;
+  const bool OVERP = KIND != LOW_IN && KIND != ALL_LOW;
+  U any = 0, n_low = 0, n_over = 0;
+  for (int i = 0; i < n; ++i) {
+    const U x = b[i], a = x & keep, neg = x >> (W - 1);
+    const U low = LOWP ? low_on & ((U)0 - (U)(a < thr)) : (U)0;
+    const U over = OVERP ? over_on & ((U)0 - (U)((a > maxbits) & (a <= inf))) : (U)0;
+    const U rounded = (IN || OVERP) ? fast_round<U, MODE>(x, s, notmask, half_m1, flip,
+                                                          (MODE == PL_SR || MODE == PL_SRE) ? rw[i] : 0)
+                                    : (U)0;
+    const U cf = KIND == AFTER_FIRST ? (U)out[i]
+                 : (IN || OVERP) ? fast_code(x, rounded, s, offset, low_bits, drop, sign_code, keep, top)
+                                 : (U)0;
+    U res = IN ? cf & ~(low | over) : (U)0;
+    if (LOWP) res |= pl_low_code<F>(L, MODE, a, neg, sign_code) & low;
+    if (OVERP) {  // big, unless the input rounds down to the max
+      const U big = select(neg, select(a == inf, inf1, over1), select(a == inf, inf0, over0));
+      res |= select((rounded & notmask & abs_mask) <= maxbits, cf, big) & over;
+    }
+    out[i] = (C)res;
+    const U ex = (IN ? needs_exact(x, keep, thr, range, zero_fast) : (U)1) & ~(low | over) & 1;
+    flag[i] = (pl_u8)ex;
+    any |= ex;
+    n_low += low & 1;
+    n_over += over & 1;
+  }
+  cnt->low = (int)n_low;
+  cnt->over = (int)n_over;
+  return any;
+}
 
 template <typename F, int MODE>
 PL_CLONES void round_range_mode(const job<F>& j, const void* src, int src_size, void* dst, size_t lo,
@@ -454,6 +658,8 @@ PL_CLONES void round_range_mode(const job<F>& j, const void* src, int src_size, 
   typedef typename pl_traits<F>::U U;
   U buf[BLOCK];
   pl_u64 rw[BLOCK];
+  pl_u8 flag[BLOCK + 8];
+  int kind = -1;  // of the next block: -1 the first pass, else see AFTER_FIRST ... ALL_OVER
   for (size_t i0 = lo; i0 < hi; i0 += BLOCK) {
     const int n = (int)(hi - i0 < (size_t)BLOCK ? hi - i0 : (size_t)BLOCK);
     const U* b = load_block<U>(src, src_size, i0, n, buf);
@@ -463,8 +669,21 @@ PL_CLONES void round_range_mode(const job<F>& j, const void* src, int src_size, 
       for (int i = 0; i < n; ++i) r[i] = pl_round_bits(j.p, b[i], j.random ? rw[i] : 0);
       continue;
     }
-    if (round_block_fast<F, MODE>(j.c, b, r, rw, n))
-      for_flagged(j.c, b, n, [&](int i) { r[i] = pl_round_bits(j.p, b[i], j.random ? rw[i] : 0); });
+    // (no lambda around the passes: it would not be compiled for the clone's instruction set)
+    edge_count cnt;
+    bool any;
+#define PL_PASS(K) round_block_edges<F, MODE, K>(j, b, r, rw, flag, n, &cnt)
+    if (kind == ALL_LOW) any = PL_PASS(ALL_LOW);
+    else if (kind == ALL_OVER) any = PL_PASS(ALL_OVER);
+    else if (kind == LOW_IN) any = PL_PASS(LOW_IN);
+    else if (kind == OVER_IN) any = PL_PASS(OVER_IN);
+    else if (kind == FUSED) any = PL_PASS(FUSED);
+    else if (!round_block_fast<F, MODE>(j.c, b, r, rw, n)) any = false;
+    else any = flag_block(j.c, b, flag, n) <= FEW_FLAGGED || PL_PASS(AFTER_FIRST);
+    if (any && kind > FUSED) any = PL_PASS(FUSED);  // an element the pass does not cover: redo
+#undef PL_PASS
+    if (any) scan_flags(flag, n, [&](int i) { r[i] = pl_round_bits(j.p, b[i], j.random ? rw[i] : 0); });
+    kind = cnt.next_kind(n);
   }
 }
 
@@ -474,7 +693,9 @@ PL_CLONES int encode_range_mode(const job<F>& j, const void* src, int src_size, 
   typedef typename pl_traits<F>::U U;
   U buf[BLOCK];
   pl_u64 rw[BLOCK];
+  pl_u8 flag[BLOCK + 8];
   int err = 0;
+  int kind = -1;
   for (size_t i0 = lo; i0 < hi; i0 += BLOCK) {
     const int n = (int)(hi - i0 < (size_t)BLOCK ? hi - i0 : (size_t)BLOCK);
     const U* b = load_block<U>(src, src_size, i0, n, buf);
@@ -486,9 +707,22 @@ PL_CLONES int encode_range_mode(const job<F>& j, const void* src, int src_size, 
     };
     if (j.exact_only) {  // the exact routine throughout
       for (int i = 0; i < n; ++i) exact(i);
-    } else if (encode_block_fast<F, MODE, C>(j.c, b, out, rw, n)) {
-      for_flagged(j.c, b, n, exact);
+      continue;
     }
+    edge_count cnt;
+    bool any;
+#define PL_PASS(K) encode_block_edges<F, MODE, C, K>(j, b, out, rw, flag, n, &cnt)
+    if (kind == ALL_LOW) any = PL_PASS(ALL_LOW);
+    else if (kind == ALL_OVER) any = PL_PASS(ALL_OVER);
+    else if (kind == LOW_IN) any = PL_PASS(LOW_IN);
+    else if (kind == OVER_IN) any = PL_PASS(OVER_IN);
+    else if (kind == FUSED) any = PL_PASS(FUSED);
+    else if (!encode_block_fast<F, MODE, C>(j.c, b, out, rw, n)) any = false;
+    else any = flag_block(j.c, b, flag, n) <= FEW_FLAGGED || PL_PASS(AFTER_FIRST);
+    if (any && kind > FUSED) any = PL_PASS(FUSED);  // an element the pass does not cover: redo
+#undef PL_PASS
+    if (any) scan_flags(flag, n, exact);
+    kind = cnt.next_kind(n);
   }
   return err;
 }
@@ -1062,6 +1296,30 @@ PyObject* random_words(PyObject*, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+// fast_paths(fmt, mode, saturate, flush, itemsize) -> (low, overflow, overflow_codes): whether
+// round_to/encode with a working type of that itemsize (4: float32, 8: float64) take the fast
+// paths for inputs below the smallest normal, above the max (round_to), above the max (encode).
+// For the tests: they assert that the exhaustive comparisons run through these paths.
+PyObject* fast_paths(PyObject*, PyObject* args) {
+  PyObject* fmt_obj;
+  int mode, saturate, flush, itemsize;
+  if (!PyArg_ParseTuple(args, "Oiiii", &fmt_obj, &mode, &saturate, &flush, &itemsize)) return NULL;
+  bool ok;
+  const pl_format f = parse_format(fmt_obj, &ok);
+  if (!ok || !check_size(itemsize, "itemsize", 4, 8, 4, 8)) return NULL;
+  const pl_sr_key key = make_key(0, 0, 64);
+  bool low, over, over_code;
+  if (itemsize == 4) {
+    const job<float> j(f, mode, saturate, flush, key);
+    low = j.e.low_on != 0, over = j.e.over_on != 0, over_code = j.e.over_code_on != 0;
+  } else {
+    const job<double> j(f, mode, saturate, flush, key);
+    low = j.e.low_on != 0, over = j.e.over_on != 0, over_code = j.e.over_code_on != 0;
+  }
+  return Py_BuildValue("(OOO)", low ? Py_True : Py_False, over ? Py_True : Py_False,
+                       over_code ? Py_True : Py_False);
+}
+
 PyMethodDef methods[] = {
     {"round_float", round_float, METH_VARARGS,
      "round_float(src, src_itemsize, out, out_itemsize, fmt, mode, saturate, flush, seed_lo, "
@@ -1091,6 +1349,9 @@ PyMethodDef methods[] = {
     {"random_words", random_words, METH_VARARGS,
      "random_words(out, seed_lo, seed_hi, random_bits, start): out[i] (uint64) = the random "
      "word of flat index start + i that stochastic rounding uses"},
+    {"fast_paths", fast_paths, METH_VARARGS,
+     "fast_paths(fmt, mode, saturate, flush, itemsize) -> (low, overflow, overflow_codes): the "
+     "fast paths a job takes outside the format's normal range (working itemsize 4 or 8)"},
     {NULL, NULL, 0, NULL}};
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "precision_lab._native",
