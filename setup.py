@@ -13,7 +13,9 @@ Build commands: ``pip install .`` / ``pip install -e .``, or in a source checkou
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -39,6 +41,9 @@ GCC_FLAGS = [
     "-fno-math-errno",
     "-fno-trapping-math",
 ]
+# GCC: no second, narrower vectorised copy of each loop's remainder. The loops run over blocks of
+# 1024 elements, so the remainders are short; with it core.cpp took 168 s to compile, without 125.
+GCC_ONLY_FLAGS = ["--param", "vect-epilogues-nomask=0"]
 MSVC_FLAGS = ["/O2", "/std:c++17", "/fp:precise"]
 
 
@@ -47,9 +52,26 @@ class OptionalBuildExt(build_ext):
 
     def build_extensions(self) -> None:
         msvc = self.compiler.compiler_type == "msvc"
+        flags = list(MSVC_FLAGS if msvc else GCC_FLAGS)
+        if not msvc and self._accepts(GCC_ONLY_FLAGS):
+            flags += GCC_ONLY_FLAGS
         for ext in self.extensions:
-            ext.extra_compile_args = list(MSVC_FLAGS if msvc else GCC_FLAGS)
+            ext.extra_compile_args = flags
+        # the extensions compile at the same time (setuptools' own parallel build_ext)
+        self.parallel = self.parallel or os.cpu_count() or 1
         super().build_extensions()
+
+    def _accepts(self, flags: list[str]) -> bool:
+        """Whether the compiler takes these flags (clang, for one, does not know GCC's params)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            src = Path(tmp) / "probe.cpp"
+            src.write_text("int main() { return 0; }\n")
+            try:
+                args = ["-Werror", *flags]
+                self.compiler.compile([str(src)], output_dir=tmp, extra_postargs=args)
+            except Exception:
+                return False
+        return True
 
     def run(self) -> None:
         try:

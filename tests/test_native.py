@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fpenv import ftz_daz
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_cuda_host import (
@@ -604,3 +605,34 @@ def test_mulhi64_without_int128(tmp_path) -> None:
     cmd = ["g++", "-O1", "-DPL_NO_INT128", f"-I{CUDA_DIR}", str(src), "-o", str(exe)]
     subprocess.run(cmd, check=True, capture_output=True)
     assert subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout == "0\n"
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp32", "e5m2", FloatFormat(8, 3)])
+@pytest.mark.parametrize("mode", ["nearest_even", "nearest_away", "toward_zero", "up", "to_odd"])
+def test_casts_ignore_the_callers_flush_to_zero(fmt, mode):
+    """Flush-to-zero / denormals-are-zero left on by another library change no result: the fast
+    paths below the smallest normal let the hardware round, so each call runs in the default
+    environment (native/fpenv.h) and gives the caller's back."""
+    rng = np.random.default_rng(11)
+    # float32 subnormals and their neighbours (DAZ reads them as 0), spread over whole blocks
+    x = (rng.standard_normal(5000) * 2.0**-130).astype(np.float32)
+    x[::7] = rng.standard_normal(x[::7].size) * 2.0**-120
+    with pl.use_backend("numpy"):
+        want_r, want_c = pl.round_to(x, fmt, rounding=mode), pl.encode(x, fmt, rounding=mode)
+    with ftz_daz(), _parallel.use_workers(1), pl.use_backend("native"):
+        got_r, got_c = pl.round_to(x, fmt, rounding=mode), pl.encode(x, fmt, rounding=mode)
+    assert np.array_equal(want_r.view(np.uint32), got_r.view(np.uint32))
+    assert np.array_equal(want_c, got_c)
+
+
+@pytest.mark.parametrize("block_format", ["mxfp8_e4m3", "mxfp4_e2m1", "nvfp4"])
+def test_blocks_ignore_the_callers_flush_to_zero(block_format):
+    """The same for the block kernels (their float32 path rounds with the FPU)."""
+    rng = np.random.default_rng(12)
+    x = (rng.standard_normal((64, 64)) * 2.0**-132).astype(np.float32)
+    with pl.use_backend("numpy"):
+        want = pl.round_to_blocks(x, block_format)
+    with ftz_daz(), _parallel.use_workers(1), pl.use_backend("native"):
+        got = pl.round_to_blocks(x, block_format)
+    assert np.array_equal(want.view(np.uint32), got.view(np.uint32))
+    assert np.count_nonzero(want) > 1000

@@ -68,6 +68,9 @@ MODELS = [
     pl.Accumulator("e4m3", rounding="up"),
     pl.Accumulator("fp32", rounding="down"),
     pl.Accumulator("fp32"),
+    pl.Accumulator("bf16", rounding="nearest_zero"),  # was rounded to odd by the tile kernels
+    pl.Accumulator("e4m3", rounding="nearest_zero", overflow="saturate"),
+    pl.Accumulator("fp16", order="pairwise", rounding="nearest_zero"),
     pl.Accumulator("fp64"),
     pl.Accumulator("bf16", rounding="stochastic", seed=5, random_bits=8),
     pl.Accumulator("fp16", order="pairwise", rounding="stochastic", seed=3),

@@ -49,6 +49,7 @@
 #endif
 
 #include "../cuda/pl_round.cuh"
+#include "fpenv.h"
 
 #ifndef PL_SOURCE_HASH
 #define PL_SOURCE_HASH "unknown"
@@ -836,7 +837,7 @@ PyObject* float_op(PyObject* args, bool encode) {
   const void* s = src.view.buf;
   void* d = out.view.buf;
   int err = 0;
-  Py_BEGIN_ALLOW_THREADS;
+  PL_BEGIN_NATIVE;
   if (wide) {
     const job<double> j(f, mode, saturate, flush, key);
     if (!encode) round_range(j, s, src_size, d, (size_t)lo, (size_t)hi);
@@ -852,7 +853,7 @@ PyObject* float_op(PyObject* args, bool encode) {
     else if (out_size == 4) err = encode_range<float, pl_u32>(j, s, src_size, d, lo, hi);
     else err = encode_range<float, pl_u64>(j, s, src_size, d, lo, hi);
   }
-  Py_END_ALLOW_THREADS;
+  PL_END_NATIVE;
   return PyLong_FromLong(err);
 }
 
@@ -878,7 +879,7 @@ PyObject* int_op(PyObject* args, bool encode) {
   const void* s = src.view.buf;
   void* d = out.view.buf;
   int err = 0;
-  Py_BEGIN_ALLOW_THREADS;
+  PL_BEGIN_NATIVE;
   pl_u64 rw[BLOCK];
   for (size_t i0 = (size_t)lo; i0 < (size_t)hi; i0 += BLOCK) {
     const int n = (int)((size_t)hi - i0 < (size_t)BLOCK ? (size_t)hi - i0 : (size_t)BLOCK);
@@ -899,7 +900,7 @@ PyObject* int_op(PyObject* args, bool encode) {
       }
     }
   }
-  Py_END_ALLOW_THREADS;
+  PL_END_NATIVE;
   return PyLong_FromLong(err);
 }
 
@@ -972,14 +973,14 @@ PyObject* decode_table(PyObject*, PyObject* args) {
     return NULL;
   }
   pl_u64 bad;
-  Py_BEGIN_ALLOW_THREADS;
+  PL_BEGIN_NATIVE;
   if (out_size == 4)
     bad = lookup_any(codes.view.buf, code_size, code_signed, (const pl_u32*)table.view.buf, tsize,
                      (pl_u32*)out.view.buf, (size_t)lo, (size_t)hi);
   else
     bad = lookup_any(codes.view.buf, code_size, code_signed, (const pl_u64*)table.view.buf, tsize,
                      (pl_u64*)out.view.buf, (size_t)lo, (size_t)hi);
-  Py_END_ALLOW_THREADS;
+  PL_END_NATIVE;
   return PyLong_FromLong(bad != 0);
 }
 
@@ -1011,7 +1012,7 @@ PyObject* decode_op(PyObject* args, bool integer) {
   pl_u64 bad = 0;
   const void* c = codes.view.buf;
   void* d = out.view.buf;
-  Py_BEGIN_ALLOW_THREADS;
+  PL_BEGIN_NATIVE;
   for (size_t i = (size_t)lo; i < (size_t)hi; ++i) {
     const pl_u64 code = load_code(c, code_size, code_signed != 0, i);
     bad |= (code > limit) | (code_signed && (code >> 63));  // negative signed codes too
@@ -1019,7 +1020,7 @@ PyObject* decode_op(PyObject* args, bool integer) {
     if (out_size == 4) ((pl_u32*)d)[i] = pl_traits<float>::bits_from_double(v);
     else ((pl_u64*)d)[i] = pl_traits<double>::bits_from_double(v);
   }
-  Py_END_ALLOW_THREADS;
+  PL_END_NATIVE;
   return PyLong_FromLong(bad != 0);
 }
 
@@ -1255,7 +1256,7 @@ PyObject* elementwise(PyObject*, PyObject* args) {
   int err = 0;
   const void *xs = x.view.buf, *ys = y.view.buf, *zs = z.view.buf;
   pl_u32* d = (pl_u32*)out.view.buf;
-  Py_BEGIN_ALLOW_THREADS;
+  PL_BEGIN_NATIVE;
   if (j.out.c.s == 0) {
     err = arith_range_mode<PL_RTZ>(j, xs, xk, ys, yk, zs, zk, d, lo, hi);
   } else {
@@ -1263,7 +1264,7 @@ PyObject* elementwise(PyObject*, PyObject* args) {
     PL_BY_MODE(j.out.p.mode, PL_CALL)
 #undef PL_CALL
   }
-  Py_END_ALLOW_THREADS;
+  PL_END_NATIVE;
   return PyLong_FromLong(err);
 }
 
@@ -1288,11 +1289,11 @@ PyObject* random_words(PyObject*, PyObject* args) {
   }
   const pl_sr_key key = make_key(seed_lo, seed_hi, random_bits);
   pl_u64* w = (pl_u64*)out.view.buf;
-  Py_BEGIN_ALLOW_THREADS;
+  PL_BEGIN_NATIVE;
   for (size_t i0 = 0; i0 < n; i0 += BLOCK)
     fill_words(key, (size_t)start + i0, (int)(n - i0 < (size_t)BLOCK ? n - i0 : (size_t)BLOCK),
                w + i0);
-  Py_END_ALLOW_THREADS;
+  PL_END_NATIVE;
   Py_RETURN_NONE;
 }
 

@@ -5,7 +5,6 @@
 #include "kernels.h"
 
 #if defined(__SSE2__) || defined(_M_X64)
-#include <xmmintrin.h>  // the SSE control register (fma32.inc)
 #endif
 
 namespace pl_base {

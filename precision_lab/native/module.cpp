@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "fpenv.h"
 
 namespace {
 
@@ -99,11 +100,11 @@ PyObject* py_gemm(PyObject*, PyObject* args) {
     PyErr_SetString(PyExc_ValueError, "gemm: buffer sizes do not match params / row range");
     return nullptr;
   }
-  Py_BEGIN_ALLOW_THREADS KT.gemm_rows(q, (const double*)a.ptr, (const double*)b.ptr,
+  PL_BEGIN_NATIVE KT.gemm_rows(q, (const double*)a.ptr, (const double*)b.ptr,
                                      (const double*)c.ptr, (const double*)sa.ptr,
                                      (const double*)sb.ptr, (const short*)ea.ptr, (const short*)eb.ptr,
                                      (const float*)b32.ptr, d.v.buf, f32, r0, r1, flags);
-  Py_END_ALLOW_THREADS Py_RETURN_NONE;
+  PL_END_NATIVE Py_RETURN_NONE;
 }
 
 // gemm_fma32(params, A, Bp, C, D, same_out, r0, r1) -> non-finite count: fp32 sequential
@@ -136,9 +137,9 @@ PyObject* py_gemm_fma32(PyObject*, PyObject* args) {
   }
   const int f32 = d.v.itemsize == 4;
   long long bad;
-  Py_BEGIN_ALLOW_THREADS bad = KT.fma32_rows(q, (const float*)a.ptr, (const float*)b.ptr,
+  PL_BEGIN_NATIVE bad = KT.fma32_rows(q, (const float*)a.ptr, (const float*)b.ptr,
                                              (const float*)c.ptr, d.v.buf, f32, same_out, r0, r1);
-  Py_END_ALLOW_THREADS return PyLong_FromLongLong(bad);
+  PL_END_NATIVE return PyLong_FromLongLong(bad);
 }
 
 // fma32_pack(B, Bp, K, N, q0, q1): panels q0..q1-1 of B (nb x K x N float32) into Bp, which
@@ -156,8 +157,8 @@ PyObject* py_fma32_pack(PyObject*, PyObject* args) {
     PyErr_SetString(PyExc_ValueError, "fma32_pack: buffer sizes do not match K, N / panel range");
     return nullptr;
   }
-  Py_BEGIN_ALLOW_THREADS KT.fma32_pack((const float*)b.ptr, (float*)bp.ptr, K, N, q0, q1);
-  Py_END_ALLOW_THREADS Py_RETURN_NONE;
+  PL_BEGIN_NATIVE KT.fma32_pack((const float*)b.ptr, (float*)bp.ptr, K, N, q0, q1);
+  PL_END_NATIVE Py_RETURN_NONE;
 }
 
 // fma32_tile() -> (MR, NR): rows and columns of the fp32 FMA kernel's register tile.
@@ -177,8 +178,8 @@ PyObject* py_align_exponents(PyObject*, PyObject* args) {
     PyErr_SetString(PyExc_ValueError, "align_exponents: out is shorter than x");
     return nullptr;
   }
-  Py_BEGIN_ALLOW_THREADS KT.align_exps((const double*)x.ptr, (short*)o.ptr, x.n, emin);
-  Py_END_ALLOW_THREADS Py_RETURN_NONE;
+  PL_BEGIN_NATIVE KT.align_exps((const double*)x.ptr, (short*)o.ptr, x.n, emin);
+  PL_END_NATIVE Py_RETURN_NONE;
 }
 
 // quantize(x, out, out_code, C, inner, S, Z, mode, short, torch, qmin, qmax, lo, hi) -> NaN count
@@ -213,10 +214,10 @@ PyObject* py_quantize(PyObject*, PyObject* args) {
     return nullptr;
   }
   long long nan;
-  Py_BEGIN_ALLOW_THREADS nan =
+  PL_BEGIN_NATIVE nan =
       KT.quantize(x.v.buf, x.v.itemsize == 8, o.v.buf, code, C, inner, (const double*)sc.ptr,
                   (const double*)zp.ptr, mode, shortp, torch, qmin, qmax, lo, hi);
-  Py_END_ALLOW_THREADS return PyLong_FromLongLong(nan);
+  PL_END_NATIVE return PyLong_FromLongLong(nan);
 }
 
 // dequantize(q, q_code, out, short, C, inner, S, Z, lo, hi): out float32 or float64
@@ -246,9 +247,9 @@ PyObject* py_dequantize(PyObject*, PyObject* args) {
     PyErr_SetString(PyExc_ValueError, "dequantize: buffer sizes do not match");
     return nullptr;
   }
-  Py_BEGIN_ALLOW_THREADS KT.dequantize(q.v.buf, code, o.v.buf, o.v.itemsize == 8, shortp, C, inner,
+  PL_BEGIN_NATIVE KT.dequantize(q.v.buf, code, o.v.buf, o.v.itemsize == 8, shortp, C, inner,
                                        (const double*)sc.ptr, (const double*)zp.ptr, lo, hi);
-  Py_END_ALLOW_THREADS Py_RETURN_NONE;
+  PL_END_NATIVE Py_RETURN_NONE;
 }
 
 // blocks(x, out, dims(4 int64), rule, mode, codes_only, int_elem, int_bits, elem(5 int32),
@@ -284,11 +285,11 @@ PyObject* py_blocks(PyObject*, PyObject* args) {
     PyErr_SetString(PyExc_ValueError, "blocks: buffer sizes do not match");
     return nullptr;
   }
-  Py_BEGIN_ALLOW_THREADS KT.blocks(x.v.buf, o.v.buf, isz == 8, U, A, B, C, rule, mode, codes_only,
+  PL_BEGIN_NATIVE KT.blocks(x.v.buf, o.v.buf, isz == 8, U, A, B, C, rule, mode, codes_only,
                                    int_elem, int_bits, (const int*)el.ptr, (const int*)sc.ptr,
                                    (const int*)ints.ptr, (const double*)dbl.ptr,
                                    (double*)val.ptr, (const unsigned long long*)key.ptr, u0, u1);
-  Py_END_ALLOW_THREADS Py_RETURN_NONE;
+  PL_END_NATIVE Py_RETURN_NONE;
 }
 
 // block_amax(x, dims(4 int64), out(float64 U*B, or None), u0, u1) -> the largest block amax
@@ -312,8 +313,8 @@ PyObject* py_block_amax(PyObject*, PyObject* args) {
     return nullptr;
   }
   double big;
-  Py_BEGIN_ALLOW_THREADS big = KT.block_amax(x.v.buf, isz == 8, A, B, C, (double*)o.ptr, u0, u1);
-  Py_END_ALLOW_THREADS return PyFloat_FromDouble(big);
+  PL_BEGIN_NATIVE big = KT.block_amax(x.v.buf, isz == 8, A, B, C, (double*)o.ptr, u0, u1);
+  PL_END_NATIVE return PyFloat_FromDouble(big);
 }
 
 PyObject* py_isa(PyObject*, PyObject*) { return PyUnicode_FromString(KT.isa); }

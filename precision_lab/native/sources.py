@@ -23,13 +23,14 @@ PACKAGE = Path(__file__).resolve().parent.parent
 #: extension module -> its source files (the .cpp files are compiled; all are hashed), relative
 #: to the package folder
 EXTENSIONS: dict[str, list[str]] = {
-    "precision_lab._native": ["native/core.cpp", "cuda/pl_round.cuh"],
+    "precision_lab._native": ["native/core.cpp", "native/fpenv.h", "cuda/pl_round.cuh"],
     "precision_lab._native_kernels": [
         "native/module.cpp",
         "native/kernels_base.cpp",
         "native/kernels_avx2.cpp",
         "native/kernels_avx512.cpp",
         "native/kernels.h",
+        "native/fpenv.h",
         "native/common.inc",
         "native/kernels.inc",
         "native/fma32.inc",
