@@ -467,7 +467,8 @@ def _block_amax(data: np.ndarray, lay: _Layout) -> np.ndarray:
         out[lo:hi] = m.max(axis=1)
 
     for_chunks(U, work, chunk=_units_per_chunk(lay))
-    return out.view(data.dtype).astype(np.float64).reshape(U, B)
+    with np.errstate(invalid="ignore"):  # a signaling NaN's bits may be the largest: quiet it
+        return out.view(data.dtype).astype(np.float64).reshape(U, B)
 
 
 def _pow2_exponents(amax: np.ndarray, bf: BlockFormat) -> tuple[np.ndarray, np.ndarray]:

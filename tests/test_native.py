@@ -367,7 +367,7 @@ def _native_words(seed: int, n: int, start: int, random_bits: int) -> list[int]:
     return out.tolist()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     seed=st.integers(0, 2**128 - 1),
     start=st.one_of(st.integers(0, 40), st.integers(0, 2**62)),
