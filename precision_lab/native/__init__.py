@@ -96,6 +96,7 @@ def _chunk(n: int) -> int:
     """
     return min(CHUNK, max(MIN_CHUNK, -(-n // (4 * current_workers()))))
 
+
 _M64 = (1 << 64) - 1
 
 
