@@ -8,10 +8,13 @@ finds the two neighbours of the exact input by bisection, and applies each round
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cache
+
+import numpy as np
 
 from precision_lab.formats import FloatFormat, IntFormat
 
@@ -258,3 +261,121 @@ def referee_formula(x: float, fmt: FloatFormat, mode: str, overflow: str = "ieee
     if r == 0:
         return neg_zero if neg else 0.0
     return sign * float(r)
+
+
+@cache
+def _grid_arrays(fmt: FloatFormat) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The grid's values, codes and the midpoints between neighbours, as float64 arrays.
+
+    Every midpoint is checked to be exact in float64 (against Fraction), so comparing an input
+    with it in float64 is the exact comparison of :func:`referee_all`.
+    """
+    g = grid(fmt)
+    values = np.array(g.values, dtype=np.float64)
+    mids = [(Fraction(lo) + Fraction(hi)) / 2 for lo, hi in itertools.pairwise(g.values)]
+    mids.append((Fraction(g.max) + g.next_above_max) / 2)  # between max and the value above
+    assert all(Fraction(float(m)) == m for m in mids), f"{fmt}: a midpoint float64 cannot hold"
+    return values, np.array(g.codes, dtype=np.int64), np.array([float(m) for m in mids])
+
+
+def referee_table(x: np.ndarray, fmt: FloatFormat | IntFormat) -> dict[tuple[str, str], np.ndarray]:
+    """:func:`referee_all` of every element of ``x`` at once, keyed like it, as float64 arrays.
+
+    The same list-and-bisect rules, vectorised: the neighbours come from ``np.searchsorted`` on
+    the format's value list, and a tie is decided by comparing the input with the exact float64
+    midpoint of its neighbours (no subtraction, so nothing rounds). tests/test_referee.py checks
+    it against :func:`referee_all` on a sample that holds every tie and both neighbours of every
+    midpoint.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    if isinstance(fmt, IntFormat):
+        return _int_table(x, fmt)
+    g = grid(fmt)
+    values, codes, mids = _grid_arrays(fmt)
+    nan = np.isnan(x)
+    neg = np.signbit(x)
+    sign = np.where(neg, -1.0, 1.0)
+    a = np.abs(x)
+    with np.errstate(invalid="ignore"):
+        over = ~nan & (a > g.max)  # inf included
+    i = np.searchsorted(values, np.where(nan | over, 0.0, a), side="left")
+    ic = np.minimum(i, len(values) - 1)
+    exact = (i < len(values)) & (values[ic] == a)
+    lo = values[np.maximum(i - 1, 0)]
+    hi = values[ic]
+    lo_odd = codes[np.maximum(i - 1, 0)] % 2 == 1
+    mid = mids[np.maximum(i - 1, 0)]
+    below, tie = a < mid, a == mid
+    top_mid = mids[-1]
+    max_even = g.max_code % 2 == 0
+    overflow_value = {o: _overflow(g, o) for o in OVERFLOWS}
+    out: dict[tuple[str, str], np.ndarray] = {}
+    for m in DETERMINISTIC:
+        # the rule on magnitudes: "up"/"down" depend on the sign (_magnitude_mode)
+        rules = {False: _magnitude_mode(m, False), True: _magnitude_mode(m, True)}
+        in_range = np.empty_like(a)
+        to_max = np.empty(a.shape, dtype=bool)  # for inputs above max: keep max?
+        for s, mm in rules.items():
+            sel = neg == s
+            if mm == "zero":
+                r, keep = lo, np.ones_like(sel)
+            elif mm == "away":
+                r, keep = hi, np.zeros_like(sel)
+            elif mm == "odd":
+                r, keep = np.where(lo_odd, lo, hi), np.ones_like(sel)
+            else:
+                tie_down = mm == "nearest_zero" or (mm == "nearest_even" and max_even)
+                tie_lo = {"nearest_zero": True, "nearest_away": False}.get(mm)
+                tie_r = lo if tie_lo else hi if tie_lo is not None else np.where(lo_odd, hi, lo)
+                r = np.where(below, lo, np.where(tie, tie_r, hi))
+                keep = (a < top_mid) | ((a == top_mid) & tie_down)
+            in_range[sel] = r[sel]
+            to_max[sel] = keep[sel]
+        in_range = np.where(exact, a, np.where(i == 0, values[0], in_range))
+        zero = in_range == 0
+        signed_zero = -0.0 if g.neg_zero else 0.0
+        in_range = np.where(zero, np.where(neg, signed_zero, 0.0), sign * in_range)
+        for o in OVERFLOWS:
+            big = np.where(to_max & ~np.isinf(x), g.max, overflow_value[o])
+            r = np.where(over, sign * big, in_range)  # (NaN stays NaN)
+            if not g.signed:  # negative inputs (and -0 when 0 is missing): NaN or the least value
+                r = np.where(neg, np.where(x == 0, 0.0, math.nan if g.nan else g.values[0]), r)
+            if not g.has_zero:
+                r = np.where(x == 0, math.nan if g.nan else g.values[0], r)
+            out[m, o] = np.where(nan, math.nan, r)
+    return out
+
+
+def _int_table(x: np.ndarray, fmt: IntFormat) -> dict[tuple[str, str], np.ndarray]:
+    """:func:`_referee_int` vectorised. Exact: a float64 of magnitude >= 2**52 is a whole number
+    (its floor is itself), and below that ``floor(x) + 0.5`` is a float64."""
+    lo = np.floor(np.where(np.isfinite(x), x, 0.0))
+    whole = lo == x
+    hi = np.where(whole, lo, lo + 1)
+    half = lo + 0.5
+    pos = x > 0
+    lo_even = lo % 2 == 0
+    out = {}
+    for m in DETERMINISTIC:
+        if m == "toward_zero":
+            k = np.where(pos, lo, hi)
+        elif m == "up":
+            k = hi
+        elif m == "down":
+            k = lo
+        elif m == "odd":
+            k = np.where(lo_even, hi, lo)
+        else:
+            tie_k = {
+                "nearest_away": np.where(pos, hi, lo),
+                "nearest_zero": np.where(pos, lo, hi),
+                "nearest_even": np.where(lo_even, lo, hi),
+            }[m]
+            k = np.where(x < half, lo, np.where(x == half, tie_k, hi))
+        k = np.where(whole, lo, k)
+        k = np.clip(k, fmt.min, fmt.max) + 0.0  # (integers have one zero: -0.0 + 0.0 is +0.0)
+        k = np.where(np.isinf(x), np.where(x > 0, float(fmt.max), float(fmt.min)), k)
+        k = np.where(np.isnan(x), math.nan, k)
+        for o in OVERFLOWS:
+            out[m, o] = k
+    return out

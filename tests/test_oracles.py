@@ -10,7 +10,7 @@ from functools import cache
 import ml_dtypes
 import numpy as np
 import pytest
-from referee import KEYS, referee_all
+from referee import KEYS, referee_all, referee_table
 
 import precision_lab as pl
 from precision_lab.oracles import ml_dtypes_oracle, nan_codes, referee
@@ -28,11 +28,9 @@ def patterns(source: str) -> np.ndarray:
 
 @cache
 def fraction_table(source: str, name: str) -> dict[tuple[str, str], np.ndarray]:
-    """The Fraction referee's answer for every pattern, each mode and overflow switch."""
-    x = patterns(source)
-    fmt = pl.get_format(name)
-    rows = [referee_all(float(v), fmt) for v in x]
-    return {key: np.array([row[key] for row in rows]) for key in KEYS}
+    """The Fraction referee's answer for every pattern, each mode and overflow switch (its
+    vectorised form, checked against the scalar one in tests/test_referee.py)."""
+    return referee_table(patterns(source), pl.get_format(name))
 
 
 def same(got: np.ndarray, want: np.ndarray) -> np.ndarray:
