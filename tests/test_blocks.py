@@ -795,4 +795,6 @@ def test_any_float32_block_matches_referee(vals, name, rule, mode):
     got = pl.round_to_blocks(x, pl.get_block_format(name, scale_rule=rule), rounding=mode)
     # values are rounded once to the output dtype: an MX value beyond float32 (256 * 2**120
     # under the ceil rule) is inf in the float32 result
-    assert same(got, ref_mx(x, name, rule, mode)[0].astype(got.dtype))
+    with np.errstate(over="ignore"):
+        want = ref_mx(x, name, rule, mode)[0].astype(got.dtype)
+    assert same(got, want)
