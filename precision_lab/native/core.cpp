@@ -165,12 +165,22 @@ PL_INLINE void philox_group(const philox_keys& k, pl_u64 g, pl_u64 w[4]) {
   for (int r = 0; r < 10; ++r) pl_philox4x64_round(w, k.k0[r], k.k1[r]);
 }
 
-// The masked words of the ng whole groups g, g+1, ... into out: the hot loop, written with one
+// What the generator writes for each element: out = (R)((word & keep) >> sh), the masked word
+// itself (R = pl_u64, sh = 0: what the exact routine takes) or the addend of the stochastic modes'
+// fast path (R: the working type's bits; sh = 64 - s for stochastic, 63 for stochastic_equal), so
+// that the rounding loops over float32 stay in 32-bit lanes.
+template <typename R>
+PL_INLINE R word_out(pl_u64 w, pl_u64 keep, int sh) {
+  return (R)((w & keep) >> sh);
+}
+
+// The outputs of the ng whole groups g, g+1, ... into out: the hot loop, written with one
 // scalar per word, the rounds unrolled and the key folded in off the multiplications' path
 // (c1 ^ k0 is ready before the product's high half): GCC then keeps the state in registers
 // (10% faster than philox_group in this loop, which spilled).
-PL_INLINE void philox_whole_groups(const philox_keys& k, pl_u64 keep, pl_u64 g, size_t ng,
-                                   pl_u64* __restrict out) {
+template <typename R>
+PL_INLINE void philox_whole_groups(const philox_keys& k, pl_u64 keep, int sh, pl_u64 g, size_t ng,
+                                   R* __restrict out) {
   for (size_t q = 0; q < ng; ++q, ++g, out += 4) {
     pl_u64 c0 = g, c1 = 0, c2 = 0, c3 = 0;
 #pragma GCC unroll 10
@@ -183,10 +193,10 @@ PL_INLINE void philox_whole_groups(const philox_keys& k, pl_u64 keep, pl_u64 g, 
       c1 = lo1;
       c3 = lo0;
     }
-    out[0] = c0 & keep;
-    out[1] = c1 & keep;
-    out[2] = c2 & keep;
-    out[3] = c3 & keep;
+    out[0] = word_out<R>(c0, keep, sh);
+    out[1] = word_out<R>(c1, keep, sh);
+    out[2] = word_out<R>(c2, keep, sh);
+    out[3] = word_out<R>(c3, keep, sh);
   }
 }
 
@@ -212,9 +222,10 @@ PL_AVX512 inline void mul128_x8(__m512i a, __m512i ml, __m512i mh, __m512i* hi, 
   *lo = _mm512_mask_shuffle_epi32(p00, 0xAAAA, u, _MM_PERM_CCAA);  // low dword p00's, high u's
 }
 
+template <typename R>
 PL_AVX512 __attribute__((noinline)) size_t philox_groups_avx512(const philox_keys& k, pl_u64 keep,
-                                                                 pl_u64 g, size_t ng,
-                                                                 pl_u64* __restrict out) {
+                                                                 int sh, pl_u64 g, size_t ng,
+                                                                 R* __restrict out) {
   const int V = 4;  // vectors in flight: their multiplications overlap
   const __m512i m0l = _mm512_set1_epi64(0xE14C6C93LL), m0h = _mm512_set1_epi64(0xD2E7470ELL);
   const __m512i m1l = _mm512_set1_epi64(0x95121157LL), m1h = _mm512_set1_epi64(0xCA5A8263LL);
@@ -223,6 +234,9 @@ PL_AVX512 __attribute__((noinline)) size_t philox_groups_avx512(const philox_key
   // word order of a group after the transposition below
   const __m512i lo_pairs = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
   const __m512i hi_pairs = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
+  // ... and of the 32-bit outputs: group g's two halves (words 0 1, words 2 3) side by side
+  const __m512i lo_groups = _mm512_set_epi64(11, 3, 10, 2, 9, 1, 8, 0);
+  const __m512i hi_groups = _mm512_set_epi64(15, 7, 14, 6, 13, 5, 12, 4);
   size_t q = 0;
   for (; q + 8 * V <= ng; q += 8 * V) {
     __m512i c0[V], c1[V], c2[V], c3[V];
@@ -243,20 +257,33 @@ PL_AVX512 __attribute__((noinline)) size_t philox_groups_avx512(const philox_key
         c3[v] = lo0;
       }
     }
-    for (int v = 0; v < V; ++v) {  // 4 words x 8 groups -> 8 groups of 4 words, in memory order
-      const __m512i ab_lo = _mm512_unpacklo_epi64(c0[v], c1[v]);  // groups 0 2 4 6: words 0 1
-      const __m512i ab_hi = _mm512_unpackhi_epi64(c0[v], c1[v]);  // groups 1 3 5 7: words 0 1
-      const __m512i cd_lo = _mm512_unpacklo_epi64(c2[v], c3[v]);
-      const __m512i cd_hi = _mm512_unpackhi_epi64(c2[v], c3[v]);
-      const __m512i x0 = _mm512_permutex2var_epi64(ab_lo, lo_pairs, cd_lo);  // groups 0, 2
-      const __m512i x1 = _mm512_permutex2var_epi64(ab_hi, lo_pairs, cd_hi);  // groups 1, 3
-      const __m512i x2 = _mm512_permutex2var_epi64(ab_lo, hi_pairs, cd_lo);  // groups 4, 6
-      const __m512i x3 = _mm512_permutex2var_epi64(ab_hi, hi_pairs, cd_hi);  // groups 5, 7
-      pl_u64* o = out + 4 * (q + 8 * v);
-      _mm512_storeu_si512(o, _mm512_and_si512(mask, _mm512_shuffle_i64x2(x0, x1, 0x44)));
-      _mm512_storeu_si512(o + 8, _mm512_and_si512(mask, _mm512_shuffle_i64x2(x0, x1, 0xEE)));
-      _mm512_storeu_si512(o + 16, _mm512_and_si512(mask, _mm512_shuffle_i64x2(x2, x3, 0x44)));
-      _mm512_storeu_si512(o + 24, _mm512_and_si512(mask, _mm512_shuffle_i64x2(x2, x3, 0xEE)));
+    const __m128i count = _mm_cvtsi32_si128(sh);
+    for (int v = 0; v < V; ++v) {
+      const __m512i w0 = _mm512_srl_epi64(_mm512_and_si512(c0[v], mask), count);
+      const __m512i w1 = _mm512_srl_epi64(_mm512_and_si512(c1[v], mask), count);
+      const __m512i w2 = _mm512_srl_epi64(_mm512_and_si512(c2[v], mask), count);
+      const __m512i w3 = _mm512_srl_epi64(_mm512_and_si512(c3[v], mask), count);
+      R* o = out + 4 * (q + 8 * v);
+      if constexpr (sizeof(R) == 4) {  // 32-bit outputs (below 2**32: sh >= 32)
+        // a lane per group: words 0 and 1 (2 and 3) as the low and high dwords, in memory order
+        const __m512i w01 = _mm512_mask_shuffle_epi32(w0, 0xAAAA, w1, _MM_PERM_CCAA);
+        const __m512i w23 = _mm512_mask_shuffle_epi32(w2, 0xAAAA, w3, _MM_PERM_CCAA);
+        _mm512_storeu_si512(o, _mm512_permutex2var_epi64(w01, lo_groups, w23));  // groups 0-3
+        _mm512_storeu_si512(o + 16, _mm512_permutex2var_epi64(w01, hi_groups, w23));  // 4-7
+      } else {  // 4 words x 8 groups -> 8 groups of 4 words, in memory order
+        const __m512i ab_lo = _mm512_unpacklo_epi64(w0, w1);  // groups 0 2 4 6: words 0 1
+        const __m512i ab_hi = _mm512_unpackhi_epi64(w0, w1);  // groups 1 3 5 7: words 0 1
+        const __m512i cd_lo = _mm512_unpacklo_epi64(w2, w3);
+        const __m512i cd_hi = _mm512_unpackhi_epi64(w2, w3);
+        const __m512i x0 = _mm512_permutex2var_epi64(ab_lo, lo_pairs, cd_lo);  // groups 0, 2
+        const __m512i x1 = _mm512_permutex2var_epi64(ab_hi, lo_pairs, cd_hi);  // groups 1, 3
+        const __m512i x2 = _mm512_permutex2var_epi64(ab_lo, hi_pairs, cd_lo);  // groups 4, 6
+        const __m512i x3 = _mm512_permutex2var_epi64(ab_hi, hi_pairs, cd_hi);  // groups 5, 7
+        _mm512_storeu_si512(o, _mm512_shuffle_i64x2(x0, x1, 0x44));
+        _mm512_storeu_si512(o + 8, _mm512_shuffle_i64x2(x0, x1, 0xEE));
+        _mm512_storeu_si512(o + 16, _mm512_shuffle_i64x2(x2, x3, 0x44));
+        _mm512_storeu_si512(o + 24, _mm512_shuffle_i64x2(x2, x3, 0xEE));
+      }
     }
   }
   return q;
@@ -269,30 +296,42 @@ bool have_avx512() {
 }
 #endif
 
-PL_CLONES_BMI2 void fill_words(const pl_sr_key& key, size_t start, int n, pl_u64* __restrict rw) {
-  const philox_keys k(key);
-  const pl_u64 keep = pl_random_mask(key.random_bits);
+// out[i] = word_out of the random word of flat index start + i, for i < n (n <= BLOCK).
+template <typename R>
+PL_CLONES_BMI2 void fill_random(const philox_keys& k, pl_u64 keep, int sh, size_t start, int n,
+                                R* __restrict out) {
   const size_t end = start + (size_t)n;
   size_t g = start >> 2;
   pl_u64 w[4];
   if (start & 3) {  // the range starts inside a group: its words from start on
     philox_group(k, (pl_u64)g, w);
-    for (size_t i = start; i < 4 * g + 4 && i < end; ++i) rw[i - start] = w[i & 3] & keep;
+    for (size_t i = start; i < 4 * g + 4 && i < end; ++i) out[i - start] = word_out<R>(w[i & 3], keep, sh);
     ++g;
   }
   if (4 * g + 4 <= end) {  // whole groups
     const size_t ng = (end - 4 * g) / 4;
     size_t done = 0;
 #if defined(PL_PHILOX_AVX512)
-    if (have_avx512()) done = philox_groups_avx512(k, keep, (pl_u64)g, ng, rw + (4 * g - start));
+    if (have_avx512()) done = philox_groups_avx512<R>(k, keep, sh, (pl_u64)g, ng, out + (4 * g - start));
 #endif
-    philox_whole_groups(k, keep, (pl_u64)(g + done), ng - done, rw + (4 * (g + done) - start));
+    philox_whole_groups<R>(k, keep, sh, (pl_u64)(g + done), ng - done, out + (4 * (g + done) - start));
     g += ng;
   }
   if (4 * g < end) {  // the range ends inside a group
     philox_group(k, (pl_u64)g, w);
-    for (size_t i = 4 * g; i < end; ++i) rw[i - start] = w[i & 3] & keep;
+    for (size_t i = 4 * g; i < end; ++i) out[i - start] = word_out<R>(w[i & 3], keep, sh);
   }
+}
+
+// rw[i] = the (masked) random word of flat index start + i, for i < n (n <= BLOCK)
+void fill_words(const pl_sr_key& key, size_t start, int n, pl_u64* __restrict rw) {
+  fill_random<pl_u64>(philox_keys(key), pl_random_mask(key.random_bits), 0, start, n, rw);
+}
+
+// ra[i] = the fast path's addend (word_out with shift sh) of the masked word rw[i]
+template <typename U>
+PL_INLINE void addends_of_words(const pl_u64* __restrict rw, int sh, U* __restrict ra, int n) {
+  for (int i = 0; i < n; ++i) ra[i] = (U)(rw[i] >> sh);
 }
 
 // 1 when the element with bits x needs the exact routine (constants passed by value, so that
@@ -340,9 +379,10 @@ struct fast_consts {
 
 };
 
-// Rounded bits (low s bits not yet cleared) of the in-range element x, by mode.
+// Rounded bits (low s bits not yet cleared) of the in-range element x, by mode; ra: the
+// element's addend of the stochastic modes (see word_out; 0 for the others).
 template <typename U, int MODE>
-PL_INLINE U fast_round(U x, int s, U notmask, U half_m1, U flip, pl_u64 rw) {
+PL_INLINE U fast_round(U x, int s, U notmask, U half_m1, U flip, U ra) {
   const int W = (int)sizeof(U) * 8;
   const U mask = ~notmask;
   switch (MODE) {
@@ -366,10 +406,10 @@ PL_INLINE U fast_round(U x, int s, U notmask, U half_m1, U flip, pl_u64 rw) {
       return x + half_m1;
     case PL_SRE: {  // inexact: a whole quantum up iff the top random bit is set
       const U inexact = ((x & mask) + mask) >> s;
-      return x + ((inexact & (U)(rw >> 63)) << s);
+      return x + ((inexact & ra) << s);  // ra: the top random bit
     }
-    default:  // PL_SR: add the top s bits of the random word below the kept part
-      return x + (U)(rw >> (64 - s));
+    default:  // PL_SR: add the top s bits of the random word below the kept part (ra)
+      return x + ra;
   }
 }
 
@@ -378,7 +418,7 @@ template <typename F, int MODE>
 PL_INLINE typename pl_traits<F>::U round_block_fast(const fast_consts<F>& c,
                                           const typename pl_traits<F>::U* __restrict b,
                                           typename pl_traits<F>::U* __restrict r,
-                                          const pl_u64* __restrict rw, int n) {
+                                          const typename pl_traits<F>::U* __restrict ra, int n) {
   typedef typename pl_traits<F>::U U;
   const int s = c.s;
   const U notmask = c.notmask, half_m1 = c.half_m1, flip = c.flip;
@@ -386,7 +426,7 @@ PL_INLINE typename pl_traits<F>::U round_block_fast(const fast_consts<F>& c,
   U any = 0;
   for (int i = 0; i < n; ++i) {
     const U x = b[i];
-    r[i] = fast_round<U, MODE>(x, s, notmask, half_m1, flip, (MODE == PL_SR || MODE == PL_SRE) ? rw[i] : 0) & notmask;
+    r[i] = fast_round<U, MODE>(x, s, notmask, half_m1, flip, (MODE == PL_SR || MODE == PL_SRE) ? ra[i] : 0) & notmask;
     any |= needs_exact(x, keep, thr, range, zero_fast);
   }
   return any;
@@ -408,8 +448,8 @@ PL_INLINE U fast_code(U x, U rounded, int s, U offset, U low, int drop, U sign_c
 template <typename F, int MODE, typename C>
 PL_INLINE typename pl_traits<F>::U encode_block_fast(const fast_consts<F>& c,
                                            const typename pl_traits<F>::U* __restrict b,
-                                           C* __restrict out, const pl_u64* __restrict rw,
-                                           int n) {
+                                           C* __restrict out,
+                                           const typename pl_traits<F>::U* __restrict ra, int n) {
   typedef typename pl_traits<F>::U U;
   const int s = c.s, drop = c.drop > 0 ? c.drop : 0, top = c.nbits - 1;
   const U notmask = c.notmask, half_m1 = c.half_m1, flip = c.flip, offset = c.offset;
@@ -419,7 +459,7 @@ PL_INLINE typename pl_traits<F>::U encode_block_fast(const fast_consts<F>& c,
   for (int i = 0; i < n; ++i) {
     const U x = b[i];
     const U rounded = fast_round<U, MODE>(x, s, notmask, half_m1, flip,
-                                          (MODE == PL_SR || MODE == PL_SRE) ? rw[i] : 0);
+                                          (MODE == PL_SR || MODE == PL_SRE) ? ra[i] : 0);
     out[i] = (C)fast_code(x, rounded, s, offset, low, drop, sign_code, keep, top);
     any |= needs_exact(x, keep, thr, range, zero_fast);
   }
@@ -513,13 +553,90 @@ struct job {
   bool exact_only;  // no input takes the fast path: the format has no normal value, or the
                     // mode was added to the header after this file
   edge_consts<F> e;
+  philox_keys pk;   // the random words: their round keys,
+  pl_u64 keep;      // mask (random_bits)
+  int sh;           // and the shift that gives the fast path's addends (word_out)
   job(const pl_format& f, int mode, int saturate, int flush, pl_sr_key k)
       : p(pl_make_plan<F>(f, mode, saturate, flush)),
         c(p),
         key(k),
         random(pl_is_stochastic(mode)),
         exact_only(mode > PL_SRE || p.maxbits < p.threshold),
-        e(p, exact_only) {}
+        e(p, exact_only),
+        pk(k),
+        keep(pl_random_mask(k.random_bits)),
+        sh(mode == PL_SRE ? 63 : 64 - (c.s ? c.s : 1)) {}
+  pl_u64 word(size_t index) const {  // the (masked) random word of one flat index
+    pl_u64 w[4];
+    philox_group(pk, (pl_u64)(index >> 2), w);
+    return w[index & 3] & keep;
+  }
+};
+
+// More flagged elements than this in a block of a stochastic mode: the block's random words are
+// generated for all its elements (fill_words) rather than one group per flagged element.
+const int FEW_WORDS = 32;
+
+// Asks the CPU to fetch the cache lines of [p, p + bytes) (write: for writing).
+PL_INLINE void prefetch_lines(const char* p, int bytes, int write) {
+#if defined(__GNUC__)
+  for (int k = 0; k < bytes; k += 64) {
+    if (write) __builtin_prefetch(p + k, 1);
+    else __builtin_prefetch(p + k, 0);
+  }
+#else
+  (void)p, (void)bytes, (void)write;
+#endif
+}
+
+// The random data of a block of a stochastic mode (MODE as a template argument): the fast path's
+// addends ra (the working type's width: the rounding loops over float32 stay in 32-bit lanes) and
+// the full words rw of the exact routine, generated only where a block has many flagged elements
+// (else each flagged element's word is recomputed: job::word).
+template <typename F, int MODE>
+struct block_random {
+  typedef typename pl_traits<F>::U U;
+  enum { ADDENDS = MODE == PL_SR || MODE == PL_SRE };  // the fast path reads addends
+  U ra[ADDENDS ? BLOCK : 1];
+  pl_u64 rw[BLOCK];
+  bool words = false;    // rw holds the block's words
+  bool many = false;     // the previous block had many flagged elements: words first
+  size_t i0 = 0;
+
+  // before the passes over elements [i0, i0 + n), whose input and output start at `in` and `out`
+  // (itemsizes in_size, out_size)
+  PL_INLINE void start(const job<F>& j, size_t i0_, int n, const void* in, int in_size, void* out,
+                       int out_size) {
+    i0 = i0_;
+    words = false;
+    if (!j.random) return;
+    if (!ADDENDS || j.exact_only || many) {  // the exact routine throughout, or for many elements
+      fill_words(j.key, i0, n, rw);
+      words = true;
+      if (ADDENDS && !j.exact_only) addends_of_words(rw, j.sh, ra, n);
+      return;
+    }
+    // The addends a part at a time, the block's input and output fetched into the cache meanwhile:
+    // the loads overlap the generator's arithmetic (else they would wait until it is done).
+    const int PART = 128;
+    for (int p = 0; p < n; p += PART) {
+      const int m = n - p < PART ? n - p : PART;
+      prefetch_lines((const char*)in + (size_t)p * in_size, m * in_size, 0);
+      prefetch_lines((const char*)out + (size_t)p * out_size, m * out_size, 1);
+      fill_random<U>(j.pk, j.keep, j.sh, i0 + (size_t)p, m, ra + p);
+    }
+  }
+  // after the passes: `flagged` elements go to the exact routine
+  PL_INLINE void need(const job<F>& j, int n, int flagged) {
+    many = flagged > FEW_WORDS;
+    if (j.random && many && !words) {
+      fill_words(j.key, i0, n, rw);
+      words = true;
+    }
+  }
+  pl_u64 word(const job<F>& j, int i) const {  // element i's word (0 for the other modes)
+    return !j.random ? 0 : words ? rw[i] : j.word(i0 + (size_t)i);
+  }
 };
 
 // yes ? a : b without a branch (the loops below vectorise)
@@ -550,13 +667,13 @@ struct edge_count {
 
 // A pass over a block of KIND (see above): low and overflowing inputs get their results (and
 // in-range ones too, except AFTER_FIRST where the first pass gave them); flag[i] = 1 for the
-// elements still to do exactly. Returns nonzero when some are (kinds after FUSED: when the pass
+// elements still to do exactly. Returns their number (kinds after FUSED: nonzero when the pass
 // met an element it does not cover, and then the block must be redone FUSED).
 template <typename F, int MODE, int KIND>
-PL_INLINE typename pl_traits<F>::U round_block_edges(const job<F>& j,
+PL_INLINE int round_block_edges(const job<F>& j,
                                                      const typename pl_traits<F>::U* __restrict b,
                                                      typename pl_traits<F>::U* __restrict r,
-                                                     const pl_u64* __restrict rw,
+                                                     const typename pl_traits<F>::U* __restrict ra,
                                                      pl_u8* __restrict flag, int n,
                                                      edge_count* cnt) {
   typedef typename pl_traits<F>::U U;
@@ -572,7 +689,7 @@ PL_INLINE typename pl_traits<F>::U round_block_edges(const job<F>& j,
   const U over0 = e.over_res[0], over1 = e.over_res[1], inf0 = e.inf_res[0], inf1 = e.inf_res[1];
   const bool IN = KIND <= OVER_IN, LOWP = KIND != OVER_IN && KIND != ALL_OVER;
   const bool OVERP = KIND != LOW_IN && KIND != ALL_LOW;
-  U any = 0, n_low = 0, n_over = 0;
+  U left = 0, n_low = 0, n_over = 0;
   for (int i = 0; i < n; ++i) {
     const U x = b[i], a = x & keep, neg = x >> (W - 1);
     const U low = LOWP ? low_on & ((U)0 - (U)(a < thr)) : (U)0;
@@ -580,7 +697,7 @@ PL_INLINE typename pl_traits<F>::U round_block_edges(const job<F>& j,
     const U rf = KIND == AFTER_FIRST ? r[i]
                  : (IN || OVERP)
                      ? fast_round<U, MODE>(x, s, notmask, half_m1, flip,
-                                           (MODE == PL_SR || MODE == PL_SRE) ? rw[i] : 0) &
+                                           (MODE == PL_SR || MODE == PL_SRE) ? ra[i] : 0) &
                            notmask
                      : (U)0;
     U res = IN ? rf & ~(low | over) : (U)0;
@@ -592,21 +709,21 @@ PL_INLINE typename pl_traits<F>::U round_block_edges(const job<F>& j,
     r[i] = res;
     const U ex = (IN ? needs_exact(x, keep, thr, range, zero_fast) : (U)1) & ~(low | over) & 1;
     flag[i] = (pl_u8)ex;
-    any |= ex;
+    left += ex;
     n_low += low & 1;
     n_over += over & 1;
   }
   cnt->low = (int)n_low;
   cnt->over = (int)n_over;
-  return any;
+  return (int)left;
 }
 
 // The same for codes (first pass: encode_block_fast).
 template <typename F, int MODE, typename C, int KIND>
-PL_INLINE typename pl_traits<F>::U encode_block_edges(const job<F>& j,
+PL_INLINE int encode_block_edges(const job<F>& j,
                                                       const typename pl_traits<F>::U* __restrict b,
                                                       C* __restrict out,
-                                                      const pl_u64* __restrict rw,
+                                                      const typename pl_traits<F>::U* __restrict ra,
                                                       pl_u8* __restrict flag, int n,
                                                       edge_count* cnt) {
   typedef typename pl_traits<F>::U U;
@@ -624,13 +741,13 @@ PL_INLINE typename pl_traits<F>::U encode_block_edges(const job<F>& j,
   const U inf0 = e.inf_code[0], inf1 = e.inf_code[1];
   const bool IN = KIND <= OVER_IN, LOWP = KIND != OVER_IN && KIND != ALL_OVER;
   const bool OVERP = KIND != LOW_IN && KIND != ALL_LOW;
-  U any = 0, n_low = 0, n_over = 0;
+  U left = 0, n_low = 0, n_over = 0;
   for (int i = 0; i < n; ++i) {
     const U x = b[i], a = x & keep, neg = x >> (W - 1);
     const U low = LOWP ? low_on & ((U)0 - (U)(a < thr)) : (U)0;
     const U over = OVERP ? over_on & ((U)0 - (U)((a > maxbits) & (a <= inf))) : (U)0;
     const U rounded = (IN || OVERP) ? fast_round<U, MODE>(x, s, notmask, half_m1, flip,
-                                                          (MODE == PL_SR || MODE == PL_SRE) ? rw[i] : 0)
+                                                          (MODE == PL_SR || MODE == PL_SRE) ? ra[i] : 0)
                                     : (U)0;
     const U cf = KIND == AFTER_FIRST ? (U)out[i]
                  : (IN || OVERP) ? fast_code(x, rounded, s, offset, low_bits, drop, sign_code, keep, top)
@@ -644,13 +761,13 @@ PL_INLINE typename pl_traits<F>::U encode_block_edges(const job<F>& j,
     out[i] = (C)res;
     const U ex = (IN ? needs_exact(x, keep, thr, range, zero_fast) : (U)1) & ~(low | over) & 1;
     flag[i] = (pl_u8)ex;
-    any |= ex;
+    left += ex;
     n_low += low & 1;
     n_over += over & 1;
   }
   cnt->low = (int)n_low;
   cnt->over = (int)n_over;
-  return any;
+  return (int)left;
 }
 
 template <typename F, int MODE>
@@ -658,32 +775,34 @@ PL_CLONES void round_range_mode(const job<F>& j, const void* src, int src_size, 
                       size_t hi) {
   typedef typename pl_traits<F>::U U;
   U buf[BLOCK];
-  pl_u64 rw[BLOCK];
+  block_random<F, MODE> rnd;
+  const U* ra = rnd.ra;
   pl_u8 flag[BLOCK + 8];
   int kind = -1;  // of the next block: -1 the first pass, else see AFTER_FIRST ... ALL_OVER
   for (size_t i0 = lo; i0 < hi; i0 += BLOCK) {
     const int n = (int)(hi - i0 < (size_t)BLOCK ? hi - i0 : (size_t)BLOCK);
     const U* b = load_block<U>(src, src_size, i0, n, buf);
     U* r = (U*)dst + i0;
-    if (j.random) fill_words(j.key, i0, n, rw);
+    rnd.start(j, i0, n, (const char*)src + i0 * src_size, src_size, r, sizeof(U));
     if (j.exact_only) {  // the exact routine throughout
-      for (int i = 0; i < n; ++i) r[i] = pl_round_bits(j.p, b[i], j.random ? rw[i] : 0);
+      for (int i = 0; i < n; ++i) r[i] = pl_round_bits(j.p, b[i], rnd.word(j, i));
       continue;
     }
     // (no lambda around the passes: it would not be compiled for the clone's instruction set)
     edge_count cnt;
-    bool any;
-#define PL_PASS(K) round_block_edges<F, MODE, K>(j, b, r, rw, flag, n, &cnt)
-    if (kind == ALL_LOW) any = PL_PASS(ALL_LOW);
-    else if (kind == ALL_OVER) any = PL_PASS(ALL_OVER);
-    else if (kind == LOW_IN) any = PL_PASS(LOW_IN);
-    else if (kind == OVER_IN) any = PL_PASS(OVER_IN);
-    else if (kind == FUSED) any = PL_PASS(FUSED);
-    else if (!round_block_fast<F, MODE>(j.c, b, r, rw, n)) any = false;
-    else any = flag_block(j.c, b, flag, n) <= FEW_FLAGGED || PL_PASS(AFTER_FIRST);
-    if (any && kind > FUSED) any = PL_PASS(FUSED);  // an element the pass does not cover: redo
+    int left;  // elements left to the exact routine
+#define PL_PASS(K) round_block_edges<F, MODE, K>(j, b, r, ra, flag, n, &cnt)
+    if (kind == ALL_LOW) left = PL_PASS(ALL_LOW);
+    else if (kind == ALL_OVER) left = PL_PASS(ALL_OVER);
+    else if (kind == LOW_IN) left = PL_PASS(LOW_IN);
+    else if (kind == OVER_IN) left = PL_PASS(OVER_IN);
+    else if (kind == FUSED) left = PL_PASS(FUSED);
+    else if (!round_block_fast<F, MODE>(j.c, b, r, ra, n)) left = 0;
+    else if ((left = flag_block(j.c, b, flag, n)) > FEW_FLAGGED) left = PL_PASS(AFTER_FIRST);
+    if (left && kind > FUSED) left = PL_PASS(FUSED);  // an element the pass does not cover: redo
 #undef PL_PASS
-    if (any) scan_flags(flag, n, [&](int i) { r[i] = pl_round_bits(j.p, b[i], j.random ? rw[i] : 0); });
+    rnd.need(j, n, left);
+    if (left) scan_flags(flag, n, [&](int i) { r[i] = pl_round_bits(j.p, b[i], rnd.word(j, i)); });
     kind = cnt.next_kind(n);
   }
 }
@@ -693,7 +812,8 @@ PL_CLONES int encode_range_mode(const job<F>& j, const void* src, int src_size, 
                       size_t hi) {
   typedef typename pl_traits<F>::U U;
   U buf[BLOCK];
-  pl_u64 rw[BLOCK];
+  block_random<F, MODE> rnd;
+  const U* ra = rnd.ra;
   pl_u8 flag[BLOCK + 8];
   int err = 0;
   int kind = -1;
@@ -701,9 +821,9 @@ PL_CLONES int encode_range_mode(const job<F>& j, const void* src, int src_size, 
     const int n = (int)(hi - i0 < (size_t)BLOCK ? hi - i0 : (size_t)BLOCK);
     const U* b = load_block<U>(src, src_size, i0, n, buf);
     C* out = (C*)dst + i0;
-    if (j.random) fill_words(j.key, i0, n, rw);
+    rnd.start(j, i0, n, (const char*)src + i0 * src_size, src_size, out, sizeof(C));
     auto exact = [&](int i) {
-      const U rb = pl_round_bits(j.p, b[i], j.random ? rw[i] : 0);
+      const U rb = pl_round_bits(j.p, b[i], rnd.word(j, i));
       out[i] = (C)pl_encode_rounded(j.p, rb, &err);
     };
     if (j.exact_only) {  // the exact routine throughout
@@ -711,18 +831,19 @@ PL_CLONES int encode_range_mode(const job<F>& j, const void* src, int src_size, 
       continue;
     }
     edge_count cnt;
-    bool any;
-#define PL_PASS(K) encode_block_edges<F, MODE, C, K>(j, b, out, rw, flag, n, &cnt)
-    if (kind == ALL_LOW) any = PL_PASS(ALL_LOW);
-    else if (kind == ALL_OVER) any = PL_PASS(ALL_OVER);
-    else if (kind == LOW_IN) any = PL_PASS(LOW_IN);
-    else if (kind == OVER_IN) any = PL_PASS(OVER_IN);
-    else if (kind == FUSED) any = PL_PASS(FUSED);
-    else if (!encode_block_fast<F, MODE, C>(j.c, b, out, rw, n)) any = false;
-    else any = flag_block(j.c, b, flag, n) <= FEW_FLAGGED || PL_PASS(AFTER_FIRST);
-    if (any && kind > FUSED) any = PL_PASS(FUSED);  // an element the pass does not cover: redo
+    int left;
+#define PL_PASS(K) encode_block_edges<F, MODE, C, K>(j, b, out, ra, flag, n, &cnt)
+    if (kind == ALL_LOW) left = PL_PASS(ALL_LOW);
+    else if (kind == ALL_OVER) left = PL_PASS(ALL_OVER);
+    else if (kind == LOW_IN) left = PL_PASS(LOW_IN);
+    else if (kind == OVER_IN) left = PL_PASS(OVER_IN);
+    else if (kind == FUSED) left = PL_PASS(FUSED);
+    else if (!encode_block_fast<F, MODE, C>(j.c, b, out, ra, n)) left = 0;
+    else if ((left = flag_block(j.c, b, flag, n)) > FEW_FLAGGED) left = PL_PASS(AFTER_FIRST);
+    if (left && kind > FUSED) left = PL_PASS(FUSED);  // an element the pass does not cover: redo
 #undef PL_PASS
-    if (any) scan_flags(flag, n, exact);
+    rnd.need(j, n, left);
+    if (left) scan_flags(flag, n, exact);
     kind = cnt.next_kind(n);
   }
   return err;
@@ -1140,7 +1261,8 @@ template <int MODE>
 PL_INLINE int float_block(const arith_job& j, bool down, bool random, const pl_u32* __restrict a,
                           const pl_u32* __restrict b, pl_u32* __restrict o,
                           const pl_u64* __restrict rw, pl_u8* __restrict redo, int n) {
-  pl_u32 v[BLOCK];
+  pl_u32 v[BLOCK], ra[BLOCK];
+  if (MODE == PL_SR || MODE == PL_SRE) addends_of_words(rw, j.out32.sh, ra, n);
   pl_u32 any = 0;
   if (j.op == PL_OP_MUL) {
     for (int i = 0; i < n; ++i) {
@@ -1165,7 +1287,7 @@ PL_INLINE int float_block(const arith_job& j, bool down, bool random, const pl_u
       any |= bad;
     }
   }
-  if (round_block_fast<float, MODE>(j.out32.c, v, o, rw, n))
+  if (round_block_fast<float, MODE>(j.out32.c, v, o, ra, n))
     for_flagged(j.out32.c, v, n,
                 [&](int i) { o[i] = pl_round_bits(j.out32.p, v[i], random ? rw[i] : 0); });
   return any != 0;
@@ -1176,7 +1298,7 @@ PL_CLONES int arith_range_mode(const arith_job& j, const void* xs, int xk, const
                                const void* zs, int zk, pl_u32* dst, size_t lo, size_t hi) {
   typedef pl_u64 U;
   pl_u32 bx[BLOCK], by[BLOCK], bz[BLOCK], gx[BLOCK], gy[BLOCK], gz[BLOCK];
-  U v[BLOCK], r[BLOCK];
+  U v[BLOCK], r[BLOCK], ra[BLOCK];
   pl_u64 rw[BLOCK];
   const bool random = j.out.random;
   const bool down = j.out.p.mode == PL_RDN;
@@ -1205,12 +1327,14 @@ PL_CLONES int arith_range_mode(const arith_job& j, const void* xs, int xk, const
     if (exact_block(j.op, down, a, b, c, v, n) && random) return 1;  // needs the exact fraction
     if (j.out.exact_only) {
       for (int i = 0; i < n; ++i) r[i] = pl_round_bits(j.out.p, v[i], random ? rw[i] : 0);
-    } else if (round_block_fast<double, MODE>(j.out.c, v, r, rw, n)) {
-      for_flagged(j.out.c, v, n, [&](int i) {
-        const bool finite = (v[i] & 0x7FF0000000000000ULL) != 0x7FF0000000000000ULL;
-        r[i] = random && !finite ? pl_round_bits(j.special, v[i], 0)
-                                 : pl_round_bits(j.out.p, v[i], random ? rw[i] : 0);
-      });
+    } else {
+      if (MODE == PL_SR || MODE == PL_SRE) addends_of_words(rw, j.out.sh, ra, n);
+      if (round_block_fast<double, MODE>(j.out.c, v, r, ra, n))
+        for_flagged(j.out.c, v, n, [&](int i) {
+          const bool finite = (v[i] & 0x7FF0000000000000ULL) != 0x7FF0000000000000ULL;
+          r[i] = random && !finite ? pl_round_bits(j.special, v[i], 0)
+                                   : pl_round_bits(j.out.p, v[i], random ? rw[i] : 0);
+        });
     }
     pl_u32* o = dst + i0;
     for (int i = 0; i < n; ++i) o[i] = pl_bits_of((float)pl_f64_of(r[i]));  // exact
