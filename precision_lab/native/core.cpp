@@ -17,8 +17,12 @@
 //   Rounding modes this file does not know (added to the header later) take the per-element
 //   routine for every element.
 // - Stochastic rounding uses the header's Philox4x64-10 words (pl_random_group's, from its round
-//   pl_philox4x64_round with the round keys computed once per call: fill_words), keyed by
-//   (seed, flat index) like precision_lab/_random.py, so chunking and threads do not matter.
+//   pl_philox4x64_round with the round keys computed once per call: fill_random), keyed by
+//   (seed, flat index) like precision_lab/_random.py, so chunking and threads do not matter. The
+//   fast path gets each word already cut to its addend, in the working type's width; the exact
+//   routine gets the full words (block_random).
+// - round_to and encode share their passes over a block; what they store (result bits or codes)
+//   is a template parameter (store_bits, store_codes).
 // - float16 input is widened exactly to the working type; codes are written as uint8/16/32/64;
 //   decode of formats of at most 16 bits is a lookup in a table the caller passes in.
 // - Every entry point works on a range [lo, hi) of flat, C-contiguous buffers and releases the
@@ -413,25 +417,6 @@ PL_INLINE U fast_round(U x, int s, U notmask, U half_m1, U flip, U ra) {
   }
 }
 
-// Round one block: r[i] = result bits of b[i]; returns nonzero when some element is flagged.
-template <typename F, int MODE>
-PL_INLINE typename pl_traits<F>::U round_block_fast(const fast_consts<F>& c,
-                                          const typename pl_traits<F>::U* __restrict b,
-                                          typename pl_traits<F>::U* __restrict r,
-                                          const typename pl_traits<F>::U* __restrict ra, int n) {
-  typedef typename pl_traits<F>::U U;
-  const int s = c.s;
-  const U notmask = c.notmask, half_m1 = c.half_m1, flip = c.flip;
-  const U keep = c.keep, thr = c.thr, range = c.range, zero_fast = c.zero_fast;
-  U any = 0;
-  for (int i = 0; i < n; ++i) {
-    const U x = b[i];
-    r[i] = fast_round<U, MODE>(x, s, notmask, half_m1, flip, (MODE == PL_SR || MODE == PL_SRE) ? ra[i] : 0) & notmask;
-    any |= needs_exact(x, keep, thr, range, zero_fast);
-  }
-  return any;
-}
-
 // The code of the in-range element x whose fast_round result is `rounded` (the element's sign
 // moved to the format's sign bit).
 template <typename U>
@@ -442,28 +427,6 @@ PL_INLINE U fast_code(U x, U rounded, int s, U offset, U low, int drop, U sign_c
   k = (k & low) | ((k >> drop) & sign_code);     // the sign bit moves down to the format's
   const U zero = (U)0 - (U)((x & keep) == 0);  // ±0: the sign alone
   return (k & ~zero) | (((x >> (W - 1)) << top) & sign_code & zero);
-}
-
-// Codes of one block; flagged as above.
-template <typename F, int MODE, typename C>
-PL_INLINE typename pl_traits<F>::U encode_block_fast(const fast_consts<F>& c,
-                                           const typename pl_traits<F>::U* __restrict b,
-                                           C* __restrict out,
-                                           const typename pl_traits<F>::U* __restrict ra, int n) {
-  typedef typename pl_traits<F>::U U;
-  const int s = c.s, drop = c.drop > 0 ? c.drop : 0, top = c.nbits - 1;
-  const U notmask = c.notmask, half_m1 = c.half_m1, flip = c.flip, offset = c.offset;
-  const U keep = c.keep, thr = c.thr, range = c.range, zero_fast = c.zero_fast;
-  const U sign_code = c.sign_code, low = sign_code ? sign_code - 1 : ~(U)0;
-  U any = 0;
-  for (int i = 0; i < n; ++i) {
-    const U x = b[i];
-    const U rounded = fast_round<U, MODE>(x, s, notmask, half_m1, flip,
-                                          (MODE == PL_SR || MODE == PL_SRE) ? ra[i] : 0);
-    out[i] = (C)fast_code(x, rounded, s, offset, low, drop, sign_code, keep, top);
-    any |= needs_exact(x, keep, thr, range, zero_fast);
-  }
-  return any;
 }
 
 // Calls fix(i) for each i < n with flag[i] != 0, scanning eight flags at a time (a block usually
@@ -647,7 +610,7 @@ PL_INLINE U select(B yes, U a, U b) {
 }
 
 // How a block is processed, chosen from the previous block's elements (gradients come in long
-// runs of tiny values): AFTER_FIRST, a second pass after the first pass (round_block_fast) flagged
+// runs of tiny values): AFTER_FIRST, a second pass after the first pass (block_first) flagged
 // elements; FUSED, one pass for everything (the previous block was mostly outside the normal
 // range); LOW_IN / OVER_IN, one pass for the normal range and the inputs below the smallest normal
 // / above the max; ALL_LOW / ALL_OVER, one pass for inputs below the smallest normal / above the
@@ -665,100 +628,127 @@ struct edge_count {
   }
 };
 
-// A pass over a block of KIND (see above): low and overflowing inputs get their results (and
-// in-range ones too, except AFTER_FIRST where the first pass gave them); flag[i] = 1 for the
-// elements still to do exactly. Returns their number (kinds after FUSED: nonzero when the pass
-// met an element it does not cover, and then the block must be redone FUSED).
-template <typename F, int MODE, int KIND>
-PL_INLINE int round_block_edges(const job<F>& j,
-                                                     const typename pl_traits<F>::U* __restrict b,
-                                                     typename pl_traits<F>::U* __restrict r,
-                                                     const typename pl_traits<F>::U* __restrict ra,
-                                                     pl_u8* __restrict flag, int n,
-                                                     edge_count* cnt) {
+// What the passes over a block store, as their template parameter S: store_bits, round_to's
+// result bits (the working type's), or store_codes, encode's codes (type C). A policy holds the
+// constants of its stores beyond fast_consts' (the loops copy it, so that stores through byte
+// pointers cannot alias them; fast_consts' are passed in, to hold no constant twice: the loops
+// keep them in registers) and says:
+//   value(x, rounded, s, notmask, keep): the output of the in-range element x whose fast_round
+//     result is rounded;
+//   rounded_bits(rounded, v, notmask): its rounded bits (low s cleared) given also that output v;
+//   low<MODE>(L, a, neg): the output of an input below the smallest normal (pl_low_fast/_code);
+//   over_on, over[sign], inf[sign]: the overflow path's switch and outputs (edge_consts);
+//   READS_ROUNDED: the output is the rounded bits (a second pass reads them back);
+//   exact(p, bits, rw, err): the output by the header's exact routine.
+template <typename F>
+struct store_bits {
   typedef typename pl_traits<F>::U U;
-  const int W = pl_traits<F>::W;
-  const fast_consts<F>& c = j.c;
-  const edge_consts<F>& e = j.e;
-  const pl_low_plan<F> L = e.low;
+  typedef U T;  // the output's element type
+  enum { READS_ROUNDED = 1 };
+  U over_on, over[2], inf[2];
+  store_bits(const fast_consts<F>&, const edge_consts<F>& e)
+      : over_on(e.over_on), over{e.over_res[0], e.over_res[1]}, inf{e.inf_res[0], e.inf_res[1]} {}
+  PL_INLINE U value(U, U rounded, int, U notmask, U) const { return rounded & notmask; }
+  PL_INLINE U rounded_bits(U, U v, U) const { return v; }
+  template <int MODE>
+  PL_INLINE U low(const pl_low_plan<F>& L, U a, U neg) const {
+    return pl_low_fast<F>(L, MODE, a, neg);
+  }
+  static T exact(const pl_plan<F>& p, U bits, pl_u64 rw, int*) { return pl_round_bits(p, bits, rw); }
+};
+
+template <typename F, typename C>
+struct store_codes {
+  typedef typename pl_traits<F>::U U;
+  typedef C T;
+  enum { READS_ROUNDED = 0 };
+  int drop, top;
+  U offset, low_bits, sign_code;
+  U over_on, over[2], inf[2];
+  store_codes(const fast_consts<F>& c, const edge_consts<F>& e)
+      : drop(c.drop > 0 ? c.drop : 0), top(c.nbits - 1), offset(c.offset),
+        low_bits(c.sign_code ? c.sign_code - 1 : ~(U)0), sign_code(c.sign_code),
+        over_on(e.over_code_on), over{e.over_code[0], e.over_code[1]},
+        inf{e.inf_code[0], e.inf_code[1]} {}
+  PL_INLINE U value(U x, U rounded, int s, U, U keep) const {
+    return fast_code(x, rounded, s, offset, low_bits, drop, sign_code, keep, top);
+  }
+  PL_INLINE U rounded_bits(U rounded, U, U notmask) const { return rounded & notmask; }
+  template <int MODE>
+  PL_INLINE U low(const pl_low_plan<F>& L, U a, U neg) const {
+    return pl_low_code<F>(L, MODE, a, neg, sign_code);
+  }
+  static T exact(const pl_plan<F>& p, U bits, pl_u64 rw, int* err) {
+    return (T)pl_encode_rounded(p, pl_round_bits(p, bits, rw), err);
+  }
+};
+
+// The first pass over a block: out[i] = the output of b[i] as if in range; returns nonzero when
+// some element is flagged (needs another path).
+template <typename F, int MODE, typename S>
+PL_INLINE typename pl_traits<F>::U block_first(const fast_consts<F>& c, const S store,
+                                               const typename pl_traits<F>::U* __restrict b,
+                                               typename S::T* __restrict out,
+                                               const typename pl_traits<F>::U* __restrict ra,
+                                               int n) {
+  typedef typename pl_traits<F>::U U;
+  const S st = store;
   const int s = c.s;
   const U notmask = c.notmask, half_m1 = c.half_m1, flip = c.flip;
   const U keep = c.keep, thr = c.thr, range = c.range, zero_fast = c.zero_fast;
-  const U abs_mask = ((U)1 << (W - 1)) - 1, inf = pl_traits<F>::inf_bits(), maxbits = e.maxbits;
-  const U low_on = e.low_on, over_on = e.over_on;
-  const U over0 = e.over_res[0], over1 = e.over_res[1], inf0 = e.inf_res[0], inf1 = e.inf_res[1];
-  const bool IN = KIND <= OVER_IN, LOWP = KIND != OVER_IN && KIND != ALL_OVER;
-  const bool OVERP = KIND != LOW_IN && KIND != ALL_LOW;
-  U left = 0, n_low = 0, n_over = 0;
+  U any = 0;
   for (int i = 0; i < n; ++i) {
-    const U x = b[i], a = x & keep, neg = x >> (W - 1);
-    const U low = LOWP ? low_on & ((U)0 - (U)(a < thr)) : (U)0;
-    const U over = OVERP ? over_on & ((U)0 - (U)((a > maxbits) & (a <= inf))) : (U)0;
-    const U rf = KIND == AFTER_FIRST ? r[i]
-                 : (IN || OVERP)
-                     ? fast_round<U, MODE>(x, s, notmask, half_m1, flip,
-                                           (MODE == PL_SR || MODE == PL_SRE) ? ra[i] : 0) &
-                           notmask
-                     : (U)0;
-    U res = IN ? rf & ~(low | over) : (U)0;
-    if (LOWP) res |= pl_low_fast<F>(L, MODE, a, neg) & low;
-    if (OVERP) {  // an infinite input always rounds above the max here: `big` is then chosen
-      const U big = select(neg, select(a == inf, inf1, over1), select(a == inf, inf0, over0));
-      res |= select((rf & abs_mask) <= maxbits, rf, big) & over;
-    }
-    r[i] = res;
-    const U ex = (IN ? needs_exact(x, keep, thr, range, zero_fast) : (U)1) & ~(low | over) & 1;
-    flag[i] = (pl_u8)ex;
-    left += ex;
-    n_low += low & 1;
-    n_over += over & 1;
+    const U x = b[i];
+    const U rounded = fast_round<U, MODE>(x, s, notmask, half_m1, flip,
+                                          (MODE == PL_SR || MODE == PL_SRE) ? ra[i] : 0);
+    out[i] = (typename S::T)st.value(x, rounded, s, notmask, keep);
+    any |= needs_exact(x, keep, thr, range, zero_fast);
   }
-  cnt->low = (int)n_low;
-  cnt->over = (int)n_over;
-  return (int)left;
+  return any;
 }
 
-// The same for codes (first pass: encode_block_fast).
-template <typename F, int MODE, typename C, int KIND>
-PL_INLINE int encode_block_edges(const job<F>& j,
-                                                      const typename pl_traits<F>::U* __restrict b,
-                                                      C* __restrict out,
-                                                      const typename pl_traits<F>::U* __restrict ra,
-                                                      pl_u8* __restrict flag, int n,
-                                                      edge_count* cnt) {
+// A pass over a block of KIND (see above): low and overflowing inputs get their outputs (and
+// in-range ones too, except AFTER_FIRST where the first pass gave them); flag[i] = 1 for the
+// elements still to do exactly. Returns their number (kinds after FUSED: nonzero when the pass
+// met an element it does not cover, and then the block must be redone FUSED).
+template <typename F, int MODE, int KIND, typename S>
+PL_INLINE int block_edges(const job<F>& j, const S store,
+                          const typename pl_traits<F>::U* __restrict b,
+                          typename S::T* __restrict out,
+                          const typename pl_traits<F>::U* __restrict ra, pl_u8* __restrict flag,
+                          int n, edge_count* cnt) {
   typedef typename pl_traits<F>::U U;
   const int W = pl_traits<F>::W;
+  const S st = store;
   const fast_consts<F>& c = j.c;
-  const edge_consts<F>& e = j.e;
-  const pl_low_plan<F> L = e.low;
-  const int s = c.s, drop = c.drop > 0 ? c.drop : 0, top = c.nbits - 1;
-  const U notmask = c.notmask, half_m1 = c.half_m1, flip = c.flip, sign_code = c.sign_code;
-  const U offset = c.offset, low_bits = sign_code ? sign_code - 1 : ~(U)0;
+  const pl_low_plan<F> L = j.e.low;
+  const int s = c.s;
+  const U notmask = c.notmask, half_m1 = c.half_m1, flip = c.flip;
   const U keep = c.keep, thr = c.thr, range = c.range, zero_fast = c.zero_fast;
-  const U abs_mask = ((U)1 << (W - 1)) - 1, inf = pl_traits<F>::inf_bits(), maxbits = e.maxbits;
-  const U low_on = e.low_on, over_on = e.over_code_on;
-  const U over0 = e.over_code[0], over1 = e.over_code[1];
-  const U inf0 = e.inf_code[0], inf1 = e.inf_code[1];
+  const U abs_mask = ((U)1 << (W - 1)) - 1, inf = pl_traits<F>::inf_bits(), maxbits = j.e.maxbits;
+  const U low_on = j.e.low_on, over_on = st.over_on;
+  const U over0 = st.over[0], over1 = st.over[1], inf0 = st.inf[0], inf1 = st.inf[1];
   const bool IN = KIND <= OVER_IN, LOWP = KIND != OVER_IN && KIND != ALL_OVER;
   const bool OVERP = KIND != LOW_IN && KIND != ALL_LOW;
+  // AFTER_FIRST reads the first pass's outputs back (and, where they are the rounded bits, does
+  // not round again)
+  const bool READ = KIND == AFTER_FIRST, ROUND = (IN || OVERP) && !(READ && S::READS_ROUNDED);
   U left = 0, n_low = 0, n_over = 0;
   for (int i = 0; i < n; ++i) {
     const U x = b[i], a = x & keep, neg = x >> (W - 1);
     const U low = LOWP ? low_on & ((U)0 - (U)(a < thr)) : (U)0;
     const U over = OVERP ? over_on & ((U)0 - (U)((a > maxbits) & (a <= inf))) : (U)0;
-    const U rounded = (IN || OVERP) ? fast_round<U, MODE>(x, s, notmask, half_m1, flip,
-                                                          (MODE == PL_SR || MODE == PL_SRE) ? ra[i] : 0)
-                                    : (U)0;
-    const U cf = KIND == AFTER_FIRST ? (U)out[i]
-                 : (IN || OVERP) ? fast_code(x, rounded, s, offset, low_bits, drop, sign_code, keep, top)
-                                 : (U)0;
-    U res = IN ? cf & ~(low | over) : (U)0;
-    if (LOWP) res |= pl_low_code<F>(L, MODE, a, neg, sign_code) & low;
-    if (OVERP) {  // big, unless the input rounds down to the max
+    const U rounded = ROUND ? fast_round<U, MODE>(x, s, notmask, half_m1, flip,
+                                                  (MODE == PL_SR || MODE == PL_SRE) ? ra[i] : 0)
+                            : (U)0;
+    const U v = READ ? (U)out[i] : (IN || OVERP) ? st.value(x, rounded, s, notmask, keep) : (U)0;
+    U res = IN ? v & ~(low | over) : (U)0;
+    if (LOWP) res |= st.template low<MODE>(L, a, neg) & low;
+    if (OVERP) {  // big, unless the input rounds down to the max (an infinite input never does)
       const U big = select(neg, select(a == inf, inf1, over1), select(a == inf, inf0, over0));
-      res |= select((rounded & notmask & abs_mask) <= maxbits, cf, big) & over;
+      res |= select((st.rounded_bits(rounded, v, notmask) & abs_mask) <= maxbits, v, big) & over;
     }
-    out[i] = (C)res;
+    out[i] = (typename S::T)res;
     const U ex = (IN ? needs_exact(x, keep, thr, range, zero_fast) : (U)1) & ~(low | over) & 1;
     flag[i] = (pl_u8)ex;
     left += ex;
@@ -770,83 +760,87 @@ PL_INLINE int encode_block_edges(const job<F>& j,
   return (int)left;
 }
 
-template <typename F, int MODE>
-PL_CLONES void round_range_mode(const job<F>& j, const void* src, int src_size, void* dst, size_t lo,
-                      size_t hi) {
+// The passes over one block of a range (range_mode): the first pass, the flags, the passes of
+// each kind, as a functor for run_passes.
+template <typename F, int MODE, typename S>
+struct block_passes {
   typedef typename pl_traits<F>::U U;
+  const job<F>& j;
+  const S& st;
+  const U* b;
+  typename S::T* out;
+  const U* ra;
+  pl_u8* flag;
+  int n;
+  edge_count* cnt;
+  PL_INLINE bool first() const { return block_first<F, MODE>(j.c, st, b, out, ra, n) != 0; }
+  PL_INLINE int flags() const { return flag_block(j.c, b, flag, n); }
+  template <int KIND>
+  PL_INLINE int edges() const {
+    return block_edges<F, MODE, KIND>(j, st, b, out, ra, flag, n, cnt);
+  }
+};
+
+// The passes over a block whose kind is `kind` (-1: the first pass, then AFTER_FIRST if it
+// flagged more than a few elements); returns the number of elements left to the exact routine,
+// flagged in pass.flag. (A functor, not a lambda: a lambda would not be compiled for the
+// instruction set of the clone that calls it.)
+template <typename P>
+PL_INLINE int run_passes(const P& pass, int kind) {
+  int left;
+  if (kind == ALL_LOW) left = pass.template edges<ALL_LOW>();
+  else if (kind == ALL_OVER) left = pass.template edges<ALL_OVER>();
+  else if (kind == LOW_IN) left = pass.template edges<LOW_IN>();
+  else if (kind == OVER_IN) left = pass.template edges<OVER_IN>();
+  else if (kind == FUSED) left = pass.template edges<FUSED>();
+  else if (!pass.first()) left = 0;
+  else if ((left = pass.flags()) > FEW_FLAGGED) left = pass.template edges<AFTER_FIRST>();
+  if (left && kind > FUSED) left = pass.template edges<FUSED>();  // an element the pass does not
+  return left;                                                     // cover: redo
+}
+
+// Elements [lo, hi) of src into dst, outputs of the policy S (store_bits: round_to, store_codes:
+// encode); returns the exact routine's error flag (a NaN met a format without a NaN code).
+template <typename F, int MODE, typename S>
+PL_CLONES int range_mode(const job<F>& j, const void* src, int src_size, void* dst, size_t lo,
+                         size_t hi) {
+  typedef typename pl_traits<F>::U U;
+  typedef typename S::T T;
+  const S st(j.c, j.e);
   U buf[BLOCK];
   block_random<F, MODE> rnd;
-  const U* ra = rnd.ra;
   pl_u8 flag[BLOCK + 8];
+  int err = 0;
   int kind = -1;  // of the next block: -1 the first pass, else see AFTER_FIRST ... ALL_OVER
   for (size_t i0 = lo; i0 < hi; i0 += BLOCK) {
     const int n = (int)(hi - i0 < (size_t)BLOCK ? hi - i0 : (size_t)BLOCK);
     const U* b = load_block<U>(src, src_size, i0, n, buf);
-    U* r = (U*)dst + i0;
-    rnd.start(j, i0, n, (const char*)src + i0 * src_size, src_size, r, sizeof(U));
+    T* out = (T*)dst + i0;
+    rnd.start(j, i0, n, (const char*)src + i0 * src_size, src_size, out, sizeof(T));
     if (j.exact_only) {  // the exact routine throughout
-      for (int i = 0; i < n; ++i) r[i] = pl_round_bits(j.p, b[i], rnd.word(j, i));
-      continue;
-    }
-    // (no lambda around the passes: it would not be compiled for the clone's instruction set)
-    edge_count cnt;
-    int left;  // elements left to the exact routine
-#define PL_PASS(K) round_block_edges<F, MODE, K>(j, b, r, ra, flag, n, &cnt)
-    if (kind == ALL_LOW) left = PL_PASS(ALL_LOW);
-    else if (kind == ALL_OVER) left = PL_PASS(ALL_OVER);
-    else if (kind == LOW_IN) left = PL_PASS(LOW_IN);
-    else if (kind == OVER_IN) left = PL_PASS(OVER_IN);
-    else if (kind == FUSED) left = PL_PASS(FUSED);
-    else if (!round_block_fast<F, MODE>(j.c, b, r, ra, n)) left = 0;
-    else if ((left = flag_block(j.c, b, flag, n)) > FEW_FLAGGED) left = PL_PASS(AFTER_FIRST);
-    if (left && kind > FUSED) left = PL_PASS(FUSED);  // an element the pass does not cover: redo
-#undef PL_PASS
-    rnd.need(j, n, left);
-    if (left) scan_flags(flag, n, [&](int i) { r[i] = pl_round_bits(j.p, b[i], rnd.word(j, i)); });
-    kind = cnt.next_kind(n);
-  }
-}
-
-template <typename F, typename C, int MODE>
-PL_CLONES int encode_range_mode(const job<F>& j, const void* src, int src_size, void* dst, size_t lo,
-                      size_t hi) {
-  typedef typename pl_traits<F>::U U;
-  U buf[BLOCK];
-  block_random<F, MODE> rnd;
-  const U* ra = rnd.ra;
-  pl_u8 flag[BLOCK + 8];
-  int err = 0;
-  int kind = -1;
-  for (size_t i0 = lo; i0 < hi; i0 += BLOCK) {
-    const int n = (int)(hi - i0 < (size_t)BLOCK ? hi - i0 : (size_t)BLOCK);
-    const U* b = load_block<U>(src, src_size, i0, n, buf);
-    C* out = (C*)dst + i0;
-    rnd.start(j, i0, n, (const char*)src + i0 * src_size, src_size, out, sizeof(C));
-    auto exact = [&](int i) {
-      const U rb = pl_round_bits(j.p, b[i], rnd.word(j, i));
-      out[i] = (C)pl_encode_rounded(j.p, rb, &err);
-    };
-    if (j.exact_only) {  // the exact routine throughout
-      for (int i = 0; i < n; ++i) exact(i);
+      for (int i = 0; i < n; ++i) out[i] = S::exact(j.p, b[i], rnd.word(j, i), &err);
       continue;
     }
     edge_count cnt;
-    int left;
-#define PL_PASS(K) encode_block_edges<F, MODE, C, K>(j, b, out, ra, flag, n, &cnt)
-    if (kind == ALL_LOW) left = PL_PASS(ALL_LOW);
-    else if (kind == ALL_OVER) left = PL_PASS(ALL_OVER);
-    else if (kind == LOW_IN) left = PL_PASS(LOW_IN);
-    else if (kind == OVER_IN) left = PL_PASS(OVER_IN);
-    else if (kind == FUSED) left = PL_PASS(FUSED);
-    else if (!encode_block_fast<F, MODE, C>(j.c, b, out, ra, n)) left = 0;
-    else if ((left = flag_block(j.c, b, flag, n)) > FEW_FLAGGED) left = PL_PASS(AFTER_FIRST);
-    if (left && kind > FUSED) left = PL_PASS(FUSED);  // an element the pass does not cover: redo
-#undef PL_PASS
+    const block_passes<F, MODE, S> pass = {j, st, b, out, rnd.ra, flag, n, &cnt};
+    const int left = run_passes(pass, kind);
     rnd.need(j, n, left);
-    if (left) scan_flags(flag, n, exact);
+    if (left)
+      scan_flags(flag, n, [&](int i) { out[i] = S::exact(j.p, b[i], rnd.word(j, i), &err); });
     kind = cnt.next_kind(n);
   }
   return err;
+}
+
+// round_to's first pass over a block (the elementwise operations' rounding): r[i] = result bits
+// of b[i]; returns nonzero when some element is flagged.
+template <typename F, int MODE>
+PL_INLINE typename pl_traits<F>::U round_block_fast(const job<F>& j,
+                                                    const typename pl_traits<F>::U* __restrict b,
+                                                    typename pl_traits<F>::U* __restrict r,
+                                                    const typename pl_traits<F>::U* __restrict ra,
+                                                    int n) {
+  return block_first<F, MODE>(j.c, store_bits<F>(j.c, j.e), b, r, ra, n);
 }
 
 // The rounding mode as a template argument (modes 0..8 have fast paths; a later mode runs the
@@ -868,10 +862,10 @@ PL_CLONES int encode_range_mode(const job<F>& j, const void* src, int src_size, 
 template <typename F>
 void round_range(const job<F>& j, const void* src, int src_size, void* dst, size_t lo, size_t hi) {
   if (j.c.s == 0) {  // no bits to drop in the normal range (fp32 from float32): no rounding
-    round_range_mode<F, PL_RTZ>(j, src, src_size, dst, lo, hi);
+    range_mode<F, PL_RTZ, store_bits<F>>(j, src, src_size, dst, lo, hi);
     return;
   }
-#define PL_CALL(M) round_range_mode<F, M>(j, src, src_size, dst, lo, hi)
+#define PL_CALL(M) range_mode<F, M, store_bits<F>>(j, src, src_size, dst, lo, hi)
   PL_BY_MODE(j.p.mode, PL_CALL)
 #undef PL_CALL
 }
@@ -880,8 +874,8 @@ template <typename F, typename C>
 int encode_range(const job<F>& j, const void* src, int src_size, void* dst, size_t lo,
                  size_t hi) {
   int err = 0;
-  if (j.c.s == 0) return encode_range_mode<F, C, PL_RTZ>(j, src, src_size, dst, lo, hi);
-#define PL_CALL(M) err = encode_range_mode<F, C, M>(j, src, src_size, dst, lo, hi)
+  if (j.c.s == 0) return range_mode<F, PL_RTZ, store_codes<F, C>>(j, src, src_size, dst, lo, hi);
+#define PL_CALL(M) err = range_mode<F, M, store_codes<F, C>>(j, src, src_size, dst, lo, hi)
   PL_BY_MODE(j.p.mode, PL_CALL)
 #undef PL_CALL
   return err;
@@ -1178,7 +1172,7 @@ PL_INLINE void round_f32_block(const job<float>& j, const pl_u32* __restrict b, 
     for (int i = 0; i < n; ++i) r[i] = pl_round_bits(j.p, b[i], 0);
     return;
   }
-  if (round_block_fast<float, MODE>(j.c, b, r, NULL, n))
+  if (round_block_fast<float, MODE>(j, b, r, NULL, n))
     for_flagged(j.c, b, n, [&](int i) { r[i] = pl_round_bits(j.p, b[i], 0); });
 }
 
@@ -1287,7 +1281,7 @@ PL_INLINE int float_block(const arith_job& j, bool down, bool random, const pl_u
       any |= bad;
     }
   }
-  if (round_block_fast<float, MODE>(j.out32.c, v, o, ra, n))
+  if (round_block_fast<float, MODE>(j.out32, v, o, ra, n))
     for_flagged(j.out32.c, v, n,
                 [&](int i) { o[i] = pl_round_bits(j.out32.p, v[i], random ? rw[i] : 0); });
   return any != 0;
@@ -1329,7 +1323,7 @@ PL_CLONES int arith_range_mode(const arith_job& j, const void* xs, int xk, const
       for (int i = 0; i < n; ++i) r[i] = pl_round_bits(j.out.p, v[i], random ? rw[i] : 0);
     } else {
       if (MODE == PL_SR || MODE == PL_SRE) addends_of_words(rw, j.out.sh, ra, n);
-      if (round_block_fast<double, MODE>(j.out.c, v, r, ra, n))
+      if (round_block_fast<double, MODE>(j.out, v, r, ra, n))
         for_flagged(j.out.c, v, n, [&](int i) {
           const bool finite = (v[i] & 0x7FF0000000000000ULL) != 0x7FF0000000000000ULL;
           r[i] = random && !finite ? pl_round_bits(j.special, v[i], 0)
@@ -1393,7 +1387,8 @@ PyObject* elementwise(PyObject*, PyObject* args) {
 }
 
 // random_words(out, seed_lo, seed_hi, random_bits, start): out[i] = the random word of flat index
-// start + i (out: a uint64 buffer), as fill_words gives it to the rounding loops
+// start + i (out: a uint64 buffer), as fill_words gives it to the exact routine (the fast path
+// takes its top bits: word_out)
 PyObject* random_words(PyObject*, PyObject* args) {
   PyObject* out_obj;
   unsigned long long seed_lo, seed_hi, start;
