@@ -248,6 +248,7 @@ PL_AVX512 __attribute__((noinline)) size_t philox_groups_avx512(const philox_key
       c0[v] = _mm512_add_epi64(_mm512_set1_epi64((long long)(g + q + 8 * v)), lane);
       c1[v] = c2[v] = c3[v] = _mm512_setzero_si512();
     }
+#pragma GCC unroll 10  // the rounds unrolled: no register copies for the rotation of the state
     for (int r = 0; r < 10; ++r) {  // pl_philox4x64_round, 8 groups per vector
       const __m512i k0 = _mm512_set1_epi64((long long)k.k0[r]);
       const __m512i k1 = _mm512_set1_epi64((long long)k.k1[r]);
