@@ -361,6 +361,70 @@ def test_stochastic_independent_of_chunks_and_threads(monkeypatch, chunk: int, w
         _same_bits(encode(x, "e5m2", rounding="sr", seed=42), want_codes, "sr codes", x)
 
 
+def _stochastic_blocks(fmt: FloatFormat, seed: int) -> np.ndarray:
+    """Blocks of in-range values (some on the grid, some at ties) holding elements for the exact
+    routine: a few (their random words recomputed one group each), many (the block's words
+    generated in full, and the next block's before its addends), runs above the max (the overflow
+    passes read the addends), NaN, ±inf, ±0 and inputs below the smallest normal."""
+    rng = np.random.default_rng(seed)
+    c = _class_samples(fmt, rng, 300)
+    mid = c["mid"]
+    grid = round_to(mid, fmt)
+    c["grid"] = np.concatenate([grid, grid + 0.5 * fmt.ulp(grid), [0.0, -0.0]])
+    c["nan"] = np.array([np.nan, np.inf, -np.inf])
+
+    def block(base: str, **others: int) -> np.ndarray:
+        b = rng.choice(c[base], BLOCK)
+        for name, k in others.items():
+            b[rng.choice(BLOCK, k, replace=False)] = rng.choice(c[name], k)
+        return b
+
+    seq = [block("mid", low=1, nan=1, over=1), block("mid", low=60, nan=9), block("mid", low=2)]
+    seq += [block("grid", mid=300, low=1), block("over"), block("over")]
+    seq += [block("over", mid=1, low=1, nan=1), block("over", mid=256), block("low")]
+    seq += [block("mid", grid=200, over=3), block("mid", low=40)]
+    return np.concatenate(seq)[: len(seq) * BLOCK - 333]
+
+
+@pytest.mark.parametrize("name", ["e4m3", "e5m2", "fp16"])
+def test_stochastic_exact_routine_inside_fast_blocks(monkeypatch, name: str) -> None:
+    """Stochastic rounding where the fast path's addends and the exact routine's full words meet
+    (see _stochastic_blocks): the same bits as numpy for float32, float64 and float16 input,
+    round_to and encode, seeds below 2**128, random_bits fewer and more than the bits dropped,
+    chunks of odd sizes on 1 and 2 threads, and ranges starting inside a group of four words."""
+    fmt = pl.get_format(name)
+    x64 = _stochastic_blocks(fmt, seed=len(name))
+    with np.errstate(over="ignore"):
+        inputs = [x64.astype(np.float32), x64]
+        if fmt.bits <= 8:
+            inputs.append(x64.astype(np.float16))
+    cases = [(0, None), (2**64 + 7, 5), (2**127 + 3, 13)]
+    for mode in ("stochastic", "stochastic_equal"):
+        for seed, random_bits in cases:
+            kw = {"rounding": mode, "seed": seed, "random_bits": random_bits}
+            for x in inputs:
+                with pl.use_backend("numpy"):
+                    want = round_to(x, fmt, **kw)
+                    want_codes = encode(without_nan(x, fmt), fmt, **kw)
+                for chunk, workers in ((BLOCK + 3, 1), (4001, 2)):
+                    monkeypatch.setattr(native, "CHUNK", chunk)
+                    monkeypatch.setattr(_parallel, "WORKERS", workers)
+                    with pl.use_backend("native"):
+                        what = f"{name} {kw} {x.dtype} chunk {chunk}"
+                        _same_bits(round_to(x, fmt, **kw), want, what, x)
+                        got_codes = encode(without_nan(x, fmt), fmt, **kw)
+                        _same_bits(got_codes, want_codes, f"codes {what}", x)
+                # one range [3, n - 2): it starts inside a group of four words
+                bits = 64 if random_bits is None else random_bits
+                got = np.zeros_like(x, dtype=want.dtype)
+                native.ext.round_float(
+                    x, x.itemsize, got, got.itemsize, format_args(fmt),
+                    pl.rounding.ROUNDING_MODES.index(mode), 0, 0, seed & (2**64 - 1), seed >> 64,
+                    bits, 3, x.size - 2,
+                )  # fmt: skip
+                _same_bits(got[3:-2], want[3:-2], f"{name} {kw} {x.dtype} range from 3", x[3:-2])
+
+
 def _native_words(seed: int, n: int, start: int, random_bits: int) -> list[int]:
     out = np.empty(n, dtype=np.uint64)
     native.ext.random_words(out, seed & (2**64 - 1), seed >> 64, random_bits, start)

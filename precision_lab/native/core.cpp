@@ -17,8 +17,12 @@
 //   Rounding modes this file does not know (added to the header later) take the per-element
 //   routine for every element.
 // - Stochastic rounding uses the header's Philox4x64-10 words (pl_random_group's, from its round
-//   pl_philox4x64_round with the round keys computed once per call: fill_words), keyed by
-//   (seed, flat index) like precision_lab/_random.py, so chunking and threads do not matter.
+//   pl_philox4x64_round with the round keys computed once per call: fill_random), keyed by
+//   (seed, flat index) like precision_lab/_random.py, so chunking and threads do not matter. The
+//   fast path gets each word already cut to its addend, in the working type's width; the exact
+//   routine gets the full words (block_random).
+// - round_to and encode share their passes over a block; what they store (result bits or codes)
+//   is a template parameter (store_bits, store_codes).
 // - float16 input is widened exactly to the working type; codes are written as uint8/16/32/64;
 //   decode of formats of at most 16 bits is a lookup in a table the caller passes in.
 // - Every entry point works on a range [lo, hi) of flat, C-contiguous buffers and releases the
@@ -165,12 +169,22 @@ PL_INLINE void philox_group(const philox_keys& k, pl_u64 g, pl_u64 w[4]) {
   for (int r = 0; r < 10; ++r) pl_philox4x64_round(w, k.k0[r], k.k1[r]);
 }
 
-// The masked words of the ng whole groups g, g+1, ... into out: the hot loop, written with one
+// What the generator writes for each element: out = (R)((word & keep) >> sh), the masked word
+// itself (R = pl_u64, sh = 0: what the exact routine takes) or the addend of the stochastic modes'
+// fast path (R: the working type's bits; sh = 64 - s for stochastic, 63 for stochastic_equal), so
+// that the rounding loops over float32 stay in 32-bit lanes.
+template <typename R>
+PL_INLINE R word_out(pl_u64 w, pl_u64 keep, int sh) {
+  return (R)((w & keep) >> sh);
+}
+
+// The outputs of the ng whole groups g, g+1, ... into out: the hot loop, written with one
 // scalar per word, the rounds unrolled and the key folded in off the multiplications' path
 // (c1 ^ k0 is ready before the product's high half): GCC then keeps the state in registers
 // (10% faster than philox_group in this loop, which spilled).
-PL_INLINE void philox_whole_groups(const philox_keys& k, pl_u64 keep, pl_u64 g, size_t ng,
-                                   pl_u64* __restrict out) {
+template <typename R>
+PL_INLINE void philox_whole_groups(const philox_keys& k, pl_u64 keep, int sh, pl_u64 g, size_t ng,
+                                   R* __restrict out) {
   for (size_t q = 0; q < ng; ++q, ++g, out += 4) {
     pl_u64 c0 = g, c1 = 0, c2 = 0, c3 = 0;
 #pragma GCC unroll 10
@@ -183,10 +197,10 @@ PL_INLINE void philox_whole_groups(const philox_keys& k, pl_u64 keep, pl_u64 g, 
       c1 = lo1;
       c3 = lo0;
     }
-    out[0] = c0 & keep;
-    out[1] = c1 & keep;
-    out[2] = c2 & keep;
-    out[3] = c3 & keep;
+    out[0] = word_out<R>(c0, keep, sh);
+    out[1] = word_out<R>(c1, keep, sh);
+    out[2] = word_out<R>(c2, keep, sh);
+    out[3] = word_out<R>(c3, keep, sh);
   }
 }
 
@@ -212,9 +226,10 @@ PL_AVX512 inline void mul128_x8(__m512i a, __m512i ml, __m512i mh, __m512i* hi, 
   *lo = _mm512_mask_shuffle_epi32(p00, 0xAAAA, u, _MM_PERM_CCAA);  // low dword p00's, high u's
 }
 
+template <typename R>
 PL_AVX512 __attribute__((noinline)) size_t philox_groups_avx512(const philox_keys& k, pl_u64 keep,
-                                                                 pl_u64 g, size_t ng,
-                                                                 pl_u64* __restrict out) {
+                                                                 int sh, pl_u64 g, size_t ng,
+                                                                 R* __restrict out) {
   const int V = 4;  // vectors in flight: their multiplications overlap
   const __m512i m0l = _mm512_set1_epi64(0xE14C6C93LL), m0h = _mm512_set1_epi64(0xD2E7470ELL);
   const __m512i m1l = _mm512_set1_epi64(0x95121157LL), m1h = _mm512_set1_epi64(0xCA5A8263LL);
@@ -223,6 +238,9 @@ PL_AVX512 __attribute__((noinline)) size_t philox_groups_avx512(const philox_key
   // word order of a group after the transposition below
   const __m512i lo_pairs = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
   const __m512i hi_pairs = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
+  // ... and of the 32-bit outputs: group g's two halves (words 0 1, words 2 3) side by side
+  const __m512i lo_groups = _mm512_set_epi64(11, 3, 10, 2, 9, 1, 8, 0);
+  const __m512i hi_groups = _mm512_set_epi64(15, 7, 14, 6, 13, 5, 12, 4);
   size_t q = 0;
   for (; q + 8 * V <= ng; q += 8 * V) {
     __m512i c0[V], c1[V], c2[V], c3[V];
@@ -230,6 +248,7 @@ PL_AVX512 __attribute__((noinline)) size_t philox_groups_avx512(const philox_key
       c0[v] = _mm512_add_epi64(_mm512_set1_epi64((long long)(g + q + 8 * v)), lane);
       c1[v] = c2[v] = c3[v] = _mm512_setzero_si512();
     }
+#pragma GCC unroll 10  // the rounds unrolled: no register copies for the rotation of the state
     for (int r = 0; r < 10; ++r) {  // pl_philox4x64_round, 8 groups per vector
       const __m512i k0 = _mm512_set1_epi64((long long)k.k0[r]);
       const __m512i k1 = _mm512_set1_epi64((long long)k.k1[r]);
@@ -243,20 +262,33 @@ PL_AVX512 __attribute__((noinline)) size_t philox_groups_avx512(const philox_key
         c3[v] = lo0;
       }
     }
-    for (int v = 0; v < V; ++v) {  // 4 words x 8 groups -> 8 groups of 4 words, in memory order
-      const __m512i ab_lo = _mm512_unpacklo_epi64(c0[v], c1[v]);  // groups 0 2 4 6: words 0 1
-      const __m512i ab_hi = _mm512_unpackhi_epi64(c0[v], c1[v]);  // groups 1 3 5 7: words 0 1
-      const __m512i cd_lo = _mm512_unpacklo_epi64(c2[v], c3[v]);
-      const __m512i cd_hi = _mm512_unpackhi_epi64(c2[v], c3[v]);
-      const __m512i x0 = _mm512_permutex2var_epi64(ab_lo, lo_pairs, cd_lo);  // groups 0, 2
-      const __m512i x1 = _mm512_permutex2var_epi64(ab_hi, lo_pairs, cd_hi);  // groups 1, 3
-      const __m512i x2 = _mm512_permutex2var_epi64(ab_lo, hi_pairs, cd_lo);  // groups 4, 6
-      const __m512i x3 = _mm512_permutex2var_epi64(ab_hi, hi_pairs, cd_hi);  // groups 5, 7
-      pl_u64* o = out + 4 * (q + 8 * v);
-      _mm512_storeu_si512(o, _mm512_and_si512(mask, _mm512_shuffle_i64x2(x0, x1, 0x44)));
-      _mm512_storeu_si512(o + 8, _mm512_and_si512(mask, _mm512_shuffle_i64x2(x0, x1, 0xEE)));
-      _mm512_storeu_si512(o + 16, _mm512_and_si512(mask, _mm512_shuffle_i64x2(x2, x3, 0x44)));
-      _mm512_storeu_si512(o + 24, _mm512_and_si512(mask, _mm512_shuffle_i64x2(x2, x3, 0xEE)));
+    const __m128i count = _mm_cvtsi32_si128(sh);
+    for (int v = 0; v < V; ++v) {
+      const __m512i w0 = _mm512_srl_epi64(_mm512_and_si512(c0[v], mask), count);
+      const __m512i w1 = _mm512_srl_epi64(_mm512_and_si512(c1[v], mask), count);
+      const __m512i w2 = _mm512_srl_epi64(_mm512_and_si512(c2[v], mask), count);
+      const __m512i w3 = _mm512_srl_epi64(_mm512_and_si512(c3[v], mask), count);
+      R* o = out + 4 * (q + 8 * v);
+      if constexpr (sizeof(R) == 4) {  // 32-bit outputs (below 2**32: sh >= 32)
+        // a lane per group: words 0 and 1 (2 and 3) as the low and high dwords, in memory order
+        const __m512i w01 = _mm512_mask_shuffle_epi32(w0, 0xAAAA, w1, _MM_PERM_CCAA);
+        const __m512i w23 = _mm512_mask_shuffle_epi32(w2, 0xAAAA, w3, _MM_PERM_CCAA);
+        _mm512_storeu_si512(o, _mm512_permutex2var_epi64(w01, lo_groups, w23));  // groups 0-3
+        _mm512_storeu_si512(o + 16, _mm512_permutex2var_epi64(w01, hi_groups, w23));  // 4-7
+      } else {  // 4 words x 8 groups -> 8 groups of 4 words, in memory order
+        const __m512i ab_lo = _mm512_unpacklo_epi64(w0, w1);  // groups 0 2 4 6: words 0 1
+        const __m512i ab_hi = _mm512_unpackhi_epi64(w0, w1);  // groups 1 3 5 7: words 0 1
+        const __m512i cd_lo = _mm512_unpacklo_epi64(w2, w3);
+        const __m512i cd_hi = _mm512_unpackhi_epi64(w2, w3);
+        const __m512i x0 = _mm512_permutex2var_epi64(ab_lo, lo_pairs, cd_lo);  // groups 0, 2
+        const __m512i x1 = _mm512_permutex2var_epi64(ab_hi, lo_pairs, cd_hi);  // groups 1, 3
+        const __m512i x2 = _mm512_permutex2var_epi64(ab_lo, hi_pairs, cd_lo);  // groups 4, 6
+        const __m512i x3 = _mm512_permutex2var_epi64(ab_hi, hi_pairs, cd_hi);  // groups 5, 7
+        _mm512_storeu_si512(o, _mm512_shuffle_i64x2(x0, x1, 0x44));
+        _mm512_storeu_si512(o + 8, _mm512_shuffle_i64x2(x0, x1, 0xEE));
+        _mm512_storeu_si512(o + 16, _mm512_shuffle_i64x2(x2, x3, 0x44));
+        _mm512_storeu_si512(o + 24, _mm512_shuffle_i64x2(x2, x3, 0xEE));
+      }
     }
   }
   return q;
@@ -269,30 +301,42 @@ bool have_avx512() {
 }
 #endif
 
-PL_CLONES_BMI2 void fill_words(const pl_sr_key& key, size_t start, int n, pl_u64* __restrict rw) {
-  const philox_keys k(key);
-  const pl_u64 keep = pl_random_mask(key.random_bits);
+// out[i] = word_out of the random word of flat index start + i, for i < n (n <= BLOCK).
+template <typename R>
+PL_CLONES_BMI2 void fill_random(const philox_keys& k, pl_u64 keep, int sh, size_t start, int n,
+                                R* __restrict out) {
   const size_t end = start + (size_t)n;
   size_t g = start >> 2;
   pl_u64 w[4];
   if (start & 3) {  // the range starts inside a group: its words from start on
     philox_group(k, (pl_u64)g, w);
-    for (size_t i = start; i < 4 * g + 4 && i < end; ++i) rw[i - start] = w[i & 3] & keep;
+    for (size_t i = start; i < 4 * g + 4 && i < end; ++i) out[i - start] = word_out<R>(w[i & 3], keep, sh);
     ++g;
   }
   if (4 * g + 4 <= end) {  // whole groups
     const size_t ng = (end - 4 * g) / 4;
     size_t done = 0;
 #if defined(PL_PHILOX_AVX512)
-    if (have_avx512()) done = philox_groups_avx512(k, keep, (pl_u64)g, ng, rw + (4 * g - start));
+    if (have_avx512()) done = philox_groups_avx512<R>(k, keep, sh, (pl_u64)g, ng, out + (4 * g - start));
 #endif
-    philox_whole_groups(k, keep, (pl_u64)(g + done), ng - done, rw + (4 * (g + done) - start));
+    philox_whole_groups<R>(k, keep, sh, (pl_u64)(g + done), ng - done, out + (4 * (g + done) - start));
     g += ng;
   }
   if (4 * g < end) {  // the range ends inside a group
     philox_group(k, (pl_u64)g, w);
-    for (size_t i = 4 * g; i < end; ++i) rw[i - start] = w[i & 3] & keep;
+    for (size_t i = 4 * g; i < end; ++i) out[i - start] = word_out<R>(w[i & 3], keep, sh);
   }
+}
+
+// rw[i] = the (masked) random word of flat index start + i, for i < n (n <= BLOCK)
+void fill_words(const pl_sr_key& key, size_t start, int n, pl_u64* __restrict rw) {
+  fill_random<pl_u64>(philox_keys(key), pl_random_mask(key.random_bits), 0, start, n, rw);
+}
+
+// ra[i] = the fast path's addend (word_out with shift sh) of the masked word rw[i]
+template <typename U>
+PL_INLINE void addends_of_words(const pl_u64* __restrict rw, int sh, U* __restrict ra, int n) {
+  for (int i = 0; i < n; ++i) ra[i] = (U)(rw[i] >> sh);
 }
 
 // 1 when the element with bits x needs the exact routine (constants passed by value, so that
@@ -340,9 +384,10 @@ struct fast_consts {
 
 };
 
-// Rounded bits (low s bits not yet cleared) of the in-range element x, by mode.
+// Rounded bits (low s bits not yet cleared) of the in-range element x, by mode; ra: the
+// element's addend of the stochastic modes (see word_out; 0 for the others).
 template <typename U, int MODE>
-PL_INLINE U fast_round(U x, int s, U notmask, U half_m1, U flip, pl_u64 rw) {
+PL_INLINE U fast_round(U x, int s, U notmask, U half_m1, U flip, U ra) {
   const int W = (int)sizeof(U) * 8;
   const U mask = ~notmask;
   switch (MODE) {
@@ -366,30 +411,11 @@ PL_INLINE U fast_round(U x, int s, U notmask, U half_m1, U flip, pl_u64 rw) {
       return x + half_m1;
     case PL_SRE: {  // inexact: a whole quantum up iff the top random bit is set
       const U inexact = ((x & mask) + mask) >> s;
-      return x + ((inexact & (U)(rw >> 63)) << s);
+      return x + ((inexact & ra) << s);  // ra: the top random bit
     }
-    default:  // PL_SR: add the top s bits of the random word below the kept part
-      return x + (U)(rw >> (64 - s));
+    default:  // PL_SR: add the top s bits of the random word below the kept part (ra)
+      return x + ra;
   }
-}
-
-// Round one block: r[i] = result bits of b[i]; returns nonzero when some element is flagged.
-template <typename F, int MODE>
-PL_INLINE typename pl_traits<F>::U round_block_fast(const fast_consts<F>& c,
-                                          const typename pl_traits<F>::U* __restrict b,
-                                          typename pl_traits<F>::U* __restrict r,
-                                          const pl_u64* __restrict rw, int n) {
-  typedef typename pl_traits<F>::U U;
-  const int s = c.s;
-  const U notmask = c.notmask, half_m1 = c.half_m1, flip = c.flip;
-  const U keep = c.keep, thr = c.thr, range = c.range, zero_fast = c.zero_fast;
-  U any = 0;
-  for (int i = 0; i < n; ++i) {
-    const U x = b[i];
-    r[i] = fast_round<U, MODE>(x, s, notmask, half_m1, flip, (MODE == PL_SR || MODE == PL_SRE) ? rw[i] : 0) & notmask;
-    any |= needs_exact(x, keep, thr, range, zero_fast);
-  }
-  return any;
 }
 
 // The code of the in-range element x whose fast_round result is `rounded` (the element's sign
@@ -402,28 +428,6 @@ PL_INLINE U fast_code(U x, U rounded, int s, U offset, U low, int drop, U sign_c
   k = (k & low) | ((k >> drop) & sign_code);     // the sign bit moves down to the format's
   const U zero = (U)0 - (U)((x & keep) == 0);  // ±0: the sign alone
   return (k & ~zero) | (((x >> (W - 1)) << top) & sign_code & zero);
-}
-
-// Codes of one block; flagged as above.
-template <typename F, int MODE, typename C>
-PL_INLINE typename pl_traits<F>::U encode_block_fast(const fast_consts<F>& c,
-                                           const typename pl_traits<F>::U* __restrict b,
-                                           C* __restrict out, const pl_u64* __restrict rw,
-                                           int n) {
-  typedef typename pl_traits<F>::U U;
-  const int s = c.s, drop = c.drop > 0 ? c.drop : 0, top = c.nbits - 1;
-  const U notmask = c.notmask, half_m1 = c.half_m1, flip = c.flip, offset = c.offset;
-  const U keep = c.keep, thr = c.thr, range = c.range, zero_fast = c.zero_fast;
-  const U sign_code = c.sign_code, low = sign_code ? sign_code - 1 : ~(U)0;
-  U any = 0;
-  for (int i = 0; i < n; ++i) {
-    const U x = b[i];
-    const U rounded = fast_round<U, MODE>(x, s, notmask, half_m1, flip,
-                                          (MODE == PL_SR || MODE == PL_SRE) ? rw[i] : 0);
-    out[i] = (C)fast_code(x, rounded, s, offset, low, drop, sign_code, keep, top);
-    any |= needs_exact(x, keep, thr, range, zero_fast);
-  }
-  return any;
 }
 
 // Calls fix(i) for each i < n with flag[i] != 0, scanning eight flags at a time (a block usually
@@ -513,13 +517,90 @@ struct job {
   bool exact_only;  // no input takes the fast path: the format has no normal value, or the
                     // mode was added to the header after this file
   edge_consts<F> e;
+  philox_keys pk;   // the random words: their round keys,
+  pl_u64 keep;      // mask (random_bits)
+  int sh;           // and the shift that gives the fast path's addends (word_out)
   job(const pl_format& f, int mode, int saturate, int flush, pl_sr_key k)
       : p(pl_make_plan<F>(f, mode, saturate, flush)),
         c(p),
         key(k),
         random(pl_is_stochastic(mode)),
         exact_only(mode > PL_SRE || p.maxbits < p.threshold),
-        e(p, exact_only) {}
+        e(p, exact_only),
+        pk(k),
+        keep(pl_random_mask(k.random_bits)),
+        sh(mode == PL_SRE ? 63 : 64 - (c.s ? c.s : 1)) {}
+  pl_u64 word(size_t index) const {  // the (masked) random word of one flat index
+    pl_u64 w[4];
+    philox_group(pk, (pl_u64)(index >> 2), w);
+    return w[index & 3] & keep;
+  }
+};
+
+// More flagged elements than this in a block of a stochastic mode: the block's random words are
+// generated for all its elements (fill_words) rather than one group per flagged element.
+const int FEW_WORDS = 32;
+
+// Asks the CPU to fetch the cache lines of [p, p + bytes) (write: for writing).
+PL_INLINE void prefetch_lines(const char* p, int bytes, int write) {
+#if defined(__GNUC__)
+  for (int k = 0; k < bytes; k += 64) {
+    if (write) __builtin_prefetch(p + k, 1);
+    else __builtin_prefetch(p + k, 0);
+  }
+#else
+  (void)p, (void)bytes, (void)write;
+#endif
+}
+
+// The random data of a block of a stochastic mode (MODE as a template argument): the fast path's
+// addends ra (the working type's width: the rounding loops over float32 stay in 32-bit lanes) and
+// the full words rw of the exact routine, generated only where a block has many flagged elements
+// (else each flagged element's word is recomputed: job::word).
+template <typename F, int MODE>
+struct block_random {
+  typedef typename pl_traits<F>::U U;
+  enum { ADDENDS = MODE == PL_SR || MODE == PL_SRE };  // the fast path reads addends
+  U ra[ADDENDS ? BLOCK : 1];
+  pl_u64 rw[BLOCK];
+  bool words = false;    // rw holds the block's words
+  bool many = false;     // the previous block had many flagged elements: words first
+  size_t i0 = 0;
+
+  // before the passes over elements [i0, i0 + n), whose input and output start at `in` and `out`
+  // (itemsizes in_size, out_size)
+  PL_INLINE void start(const job<F>& j, size_t i0_, int n, const void* in, int in_size, void* out,
+                       int out_size) {
+    i0 = i0_;
+    words = false;
+    if (!j.random) return;
+    if (!ADDENDS || j.exact_only || many) {  // the exact routine throughout, or for many elements
+      fill_words(j.key, i0, n, rw);
+      words = true;
+      if (ADDENDS && !j.exact_only) addends_of_words(rw, j.sh, ra, n);
+      return;
+    }
+    // The addends a part at a time, the block's input and output fetched into the cache meanwhile:
+    // the loads overlap the generator's arithmetic (else they would wait until it is done).
+    const int PART = 128;
+    for (int p = 0; p < n; p += PART) {
+      const int m = n - p < PART ? n - p : PART;
+      prefetch_lines((const char*)in + (size_t)p * in_size, m * in_size, 0);
+      prefetch_lines((const char*)out + (size_t)p * out_size, m * out_size, 1);
+      fill_random<U>(j.pk, j.keep, j.sh, i0 + (size_t)p, m, ra + p);
+    }
+  }
+  // after the passes: `flagged` elements go to the exact routine
+  PL_INLINE void need(const job<F>& j, int n, int flagged) {
+    many = flagged > FEW_WORDS;
+    if (j.random && many && !words) {
+      fill_words(j.key, i0, n, rw);
+      words = true;
+    }
+  }
+  pl_u64 word(const job<F>& j, int i) const {  // element i's word (0 for the other modes)
+    return !j.random ? 0 : words ? rw[i] : j.word(i0 + (size_t)i);
+  }
 };
 
 // yes ? a : b without a branch (the loops below vectorise)
@@ -530,7 +611,7 @@ PL_INLINE U select(B yes, U a, U b) {
 }
 
 // How a block is processed, chosen from the previous block's elements (gradients come in long
-// runs of tiny values): AFTER_FIRST, a second pass after the first pass (round_block_fast) flagged
+// runs of tiny values): AFTER_FIRST, a second pass after the first pass (block_first) flagged
 // elements; FUSED, one pass for everything (the previous block was mostly outside the normal
 // range); LOW_IN / OVER_IN, one pass for the normal range and the inputs below the smallest normal
 // / above the max; ALL_LOW / ALL_OVER, one pass for inputs below the smallest normal / above the
@@ -548,184 +629,219 @@ struct edge_count {
   }
 };
 
-// A pass over a block of KIND (see above): low and overflowing inputs get their results (and
-// in-range ones too, except AFTER_FIRST where the first pass gave them); flag[i] = 1 for the
-// elements still to do exactly. Returns nonzero when some are (kinds after FUSED: when the pass
-// met an element it does not cover, and then the block must be redone FUSED).
-template <typename F, int MODE, int KIND>
-PL_INLINE typename pl_traits<F>::U round_block_edges(const job<F>& j,
-                                                     const typename pl_traits<F>::U* __restrict b,
-                                                     typename pl_traits<F>::U* __restrict r,
-                                                     const pl_u64* __restrict rw,
-                                                     pl_u8* __restrict flag, int n,
-                                                     edge_count* cnt) {
+// What the passes over a block store, as their template parameter S: store_bits, round_to's
+// result bits (the working type's), or store_codes, encode's codes (type C). A policy holds the
+// constants of its stores beyond fast_consts' (the loops copy it, so that stores through byte
+// pointers cannot alias them; fast_consts' are passed in, to hold no constant twice: the loops
+// keep them in registers) and says:
+//   value(x, rounded, s, notmask, keep): the output of the in-range element x whose fast_round
+//     result is rounded;
+//   rounded_bits(rounded, v, notmask): its rounded bits (low s cleared) given also that output v;
+//   low<MODE>(L, a, neg): the output of an input below the smallest normal (pl_low_fast/_code);
+//   over_on, over[sign], inf[sign]: the overflow path's switch and outputs (edge_consts);
+//   READS_ROUNDED: the output is the rounded bits (a second pass reads them back);
+//   exact(p, bits, rw, err): the output by the header's exact routine.
+template <typename F>
+struct store_bits {
   typedef typename pl_traits<F>::U U;
-  const int W = pl_traits<F>::W;
-  const fast_consts<F>& c = j.c;
-  const edge_consts<F>& e = j.e;
-  const pl_low_plan<F> L = e.low;
+  typedef U T;  // the output's element type
+  enum { READS_ROUNDED = 1 };
+  U over_on, over[2], inf[2];
+  store_bits(const fast_consts<F>&, const edge_consts<F>& e)
+      : over_on(e.over_on), over{e.over_res[0], e.over_res[1]}, inf{e.inf_res[0], e.inf_res[1]} {}
+  PL_INLINE U value(U, U rounded, int, U notmask, U) const { return rounded & notmask; }
+  PL_INLINE U rounded_bits(U, U v, U) const { return v; }
+  template <int MODE>
+  PL_INLINE U low(const pl_low_plan<F>& L, U a, U neg) const {
+    return pl_low_fast<F>(L, MODE, a, neg);
+  }
+  static T exact(const pl_plan<F>& p, U bits, pl_u64 rw, int*) { return pl_round_bits(p, bits, rw); }
+};
+
+template <typename F, typename C>
+struct store_codes {
+  typedef typename pl_traits<F>::U U;
+  typedef C T;
+  enum { READS_ROUNDED = 0 };
+  int drop, top;
+  U offset, low_bits, sign_code;
+  U over_on, over[2], inf[2];
+  store_codes(const fast_consts<F>& c, const edge_consts<F>& e)
+      : drop(c.drop > 0 ? c.drop : 0), top(c.nbits - 1), offset(c.offset),
+        low_bits(c.sign_code ? c.sign_code - 1 : ~(U)0), sign_code(c.sign_code),
+        over_on(e.over_code_on), over{e.over_code[0], e.over_code[1]},
+        inf{e.inf_code[0], e.inf_code[1]} {}
+  PL_INLINE U value(U x, U rounded, int s, U, U keep) const {
+    return fast_code(x, rounded, s, offset, low_bits, drop, sign_code, keep, top);
+  }
+  PL_INLINE U rounded_bits(U rounded, U, U notmask) const { return rounded & notmask; }
+  template <int MODE>
+  PL_INLINE U low(const pl_low_plan<F>& L, U a, U neg) const {
+    return pl_low_code<F>(L, MODE, a, neg, sign_code);
+  }
+  static T exact(const pl_plan<F>& p, U bits, pl_u64 rw, int* err) {
+    return (T)pl_encode_rounded(p, pl_round_bits(p, bits, rw), err);
+  }
+};
+
+// The first pass over a block: out[i] = the output of b[i] as if in range; returns nonzero when
+// some element is flagged (needs another path).
+template <typename F, int MODE, typename S>
+PL_INLINE typename pl_traits<F>::U block_first(const fast_consts<F>& c, const S store,
+                                               const typename pl_traits<F>::U* __restrict b,
+                                               typename S::T* __restrict out,
+                                               const typename pl_traits<F>::U* __restrict ra,
+                                               int n) {
+  typedef typename pl_traits<F>::U U;
+  const S st = store;
   const int s = c.s;
   const U notmask = c.notmask, half_m1 = c.half_m1, flip = c.flip;
   const U keep = c.keep, thr = c.thr, range = c.range, zero_fast = c.zero_fast;
-  const U abs_mask = ((U)1 << (W - 1)) - 1, inf = pl_traits<F>::inf_bits(), maxbits = e.maxbits;
-  const U low_on = e.low_on, over_on = e.over_on;
-  const U over0 = e.over_res[0], over1 = e.over_res[1], inf0 = e.inf_res[0], inf1 = e.inf_res[1];
-  const bool IN = KIND <= OVER_IN, LOWP = KIND != OVER_IN && KIND != ALL_OVER;
-  const bool OVERP = KIND != LOW_IN && KIND != ALL_LOW;
-  U any = 0, n_low = 0, n_over = 0;
+  U any = 0;
   for (int i = 0; i < n; ++i) {
-    const U x = b[i], a = x & keep, neg = x >> (W - 1);
-    const U low = LOWP ? low_on & ((U)0 - (U)(a < thr)) : (U)0;
-    const U over = OVERP ? over_on & ((U)0 - (U)((a > maxbits) & (a <= inf))) : (U)0;
-    const U rf = KIND == AFTER_FIRST ? r[i]
-                 : (IN || OVERP)
-                     ? fast_round<U, MODE>(x, s, notmask, half_m1, flip,
-                                           (MODE == PL_SR || MODE == PL_SRE) ? rw[i] : 0) &
-                           notmask
-                     : (U)0;
-    U res = IN ? rf & ~(low | over) : (U)0;
-    if (LOWP) res |= pl_low_fast<F>(L, MODE, a, neg) & low;
-    if (OVERP) {  // an infinite input always rounds above the max here: `big` is then chosen
-      const U big = select(neg, select(a == inf, inf1, over1), select(a == inf, inf0, over0));
-      res |= select((rf & abs_mask) <= maxbits, rf, big) & over;
-    }
-    r[i] = res;
-    const U ex = (IN ? needs_exact(x, keep, thr, range, zero_fast) : (U)1) & ~(low | over) & 1;
-    flag[i] = (pl_u8)ex;
-    any |= ex;
-    n_low += low & 1;
-    n_over += over & 1;
+    const U x = b[i];
+    const U rounded = fast_round<U, MODE>(x, s, notmask, half_m1, flip,
+                                          (MODE == PL_SR || MODE == PL_SRE) ? ra[i] : 0);
+    out[i] = (typename S::T)st.value(x, rounded, s, notmask, keep);
+    any |= needs_exact(x, keep, thr, range, zero_fast);
   }
-  cnt->low = (int)n_low;
-  cnt->over = (int)n_over;
   return any;
 }
 
-// The same for codes (first pass: encode_block_fast).
-template <typename F, int MODE, typename C, int KIND>
-PL_INLINE typename pl_traits<F>::U encode_block_edges(const job<F>& j,
-                                                      const typename pl_traits<F>::U* __restrict b,
-                                                      C* __restrict out,
-                                                      const pl_u64* __restrict rw,
-                                                      pl_u8* __restrict flag, int n,
-                                                      edge_count* cnt) {
+// A pass over a block of KIND (see above): low and overflowing inputs get their outputs (and
+// in-range ones too, except AFTER_FIRST where the first pass gave them); flag[i] = 1 for the
+// elements still to do exactly. Returns their number (kinds after FUSED: nonzero when the pass
+// met an element it does not cover, and then the block must be redone FUSED).
+template <typename F, int MODE, int KIND, typename S>
+PL_INLINE int block_edges(const job<F>& j, const S store,
+                          const typename pl_traits<F>::U* __restrict b,
+                          typename S::T* __restrict out,
+                          const typename pl_traits<F>::U* __restrict ra, pl_u8* __restrict flag,
+                          int n, edge_count* cnt) {
   typedef typename pl_traits<F>::U U;
   const int W = pl_traits<F>::W;
+  const S st = store;
   const fast_consts<F>& c = j.c;
-  const edge_consts<F>& e = j.e;
-  const pl_low_plan<F> L = e.low;
-  const int s = c.s, drop = c.drop > 0 ? c.drop : 0, top = c.nbits - 1;
-  const U notmask = c.notmask, half_m1 = c.half_m1, flip = c.flip, sign_code = c.sign_code;
-  const U offset = c.offset, low_bits = sign_code ? sign_code - 1 : ~(U)0;
+  const pl_low_plan<F> L = j.e.low;
+  const int s = c.s;
+  const U notmask = c.notmask, half_m1 = c.half_m1, flip = c.flip;
   const U keep = c.keep, thr = c.thr, range = c.range, zero_fast = c.zero_fast;
-  const U abs_mask = ((U)1 << (W - 1)) - 1, inf = pl_traits<F>::inf_bits(), maxbits = e.maxbits;
-  const U low_on = e.low_on, over_on = e.over_code_on;
-  const U over0 = e.over_code[0], over1 = e.over_code[1];
-  const U inf0 = e.inf_code[0], inf1 = e.inf_code[1];
+  const U abs_mask = ((U)1 << (W - 1)) - 1, inf = pl_traits<F>::inf_bits(), maxbits = j.e.maxbits;
+  const U low_on = j.e.low_on, over_on = st.over_on;
+  const U over0 = st.over[0], over1 = st.over[1], inf0 = st.inf[0], inf1 = st.inf[1];
   const bool IN = KIND <= OVER_IN, LOWP = KIND != OVER_IN && KIND != ALL_OVER;
   const bool OVERP = KIND != LOW_IN && KIND != ALL_LOW;
-  U any = 0, n_low = 0, n_over = 0;
+  // AFTER_FIRST reads the first pass's outputs back (and, where they are the rounded bits, does
+  // not round again)
+  const bool READ = KIND == AFTER_FIRST, ROUND = (IN || OVERP) && !(READ && S::READS_ROUNDED);
+  U left = 0, n_low = 0, n_over = 0;
   for (int i = 0; i < n; ++i) {
     const U x = b[i], a = x & keep, neg = x >> (W - 1);
     const U low = LOWP ? low_on & ((U)0 - (U)(a < thr)) : (U)0;
     const U over = OVERP ? over_on & ((U)0 - (U)((a > maxbits) & (a <= inf))) : (U)0;
-    const U rounded = (IN || OVERP) ? fast_round<U, MODE>(x, s, notmask, half_m1, flip,
-                                                          (MODE == PL_SR || MODE == PL_SRE) ? rw[i] : 0)
-                                    : (U)0;
-    const U cf = KIND == AFTER_FIRST ? (U)out[i]
-                 : (IN || OVERP) ? fast_code(x, rounded, s, offset, low_bits, drop, sign_code, keep, top)
-                                 : (U)0;
-    U res = IN ? cf & ~(low | over) : (U)0;
-    if (LOWP) res |= pl_low_code<F>(L, MODE, a, neg, sign_code) & low;
-    if (OVERP) {  // big, unless the input rounds down to the max
+    const U rounded = ROUND ? fast_round<U, MODE>(x, s, notmask, half_m1, flip,
+                                                  (MODE == PL_SR || MODE == PL_SRE) ? ra[i] : 0)
+                            : (U)0;
+    const U v = READ ? (U)out[i] : (IN || OVERP) ? st.value(x, rounded, s, notmask, keep) : (U)0;
+    U res = IN ? v & ~(low | over) : (U)0;
+    if (LOWP) res |= st.template low<MODE>(L, a, neg) & low;
+    if (OVERP) {  // big, unless the input rounds down to the max (an infinite input never does)
       const U big = select(neg, select(a == inf, inf1, over1), select(a == inf, inf0, over0));
-      res |= select((rounded & notmask & abs_mask) <= maxbits, cf, big) & over;
+      res |= select((st.rounded_bits(rounded, v, notmask) & abs_mask) <= maxbits, v, big) & over;
     }
-    out[i] = (C)res;
+    out[i] = (typename S::T)res;
     const U ex = (IN ? needs_exact(x, keep, thr, range, zero_fast) : (U)1) & ~(low | over) & 1;
     flag[i] = (pl_u8)ex;
-    any |= ex;
+    left += ex;
     n_low += low & 1;
     n_over += over & 1;
   }
   cnt->low = (int)n_low;
   cnt->over = (int)n_over;
-  return any;
+  return (int)left;
 }
 
-template <typename F, int MODE>
-PL_CLONES void round_range_mode(const job<F>& j, const void* src, int src_size, void* dst, size_t lo,
-                      size_t hi) {
+// The passes over one block of a range (range_mode): the first pass, the flags, the passes of
+// each kind, as a functor for run_passes.
+template <typename F, int MODE, typename S>
+struct block_passes {
   typedef typename pl_traits<F>::U U;
+  const job<F>& j;
+  const S& st;
+  const U* b;
+  typename S::T* out;
+  const U* ra;
+  pl_u8* flag;
+  int n;
+  edge_count* cnt;
+  PL_INLINE bool first() const { return block_first<F, MODE>(j.c, st, b, out, ra, n) != 0; }
+  PL_INLINE int flags() const { return flag_block(j.c, b, flag, n); }
+  template <int KIND>
+  PL_INLINE int edges() const {
+    return block_edges<F, MODE, KIND>(j, st, b, out, ra, flag, n, cnt);
+  }
+};
+
+// The passes over a block whose kind is `kind` (-1: the first pass, then AFTER_FIRST if it
+// flagged more than a few elements); returns the number of elements left to the exact routine,
+// flagged in pass.flag. (A functor, not a lambda: a lambda would not be compiled for the
+// instruction set of the clone that calls it.)
+template <typename P>
+PL_INLINE int run_passes(const P& pass, int kind) {
+  int left;
+  if (kind == ALL_LOW) left = pass.template edges<ALL_LOW>();
+  else if (kind == ALL_OVER) left = pass.template edges<ALL_OVER>();
+  else if (kind == LOW_IN) left = pass.template edges<LOW_IN>();
+  else if (kind == OVER_IN) left = pass.template edges<OVER_IN>();
+  else if (kind == FUSED) left = pass.template edges<FUSED>();
+  else if (!pass.first()) left = 0;
+  else if ((left = pass.flags()) > FEW_FLAGGED) left = pass.template edges<AFTER_FIRST>();
+  if (left && kind > FUSED) left = pass.template edges<FUSED>();  // an element the pass does not
+  return left;                                                     // cover: redo
+}
+
+// Elements [lo, hi) of src into dst, outputs of the policy S (store_bits: round_to, store_codes:
+// encode); returns the exact routine's error flag (a NaN met a format without a NaN code).
+template <typename F, int MODE, typename S>
+PL_CLONES int range_mode(const job<F>& j, const void* src, int src_size, void* dst, size_t lo,
+                         size_t hi) {
+  typedef typename pl_traits<F>::U U;
+  typedef typename S::T T;
+  const S st(j.c, j.e);
   U buf[BLOCK];
-  pl_u64 rw[BLOCK];
+  block_random<F, MODE> rnd;
   pl_u8 flag[BLOCK + 8];
+  int err = 0;
   int kind = -1;  // of the next block: -1 the first pass, else see AFTER_FIRST ... ALL_OVER
   for (size_t i0 = lo; i0 < hi; i0 += BLOCK) {
     const int n = (int)(hi - i0 < (size_t)BLOCK ? hi - i0 : (size_t)BLOCK);
     const U* b = load_block<U>(src, src_size, i0, n, buf);
-    U* r = (U*)dst + i0;
-    if (j.random) fill_words(j.key, i0, n, rw);
+    T* out = (T*)dst + i0;
+    rnd.start(j, i0, n, (const char*)src + i0 * src_size, src_size, out, sizeof(T));
     if (j.exact_only) {  // the exact routine throughout
-      for (int i = 0; i < n; ++i) r[i] = pl_round_bits(j.p, b[i], j.random ? rw[i] : 0);
-      continue;
-    }
-    // (no lambda around the passes: it would not be compiled for the clone's instruction set)
-    edge_count cnt;
-    bool any;
-#define PL_PASS(K) round_block_edges<F, MODE, K>(j, b, r, rw, flag, n, &cnt)
-    if (kind == ALL_LOW) any = PL_PASS(ALL_LOW);
-    else if (kind == ALL_OVER) any = PL_PASS(ALL_OVER);
-    else if (kind == LOW_IN) any = PL_PASS(LOW_IN);
-    else if (kind == OVER_IN) any = PL_PASS(OVER_IN);
-    else if (kind == FUSED) any = PL_PASS(FUSED);
-    else if (!round_block_fast<F, MODE>(j.c, b, r, rw, n)) any = false;
-    else any = flag_block(j.c, b, flag, n) <= FEW_FLAGGED || PL_PASS(AFTER_FIRST);
-    if (any && kind > FUSED) any = PL_PASS(FUSED);  // an element the pass does not cover: redo
-#undef PL_PASS
-    if (any) scan_flags(flag, n, [&](int i) { r[i] = pl_round_bits(j.p, b[i], j.random ? rw[i] : 0); });
-    kind = cnt.next_kind(n);
-  }
-}
-
-template <typename F, typename C, int MODE>
-PL_CLONES int encode_range_mode(const job<F>& j, const void* src, int src_size, void* dst, size_t lo,
-                      size_t hi) {
-  typedef typename pl_traits<F>::U U;
-  U buf[BLOCK];
-  pl_u64 rw[BLOCK];
-  pl_u8 flag[BLOCK + 8];
-  int err = 0;
-  int kind = -1;
-  for (size_t i0 = lo; i0 < hi; i0 += BLOCK) {
-    const int n = (int)(hi - i0 < (size_t)BLOCK ? hi - i0 : (size_t)BLOCK);
-    const U* b = load_block<U>(src, src_size, i0, n, buf);
-    C* out = (C*)dst + i0;
-    if (j.random) fill_words(j.key, i0, n, rw);
-    auto exact = [&](int i) {
-      const U rb = pl_round_bits(j.p, b[i], j.random ? rw[i] : 0);
-      out[i] = (C)pl_encode_rounded(j.p, rb, &err);
-    };
-    if (j.exact_only) {  // the exact routine throughout
-      for (int i = 0; i < n; ++i) exact(i);
+      for (int i = 0; i < n; ++i) out[i] = S::exact(j.p, b[i], rnd.word(j, i), &err);
       continue;
     }
     edge_count cnt;
-    bool any;
-#define PL_PASS(K) encode_block_edges<F, MODE, C, K>(j, b, out, rw, flag, n, &cnt)
-    if (kind == ALL_LOW) any = PL_PASS(ALL_LOW);
-    else if (kind == ALL_OVER) any = PL_PASS(ALL_OVER);
-    else if (kind == LOW_IN) any = PL_PASS(LOW_IN);
-    else if (kind == OVER_IN) any = PL_PASS(OVER_IN);
-    else if (kind == FUSED) any = PL_PASS(FUSED);
-    else if (!encode_block_fast<F, MODE, C>(j.c, b, out, rw, n)) any = false;
-    else any = flag_block(j.c, b, flag, n) <= FEW_FLAGGED || PL_PASS(AFTER_FIRST);
-    if (any && kind > FUSED) any = PL_PASS(FUSED);  // an element the pass does not cover: redo
-#undef PL_PASS
-    if (any) scan_flags(flag, n, exact);
+    const block_passes<F, MODE, S> pass = {j, st, b, out, rnd.ra, flag, n, &cnt};
+    const int left = run_passes(pass, kind);
+    rnd.need(j, n, left);
+    if (left)
+      scan_flags(flag, n, [&](int i) { out[i] = S::exact(j.p, b[i], rnd.word(j, i), &err); });
     kind = cnt.next_kind(n);
   }
   return err;
+}
+
+// round_to's first pass over a block (the elementwise operations' rounding): r[i] = result bits
+// of b[i]; returns nonzero when some element is flagged.
+template <typename F, int MODE>
+PL_INLINE typename pl_traits<F>::U round_block_fast(const job<F>& j,
+                                                    const typename pl_traits<F>::U* __restrict b,
+                                                    typename pl_traits<F>::U* __restrict r,
+                                                    const typename pl_traits<F>::U* __restrict ra,
+                                                    int n) {
+  return block_first<F, MODE>(j.c, store_bits<F>(j.c, j.e), b, r, ra, n);
 }
 
 // The rounding mode as a template argument (modes 0..8 have fast paths; a later mode runs the
@@ -747,10 +863,10 @@ PL_CLONES int encode_range_mode(const job<F>& j, const void* src, int src_size, 
 template <typename F>
 void round_range(const job<F>& j, const void* src, int src_size, void* dst, size_t lo, size_t hi) {
   if (j.c.s == 0) {  // no bits to drop in the normal range (fp32 from float32): no rounding
-    round_range_mode<F, PL_RTZ>(j, src, src_size, dst, lo, hi);
+    range_mode<F, PL_RTZ, store_bits<F>>(j, src, src_size, dst, lo, hi);
     return;
   }
-#define PL_CALL(M) round_range_mode<F, M>(j, src, src_size, dst, lo, hi)
+#define PL_CALL(M) range_mode<F, M, store_bits<F>>(j, src, src_size, dst, lo, hi)
   PL_BY_MODE(j.p.mode, PL_CALL)
 #undef PL_CALL
 }
@@ -759,8 +875,8 @@ template <typename F, typename C>
 int encode_range(const job<F>& j, const void* src, int src_size, void* dst, size_t lo,
                  size_t hi) {
   int err = 0;
-  if (j.c.s == 0) return encode_range_mode<F, C, PL_RTZ>(j, src, src_size, dst, lo, hi);
-#define PL_CALL(M) err = encode_range_mode<F, C, M>(j, src, src_size, dst, lo, hi)
+  if (j.c.s == 0) return range_mode<F, PL_RTZ, store_codes<F, C>>(j, src, src_size, dst, lo, hi);
+#define PL_CALL(M) err = range_mode<F, M, store_codes<F, C>>(j, src, src_size, dst, lo, hi)
   PL_BY_MODE(j.p.mode, PL_CALL)
 #undef PL_CALL
   return err;
@@ -1057,7 +1173,7 @@ PL_INLINE void round_f32_block(const job<float>& j, const pl_u32* __restrict b, 
     for (int i = 0; i < n; ++i) r[i] = pl_round_bits(j.p, b[i], 0);
     return;
   }
-  if (round_block_fast<float, MODE>(j.c, b, r, NULL, n))
+  if (round_block_fast<float, MODE>(j, b, r, NULL, n))
     for_flagged(j.c, b, n, [&](int i) { r[i] = pl_round_bits(j.p, b[i], 0); });
 }
 
@@ -1140,7 +1256,8 @@ template <int MODE>
 PL_INLINE int float_block(const arith_job& j, bool down, bool random, const pl_u32* __restrict a,
                           const pl_u32* __restrict b, pl_u32* __restrict o,
                           const pl_u64* __restrict rw, pl_u8* __restrict redo, int n) {
-  pl_u32 v[BLOCK];
+  pl_u32 v[BLOCK], ra[BLOCK];
+  if (MODE == PL_SR || MODE == PL_SRE) addends_of_words(rw, j.out32.sh, ra, n);
   pl_u32 any = 0;
   if (j.op == PL_OP_MUL) {
     for (int i = 0; i < n; ++i) {
@@ -1165,7 +1282,7 @@ PL_INLINE int float_block(const arith_job& j, bool down, bool random, const pl_u
       any |= bad;
     }
   }
-  if (round_block_fast<float, MODE>(j.out32.c, v, o, rw, n))
+  if (round_block_fast<float, MODE>(j.out32, v, o, ra, n))
     for_flagged(j.out32.c, v, n,
                 [&](int i) { o[i] = pl_round_bits(j.out32.p, v[i], random ? rw[i] : 0); });
   return any != 0;
@@ -1176,7 +1293,7 @@ PL_CLONES int arith_range_mode(const arith_job& j, const void* xs, int xk, const
                                const void* zs, int zk, pl_u32* dst, size_t lo, size_t hi) {
   typedef pl_u64 U;
   pl_u32 bx[BLOCK], by[BLOCK], bz[BLOCK], gx[BLOCK], gy[BLOCK], gz[BLOCK];
-  U v[BLOCK], r[BLOCK];
+  U v[BLOCK], r[BLOCK], ra[BLOCK];
   pl_u64 rw[BLOCK];
   const bool random = j.out.random;
   const bool down = j.out.p.mode == PL_RDN;
@@ -1205,12 +1322,14 @@ PL_CLONES int arith_range_mode(const arith_job& j, const void* xs, int xk, const
     if (exact_block(j.op, down, a, b, c, v, n) && random) return 1;  // needs the exact fraction
     if (j.out.exact_only) {
       for (int i = 0; i < n; ++i) r[i] = pl_round_bits(j.out.p, v[i], random ? rw[i] : 0);
-    } else if (round_block_fast<double, MODE>(j.out.c, v, r, rw, n)) {
-      for_flagged(j.out.c, v, n, [&](int i) {
-        const bool finite = (v[i] & 0x7FF0000000000000ULL) != 0x7FF0000000000000ULL;
-        r[i] = random && !finite ? pl_round_bits(j.special, v[i], 0)
-                                 : pl_round_bits(j.out.p, v[i], random ? rw[i] : 0);
-      });
+    } else {
+      if (MODE == PL_SR || MODE == PL_SRE) addends_of_words(rw, j.out.sh, ra, n);
+      if (round_block_fast<double, MODE>(j.out, v, r, ra, n))
+        for_flagged(j.out.c, v, n, [&](int i) {
+          const bool finite = (v[i] & 0x7FF0000000000000ULL) != 0x7FF0000000000000ULL;
+          r[i] = random && !finite ? pl_round_bits(j.special, v[i], 0)
+                                   : pl_round_bits(j.out.p, v[i], random ? rw[i] : 0);
+        });
     }
     pl_u32* o = dst + i0;
     for (int i = 0; i < n; ++i) o[i] = pl_bits_of((float)pl_f64_of(r[i]));  // exact
@@ -1269,7 +1388,8 @@ PyObject* elementwise(PyObject*, PyObject* args) {
 }
 
 // random_words(out, seed_lo, seed_hi, random_bits, start): out[i] = the random word of flat index
-// start + i (out: a uint64 buffer), as fill_words gives it to the rounding loops
+// start + i (out: a uint64 buffer), as fill_words gives it to the exact routine (the fast path
+// takes its top bits: word_out)
 PyObject* random_words(PyObject*, PyObject* args) {
   PyObject* out_obj;
   unsigned long long seed_lo, seed_hi, start;
