@@ -282,6 +282,15 @@ for (m, k, n), fmt, scale in cases:  # (fp32: subnormal sums)
     f = pl.get_format(fmt)
     y = nb._fma32_gemm(a, b, c, f, f, pl.Accumulator(), pl.get_format("fp32"), "nearest_even")
     assert y is not None and np.array_equal(x.view(np.uint32), y.view(np.uint32)), (m, k, n)
+a = (rng.standard_normal((2, 30, 50)) * 2.0 ** rng.integers(-12, 6, (2, 30, 50))).astype("f4")
+b = (rng.standard_normal((50, 40)) * 2.0 ** rng.integers(-12, 6, (50, 40))).astype("f4")
+a[0, :, 0], e4m3 = -0.0, pl.get_format("e4m3")
+for mode in ("nearest_even", "up", "odd", "exact"):  # float32: rounded by the packs (grid32)
+    if mode == "exact":
+        a, b = pl.round_to(a, e4m3), pl.round_to(b, e4m3)
+    x = pl.gemm(a, b, input_format=e4m3, input_rounding=mode, backend="numpy")
+    y = nb._fma32_gemm(a, b, None, e4m3, e4m3, pl.Accumulator(), pl.get_format("fp32"), mode)
+    assert y is not None and np.array_equal(x.view(np.uint32), y.view(np.uint32)), mode
 print("ok")
 """
 

@@ -36,15 +36,25 @@ True
 from __future__ import annotations
 
 import functools
+import itertools
 import math
+import threading
 from typing import Any
 
 import numpy as np
 
 from .. import _parallel
 from ..formats import FloatFormat, get_format
+from ..gpu import format_args
 from ..native_kernels import available, ext, isa
-from ..rounding import _fits_float32, check_rounding, for_chunks, is_stochastic, round_to
+from ..rounding import (
+    ROUNDING_MODES,
+    _fits_float32,
+    check_rounding,
+    for_chunks,
+    is_stochastic,
+    round_to,
+)
 from .accumulator import Accumulator
 from .shapes import gemm_shapes
 
@@ -53,6 +63,8 @@ __all__ = ["available", "covers", "fma32_applies", "gemm", "isa"]
 _FP32 = get_format("fp32")
 #: floats of A that one work item of the fp32 FMA kernel packs
 _PACKED_A = 1 << 20
+#: packed B of at most this many floats is packed in the calling thread (no parallel dispatch)
+_PACKED_B = 1 << 19
 
 _MAX_BLOCK = 128  # cupy_backend.kernel_plan's limit on block_fma blocks (shared parameters)
 #: output elements per work item
@@ -272,6 +284,36 @@ def _grid32(x: np.ndarray, fmt: FloatFormat, mode: str, seed: int) -> np.ndarray
     return round_to(x, fmt, rounding=mode, seed=seed).astype(np.float32, copy=False)
 
 
+def _packed_input(
+    x: np.ndarray, fmt: FloatFormat, mode: str, seed: int
+) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """``x`` as the float32 values the kernel packs, and how the pack puts them on ``fmt``'s
+    grid (None: they are on it), or None where the general path must decide (see _grid32).
+
+    float32 input is rounded by the packs themselves (``grid32`` in fma32.inc: the header's
+    rounding, ``round_to``'s bits), so it is read once; other dtypes go through :func:`_grid32`.
+
+    >>> x = np.array([0.3, -0.0], np.float32)
+    >>> _packed_input(x, get_format("e4m3"), "rtz", 0)[1].tolist()
+    [4, 3, 7, 1, 14, 2, 0]
+    >>> _packed_input(x, get_format("e4m3"), "stochastic", 0) is None
+    True
+    """
+    if x.dtype != np.float32:
+        x32 = _grid32(x, fmt, mode, seed)
+        return None if x32 is None else (x32, None)
+    check = mode == "exact"
+    if not check:
+        try:
+            mode = check_rounding(mode)
+        except ValueError:
+            return None
+        if is_stochastic(mode):
+            return None
+    code = 0 if check else ROUNDING_MODES.index(mode)  # ("exact": the check of nearest_even)
+    return x, np.array([*format_args(fmt), code, int(check)], dtype=np.int32)
+
+
 def _fma32_gemm(
     a: np.ndarray,
     b: np.ndarray,
@@ -284,23 +326,24 @@ def _fma32_gemm(
 ) -> np.ndarray | None:
     """The GEMM on the fp32 FMA kernel (:func:`fma32_applies`), or None: use the general path.
 
-    Inputs are rounded to their formats in their own dtype and then held as float32 (exact, as
-    the formats fit in float32), ``c`` likewise on ``out_fmt``'s grid: the values of the general
-    path, without its float64 copies. An output is finite only if every input of its row of
-    ``a``, column of ``b`` and ``c`` is (inf and NaN propagate through every FMA after them) and
-    no step overflowed, so a non-finite count of zero proves the result is the model's.
+    Inputs are put on their formats' grids as float32 (exact, as the formats fit in float32)
+    while the kernel packs them (:func:`_packed_input`), ``c`` on ``out_fmt``'s grid: the values
+    of the general path, without its float64 copies. With ``"exact"`` an input off its grid
+    (or NaN) hands the call to the general path, which raises. An output is finite only if every
+    input of its row of ``a``, column of ``b`` and ``c`` is (inf and NaN propagate through every
+    FMA after them) and no step overflowed, so a non-finite count of zero proves the result is
+    the model's.
     """
     from .cupy_backend import kernel_plan
     from .reference import _broadcast_c
 
     batch, m, k, n = gemm_shapes(a.shape, b.shape)
     seed = 0 if acc.seed is None else acc.seed
-    a32, b32 = _parallel.run_together(
-        lambda: _grid32(a, fa, input_rounding, seed),
-        lambda: _grid32(b, fb, input_rounding, seed + 1),
-    )
-    if a32 is None or b32 is None:
+    pa = _packed_input(a, fa, input_rounding, seed)
+    pb = _packed_input(b, fb, input_rounding, seed + 1) if pa is not None else None
+    if pa is None or pb is None:
         return None
+    (a32, grid_a), (b32, grid_b) = pa, pb
     out_shape = (*batch, m, n)
     nb = math.prod(batch)
     A = np.ascontiguousarray(np.broadcast_to(a32, (*batch, m, k))).reshape(nb, m, k)
@@ -326,18 +369,41 @@ def _fma32_gemm(
     mr, nr = _ext.fma32_tile()
     panels = nb * -(-n // nr)
     Bp = np.empty(panels * k * nr, dtype=np.float32)
-    if k:
-        per = max(1, panels // (4 * _parallel.current_workers()))
-        for_chunks(panels, lambda lo, hi: _ext.fma32_pack(B, Bp, k, n, lo, hi), per)
-    same_out = int(out_fmt == _FP32 and not is_stochastic(acc.out_rounding))
+    workers = _parallel.current_workers()
     bad: list[int] = []
+    if k:
+        # a small B in the caller (a parallel dispatch costs more), else spread over the pool
+        per = panels if panels * k * nr <= _PACKED_B else max(1, panels // (4 * workers))
+        for_chunks(
+            panels, lambda lo, hi: bad.append(_ext.fma32_pack(B, Bp, k, n, lo, hi, grid_b)), per
+        )
+        if any(bad):
+            return None  # (an input off its grid)
+    same_out = int(out_fmt == _FP32 and not is_stochastic(acc.out_rounding))
     rows = nb * m
-    # rows per work item: whole register tiles, 4 items per worker, packed A at most 4 MiB
-    chunk = min(rows // (4 * _parallel.current_workers()), _PACKED_A // max(k, 1))
-    chunk = max(1, -(-chunk // mr)) * mr
-    for_chunks(
-        rows,
-        lambda lo, hi: bad.append(_ext.gemm_fma32(plan.params, A, Bp, C, D, same_out, lo, hi)),
-        chunk,
+    # one contiguous range of rows per worker, the same number of register tiles each (the
+    # caller runs the first), in work items whose packed A is at most _PACKED_A floats
+    tiles = -(-rows // mr)
+    bounds = [min(rows, tiles * i // workers * mr) for i in range(workers + 1)]
+    chunk = max(1, _PACKED_A // (mr * max(k, 1))) * mr
+
+    stop = threading.Event()  # set by a range that raised (Ctrl-C in the caller's range too)
+
+    def rows_of(lo: int, hi: int) -> int:
+        count = 0
+        try:
+            for r in range(lo, hi, chunk):
+                if stop.is_set():
+                    break
+                count += _ext.gemm_fma32(
+                    plan.params, A, Bp, C, D, same_out, r, min(r + chunk, hi), grid_a
+                )
+        except BaseException:
+            stop.set()
+            raise
+        return count
+
+    bad += _parallel.run_together(
+        *(functools.partial(rows_of, lo, hi) for lo, hi in itertools.pairwise(bounds) if lo < hi)
     )
     return None if any(bad) else D.reshape(out_shape)
