@@ -189,9 +189,24 @@ def test_rows_split_over_many_chunks(monkeypatch):
     a = pl.round_to(rng.standard_normal((7, 5, 40)), "e4m3")
     b = pl.round_to(rng.standard_normal((40, 70)), "e4m3")
     ref = pl.gemm(a, b, input_format="e4m3", backend="numpy")
-    monkeypatch.setattr(native_backend._parallel, "current_workers", lambda: 16)  # 12-row chunks
+    monkeypatch.setattr(native_backend._parallel, "current_workers", lambda: 7)  # (5 tiles)
+    monkeypatch.setattr(native_backend, "_PARALLEL_MACS", 0)
+    monkeypatch.setattr(native_backend, "_PACKED_A", 40)  # one tile per work item
     got = fast(a, b, fmt="e4m3")
     assert got is not None and np.array_equal(bits(ref), bits(got))
+    got = fast(a.astype(np.float32), b.astype(np.float32), fmt="e4m3")  # (rounded as packed)
+    assert got is not None and np.array_equal(bits(ref), bits(got))
+
+
+def test_long_sums_cross_the_k_blocks():
+    """K past the kernel's K blocks (256 / 512 / 1024 for AVX-512 / AVX2 / baseline): the
+    accumulators stored between blocks and loaded back give the same bits."""
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((2, 13, 1100)).astype(np.float32)
+    b = rng.standard_normal((1100, 37)).astype(np.float32)
+    c = rng.standard_normal((13, 37))
+    d = check(a, b, c, fmt="bf16")  # (bf16 products: every step rounds)
+    assert np.all(d != 0)
 
 
 def test_output_formats_and_out_rounding():
@@ -273,7 +288,8 @@ nk = importlib.import_module("precision_lab.native_kernels")
 nb = importlib.import_module("precision_lab.gemm.native_backend")
 assert nk.isa() == {isa!r}, nk.isa()
 rng = np.random.default_rng(4)
-cases = [((13, 70, 37), "e4m3", 1.0), ((2, 0, 3), "bf16", 1.0), ((5, 9, 1), "fp32", 2.0**-60)]
+cases = [((13, 70, 37), "e4m3", 1.0), ((2, 0, 3), "bf16", 1.0), ((5, 9, 1), "fp32", 2.0**-60),
+         ((7, 1100, 20), "e4m3", 1.0)]  # (K blocks of 512 / 1024)
 for (m, k, n), fmt, scale in cases:  # (fp32: subnormal sums)
     a = pl.round_to(rng.standard_normal((3, m, k)) * scale, fmt)
     b = pl.round_to(rng.standard_normal((k, n)) * scale, fmt)

@@ -65,6 +65,8 @@ _FP32 = get_format("fp32")
 _PACKED_A = 1 << 20
 #: packed B of at most this many floats is packed in the calling thread (no parallel dispatch)
 _PACKED_B = 1 << 19
+#: GEMMs of fewer multiply-adds run in the calling thread (a dispatch costs more than they do)
+_PARALLEL_MACS = 1 << 20
 
 _MAX_BLOCK = 128  # cupy_backend.kernel_plan's limit on block_fma blocks (shared parameters)
 #: output elements per work item
@@ -314,6 +316,42 @@ def _packed_input(
     return x, np.array([*format_args(fmt), code, int(check)], dtype=np.int32)
 
 
+def _batched(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``x`` broadcast to ``shape`` (batch, rows, columns), C-contiguous, as (batch entries, rows,
+    columns): ``x`` itself where it is that already."""
+    if x.shape != shape or not x.flags.c_contiguous:
+        x = np.ascontiguousarray(np.broadcast_to(x, shape))
+    return x.reshape(math.prod(shape[:-2]), *shape[-2:])
+
+
+@functools.lru_cache(maxsize=64)
+def _fma32_plan(
+    a_shape: tuple[int, ...],
+    b_shape: tuple[int, ...],
+    fa: FloatFormat,
+    fb: FloatFormat,
+    acc: Accumulator,
+    out_fmt: FloatFormat,
+    has_c: bool,
+) -> tuple[np.ndarray, np.dtype]:
+    """The kernel's parameter block (read-only: shared between calls) and output dtype."""
+    from .cupy_backend import kernel_plan
+
+    plan = kernel_plan(
+        a_shape,
+        b_shape,
+        fa=fa,
+        fb=fb,
+        acc=acc,
+        out_fmt=out_fmt,
+        has_c=has_c,
+        has_special=False,
+        scales=None,
+    )
+    plan.params.flags.writeable = False
+    return plan.params, plan.out_dtype
+
+
 def _fma32_gemm(
     a: np.ndarray,
     b: np.ndarray,
@@ -334,7 +372,6 @@ def _fma32_gemm(
     FMA after them) and no step overflowed, so a non-finite count of zero proves the result is
     the model's.
     """
-    from .cupy_backend import kernel_plan
     from .reference import _broadcast_c
 
     batch, m, k, n = gemm_shapes(a.shape, b.shape)
@@ -346,30 +383,20 @@ def _fma32_gemm(
     (a32, grid_a), (b32, grid_b) = pa, pb
     out_shape = (*batch, m, n)
     nb = math.prod(batch)
-    A = np.ascontiguousarray(np.broadcast_to(a32, (*batch, m, k))).reshape(nb, m, k)
-    B = np.ascontiguousarray(np.broadcast_to(b32, (*batch, k, n))).reshape(nb, k, n)
+    A = _batched(a32, (*batch, m, k))
+    B = _batched(b32, (*batch, k, n))
     C = None
     if c is not None:
         C = round_to(_broadcast_c(c, out_shape), out_fmt).astype(np.float32)
         C = np.ascontiguousarray(C).reshape(nb, m, n)
-    plan = kernel_plan(
-        a.shape,
-        b.shape,
-        fa=fa,
-        fb=fb,
-        acc=acc,
-        out_fmt=out_fmt,
-        has_c=C is not None,
-        has_special=False,
-        scales=None,
-    )
-    D = np.empty((nb, m, n), dtype=plan.out_dtype)
+    params, out_dtype = _fma32_plan(a.shape, b.shape, fa, fb, acc, out_fmt, C is not None)
+    D = np.empty((nb, m, n), dtype=out_dtype)
     if nb * m * n == 0:
         return D.reshape(out_shape)
     mr, nr = _ext.fma32_tile()
     panels = nb * -(-n // nr)
     Bp = np.empty(panels * k * nr, dtype=np.float32)
-    workers = _parallel.current_workers()
+    workers = _parallel.current_workers() if nb * m * n * k >= _PARALLEL_MACS else 1
     bad: list[int] = []
     if k:
         # a small B in the caller (a parallel dispatch costs more), else spread over the pool
@@ -396,7 +423,7 @@ def _fma32_gemm(
                 if stop.is_set():
                     break
                 count += _ext.gemm_fma32(
-                    plan.params, A, Bp, C, D, same_out, r, min(r + chunk, hi), grid_a
+                    params, A, Bp, C, D, same_out, r, min(r + chunk, hi), grid_a
                 )
         except BaseException:
             stop.set()
