@@ -154,6 +154,9 @@ def test_off_grid_inputs_with_exact_rounding_raise_as_before():
     with pytest.raises(ValueError, match="not on the e4m3 grid"):
         pl.gemm(a, a, input_format="e4m3", input_rounding="exact", backend="native")
     assert fast(a, a, fmt="e4m3", rounding="exact") is None
+    for x, y in [(np.zeros((0, 1), np.float32), a), (a, np.zeros((1, 0), np.float32))]:
+        with pytest.raises(ValueError, match="not on the e4m3 grid"):  # (an empty result too)
+            pl.gemm(x, y, input_format="e4m3", input_rounding="exact", backend="native")
 
 
 @pytest.mark.parametrize(

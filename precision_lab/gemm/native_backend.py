@@ -10,8 +10,10 @@ released inside the kernels). Three kernels:
 
 * fp32 sequential round-to-nearest-even with exact products (:func:`fma32_applies`; the CUDA
   ``pl_gemm_fma_rn`` kernel's model): ``s = fmaf(a, b, s)`` in increasing ``k`` on float32
-  inputs, register tiles of 12 x 32 (AVX-512) or 6 x 16 (AVX2) outputs over packed panels; an
-  output that is not finite sends the whole call to the general kernels;
+  inputs, register tiles of 12 x 32 (AVX-512) or 6 x 16 (AVX2) outputs over packed panels, one
+  range of rows per worker; float32 inputs are put on their grids by the packs themselves (the
+  header's rounding, see :func:`_packed_input`); an output that is not finite sends the whole
+  call to the general kernels;
 * tile kernels for ``sequential`` (any format and deterministic mode, promotion, scales) and
   ``block_fma`` (every tensor-core preset): a tile of outputs of one row, ``k`` outermost so the
   compiler vectorises across columns, rounding by bit operations in the format's normal range,
@@ -391,7 +393,11 @@ def _fma32_gemm(
         C = np.ascontiguousarray(C).reshape(nb, m, n)
     params, out_dtype = _fma32_plan(a.shape, b.shape, fa, fb, acc, out_fmt, C is not None)
     D = np.empty((nb, m, n), dtype=out_dtype)
-    if nb * m * n == 0:
+    if nb * m * n == 0:  # (nothing packed: "exact" checks the inputs here)
+        if grid_a is not None and grid_a[6] and _grid32(a, fa, "exact", 0) is None:
+            return None
+        if grid_b is not None and grid_b[6] and _grid32(b, fb, "exact", 0) is None:
+            return None
         return D.reshape(out_shape)
     mr, nr = _ext.fma32_tile()
     panels = nb * -(-n // nr)
