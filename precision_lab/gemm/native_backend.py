@@ -38,7 +38,6 @@ True
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 import threading
 from typing import Any
@@ -414,29 +413,26 @@ def _fma32_gemm(
             return None  # (an input off its grid)
     same_out = int(out_fmt == _FP32 and not is_stochastic(acc.out_rounding))
     rows = nb * m
-    # one contiguous range of rows per worker, the same number of register tiles each (the
-    # caller runs the first), in work items whose packed A is at most _PACKED_A floats
+    # work items of whole register tiles (packed A at most _PACKED_A floats), about 6 per worker,
+    # handed out one at a time: a worker that another process delays takes fewer of them (the
+    # caller is one of the workers)
     tiles = -(-rows // mr)
-    bounds = [min(rows, tiles * i // workers * mr) for i in range(workers + 1)]
-    chunk = max(1, _PACKED_A // (mr * max(k, 1))) * mr
+    per = min(max(1, -(-tiles // (6 * workers))), max(1, _PACKED_A // (mr * max(k, 1))))
+    starts = iter(range(0, rows, per * mr))  # (shared: next() is atomic under the GIL)
+    stop = threading.Event()  # set by a worker that raised (Ctrl-C in the caller too)
 
-    stop = threading.Event()  # set by a range that raised (Ctrl-C in the caller's range too)
-
-    def rows_of(lo: int, hi: int) -> int:
+    def worker() -> int:
         count = 0
         try:
-            for r in range(lo, hi, chunk):
+            for r in starts:
                 if stop.is_set():
                     break
-                count += _ext.gemm_fma32(
-                    params, A, Bp, C, D, same_out, r, min(r + chunk, hi), grid_a
-                )
+                hi = min(r + per * mr, rows)
+                count += _ext.gemm_fma32(params, A, Bp, C, D, same_out, r, hi, grid_a)
         except BaseException:
             stop.set()
             raise
         return count
 
-    bad += _parallel.run_together(
-        *(functools.partial(rows_of, lo, hi) for lo, hi in itertools.pairwise(bounds) if lo < hi)
-    )
+    bad += _parallel.run_together(*([worker] * min(workers, -(-tiles // per))))
     return None if any(bad) else D.reshape(out_shape)
