@@ -154,6 +154,9 @@ def test_off_grid_inputs_with_exact_rounding_raise_as_before():
     with pytest.raises(ValueError, match="not on the e4m3 grid"):
         pl.gemm(a, a, input_format="e4m3", input_rounding="exact", backend="native")
     assert fast(a, a, fmt="e4m3", rounding="exact") is None
+    for x, y in [(np.zeros((0, 1), np.float32), a), (a, np.zeros((1, 0), np.float32))]:
+        with pytest.raises(ValueError, match="not on the e4m3 grid"):  # (an empty result too)
+            pl.gemm(x, y, input_format="e4m3", input_rounding="exact", backend="native")
 
 
 @pytest.mark.parametrize(
@@ -189,9 +192,24 @@ def test_rows_split_over_many_chunks(monkeypatch):
     a = pl.round_to(rng.standard_normal((7, 5, 40)), "e4m3")
     b = pl.round_to(rng.standard_normal((40, 70)), "e4m3")
     ref = pl.gemm(a, b, input_format="e4m3", backend="numpy")
-    monkeypatch.setattr(native_backend._parallel, "current_workers", lambda: 16)  # 12-row chunks
+    monkeypatch.setattr(native_backend._parallel, "current_workers", lambda: 7)  # (5 tiles)
+    monkeypatch.setattr(native_backend, "_PARALLEL_MACS", 0)
+    monkeypatch.setattr(native_backend, "_PACKED_A", 40)  # one tile per work item
     got = fast(a, b, fmt="e4m3")
     assert got is not None and np.array_equal(bits(ref), bits(got))
+    got = fast(a.astype(np.float32), b.astype(np.float32), fmt="e4m3")  # (rounded as packed)
+    assert got is not None and np.array_equal(bits(ref), bits(got))
+
+
+def test_long_sums_cross_the_k_blocks():
+    """K past the kernel's K blocks (256 / 512 / 1024 for AVX-512 / AVX2 / baseline): the
+    accumulators stored between blocks and loaded back give the same bits."""
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((2, 13, 1100)).astype(np.float32)
+    b = rng.standard_normal((1100, 37)).astype(np.float32)
+    c = rng.standard_normal((13, 37))
+    d = check(a, b, c, fmt="bf16")  # (bf16 products: every step rounds)
+    assert np.all(d != 0)
 
 
 def test_output_formats_and_out_rounding():
@@ -273,7 +291,8 @@ nk = importlib.import_module("precision_lab.native_kernels")
 nb = importlib.import_module("precision_lab.gemm.native_backend")
 assert nk.isa() == {isa!r}, nk.isa()
 rng = np.random.default_rng(4)
-cases = [((13, 70, 37), "e4m3", 1.0), ((2, 0, 3), "bf16", 1.0), ((5, 9, 1), "fp32", 2.0**-60)]
+cases = [((13, 70, 37), "e4m3", 1.0), ((2, 0, 3), "bf16", 1.0), ((5, 9, 1), "fp32", 2.0**-60),
+         ((7, 1100, 20), "e4m3", 1.0)]  # (K blocks of 512 / 1024)
 for (m, k, n), fmt, scale in cases:  # (fp32: subnormal sums)
     a = pl.round_to(rng.standard_normal((3, m, k)) * scale, fmt)
     b = pl.round_to(rng.standard_normal((k, n)) * scale, fmt)
@@ -282,6 +301,15 @@ for (m, k, n), fmt, scale in cases:  # (fp32: subnormal sums)
     f = pl.get_format(fmt)
     y = nb._fma32_gemm(a, b, c, f, f, pl.Accumulator(), pl.get_format("fp32"), "nearest_even")
     assert y is not None and np.array_equal(x.view(np.uint32), y.view(np.uint32)), (m, k, n)
+a = (rng.standard_normal((2, 30, 50)) * 2.0 ** rng.integers(-12, 6, (2, 30, 50))).astype("f4")
+b = (rng.standard_normal((50, 40)) * 2.0 ** rng.integers(-12, 6, (50, 40))).astype("f4")
+a[0, :, 0], e4m3 = -0.0, pl.get_format("e4m3")
+for mode in ("nearest_even", "up", "odd", "exact"):  # float32: rounded by the packs (grid32)
+    if mode == "exact":
+        a, b = pl.round_to(a, e4m3), pl.round_to(b, e4m3)
+    x = pl.gemm(a, b, input_format=e4m3, input_rounding=mode, backend="numpy")
+    y = nb._fma32_gemm(a, b, None, e4m3, e4m3, pl.Accumulator(), pl.get_format("fp32"), mode)
+    assert y is not None and np.array_equal(x.view(np.uint32), y.view(np.uint32)), mode
 print("ok")
 """
 

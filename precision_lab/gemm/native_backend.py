@@ -10,8 +10,10 @@ released inside the kernels). Three kernels:
 
 * fp32 sequential round-to-nearest-even with exact products (:func:`fma32_applies`; the CUDA
   ``pl_gemm_fma_rn`` kernel's model): ``s = fmaf(a, b, s)`` in increasing ``k`` on float32
-  inputs, register tiles of 12 x 32 (AVX-512) or 6 x 16 (AVX2) outputs over packed panels; an
-  output that is not finite sends the whole call to the general kernels;
+  inputs, register tiles of 12 x 32 (AVX-512) or 6 x 16 (AVX2) outputs over packed panels, one
+  range of rows per worker; float32 inputs are put on their grids by the packs themselves (the
+  header's rounding, see :func:`_packed_input`); an output that is not finite sends the whole
+  call to the general kernels;
 * tile kernels for ``sequential`` (any format and deterministic mode, promotion, scales) and
   ``block_fma`` (every tensor-core preset): a tile of outputs of one row, ``k`` outermost so the
   compiler vectorises across columns, rounding by bit operations in the format's normal range,
@@ -37,14 +39,23 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 from typing import Any
 
 import numpy as np
 
 from .. import _parallel
 from ..formats import FloatFormat, get_format
+from ..gpu import format_args
 from ..native_kernels import available, ext, isa
-from ..rounding import _fits_float32, check_rounding, for_chunks, is_stochastic, round_to
+from ..rounding import (
+    ROUNDING_MODES,
+    _fits_float32,
+    check_rounding,
+    for_chunks,
+    is_stochastic,
+    round_to,
+)
 from .accumulator import Accumulator
 from .shapes import gemm_shapes
 
@@ -53,6 +64,10 @@ __all__ = ["available", "covers", "fma32_applies", "gemm", "isa"]
 _FP32 = get_format("fp32")
 #: floats of A that one work item of the fp32 FMA kernel packs
 _PACKED_A = 1 << 20
+#: packed B of at most this many floats is packed in the calling thread (no parallel dispatch)
+_PACKED_B = 1 << 19
+#: GEMMs of fewer multiply-adds run in the calling thread (a dispatch costs more than they do)
+_PARALLEL_MACS = 1 << 20
 
 _MAX_BLOCK = 128  # cupy_backend.kernel_plan's limit on block_fma blocks (shared parameters)
 #: output elements per work item
@@ -272,6 +287,72 @@ def _grid32(x: np.ndarray, fmt: FloatFormat, mode: str, seed: int) -> np.ndarray
     return round_to(x, fmt, rounding=mode, seed=seed).astype(np.float32, copy=False)
 
 
+def _packed_input(
+    x: np.ndarray, fmt: FloatFormat, mode: str, seed: int
+) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """``x`` as the float32 values the kernel packs, and how the pack puts them on ``fmt``'s
+    grid (None: they are on it), or None where the general path must decide (see _grid32).
+
+    float32 input is rounded by the packs themselves (``grid32`` in fma32.inc: the header's
+    rounding, ``round_to``'s bits), so it is read once; other dtypes go through :func:`_grid32`.
+
+    >>> x = np.array([0.3, -0.0], np.float32)
+    >>> _packed_input(x, get_format("e4m3"), "rtz", 0)[1].tolist()
+    [4, 3, 7, 1, 14, 2, 0]
+    >>> _packed_input(x, get_format("e4m3"), "stochastic", 0) is None
+    True
+    """
+    if x.dtype != np.float32:
+        x32 = _grid32(x, fmt, mode, seed)
+        return None if x32 is None else (x32, None)
+    check = mode == "exact"
+    if not check:
+        try:
+            mode = check_rounding(mode)
+        except ValueError:
+            return None
+        if is_stochastic(mode):
+            return None
+    code = 0 if check else ROUNDING_MODES.index(mode)  # ("exact": the check of nearest_even)
+    return x, np.array([*format_args(fmt), code, int(check)], dtype=np.int32)
+
+
+def _batched(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``x`` broadcast to ``shape`` (batch, rows, columns), C-contiguous, as (batch entries, rows,
+    columns): ``x`` itself where it is that already."""
+    if x.shape != shape or not x.flags.c_contiguous:
+        x = np.ascontiguousarray(np.broadcast_to(x, shape))
+    return x.reshape(math.prod(shape[:-2]), *shape[-2:])
+
+
+@functools.lru_cache(maxsize=64)
+def _fma32_plan(
+    a_shape: tuple[int, ...],
+    b_shape: tuple[int, ...],
+    fa: FloatFormat,
+    fb: FloatFormat,
+    acc: Accumulator,
+    out_fmt: FloatFormat,
+    has_c: bool,
+) -> tuple[np.ndarray, np.dtype]:
+    """The kernel's parameter block (read-only: shared between calls) and output dtype."""
+    from .cupy_backend import kernel_plan
+
+    plan = kernel_plan(
+        a_shape,
+        b_shape,
+        fa=fa,
+        fb=fb,
+        acc=acc,
+        out_fmt=out_fmt,
+        has_c=has_c,
+        has_special=False,
+        scales=None,
+    )
+    plan.params.flags.writeable = False
+    return plan.params, plan.out_dtype
+
+
 def _fma32_gemm(
     a: np.ndarray,
     b: np.ndarray,
@@ -284,60 +365,74 @@ def _fma32_gemm(
 ) -> np.ndarray | None:
     """The GEMM on the fp32 FMA kernel (:func:`fma32_applies`), or None: use the general path.
 
-    Inputs are rounded to their formats in their own dtype and then held as float32 (exact, as
-    the formats fit in float32), ``c`` likewise on ``out_fmt``'s grid: the values of the general
-    path, without its float64 copies. An output is finite only if every input of its row of
-    ``a``, column of ``b`` and ``c`` is (inf and NaN propagate through every FMA after them) and
-    no step overflowed, so a non-finite count of zero proves the result is the model's.
+    Inputs are put on their formats' grids as float32 (exact, as the formats fit in float32)
+    while the kernel packs them (:func:`_packed_input`), ``c`` on ``out_fmt``'s grid: the values
+    of the general path, without its float64 copies. With ``"exact"`` an input off its grid
+    (or NaN) hands the call to the general path, which raises. An output is finite only if every
+    input of its row of ``a``, column of ``b`` and ``c`` is (inf and NaN propagate through every
+    FMA after them) and no step overflowed, so a non-finite count of zero proves the result is
+    the model's.
     """
-    from .cupy_backend import kernel_plan
     from .reference import _broadcast_c
 
     batch, m, k, n = gemm_shapes(a.shape, b.shape)
     seed = 0 if acc.seed is None else acc.seed
-    a32, b32 = _parallel.run_together(
-        lambda: _grid32(a, fa, input_rounding, seed),
-        lambda: _grid32(b, fb, input_rounding, seed + 1),
-    )
-    if a32 is None or b32 is None:
+    pa = _packed_input(a, fa, input_rounding, seed)
+    pb = _packed_input(b, fb, input_rounding, seed + 1) if pa is not None else None
+    if pa is None or pb is None:
         return None
+    (a32, grid_a), (b32, grid_b) = pa, pb
     out_shape = (*batch, m, n)
     nb = math.prod(batch)
-    A = np.ascontiguousarray(np.broadcast_to(a32, (*batch, m, k))).reshape(nb, m, k)
-    B = np.ascontiguousarray(np.broadcast_to(b32, (*batch, k, n))).reshape(nb, k, n)
+    A = _batched(a32, (*batch, m, k))
+    B = _batched(b32, (*batch, k, n))
     C = None
     if c is not None:
         C = round_to(_broadcast_c(c, out_shape), out_fmt).astype(np.float32)
         C = np.ascontiguousarray(C).reshape(nb, m, n)
-    plan = kernel_plan(
-        a.shape,
-        b.shape,
-        fa=fa,
-        fb=fb,
-        acc=acc,
-        out_fmt=out_fmt,
-        has_c=C is not None,
-        has_special=False,
-        scales=None,
-    )
-    D = np.empty((nb, m, n), dtype=plan.out_dtype)
-    if nb * m * n == 0:
+    params, out_dtype = _fma32_plan(a.shape, b.shape, fa, fb, acc, out_fmt, C is not None)
+    D = np.empty((nb, m, n), dtype=out_dtype)
+    if nb * m * n == 0:  # (nothing packed: "exact" checks the inputs here)
+        if grid_a is not None and grid_a[6] and _grid32(a, fa, "exact", 0) is None:
+            return None
+        if grid_b is not None and grid_b[6] and _grid32(b, fb, "exact", 0) is None:
+            return None
         return D.reshape(out_shape)
     mr, nr = _ext.fma32_tile()
     panels = nb * -(-n // nr)
     Bp = np.empty(panels * k * nr, dtype=np.float32)
-    if k:
-        per = max(1, panels // (4 * _parallel.current_workers()))
-        for_chunks(panels, lambda lo, hi: _ext.fma32_pack(B, Bp, k, n, lo, hi), per)
-    same_out = int(out_fmt == _FP32 and not is_stochastic(acc.out_rounding))
+    workers = _parallel.current_workers() if nb * m * n * k >= _PARALLEL_MACS else 1
     bad: list[int] = []
+    if k:
+        # a small B in the caller (a parallel dispatch costs more), else spread over the pool
+        per = panels if panels * k * nr <= _PACKED_B else max(1, panels // (4 * workers))
+        for_chunks(
+            panels, lambda lo, hi: bad.append(_ext.fma32_pack(B, Bp, k, n, lo, hi, grid_b)), per
+        )
+        if any(bad):
+            return None  # (an input off its grid)
+    same_out = int(out_fmt == _FP32 and not is_stochastic(acc.out_rounding))
     rows = nb * m
-    # rows per work item: whole register tiles, 4 items per worker, packed A at most 4 MiB
-    chunk = min(rows // (4 * _parallel.current_workers()), _PACKED_A // max(k, 1))
-    chunk = max(1, -(-chunk // mr)) * mr
-    for_chunks(
-        rows,
-        lambda lo, hi: bad.append(_ext.gemm_fma32(plan.params, A, Bp, C, D, same_out, lo, hi)),
-        chunk,
-    )
+    # work items of whole register tiles (packed A at most _PACKED_A floats), about 6 per worker,
+    # handed out one at a time: a worker that another process delays takes fewer of them (the
+    # caller is one of the workers)
+    tiles = -(-rows // mr)
+    per = min(max(1, -(-tiles // (6 * workers))), max(1, _PACKED_A // (mr * max(k, 1))))
+    starts = iter(range(0, rows, per * mr))  # (shared: next() is atomic under the GIL)
+    stop = threading.Event()  # set by a worker that raised (Ctrl-C in the caller too)
+
+    def worker() -> int:
+        count = 0
+        try:
+            for r in starts:
+                if stop.is_set():
+                    break
+                hi = min(r + per * mr, rows)
+                count += _ext.gemm_fma32(params, A, Bp, C, D, same_out, r, hi, grid_a)
+        except BaseException:
+            stop.set()
+            raise
+        return count
+
+    bad += _parallel.run_together(*([worker] * min(workers, -(-tiles // per))))
     return None if any(bad) else D.reshape(out_shape)

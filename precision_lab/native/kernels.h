@@ -6,11 +6,11 @@
 
 // the fp32 FMA GEMM (fma32.inc), also built for AVX-512 on its own
 #define PL_FMA32_DECLS                                                                           \
-  void k_fma32_pack(const float* B, float* Bp, long long K, long long N, long long q0,         \
-                    long long q1);                                                              \
+  long long k_fma32_pack(const float* B, float* Bp, long long K, long long N, long long q0,    \
+                         long long q1, const int* grid);                                        \
   long long k_fma32_rows(const long long* params, const float* A, const float* Bp,             \
                          const float* C, void* D, int f32, int same_out, long long r0,          \
-                         long long r1);                                                         \
+                         long long r1, const int* grid);                                        \
   int k_fma32_tile(int which);
 
 #define PL_KERNEL_DECLS                                                                          \

@@ -107,17 +107,34 @@ PyObject* py_gemm(PyObject*, PyObject* args) {
   PL_END_NATIVE Py_RETURN_NONE;
 }
 
-// gemm_fma32(params, A, Bp, C, D, same_out, r0, r1) -> non-finite count: fp32 sequential
-// nearest-even (fma32.inc) on float32 A, packed B (fma32_pack) and C (or None).
+// The rounding of an input as the fp32 FMA kernel packs it (fma32.inc, grid32): None, or 7 int32
+// (exponent_bits, mantissa_bits, bias, nan_style, flags, mode, check) with a deterministic mode.
+bool get_grid(PyObject* o, buf* g, const char* name) {
+  if (!get_buf(o, g, 'i', 4, false, name, true)) return false;
+  if (g->ptr == nullptr) return true;
+  const int* v = (const int*)g->ptr;
+  if (g->n != 7 || v[5] < 0 || v[5] == 6 || v[5] == 8) {  // (6, 8: the stochastic modes)
+    PyErr_Format(PyExc_ValueError,
+                 "%s must hold 7 int32 (format, deterministic mode, check), got %zd values", name,
+                 g->n);
+    return false;
+  }
+  return true;
+}
+
+// gemm_fma32(params, A, Bp, C, D, same_out, r0, r1, grid_a=None) -> non-finite count (plus the
+// inputs off the grid with check): fp32 sequential nearest-even (fma32.inc) on float32 A (put on
+// its grid as it is packed), packed B (fma32_pack) and C (or None).
 PyObject* py_gemm_fma32(PyObject*, PyObject* args) {
-  PyObject *op, *oa, *ob, *oc, *od;
+  PyObject *op, *oa, *ob, *oc, *od, *og = Py_None;
   int same_out;
   long long r0, r1;
-  if (!PyArg_ParseTuple(args, "OOOOOiLL", &op, &oa, &ob, &oc, &od, &same_out, &r0, &r1))
+  if (!PyArg_ParseTuple(args, "OOOOOiLL|O", &op, &oa, &ob, &oc, &od, &same_out, &r0, &r1, &og))
     return nullptr;
-  buf p, a, b, c, d;
+  buf p, a, b, c, d, g;
   if (!get_buf(op, &p, 'i', 8, false, "params", false) || !get_buf(oa, &a, 'f', 4, false, "A", false) ||
-      !get_buf(ob, &b, 'f', 4, false, "Bp", false) || !get_buf(oc, &c, 'f', 4, false, "C", true))
+      !get_buf(ob, &b, 'f', 4, false, "Bp", false) || !get_buf(oc, &c, 'f', 4, false, "C", true) ||
+      !get_grid(og, &g, "grid_a"))
     return nullptr;
   if (PyObject_GetBuffer(od, &d.v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) != 0)
     return nullptr;
@@ -138,18 +155,21 @@ PyObject* py_gemm_fma32(PyObject*, PyObject* args) {
   const int f32 = d.v.itemsize == 4;
   long long bad;
   PL_BEGIN_NATIVE bad = KT.fma32_rows(q, (const float*)a.ptr, (const float*)b.ptr,
-                                             (const float*)c.ptr, d.v.buf, f32, same_out, r0, r1);
+                                             (const float*)c.ptr, d.v.buf, f32, same_out, r0, r1,
+                                             (const int*)g.ptr);
   PL_END_NATIVE return PyLong_FromLongLong(bad);
 }
 
-// fma32_pack(B, Bp, K, N, q0, q1): panels q0..q1-1 of B (nb x K x N float32) into Bp, which
-// holds nb * ceil(N / NR) panels of K x NR floats (NR: fma32_tile()[1]).
+// fma32_pack(B, Bp, K, N, q0, q1, grid=None) -> inputs off the grid (with check): panels
+// q0..q1-1 of B (nb x K x N float32, put on its grid as it is packed) into Bp, which holds
+// nb * ceil(N / NR) panels of K x NR floats (NR: fma32_tile()[1]).
 PyObject* py_fma32_pack(PyObject*, PyObject* args) {
-  PyObject *ob, *op;
+  PyObject *ob, *op, *og = Py_None;
   long long K, N, q0, q1;
-  if (!PyArg_ParseTuple(args, "OOLLLL", &ob, &op, &K, &N, &q0, &q1)) return nullptr;
-  buf b, bp;
-  if (!get_buf(ob, &b, 'f', 4, false, "B", false) || !get_buf(op, &bp, 'f', 4, true, "Bp", false))
+  if (!PyArg_ParseTuple(args, "OOLLLL|O", &ob, &op, &K, &N, &q0, &q1, &og)) return nullptr;
+  buf b, bp, g;
+  if (!get_buf(ob, &b, 'f', 4, false, "B", false) || !get_buf(op, &bp, 'f', 4, true, "Bp", false) ||
+      !get_grid(og, &g, "grid"))
     return nullptr;
   const long long nr = KT.fma32_tile(1), npan = (N + nr - 1) / nr;
   const long long nb = npan > 0 && K > 0 ? bp.n / (npan * K * nr) : 0;
@@ -157,8 +177,10 @@ PyObject* py_fma32_pack(PyObject*, PyObject* args) {
     PyErr_SetString(PyExc_ValueError, "fma32_pack: buffer sizes do not match K, N / panel range");
     return nullptr;
   }
-  PL_BEGIN_NATIVE KT.fma32_pack((const float*)b.ptr, (float*)bp.ptr, K, N, q0, q1);
-  PL_END_NATIVE Py_RETURN_NONE;
+  long long miss;
+  PL_BEGIN_NATIVE miss = KT.fma32_pack((const float*)b.ptr, (float*)bp.ptr, K, N, q0, q1,
+                                       (const int*)g.ptr);
+  PL_END_NATIVE return PyLong_FromLongLong(miss);
 }
 
 // fma32_tile() -> (MR, NR): rows and columns of the fp32 FMA kernel's register tile.
@@ -322,8 +344,9 @@ PyObject* py_isa(PyObject*, PyObject*) { return PyUnicode_FromString(KT.isa); }
 PyMethodDef methods[] = {
     {"gemm", py_gemm, METH_VARARGS, "gemm(params, A, B, C, SA, SB, EA, EB, D, r0, r1, flags, B32)"},
     {"gemm_fma32", py_gemm_fma32, METH_VARARGS,
-     "gemm_fma32(params, A, Bp, C, D, same_out, r0, r1) -> non-finite count"},
-    {"fma32_pack", py_fma32_pack, METH_VARARGS, "fma32_pack(B, Bp, K, N, q0, q1)"},
+     "gemm_fma32(params, A, Bp, C, D, same_out, r0, r1, grid_a=None) -> non-finite count"},
+    {"fma32_pack", py_fma32_pack, METH_VARARGS,
+     "fma32_pack(B, Bp, K, N, q0, q1, grid=None) -> inputs off the grid"},
     {"fma32_tile", py_fma32_tile, METH_NOARGS, "(MR, NR) of the fp32 FMA kernel"},
     {"align_exponents", py_align_exponents, METH_VARARGS, "align_exponents(x, emin, out)"},
     {"quantize", py_quantize, METH_VARARGS,
