@@ -30,7 +30,7 @@ test: $(NATIVE)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
-	PRECISION_LAB_REQUIRE_NATIVE=1 $(PY) -m pytest
+	PRECISION_LAB_REQUIRE_NATIVE=1 $(PY) -m pytest -n auto --maxprocesses 4 --dist loadfile
 
 figures: $(NATIVE)
 	$(PY) -m precision_lab.figures

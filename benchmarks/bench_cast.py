@@ -1,7 +1,8 @@
 """Cast throughput: precision_lab's rounding core against ml_dtypes, numpy, torch and gfloat.
 
 16M float32 values (standard normal times 100), one process, median of several runs. Prints million
-elements per second (Melem/s) for each contender and the ratios the core issue sets as targets:
+elements per second (Melem/s) for each contender and the ratios the issues set as targets. The
+first issue's targets (rounding core in numpy):
 
   round_to(x, "e4m3") f32->f32   >= 3x   ml_dtypes x.astype(float8_e4m3fn).astype(float32)
   encode(x, "e4m3")              >= 1x   ml_dtypes x.astype(float8_e4m3fn)
@@ -10,6 +11,11 @@ elements per second (Melem/s) for each contender and the ratios the core issue s
   stochastic                     >= 0.3x our nearest_even
   float64 input                  >= 1x   ml_dtypes from float64
   peak extra memory of round_to  <  2x the output size
+
+and issue 11's (the native backend; rows marked [11]): round_to e4m3 >= 8x ml_dtypes and <= 1.5x
+the time of x.copy(); encode >= 3x ml_dtypes and >= 1x torch on the same threads; decode >= 4x
+ml_dtypes; bf16/fp16 >= 2x; float64 input >= 5x; every deterministic mode >= 0.8x and stochastic
+>= 0.5x our nearest_even.
 
 The machine's load is printed before the numbers (os.getloadavg() and the core count). Rule: when
 the 1-minute load average read before the first measurement exceeds half the cores, other work
