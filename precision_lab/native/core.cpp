@@ -401,11 +401,11 @@ PL_INLINE U fast_round(U x, int s, U notmask, U half_m1, U flip, U ra) {
       return x + (((x >> (W - 1)) ^ 1) * mask);
     case PL_RDN:
       return x + ((x >> (W - 1)) * mask);
-    case PL_RTO: {
-      const U r = x & notmask;
-      const U inexact = ((x & mask) + mask) >> s;  // 1 iff a dropped bit is set (no compare)
-      const U even = ((r >> s) & 1) ^ flip ^ 1;
-      return r + ((inexact & even) << s);
+    case PL_RTO: {  // inexact: one quantum up when the kept part's code is even
+      const U q = (U)1 << s;
+      const U inexact = ((x & mask) + mask) & q;  // q iff a dropped bit is set (no compare)
+      const U even = (x ^ ~(flip << s)) & q;      // q iff the kept part's code is even
+      return (x & notmask) + (inexact & even);
     }
     case PL_RNZ:  // half the quantum less one: exact ties stay down
       return x + half_m1;
