@@ -113,7 +113,7 @@ def test_item1_interrupt_stops_remaining_chunks(monkeypatch):
     monkeypatch.setattr(_parallel, "_collect", collect)
     with pytest.raises(KeyboardInterrupt):
         _parallel.for_chunks(64 * 100, work, chunk=100)
-    assert sorted(ran) == [0, 3200]  # one chunk per worker, the 62 others never ran
+    assert sorted(ran) == [0, 100]  # one chunk per worker, the 62 others never ran
     monkeypatch.undo()
     seen: list[int] = []
     _parallel.for_chunks(64 * 100, lambda lo, hi: seen.append(lo), chunk=100)
@@ -154,7 +154,7 @@ def test_item1_worker_error_stops_other_workers(monkeypatch):
 
     with pytest.raises(ZeroDivisionError, match="chunk 0"):
         _parallel.for_chunks(64 * 100, failing, chunk=100)
-    assert set(ran) <= {3200}
+    assert set(ran) <= {100}  # (the other worker's first chunk, if it started one)
 
 
 def test_item1_work_raising_timeout_error(monkeypatch):
