@@ -51,12 +51,16 @@ import numpy as np
 
 from . import native_kernels
 from ._arrays import as_input
+from ._random import check_seed
 from ._shapes import broadcast_shapes
 from .formats import IntFormat, get_format
 from .rounding import (
     ROUNDING_MODES,
     STOCHASTIC_MODES,
+    _random_for,
+    _round_int_chunk,
     as_float_array,
+    check_random_bits,
     check_rounding,
     for_chunks,
     round_to,
@@ -372,6 +376,9 @@ def quantize(
         return restore(native)  # type: ignore[no-any-return]
     if np.isnan(a).any():
         raise ValueError(f"x contains NaN, which {f} cannot represent")
+    if mode in STOCHASTIC_MODES:
+        q = _quantize_stochastic(a, f, s, z, ax, mode, qmin, qmax, division, seed, random_bits)
+        return restore(q)  # type: ignore[no-any-return]
     with np.errstate(all="ignore"):
         if division == "exact":
             quotient = _odd_quotient(a.astype(np.float64), s)
@@ -382,6 +389,47 @@ def quantize(
     k += z  # exact: integers below 2**53
     np.clip(k, qmin, qmax, out=k)
     return restore(np.asarray(k.astype(_q_dtype(f))))  # type: ignore[no-any-return]
+
+
+def _quantize_stochastic(
+    a: np.ndarray,
+    f: IntFormat,
+    s: np.ndarray,
+    z: np.ndarray,
+    axis: int | None,
+    mode: str,
+    qmin: int,
+    qmax: int,
+    division: str,
+    seed: int | None,
+    random_bits: int | None,
+) -> np.ndarray:
+    """:func:`quantize` with stochastic rounding, chunk by chunk of the flat index: the quotient,
+    the random words of the chunk's flat indices and the rounding stay chunk-sized (no
+    whole-array float64 copies), with the same results as one ``round_to`` of the whole quotient.
+    """
+    key = check_seed(seed)
+    rbits = check_random_bits(random_bits)
+    c, inner, sv, zv = _channels(a.shape, axis, s, z)
+    flat = np.ascontiguousarray(a).reshape(-1)
+    out = np.empty(a.size, dtype=_q_dtype(f))
+
+    def work(lo: int, hi: int) -> None:
+        ch = (np.arange(lo, hi) // inner) % c if c > 1 else np.zeros(1, dtype=np.intp)
+        sc, zc = sv[ch], zv[ch]
+        with np.errstate(all="ignore"):
+            if division == "exact":
+                quotient = _odd_quotient(flat[lo:hi].astype(np.float64), sc)
+            else:
+                quotient = _torch_quotient(flat[lo:hi], sc)
+        k = np.empty(hi - lo, dtype=np.float64)
+        _round_int_chunk(_WIDE, mode, quotient, k, _random_for(rbits, key, hi - lo, lo))
+        k += zc  # exact: integers below 2**53
+        np.clip(k, qmin, qmax, out=k)
+        out[lo:hi] = k
+
+    for_chunks(a.size, work)
+    return out.reshape(a.shape)
 
 
 # ----- the native kernels (precision_lab._native_kernels): same results, no float64 copies -----

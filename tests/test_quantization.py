@@ -595,3 +595,52 @@ def test_exact_division_differs_from_torch_only_where_torch_is_wrong():
             exact = Fraction(float(x[i])) / Fraction(float(scale))
             assert e[i] == round_int(exact, "nearest_even") and abs(t[i] - e[i]) == 1
     assert 0 < differ < total / 5  # the tie-heavy part differs, random data almost never
+
+
+def _quantize_whole_array(x, fmt, s, z, axis, mode, seed, rbits, division):
+    """quantize's rounding as one round_to call over the whole quotient (the referee of the
+    chunked stochastic path: same flat-index keys)."""
+    from precision_lab import quantization as Q
+
+    f = Q._int_format(fmt)
+    a = Q.as_float_array(np.asarray(x))
+    ax = Q._check_axis(axis, a.ndim)
+    ss, zz = Q._scale(s, a.shape, ax), Q._zero_point(z, f, a.shape, ax)
+    qmin, qmax = Q.qrange(f, False)
+    with np.errstate(all="ignore"):
+        if division == "exact":
+            qu = Q._odd_quotient(a.astype(np.float64), ss)
+        else:
+            qu = Q._torch_quotient(a, ss)
+    k = pl.round_to(np.broadcast_to(qu, a.shape), Q._WIDE, rounding=mode, seed=seed,
+                    random_bits=rbits)  # fmt: skip
+    return np.clip(k + zz, qmin, qmax).astype(Q._q_dtype(f))
+
+
+@pytest.mark.parametrize("trial", range(16))
+def test_stochastic_quantize_in_chunks_equals_one_whole_array_rounding(trial, monkeypatch):
+    """Chunk sizes of 7..199 elements, 1 and 2 workers, per tensor and per channel, every integer
+    format, both stochastic modes, random_bits None/5/13, exact and torch division, inf inputs."""
+    from precision_lab import _parallel
+
+    rng = np.random.default_rng(trial)
+    shape = tuple(int(v) for v in rng.integers(1, 30, size=rng.integers(1, 4)))
+    dtype = [np.float32, np.float64, np.float16][trial % 3]
+    x = (rng.standard_normal(shape) * [0.01, 1.0, 100.0][trial % 3]).astype(dtype)
+    x.flat[rng.integers(0, x.size)] = -np.inf if trial % 2 else np.inf
+    axis = None if trial % 4 == 0 else int(rng.integers(0, x.ndim))
+    fmt = ["int8", "uint8", "int4", "uint4"][trial % 4]
+    n = 1 if axis is None else shape[axis]
+    s = rng.uniform(0.001, 0.5, size=n) if axis is not None else 0.037
+    z = 0 if fmt.startswith("int") else (rng.integers(0, 15, size=n) if axis is not None else 7)
+    mode = ["stochastic", "stochastic_equal"][trial % 2]
+    seed = int(rng.integers(0, 2**62)) * 5
+    rbits, division = [None, 5, 13][trial % 3], ["exact", "torch"][(trial // 2) % 2]
+    want = _quantize_whole_array(x, fmt, s, z, axis, mode, seed, rbits, division)
+    for workers in (1, 2):
+        monkeypatch.setattr(_parallel, "CHUNK", int(rng.integers(7, 200)))
+        with _parallel.use_workers(workers):
+            got = pl.quantize(x, fmt, s, z, axis=axis, rounding=mode, seed=seed,
+                              random_bits=rbits, division=division)  # fmt: skip
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
