@@ -376,22 +376,11 @@ def quantize(
         return restore(native)  # type: ignore[no-any-return]
     if np.isnan(a).any():
         raise ValueError(f"x contains NaN, which {f} cannot represent")
-    if mode in STOCHASTIC_MODES:
-        q = _quantize_stochastic(a, f, s, z, ax, mode, qmin, qmax, division, seed, random_bits)
-        return restore(q)  # type: ignore[no-any-return]
-    with np.errstate(all="ignore"):
-        if division == "exact":
-            quotient = _odd_quotient(a.astype(np.float64), s)
-        else:
-            quotient = _torch_quotient(a, s)
-    quotient = np.broadcast_to(quotient, a.shape)
-    k = round_to(quotient, _WIDE, rounding=mode, seed=seed, random_bits=random_bits)
-    k += z  # exact: integers below 2**53
-    np.clip(k, qmin, qmax, out=k)
-    return restore(np.asarray(k.astype(_q_dtype(f))))  # type: ignore[no-any-return]
+    q = _quantize_numpy(a, f, s, z, ax, mode, qmin, qmax, division, seed, random_bits)
+    return restore(q)  # type: ignore[no-any-return]
 
 
-def _quantize_stochastic(
+def _quantize_numpy(
     a: np.ndarray,
     f: IntFormat,
     s: np.ndarray,
@@ -404,12 +393,12 @@ def _quantize_stochastic(
     seed: int | None,
     random_bits: int | None,
 ) -> np.ndarray:
-    """:func:`quantize` with stochastic rounding, chunk by chunk of the flat index: the quotient,
-    the random words of the chunk's flat indices and the rounding stay chunk-sized (no
+    """:func:`quantize` on numpy, chunk by chunk of the flat index: the quotient, the random words
+    of the chunk's flat indices (stochastic modes) and the rounding stay chunk-sized (no
     whole-array float64 copies), with the same results as one ``round_to`` of the whole quotient.
     """
-    key = check_seed(seed)
     rbits = check_random_bits(random_bits)
+    key = check_seed(seed) if mode in STOCHASTIC_MODES else None
     c, inner, sv, zv = _channels(a.shape, axis, s, z)
     flat = np.ascontiguousarray(a).reshape(-1)
     out = np.empty(a.size, dtype=_q_dtype(f))
@@ -422,8 +411,9 @@ def _quantize_stochastic(
                 quotient = _odd_quotient(flat[lo:hi].astype(np.float64), sc)
             else:
                 quotient = _torch_quotient(flat[lo:hi], sc)
+        rw = None if key is None else _random_for(rbits, key, hi - lo, lo)
         k = np.empty(hi - lo, dtype=np.float64)
-        _round_int_chunk(_WIDE, mode, quotient, k, _random_for(rbits, key, hi - lo, lo))
+        _round_int_chunk(_WIDE, mode, quotient, k, rw)
         k += zc  # exact: integers below 2**53
         np.clip(k, qmin, qmax, out=k)
         out[lo:hi] = k
