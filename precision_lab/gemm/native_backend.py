@@ -278,13 +278,20 @@ def _grid32(x: np.ndarray, fmt: FloatFormat, mode: str, seed: int) -> np.ndarray
         if not np.array_equal(r, x):  # (NaN too: the general path checks and handles it)
             return None
         return x.astype(np.float32, copy=False)
+    det = _deterministic(mode)
+    if det is None:
+        return None
+    return round_to(x, fmt, rounding=det, seed=seed).astype(np.float32, copy=False)
+
+
+def _deterministic(mode: str) -> str | None:
+    """The full name of a deterministic rounding mode, else None (stochastic or unknown: the
+    general path decides, and raises for an unknown one)."""
     try:
         mode = check_rounding(mode)
     except ValueError:
         return None
-    if is_stochastic(mode):
-        return None
-    return round_to(x, fmt, rounding=mode, seed=seed).astype(np.float32, copy=False)
+    return None if is_stochastic(mode) else mode
 
 
 def _packed_input(
@@ -306,14 +313,10 @@ def _packed_input(
         x32 = _grid32(x, fmt, mode, seed)
         return None if x32 is None else (x32, None)
     check = mode == "exact"
-    if not check:
-        try:
-            mode = check_rounding(mode)
-        except ValueError:
-            return None
-        if is_stochastic(mode):
-            return None
-    code = 0 if check else ROUNDING_MODES.index(mode)  # ("exact": the check of nearest_even)
+    det = "nearest_even" if check else _deterministic(mode)  # ("exact": nearest_even's check)
+    if det is None:
+        return None
+    code = ROUNDING_MODES.index(det)
     return x, np.array([*format_args(fmt), code, int(check)], dtype=np.int32)
 
 
