@@ -12,11 +12,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
-# the compiled backend (precision_lab._native): rebuilt when its sources change; `make test`
+# the compiled backend (precision_lab.backends._native and _native_kernels): rebuilt when its sources change; `make test`
 # requires it to load (PRECISION_LAB_REQUIRE_NATIVE=1: a missing or stale build fails the run)
-NATIVE_SRC = setup.py precision_lab/native/sources.py \
-             $(wildcard precision_lab/native/*.cpp precision_lab/native/*.h precision_lab/native/*.inc \
-               precision_lab/cuda/*.cuh)
+B          = precision_lab/backends
+NATIVE_SRC = setup.py $(B)/native/sources.py \
+             $(wildcard $(B)/native/*.cpp $(B)/native/*.h $(B)/native/*.inc $(B)/cuda/*.cuh)
 NATIVE     = $(VENV)/.native
 
 $(NATIVE): $(STAMP) $(NATIVE_SRC)
@@ -30,6 +30,7 @@ test: $(NATIVE)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
 	PRECISION_LAB_REQUIRE_NATIVE=1 $(PY) -m pytest -n auto --maxprocesses 4 --dist loadfile
 
 figures: $(NATIVE)
@@ -40,4 +41,4 @@ bench: $(NATIVE)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .mypy_cache
-	rm -f precision_lab/*.so precision_lab/*.pyd
+	rm -f precision_lab/backends/*.so precision_lab/backends/*.pyd

@@ -1,8 +1,8 @@
 """Build of precision_lab's optional C++ extensions; the metadata lives in pyproject.toml.
 
-The extensions (precision_lab/native/sources.py lists them) are the compiled CPU backend. They are
-optional: if the compiler fails, the package installs anyway, runs on its numpy backend, and says
-so once at import (``precision_lab.backend_info()`` tells why). Flags are portable (no
+The extensions (precision_lab/backends/native/sources.py lists them) are the compiled CPU backend.
+They are optional: if the compiler fails, the package installs anyway, runs on its numpy backend,
+and says so once at import (``precision_lab.backend_info()`` tells why). Flags are portable (no
 -march=native): -O3, -ffp-contract=off and no fast-math, since the arithmetic must be exact.
 Each extension gets the hash of its sources compiled in, so an import notices a stale build.
 
@@ -23,7 +23,7 @@ from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).resolve().parent
 _spec = importlib.util.spec_from_file_location(
-    "_pl_sources", HERE / "precision_lab" / "native" / "sources.py"
+    "_pl_sources", HERE / "precision_lab" / "backends" / "native" / "sources.py"
 )
 assert _spec is not None and _spec.loader is not None
 sources = importlib.util.module_from_spec(_spec)
@@ -95,11 +95,11 @@ class OptionalBuildExt(build_ext):
 
 
 def extension(name: str, files: list[str]) -> Extension:
-    digest = sources.source_hash(files, HERE / "precision_lab")
+    digest = sources.source_hash(files, HERE / "precision_lab" / "backends")
     return Extension(
         name,
-        sources=[f"precision_lab/{f}" for f in files if f.endswith(".cpp")],
-        depends=[f"precision_lab/{f}" for f in files if not f.endswith(".cpp")],
+        sources=[f"precision_lab/backends/{f}" for f in files if f.endswith(".cpp")],
+        depends=[f"precision_lab/backends/{f}" for f in files if not f.endswith(".cpp")],
         define_macros=[("PL_SOURCE_HASH", f'"{digest}"')],
         language="c++",
     )

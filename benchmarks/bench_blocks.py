@@ -96,7 +96,7 @@ def main() -> None:
             t2 = time.perf_counter()
             ratios.append((t1 - t0) / (t2 - t1))
     # and on one core (CPU time of the calling thread): the least sensitive to other processes
-    from precision_lab import _parallel
+    from precision_lab.core import pool as _parallel
 
     workers = _parallel.WORKERS
     _parallel.WORKERS = 1  # for_chunks then runs every chunk in the calling thread

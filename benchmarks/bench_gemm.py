@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--only", default="", help="models whose name contains this string")
     args = parser.parse_args(argv)
-    native = importlib.import_module("precision_lab.native_kernels").available()
+    native = importlib.import_module("precision_lab.backends.native.kernels").available()
     rng = np.random.default_rng(0)
     s = 4 if args.quick else 1
 
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
          pl.tensor_core("a100", "bf16")),
     ]  # fmt: skip
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; native kernels: "
-          f"{importlib.import_module('precision_lab.native_kernels').isa()}")  # fmt: skip
+          f"{importlib.import_module('precision_lab.backends.native.kernels').isa()}")  # fmt: skip
     print(f"{'model':38s} {'M x K x N':>14s} {'numpy':>8s} {'native':>8s} {'BLAS':>9s} "
           f"{'nat/np':>7s} {'nat/BLAS':>9s}  targets (MMAC/s)")  # fmt: skip
     ok = True

@@ -2,7 +2,7 @@
 
 * ``pl.ops.add`` / ``pl.ops.mul`` on 16M bf16 values (ml_dtypes bfloat16 arrays in, float32
   values out: each result the exact sum or product rounded once by the core; on the compiled
-  extension where it is built, :func:`precision_lab.native.elementwise`) against numpy's
+  extension where it is built, :func:`precision_lab.backends.native.elementwise`) against numpy's
   ``np.add`` / ``np.multiply`` on ml_dtypes bfloat16 arrays (target >= 1x);
 * Gaussian elimination (no pivoting) on a 256 x 256 matrix written with numpy operators, run on
   a ``pl.emulate(A, "bf16")`` array against the same code on a float64 numpy array (target:

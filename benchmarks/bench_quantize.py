@@ -28,7 +28,7 @@ from timing import median_time
 
 import precision_lab as pl
 
-native_kernels = importlib.import_module("precision_lab.native_kernels")
+native_kernels = importlib.import_module("precision_lab.backends.native.kernels")
 
 
 def peak_bytes(fn: Callable[[], object]) -> int:

@@ -25,7 +25,7 @@ import numpy as np
 from timing import rate
 
 import precision_lab as pl
-from precision_lab import _parallel
+from precision_lab.core import pool as _parallel
 
 #: (format, scale of the in-range data, scale of the overflowing data)
 FORMATS = (("e5m2", 100.0, 1e6), ("e4m3", 100.0, 1e4), ("fp16", 1.0, 1e6))

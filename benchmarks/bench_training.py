@@ -30,7 +30,7 @@ from threadpoolctl import threadpool_limits
 from timing import median_time
 
 import precision_lab as pl
-from precision_lab.gradients import lognormal
+from precision_lab.scaling.gradients import lognormal
 from precision_lab.training import MLP, RUNS, load_digits_split, make_scaler, softmax_xent
 
 

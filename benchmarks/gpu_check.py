@@ -7,7 +7,7 @@ that a run cut short still leaves what it did; the whole run stays under about 5
 
 1. ``environment``: versions, the GPU, its compute capability;
 2. ``compile``: NVRTC compile time of the two kernel modules (CuPy caches them on disk);
-3. ``pytest``: ``pytest -m gpu tests/test_gpu.py`` (kernels against the numpy reference);
+3. ``pytest``: ``pytest -m gpu tests/backends/test_gpu.py`` (kernels against the numpy reference);
 4. ``elementwise``: round_to / encode / decode on the GPU against the CPU core, bit for bit, for
    every registry format, every rounding mode, both overflow modes, float32 and float64 random
    and edge inputs;
@@ -38,6 +38,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "backends"))
 
 #: PL_GPU_CHECK_SMALL=1: tiny shapes, for a dry run of the script on an emulated CuPy
 SMALL = os.environ.get("PL_GPU_CHECK_SMALL") == "1"
@@ -163,7 +164,7 @@ def environment() -> dict[str, Any]:
 
 @section("compile", need_s=20)
 def compile_modules() -> dict[str, Any]:
-    from precision_lab import gpu
+    from precision_lab.backends import gpu
 
     out: dict[str, Any] = {}
     for name, kernel in (("pl_round.cu", "pl_round_f32"), ("pl_gemm.cu", "pl_gemm_generic_f32")):
@@ -176,7 +177,7 @@ def compile_modules() -> dict[str, Any]:
 @section("pytest", need_s=60)
 def pytest_gpu() -> dict[str, Any]:
     timeout = max(30.0, min(150.0, left() - 100.0))
-    cmd = [sys.executable, "-m", "pytest", "tests/test_gpu.py", "-m", "gpu", "-q", "-rfEs",
+    cmd = [sys.executable, "-m", "pytest", "tests/backends/test_gpu.py", "-m", "gpu", "-q", "-rfEs",
            "-p", "no:cacheprovider", "-o", "addopts="]  # fmt: skip
     try:
         res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
@@ -303,7 +304,7 @@ def timing() -> dict[str, Any]:
     import cupy as cp
 
     import precision_lab as pl
-    from precision_lab import gpu
+    from precision_lab.backends import gpu
     from precision_lab.gemm import cupy_backend as cb
 
     out: dict[str, Any] = {"unit": "emulated multiply-adds per second (M*N*K / kernel time)"}

@@ -1,7 +1,7 @@
 """Check every tensor-core preset against the real GPU measurements, bit for bit.
 
 With ../shared/data/tensor-core-validation present (the full data, 5000 cases per set) every
-archive is read as it is; otherwise the 500-case subset shipped in tests/data/tensor_core is
+archive is read as it is; otherwise the 500-case subset shipped in tests/gemm/data/tensor_core is
 used. Prints one line per (set, output format) and a summary; exits 1 if a set that the presets
 claim to reproduce has a mismatch.
 
@@ -20,7 +20,7 @@ from precision_lab.gemm.validation import check_set, load_archive, load_subset
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "data" / "tensor-core-validation"
-SUBSET = ROOT / "tests" / "data" / "tensor_core" / "measurements_500.npz"
+SUBSET = ROOT / "tests" / "gemm" / "data" / "tensor_core" / "measurements_500.npz"
 
 
 def main(argv: list[str] | None = None) -> int:

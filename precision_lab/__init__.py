@@ -17,41 +17,29 @@ Main entry points (all at the top level, ``import precision_lab as pl``):
   ``pl.scaling.DelayedScaling``, ``pl.scaling.simulate`` / ``pl.scaling.diagnose``
 * emulated arithmetic: ``pl.ops.add(x, y, fmt, rounding=...)`` ..., ``pl.emulate(x, "bf16")``
 * policies: ``pl.get_policy("mixed_float16")``, ``pl.Policy``, ``pl.POLICIES``
-* command line: ``precision-lab formats | cast | figures | report`` (``python -m precision_lab``)
+* command line: ``precision-lab`` (``python -m precision_lab``; ``precision-lab --help`` lists
+  the commands)
 
-Modules:
+The package is laid out as the pipeline; each subpackage imports only from those before it
+(checked by import-linter in ``make test``), and its docstring says where a new thing of its kind
+goes:
 
-* :mod:`~precision_lab.formats`: number formats as dataclasses, and their registry
-* :mod:`~precision_lab.rounding`: the rounding core every other module calls
-* :mod:`~precision_lab.codec`: values <-> the integer codes (bit patterns) of a format
-* :mod:`~precision_lab.quantization`: integer quantization, dequantization and calibration
-* :mod:`~precision_lab.blocks`: block-scaled formats (OCP MX, NVFP4, DeepSeek-V3 FP8 tiles)
-* :mod:`~precision_lab.gemm`: GEMM with a configurable accumulator, and tensor-core models
+* :mod:`~precision_lab.core`: formats, the rounding core, codes, exact sums, random words,
+  worker pool, input conversion
+* :mod:`~precision_lab.backends`: the dispatch, the compiled C++ backend and the CUDA headers it
+  shares with the CuPy backend
+* :mod:`~precision_lab.quant`: integer quantization and calibration, block-scaled formats
+* :mod:`~precision_lab.gemm`: accumulators, GEMM (numpy reference, native, CuPy), tensor-core
+  models, GEMM on block-quantized operands
+* :mod:`~precision_lab.arith`: correctly rounded operations (``pl.ops``) and ``pl.emulate``
 * :mod:`~precision_lab.analysis`: underflow statistics, loss-scale choice, error measures, bounds
-* :mod:`~precision_lab.scaling`: loss scalers, FP8 scaling recipes, simulation over gradients
-* :mod:`~precision_lab.gradients`: seeded gradient-like values, storage of recorded gradients
-* :mod:`~precision_lab.policy`: precision policies (which format each part of a step uses)
-* :mod:`~precision_lab.training`: a real training run (digits MLP) under emulated precision
-* :mod:`~precision_lab.ptq` / :mod:`~precision_lab.qat`: INT8 post-training quantization and
-  quantization-aware training of that network
-* :mod:`~precision_lab.ops`: correctly rounded elementwise arithmetic and reductions in any format
-* :mod:`~precision_lab.emulated`: ``pl.emulate`` and the ``Emulated`` array (numpy code in a format)
-* :mod:`~precision_lab.bounds`: deterministic and probabilistic rounding-error bounds, condition
-  numbers, backward errors, repeated trials
-* :mod:`~precision_lab.experiments_policy`: the policy and INT8 studies behind the figures
-* :mod:`~precision_lab.experiments_emulated`: the emulated-arithmetic studies behind the figures
-* :mod:`~precision_lab.strategies`: hypothesis strategies for property tests (needs hypothesis)
-* :mod:`~precision_lab.dispatch`: chooses the backend (numpy, native, cupy) of each operation;
-  ``pl.backend_info()``, ``pl.use_backend(...)``
-* :mod:`~precision_lab.native`: the compiled CPU backend (C++ from the CUDA headers): build,
-  loading and staleness check
-* :mod:`~precision_lab.native_kernels`: the compiled GEMM, INT quantization and block kernels
-* :mod:`~precision_lab.gpu`: the CuPy backend (optional, ``precision_lab[gpu]``)
-* :mod:`~precision_lab.sweep`: exhaustive verification of casts over every input bit pattern, on
-  Dask (``precision_lab[dask]``), checkpointed and resumable
-* :mod:`~precision_lab.oracles`: independent fast oracles for those sweeps (referee, ml_dtypes,
-  torch)
-* :mod:`~precision_lab.grid`: experiment grids (training runs, GEMM errors) as Dask tasks
+* :mod:`~precision_lab.scaling`: loss scalers, FP8 scaling recipes, simulation over gradients,
+  gradient populations (``pl.gradients``)
+* :mod:`~precision_lab.training`: the digits MLP under emulated precision, precision policies,
+  INT8 post-training quantization and quantization-aware training
+* :mod:`~precision_lab.verify`: hypothesis strategies, oracles, exhaustive sweeps and experiment
+  grids on Dask
+* :mod:`~precision_lab.studies`: the experiments behind the figures and the report
 * :mod:`~precision_lab.figures`: the figure jobs and ``figures/REPORT.md``
 * :mod:`~precision_lab.cli`: the ``precision-lab`` command line
 
@@ -62,25 +50,45 @@ Modules:
 0.30078125
 """
 
-from . import analysis, gradients, ops, scaling
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+from types import ModuleType
+from typing import Any
+
+from . import analysis, scaling
 from .analysis import error_stats, gamma_n, pick_loss_scale, sqrt_n_u, underflow_stats
-from .blocks import (
+from .arith import Emulated, emulate, ops
+from .backends import backend_info, use_backend
+from .core import (
+    FORMATS,
+    ROUNDING_MODES,
+    FloatFormat,
+    IntFormat,
+    decode,
+    encode,
+    get_format,
+    known_formats,
+    p3109,
+    round_to,
+)
+from .core.version import __version__
+from .gemm import Accumulator, gemm, gemm_blocks, tensor_core
+from .quant import (
     BlockFormat,
+    Calibration,
     QuantizedBlocks,
+    calibrate,
+    dequantize,
     dequantize_blocks,
-    gemm_blocks,
     get_block_format,
+    quantize,
     quantize_blocks,
     round_to_blocks,
 )
-from .codec import decode, encode
-from .dispatch import backend_info, use_backend
-from .emulated import Emulated, emulate
-from .formats import FORMATS, FloatFormat, IntFormat, get_format, known_formats, p3109
-from .gemm import Accumulator, gemm, tensor_core
-from .policy import POLICIES, Policy, get_policy
-from .quantization import Calibration, calibrate, dequantize, quantize
-from .rounding import ROUNDING_MODES, round_to
+from .scaling import gradients
+from .training import POLICIES, Policy, get_policy
 
 __all__ = [
     "FORMATS",
@@ -94,6 +102,7 @@ __all__ = [
     "IntFormat",
     "Policy",
     "QuantizedBlocks",
+    "__version__",
     "analysis",
     "backend_info",
     "calibrate",
@@ -125,4 +134,69 @@ __all__ = [
     "use_backend",
 ]
 
-__version__ = "0.1.0"
+#: Module paths of 0.1 that moved in the pipeline layout (CHANGELOG.md, 0.2.0) -> where they are
+#: now. They stay importable (``from precision_lab.gradients import lognormal``) through
+#: :class:`_MovedModules`, which hands out the module at its new path: the same module object,
+#: loaded only when first asked for (``strategies`` needs hypothesis, ``sweep`` and ``grid``
+#: dask only when they run).
+MOVED = {
+    "formats": "core.formats",
+    "rounding": "core.rounding",
+    "codec": "core.codec",
+    "dispatch": "backends.dispatch",
+    "native": "backends.native",
+    "native_kernels": "backends.native.kernels",
+    "gpu": "backends.gpu",
+    "quantization": "quant.integer",
+    "blocks": "quant.blocks",
+    "emulated": "arith.emulated",
+    "bounds": "analysis.bounds",
+    "gradients": "scaling.gradients",
+    "policy": "training.policy",
+    "ptq": "training.ptq",
+    "qat": "training.qat",
+    "strategies": "verify.strategies",
+    "oracles": "verify.oracles",
+    "sweep": "verify.sweep",
+    "grid": "verify.grid",
+    "experiments_policy": "studies.policy",
+    "experiments_emulated": "studies.emulated",
+}
+
+
+class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds ``precision_lab.<old name>`` (and modules below it) at their new path."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, Any] = {}
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        head, _, rest = fullname.partition(".")
+        if head != __name__ or not rest:
+            return None
+        first = rest.partition(".")[0]
+        if first not in MOVED:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec: Any) -> ModuleType:
+        rest = spec.name.split(".", 1)[1]
+        first, _, tail = rest.partition(".")
+        new = f"{__name__}.{MOVED[first]}" + (f".{tail}" if tail else "")
+        module = importlib.import_module(new)
+        self._specs[new] = module.__spec__  # importlib sets __spec__ to the alias's next
+        return module
+
+    def exec_module(self, module: ModuleType) -> None:
+        """The module ran at its new path already; give it back its own spec."""
+        module.__spec__ = self._specs.pop(module.__name__, module.__spec__)
+
+
+sys.meta_path.append(_MovedModules())
+
+
+def __getattr__(name: str) -> ModuleType:
+    """``pl.sweep``, ``pl.strategies`` ...: the moved modules, imported when first used."""
+    if name in MOVED:
+        return importlib.import_module(f"{__name__}.{MOVED[name]}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -44,10 +44,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._random import check_seed, random_words
-from .codec import encode
-from .formats import ALIASES, FORMATS, FloatFormat, IntFormat, get_format
-from .rounding import (
+from .core.codec import encode
+from .core.formats import ALIASES, FORMATS, FloatFormat, IntFormat, get_format
+from .core.random_words import check_seed, random_words
+from .core.rounding import (
     OVERFLOW_MODES,
     ROUNDING_MODES,
     SUBNORMAL_MODES,
@@ -633,7 +633,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 # ----- info --------------------------------------------------------------------------------------
 def cmd_info(args: argparse.Namespace) -> int:
     """Print :func:`precision_lab.backend_info`: the backend of each operation, and why."""
-    from .dispatch import backend_info
+    from .backends.dispatch import backend_info
 
     info = backend_info()
     if args.json:
@@ -651,7 +651,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="precision-lab",
         description="Bit-exact low-precision formats: tables, casts, figures.",
     )
-    from . import __version__
+    from .core.version import __version__
 
     parser.add_argument("--version", action="version", version=f"precision-lab {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -804,7 +804,7 @@ def add_scaleout_commands(sub: Any) -> None:
         "to --out. Exit status 1 when a run failed. "
         'Needs pip install "precision_lab[dask]".',
     )
-    p.add_argument("spec", metavar="SPEC", help="JSON spec (see precision_lab.grid)")
+    p.add_argument("spec", metavar="SPEC", help="JSON spec (see precision_lab.verify.grid)")
     p.add_argument(
         "--scheduler",
         default=None,
@@ -825,7 +825,7 @@ def _needs_dask(command: str, err: ImportError) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     try:
-        from .sweep import verify_exhaustive
+        from .verify.sweep import verify_exhaustive
     except ImportError as err:
         return _needs_dask("verify", err)
     res = verify_exhaustive(
@@ -865,7 +865,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_grid(args: argparse.Namespace) -> int:
     try:
-        from .grid import load_spec, run_grid
+        from .verify.grid import load_spec, run_grid
     except ImportError as err:
         return _needs_dask("grid", err)
     configs = load_spec(args.spec)

@@ -4,8 +4,8 @@
   wall-clock assertion that fails on a loaded machine; it is switched off here for every test
   (the profile ``precision_lab``).
 * ``dask_cluster``: a real dask.distributed LocalCluster (2 worker processes, 1 thread each),
-  started once for the scale-out tests (tests/test_sweep.py, tests/test_grid.py) and only when
-  they ask for it.
+  started once for the scale-out tests (tests/verify/test_sweep.py, tests/verify/test_grid.py) and
+  only when they ask for it.
 """
 
 from __future__ import annotations

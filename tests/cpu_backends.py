@@ -2,7 +2,7 @@
 
 A test module that imports :func:`cpu_backend` runs each of its tests once per CPU backend:
 ``backend="auto"`` then means numpy, or the native kernels (where the extension is built;
-``tests/test_native_kernels.py`` asserts that it is).
+``tests/backends/test_native_kernels.py`` asserts that it is).
 """
 
 from __future__ import annotations
@@ -20,6 +20,6 @@ CPU_BACKENDS = ("numpy", "native")
 @pytest.fixture(params=CPU_BACKENDS, autouse=True)
 def cpu_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "native" and not native_backend.available():
-        pytest.skip("precision_lab._native_kernels is not built")
+        pytest.skip("precision_lab.backends._native_kernels is not built")
     monkeypatch.setattr(reference, "_AUTO_CPU", request.param)
     return str(request.param)

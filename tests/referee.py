@@ -16,7 +16,7 @@ from functools import cache
 
 import numpy as np
 
-from precision_lab.formats import FloatFormat, IntFormat
+from precision_lab.core.formats import FloatFormat, IntFormat
 
 DETERMINISTIC = ("nearest_even", "nearest_away", "toward_zero", "up", "down", "odd", "nearest_zero")
 OVERFLOWS = ("ieee", "saturate")
@@ -283,9 +283,9 @@ def referee_table(x: np.ndarray, fmt: FloatFormat | IntFormat) -> dict[tuple[str
 
     The same list-and-bisect rules, vectorised: the neighbours come from ``np.searchsorted`` on
     the format's value list, and a tie is decided by comparing the input with the exact float64
-    midpoint of its neighbours (no subtraction, so nothing rounds). tests/test_referee.py checks
-    it against :func:`referee_all` on a sample that holds every tie and both neighbours of every
-    midpoint.
+    midpoint of its neighbours (no subtraction, so nothing rounds). tests/core/test_referee.py
+    checks it against :func:`referee_all` on a sample that holds every tie and both neighbours of
+    every midpoint.
     """
     x = np.asarray(x, dtype=np.float64)
     if isinstance(fmt, IntFormat):

@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from .analysis import gamma_n
-from .formats import FloatFormat, get_format
+from ..core.formats import FloatFormat, get_format
+from .measures import gamma_n
 
 __all__ = [
     "TrialStats",

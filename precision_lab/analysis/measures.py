@@ -26,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from .formats import FloatFormat, get_format
-from .rounding import STOCHASTIC_MODES, as_float_array, check_rounding, for_chunks, round_to
+from ..core.exact import odd_collapse, two_product_error
+from ..core.formats import FloatFormat, get_format
+from ..core.rounding import STOCHASTIC_MODES, as_float_array, check_rounding, for_chunks, round_to
 
 __all__ = [
     "ErrorStats",
@@ -343,9 +344,6 @@ def _odd_product(x: np.ndarray, s: float) -> np.ndarray:
     >>> bool(p[0] < 1.0), float(np.nextafter(p[0], 2.0)), float(p[1]), float(p[2])
     (True, 1.0, -3e-321, inf)
     """
-    from .gemm.exact import odd_collapse
-    from .quantization import _two_product_error
-
     ms, es = math.frexp(s)
     out = np.empty(x.shape)
 
@@ -354,7 +352,7 @@ def _odd_product(x: np.ndarray, s: float) -> np.ndarray:
         finite = np.isfinite(xc)
         mx, ex = np.frexp(np.where(finite, xc, 0.0))
         p = mx * ms
-        z = odd_collapse(p, _two_product_error(mx, np.float64(ms), p))
+        z = odd_collapse(p, two_product_error(mx, np.float64(ms), p))
         o = np.where(finite, np.ldexp(z, ex + es), xc * s)
         lost = (o == 0) & (xc != 0)  # below float64's subnormals: keep sign and non-zero
         if lost.any():

@@ -50,13 +50,13 @@ from typing import Any
 
 import numpy as np
 
+from ..core.formats import FloatFormat
+from ..core.random_words import check_seed
+from ..core.rounding import STOCHASTIC_MODES, as_float_array, check_options, round_to
+from ..gemm.accumulator import Accumulator
+from ..gemm.reference import gemm
 from . import ops
-from ._random import check_seed
-from .formats import FloatFormat
-from .gemm.accumulator import Accumulator
-from .gemm.reference import gemm
 from .ops.elementwise import float_format
-from .rounding import STOCHASTIC_MODES, as_float_array, check_options, round_to
 
 __all__ = ["Emulated", "EmulationContext", "emulate"]
 

@@ -2,17 +2,18 @@
 
 Three backends compute the same bits:
 
-- ``numpy``: the readable reference in :mod:`precision_lab.rounding` and :mod:`precision_lab.codec`,
-  and the fallback;
-- ``native``: the compiled C++ extension (:mod:`precision_lab.native`), the default on the CPU
-  when it is built;
-- ``cupy``: the CUDA kernels (:mod:`precision_lab.gpu`), for CuPy arrays, whatever is selected.
+- ``numpy``: the readable reference in :mod:`precision_lab.core.rounding` and
+  :mod:`precision_lab.core.codec`, and the fallback;
+- ``native``: the compiled C++ extension (:mod:`precision_lab.backends.native`), the default on
+  the CPU when it is built;
+- ``cupy``: the CUDA kernels (:mod:`precision_lab.backends.gpu`), for CuPy arrays, whatever is
+  selected.
 
 The public functions (:func:`precision_lab.round_to`, :func:`~precision_lab.encode`,
-:func:`~precision_lab.decode`) validate their options (:func:`precision_lab.rounding.check_options`)
-and hand them to :func:`serve`, which this module installs as ``precision_lab.rounding.route`` when
-the package loads. So the layers import downward only: formats <- rounding <- codec <- gpu,
-native <- dispatch.
+:func:`~precision_lab.decode`) validate their options
+(:func:`precision_lab.core.rounding.check_options`) and hand them to :func:`serve`, which this
+module installs as ``precision_lab.core.rounding.route`` when the package loads. So the layers
+import downward only: formats <- rounding <- codec <- gpu, native <- dispatch.
 
 Choosing the CPU backend: ``"auto"`` (native where built, else numpy), ``"native"`` (an error
 where it is not built) or ``"numpy"``, from the context manager :func:`use_backend` (per thread
@@ -32,10 +33,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from . import gpu, native, native_kernels, rounding
-from .formats import FloatFormat, IntFormat
+from ..core import rounding
+from ..core.formats import FloatFormat, IntFormat
+from ..core.rounding import RoundingOptions, check_choice, is_device_array
+from . import gpu, native
 from .native import BACKEND_ENV, BACKENDS
-from .rounding import RoundingOptions, check_choice, is_device_array
+from .native import kernels as native_kernels
 
 __all__ = ["BACKENDS", "BACKEND_ENV", "OPERATIONS", "backend_info", "serve", "use_backend"]
 
@@ -43,7 +46,7 @@ __all__ = ["BACKENDS", "BACKEND_ENV", "OPERATIONS", "backend_info", "serve", "us
 OPERATIONS = ("round_to", "encode", "decode")
 #: the operations of the kernels extension (their modules choose native or numpy themselves)
 KERNEL_OPERATIONS = ("gemm", "quantize", "dequantize", "round_to_blocks", "quantize_blocks")
-#: what the kernels leave to numpy, where an operation states it (see precision_lab.blocks)
+#: what the kernels leave to numpy, where an operation states it (see precision_lab.quant.blocks)
 _KERNEL_GAPS = dict.fromkeys(
     ("round_to_blocks", "quantize_blocks"),
     "stochastic rounding of padded blocks and integer elements other than 8-bit",

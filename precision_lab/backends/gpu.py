@@ -2,7 +2,7 @@
 
 :func:`precision_lab.round_to`, :func:`~precision_lab.encode` and :func:`~precision_lab.decode`
 send CuPy arrays here (after checking their options), so users never call this module directly.
-The kernels live in ``precision_lab/cuda/pl_round.cu``; their arithmetic is in the header
+The kernels live in ``precision_lab/backends/cuda/pl_round.cu``; their arithmetic is in the header
 ``pl_round.cuh``, a port of the numpy core that the test suite compiles with the system C++ compiler
 and checks bit for bit against it on the CPU. Here they are compiled at first use with NVRTC
 (through :class:`cupy.RawModule`) for the visible GPU.
@@ -15,25 +15,20 @@ counter-based random words as the CPU, so the same seed gives the same bits on b
 CuPy is optional (``pip install precision_lab[gpu]``): this module imports it only when a kernel
 is launched. Without a GPU, :func:`available` is False and the helpers below still work:
 
->>> from precision_lab import get_format
->>> format_args(get_format("e4m3"))  # how a format is passed to the kernels
-(4, 3, 7, 1, 14)
->>> src = kernel_source("pl_round.cu")  # the header inlined: one self-contained source
->>> "pl_round_bits" in src, '#include "' in src
-(True, False)
+>>> available() in (True, False)
+True
 """
 
 from __future__ import annotations
 
-import re
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .formats import FloatFormat, IntFormat, get_format
-from .rounding import ROUNDING_MODES, working_dtype
+from ..core.formats import FloatFormat, IntFormat, get_format
+from ..core.rounding import ROUNDING_MODES, working_dtype
+from .kernel_sources import CUDA_DIR, NVRTC_OPTIONS, format_args, kernel_source
 
 __all__ = [
     "CUDA_DIR",
@@ -47,55 +42,7 @@ __all__ = [
     "round_to",
 ]
 
-#: Folder of the CUDA sources shipped with the package.
-CUDA_DIR = Path(__file__).resolve().parent / "cuda"
-
-#: NVRTC options of every kernel: no flush-to-zero, no contraction of a*b+c into FMA, IEEE
-#: division; the sources call the rounding-exact intrinsics where they want an FMA.
-NVRTC_OPTIONS = ("--std=c++17", "-ftz=false", "-fmad=false", "-prec-div=true", "-prec-sqrt=true")
-
-_NAN_STYLES = {"ieee": 0, "fn": 1, "fnuz": 2, "none": 3}
 _THREADS = 256
-_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.MULTILINE)
-
-
-def format_args(fmt: FloatFormat) -> tuple[int, int, int, int, int]:
-    """``(exponent_bits, mantissa_bits, bias, nan_style, flags)`` of a format, for the kernels.
-
-    ``nan_style`` is 0 ieee, 1 fn, 2 fnuz, 3 none; ``flags`` has bit 0 has_inf, bit 1
-    has_subnormals, bit 2 has_zero, bit 3 signed (``pl_make_format`` in ``pl_round.cuh``).
-    """
-    if not isinstance(fmt, FloatFormat):
-        raise TypeError(f"fmt must be a FloatFormat, got {type(fmt).__name__}")
-    assert fmt.bias is not None
-    flags = (
-        int(fmt.has_inf)
-        | int(fmt.has_subnormals) << 1
-        | int(fmt.has_zero) << 2
-        | int(fmt.signed) << 3
-    )
-    return (fmt.exponent_bits, fmt.mantissa_bits, fmt.bias, _NAN_STYLES[fmt.nan], flags)
-
-
-def kernel_source(name: str) -> str:
-    """Text of ``precision_lab/cuda/<name>`` with its local ``#include "..."`` files inlined.
-
-    Inlining makes the text self-contained, so CuPy's kernel cache (keyed by the source text)
-    notices a change in a header too.
-    """
-    seen: set[str] = set()
-
-    def expand(fname: str) -> str:
-        path = CUDA_DIR / fname
-        if not path.is_file():
-            raise FileNotFoundError(f"CUDA source {fname!r} not found in {CUDA_DIR}")
-        if fname in seen:
-            return ""
-        seen.add(fname)
-        text = path.read_text()
-        return _INCLUDE.sub(lambda m: expand(m.group(1)), text)
-
-    return expand(name)
 
 
 def require_cupy() -> Any:
@@ -122,7 +69,7 @@ def available() -> bool:
 
 @lru_cache(maxsize=8)
 def module(name: str) -> Any:
-    """The compiled :class:`cupy.RawModule` of ``precision_lab/cuda/<name>`` (cached)."""
+    """The compiled :class:`cupy.RawModule` of ``precision_lab/backends/cuda/<name>`` (cached)."""
     cp = require_cupy()
     return cp.RawModule(code=kernel_source(name), options=NVRTC_OPTIONS)
 

@@ -1,9 +1,10 @@
 """Codecs: values <-> the integer codes (bit patterns) of a format.
 
-``encode`` rounds with the core (:func:`precision_lab.rounding.round_to`'s machinery, in the same
-pass) and packs sign, exponent and mantissa into unsigned codes of the format's width (uint8 for
-formats of 8 bits or fewer); ``decode`` is its exact inverse. For every format that ml_dtypes also
-has, ``encode`` under nearest_even/ieee gives the codes of ``x.astype(ml_dtype).view(uint8/16)``.
+``encode`` rounds with the core (:func:`precision_lab.core.rounding.round_to`'s machinery, in the
+same pass) and packs sign, exponent and mantissa into unsigned codes of the format's width (uint8
+for formats of 8 bits or fewer); ``decode`` is its exact inverse. For every format that ml_dtypes
+also has, ``encode`` under nearest_even/ieee gives the codes of
+``x.astype(ml_dtype).view(uint8/16)``.
 
 >>> import numpy as np
 >>> encode(np.array([1.0, -448.0, np.nan], dtype=np.float32), "e4m3")
@@ -20,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from . import rounding as _core
-from ._arrays import as_input, is_device_array
 from .formats import FloatFormat, IntFormat, get_format
+from .inputs import as_input, is_device_array
 from .rounding import (
     _Plan,
     _plan,

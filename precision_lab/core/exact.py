@@ -26,18 +26,38 @@ from functools import cached_property
 
 import numpy as np
 
-from .._random import random_words
-from ..formats import FloatFormat, get_format
-from ..rounding import STOCHASTIC_MODES, round_to
+from .formats import FloatFormat, get_format
+from .random_words import random_words
+from .rounding import STOCHASTIC_MODES, round_to
 
 __all__ = [
+    "SPLIT",
     "Rounder",
     "odd_collapse",
     "quantum_exponent",
     "round_sum",
     "stochastic_words",
+    "two_product_error",
     "two_sum",
 ]
+
+
+#: 2**27 + 1, Veltkamp's splitting constant for float64
+SPLIT = 134217729.0
+
+
+def two_product_error(a: np.ndarray, b: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """``a * b - p`` exactly, for ``p = fl(a * b)`` in float64 (Dekker; no overflow or underflow).
+
+    >>> a = np.float64(1 + 2.0**-30)
+    >>> float(two_product_error(a, a, a * a)) == 2.0**-60
+    True
+    """
+    ca, cb = SPLIT * a, SPLIT * b
+    ah = ca - (ca - a)
+    bh = cb - (cb - b)
+    al, bl = a - ah, b - bh
+    return ((ah * bh - p) + ah * bl + al * bh) + al * bl
 
 
 def two_sum(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

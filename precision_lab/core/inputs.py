@@ -44,7 +44,7 @@ _CPU_DEVICES = (1, 3, 11)
 
 
 def is_device_array(x: Any) -> bool:
-    """True for CuPy arrays, which the GPU backend (:mod:`precision_lab.gpu`) handles."""
+    """True for CuPy arrays, which the GPU backend (:mod:`precision_lab.backends.gpu`) handles."""
     return type(x).__module__.split(".")[0] == "cupy"
 
 

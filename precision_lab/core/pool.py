@@ -13,8 +13,9 @@ thread pool (numpy releases the GIL in the kernels). The pool is
 
 :func:`use_workers` sets the number of threads for the calls of the current thread (or asyncio
 task) only: ``with use_workers(1):`` runs every chunk inline in the caller. Code that is itself
-one of many parallel tasks (a Dask task of :mod:`precision_lab.sweep` or
-:mod:`precision_lab.grid`) uses it so that tasks x pool threads do not oversubscribe the cores.
+one of many parallel tasks (a Dask task of :mod:`precision_lab.verify.sweep` or
+:mod:`precision_lab.verify.grid`) uses it so that tasks x pool threads do not oversubscribe the
+cores.
 
 >>> out = []
 >>> for_chunks(10, lambda lo, hi: out.append((lo, hi)), chunk=4)

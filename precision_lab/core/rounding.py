@@ -13,9 +13,10 @@ processed in cache-sized chunks, spread over the CPU cores (numpy releases the G
 
 Stochastic rounding of an element with exact discarded fraction ``f`` (in units of the result's
 quantum, ``0 <= f < 1``) rounds away from zero iff ``floor(f * 2**64) + R >= 2**64``, where ``R`` is
-the element's 64-bit counter-based random word (see :mod:`precision_lab._random`) with its low
-``64 - random_bits`` bits cleared. So the probability is ``f`` truncated to ``random_bits`` bits,
-as in hardware stochastic rounding, and is exact for the default ``random_bits=None`` (64 bits).
+the element's 64-bit counter-based random word (see :mod:`precision_lab.core.random_words`) with
+its low ``64 - random_bits`` bits cleared. So the probability is ``f`` truncated to ``random_bits``
+bits, as in hardware stochastic rounding, and is exact for the default ``random_bits=None`` (64
+bits).
 
 >>> import numpy as np
 >>> round_to(np.float64(1.0625 + 2**-40), "e4m3")
@@ -39,10 +40,10 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from ._arrays import as_input, is_device_array
-from ._parallel import CHUNK, for_chunks
-from ._random import check_seed, random_words
 from .formats import FloatFormat, IntFormat, get_format
+from .inputs import as_input, is_device_array
+from .pool import CHUNK, for_chunks
+from .random_words import check_seed, random_words
 
 __all__ = [
     "OVERFLOW_MODES",
@@ -175,8 +176,8 @@ def _numpy_reference(
 
 #: The backend router of round_to / encode / decode: it returns the result of the chosen
 #: backend (native, cupy), or None to let the numpy reference in this module run.
-#: precision_lab.dispatch installs it when the package loads; so the backends and the dispatch
-#: layer sit above this module and nothing here imports them.
+#: precision_lab.backends.dispatch installs it when the package loads; so the backends and the
+#: dispatch layer sit above this module and nothing here imports them.
 route: Callable[[str, Any, FloatFormat | IntFormat, RoundingOptions | None], Any] = _numpy_reference
 
 

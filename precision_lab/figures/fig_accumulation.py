@@ -14,9 +14,9 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..analysis import gamma_n, sqrt_n_u
+from ..analysis.measures import gamma_n, sqrt_n_u
+from ..core.rounding import round_to
 from ..gemm import Accumulator, gemm, tensor_core
-from ..rounding import round_to
 
 TITLE = "Accumulation error versus K for E4M3 GEMM"
 ORDER = 40

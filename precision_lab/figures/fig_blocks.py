@@ -15,9 +15,9 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..blocks import BLOCK_FORMATS, get_block_format, round_to_blocks
-from ..formats import get_format
-from ..rounding import round_to
+from ..core.formats import get_format
+from ..core.rounding import round_to
+from ..quant.blocks import BLOCK_FORMATS, get_block_format, round_to_blocks
 
 TITLE = "Block-scaled formats (MX, NVFP4, DeepSeek-V3 tiles) versus per-tensor FP8 scaling"
 ORDER = 35

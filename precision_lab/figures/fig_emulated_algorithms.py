@@ -14,15 +14,15 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..experiments_emulated import (
+from ..core.formats import get_format
+from ..studies.emulated import (
     IRResult,
     iterative_refinement,
     random_matrix,
     sgd_weight_updates,
     training_weight_updates,
 )
-from ..formats import get_format
-from .text import signed
+from ..studies.text import signed
 
 TITLE = "Emulated algorithms: bf16 weight updates (RN, SR, Kahan) and mixed-precision IR"
 ORDER = 72

@@ -13,9 +13,11 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..analysis import gamma_n
-from ..bounds import gamma_tilde
-from ..experiments_emulated import (
+from ..analysis.bounds import gamma_tilde
+from ..analysis.measures import gamma_n
+from ..core.formats import get_format
+from ..gemm.accumulator import Accumulator
+from ..studies.emulated import (
     HARMONIC_FORMATS,
     harmonic_stagnation,
     harmonic_sums,
@@ -23,8 +25,6 @@ from ..experiments_emulated import (
     sr_bound,
     summation_errors,
 )
-from ..formats import get_format
-from ..gemm.accumulator import Accumulator
 
 TITLE = "Emulated sums: harmonic stagnation, RN versus SR error growth, Kahan in bf16"
 ORDER = 70

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from ..formats import FORMATS, FloatFormat
+from ..core.formats import FORMATS, FloatFormat
 
 TITLE = "Format table: range and precision"
 ORDER = 10

@@ -9,9 +9,9 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..experiments_policy import Study, Variant, markdown, run_study
-from ..ptq import WEIGHT_GRANULARITIES
-from ..quantization import CALIBRATION_METHODS
+from ..quant.integer import CALIBRATION_METHODS
+from ..studies.policy import Study, Variant, markdown, run_study
+from ..training.ptq import WEIGHT_GRANULARITIES
 
 TITLE = "Precision policies, FP32 head and norm statistics, INT8 PTQ versus QAT"
 ORDER = 66

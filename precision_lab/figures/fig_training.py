@@ -9,8 +9,8 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 
+from ..studies.text import signed
 from ..training import RUNS, TrainResult, train_seeds
-from .text import signed
 
 TITLE = "Mixed-precision training of an MLP on the digits (FP32, FP16, BF16, FP8)"
 ORDER = 64

@@ -9,9 +9,14 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..analysis import LossScaleChoice, analytic_zero_fraction, pick_loss_scale, underflow_stats
-from ..formats import get_format
-from ..gradients import lognormal, save_gradients
+from ..analysis.measures import (
+    LossScaleChoice,
+    analytic_zero_fraction,
+    pick_loss_scale,
+    underflow_stats,
+)
+from ..core.formats import get_format
+from ..scaling.gradients import lognormal, save_gradients
 from ..training import RUNS, TrainResult, train_seeds
 
 TITLE = "Gradient underflow in FP16/BF16/FP8 and the loss scale that prevents it"

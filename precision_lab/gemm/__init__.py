@@ -5,7 +5,17 @@ models of real tensor cores.
   specification every backend follows.
 * :func:`gemm` (:mod:`.reference`): ``c + a @ b`` under a model; numpy on the CPU, CuPy on the GPU.
 * :func:`tensor_core` (:mod:`.tensor_core`): models of NVIDIA tensor cores, checked bit for bit
-  against measurements.
+  against measurements (:mod:`.validation` reads the measured data sets).
+* :func:`gemm_blocks` (:mod:`.blocks`): GEMM on block-quantized operands (MX, NVFP4, FP8 tiles).
+* :mod:`.native_backend` and :mod:`.cupy_backend`: the same models on the C++ kernels and on CUDA.
+
+May import: :mod:`precision_lab.core`, :mod:`precision_lab.backends` and
+:mod:`precision_lab.quant` (the block formats of ``gemm_blocks``).
+
+Where a new thing goes: a new accumulator behaviour is a field of :class:`Accumulator`, followed
+by the numpy reference (:mod:`.reference`), the shared header ``backends/cuda/pl_gemm.cuh`` (CUDA
+and native) and the test matrix; a new tensor-core preset is an entry of the tables in
+:mod:`.tensor_core`, with its evidence (a measured data set or a published model) in the entry.
 
 >>> import numpy as np, precision_lab as pl
 >>> a = np.array([[1.0]]); b = np.array([[1.0]]); c = np.array([[-(1 - 2.0**-24)]])
@@ -16,7 +26,16 @@ models of real tensor cores.
 """
 
 from .accumulator import ORDERS, Accumulator
+from .blocks import gemm_blocks
 from .reference import gemm
 from .tensor_core import GPUS, tensor_core, tensor_core_formats
 
-__all__ = ["GPUS", "ORDERS", "Accumulator", "gemm", "tensor_core", "tensor_core_formats"]
+__all__ = [
+    "GPUS",
+    "ORDERS",
+    "Accumulator",
+    "gemm",
+    "gemm_blocks",
+    "tensor_core",
+    "tensor_core_formats",
+]

@@ -113,10 +113,10 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
 6. Stochastic rounding. Every rounding event of an output element has an event number ``e``;
    the element with flat index ``i`` (C order over the broadcast batch shape x M x N, ``T``
    elements in all) uses the 64-bit word number ``e * T + i`` of the counter-based generator of
-   :mod:`precision_lab._random` keyed by :attr:`seed` (low ``64 - random_bits`` bits cleared). It
-   rounds away from zero iff ``floor(f * 2**64) + R >= 2**64``, ``f`` the exact discarded
-   fraction in units of the result's quantum (the rule of :func:`~precision_lab.round_to`, here
-   applied to the exact intermediate). Event numbers:
+   :mod:`precision_lab.core.random_words` keyed by :attr:`seed` (low ``64 - random_bits`` bits
+   cleared). It rounds away from zero iff ``floor(f * 2**64) + R >= 2**64``, ``f`` the exact
+   discarded fraction in units of the result's quantum (the rule of
+   :func:`~precision_lab.round_to`, here applied to the exact intermediate). Event numbers:
 
    * sequential: the addition of ``p_k`` is event ``k``;
    * blocked: the in-block addition of ``p_k`` is event ``k``; the addition of the block sum of
@@ -148,9 +148,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._random import check_seed
-from ..formats import FloatFormat, get_format
-from ..rounding import OVERFLOW_MODES, SUBNORMAL_MODES, check_random_bits, check_rounding
+from ..core.formats import FloatFormat, get_format
+from ..core.random_words import check_seed
+from ..core.rounding import OVERFLOW_MODES, SUBNORMAL_MODES, check_random_bits, check_rounding
 
 __all__ = ["ADDENDS", "ORDERS", "Accumulator"]
 

@@ -12,7 +12,7 @@ arguments. The kernels (``precision_lab/cuda/pl_gemm.cu``) compute the model of
   scales, special values), one output element per thread over shared-memory tiles.
 
 The Python side is written over an array module ``xp`` and a kernel launcher, so the test suite
-runs it with numpy and the kernels compiled for the CPU (``tests/test_cuda_host.py``).
+runs it with numpy and the kernels compiled for the CPU (``tests/backends/test_cuda_host.py``).
 
 >>> import numpy as np, precision_lab as pl
 >>> plan = kernel_plan((2, 3), (3, 4), fa=pl.get_format("e4m3"), fb=pl.get_format("e4m3"),
@@ -35,10 +35,11 @@ from typing import Any
 
 import numpy as np
 
-from .._shapes import broadcast_shapes
-from ..formats import FloatFormat, get_format
-from ..gpu import format_args, module, require_cupy
-from ..rounding import ROUNDING_MODES, _fits_float32, check_rounding, round_to
+from ..backends.gpu import module, require_cupy
+from ..backends.kernel_sources import format_args
+from ..core.formats import FloatFormat, get_format
+from ..core.rounding import ROUNDING_MODES, _fits_float32, check_rounding, round_to
+from ..core.shapes import broadcast_shapes
 from .accumulator import Accumulator
 from .reference import _on_grid
 from .scales import expand_scales

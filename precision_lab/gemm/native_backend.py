@@ -5,7 +5,7 @@ built by ``setup.py`` from the same ``__host__ __device__`` header as the CUDA k
 (``precision_lab/cuda/pl_gemm.cuh``, which uses ``pl_round.cuh``), so CPU and GPU share the
 arithmetic; they equal the numpy reference bit for bit. The Python side is the CuPy backend's
 :func:`~precision_lab.gemm.cupy_backend.run` over numpy with a launcher that runs the kernels on
-the CPU: output rows are split over :func:`precision_lab.rounding.for_chunks` (the GIL is
+the CPU: output rows are split over :func:`precision_lab.core.rounding.for_chunks` (the GIL is
 released inside the kernels). Three kernels:
 
 * fp32 sequential round-to-nearest-even with exact products (:func:`fma32_applies`; the CUDA
@@ -44,11 +44,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import _parallel
-from ..formats import FloatFormat, get_format
-from ..gpu import format_args
-from ..native_kernels import available, ext, isa
-from ..rounding import (
+from ..backends.kernel_sources import format_args
+from ..backends.native.kernels import available, ext, isa
+from ..core import pool as _parallel
+from ..core.formats import FloatFormat, get_format
+from ..core.rounding import (
     ROUNDING_MODES,
     _fits_float32,
     check_rounding,
@@ -112,7 +112,7 @@ def _float32_sums(acc: Accumulator, fa: FloatFormat, fb: FloatFormat) -> bool:
     numbers. H100 FP8 (13 bits kept, blocks of 32) qualifies; fp16/bf16 models (23-25 bits) not.
 
     >>> from precision_lab.gemm.tensor_core import tensor_core
-    >>> from precision_lab.formats import get_format
+    >>> from precision_lab.core.formats import get_format
     >>> e4m3 = get_format("e4m3")
     >>> _float32_sums(tensor_core("h100", "e4m3"), e4m3, e4m3)
     True

@@ -26,10 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import native_kernels
-from .._arrays import as_input
-from ..formats import FloatFormat, get_format
-from ..rounding import (
+from ..backends.native import kernels as native_kernels
+from ..core.exact import Rounder, round_sum, stochastic_words, two_sum
+from ..core.formats import FloatFormat, get_format
+from ..core.inputs import as_input
+from ..core.rounding import (
     _fits_float32,
     as_float_array,
     check_rounding,
@@ -38,7 +39,6 @@ from ..rounding import (
     round_to,
 )
 from .accumulator import Accumulator, _float_format
-from .exact import Rounder, round_sum, stochastic_words, two_sum
 from .scales import expand_scales
 from .shapes import gemm_shapes
 

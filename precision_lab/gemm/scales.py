@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from .._shapes import broadcast_shapes
-from ..rounding import round_to
+from ..core.rounding import round_to
+from ..core.shapes import broadcast_shapes
 
 __all__ = ["expand_scales"]
 

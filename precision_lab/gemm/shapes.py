@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .._shapes import broadcast_shapes
+from ..core.shapes import broadcast_shapes
 
 
 def gemm_shapes(

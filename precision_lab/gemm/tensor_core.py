@@ -80,7 +80,7 @@ ValueError: input_format: v100 (volta) tensor cores take fp16, got 'bf16'
 
 from __future__ import annotations
 
-from ..formats import FloatFormat, get_format
+from ..core.formats import FloatFormat, get_format
 from .accumulator import Accumulator
 
 __all__ = ["APPROXIMATE", "ARCHITECTURES", "GPUS", "tensor_core", "tensor_core_formats"]

@@ -49,12 +49,13 @@ from typing import Any
 
 import numpy as np
 
-from . import native_kernels
-from ._arrays import as_input
-from ._random import check_seed
-from ._shapes import broadcast_shapes
-from .formats import IntFormat, get_format
-from .rounding import (
+from ..backends.native import kernels as native_kernels
+from ..core.exact import SPLIT as _SPLIT
+from ..core.exact import two_product_error
+from ..core.formats import IntFormat, get_format
+from ..core.inputs import as_input
+from ..core.random_words import check_seed
+from ..core.rounding import (
     ROUNDING_MODES,
     STOCHASTIC_MODES,
     _random_for,
@@ -65,6 +66,7 @@ from .rounding import (
     for_chunks,
     round_to,
 )
+from ..core.shapes import broadcast_shapes
 
 __all__ = ["CALIBRATION_METHODS", "Calibration", "calibrate", "dequantize", "quantize"]
 
@@ -75,7 +77,6 @@ DIVISIONS = ("exact", "torch")
 _MAX_BINS = 1 << 24
 #: integer format wide enough for every rounded quotient before the zero point and the clamp
 _WIDE = IntFormat(32, True, "int32")
-_SPLIT = 134217729.0  # 2**27 + 1, Veltkamp's splitting constant for float64
 
 
 # ----- argument checks -------------------------------------------------------------------------
@@ -182,15 +183,6 @@ def _zero_point(
 
 
 # ----- exact arithmetic helpers ----------------------------------------------------------------
-def _two_product_error(a: np.ndarray, b: np.ndarray, p: np.ndarray) -> np.ndarray:
-    """``a * b - p`` exactly, for ``p = fl(a * b)`` (Dekker; no overflow or underflow assumed)."""
-    ca, cb = _SPLIT * a, _SPLIT * b
-    ah = ca - (ca - a)
-    bh = cb - (cb - b)
-    al, bl = a - ah, b - bh
-    return ((ah * bh - p) + ah * bl + al * bh) + al * bl
-
-
 def _to_odd(v: np.ndarray, residual_sign: np.ndarray) -> np.ndarray:
     """Round-to-odd from ``v = RN(exact)`` and the sign of ``exact - v`` (0 where exact).
 
@@ -267,7 +259,7 @@ def _odd_quotient_flat(x: np.ndarray, s: np.ndarray) -> np.ndarray:
     s = np.broadcast_to(s, x.shape)
     q = x / s
     p = q * s
-    err = _two_product_error(q, s, p)
+    err = two_product_error(q, s, p)
     d = x - p
     rs = _residual_sign(d, err)
     ax, aq = np.abs(x), np.abs(q)
@@ -293,7 +285,7 @@ def _odd_quotient_scaled(x: np.ndarray, s: np.ndarray) -> np.ndarray:
     ms, es = np.frexp(s)
     q = mx / ms  # |q| in (1/2, 2): no overflow, no underflow
     p = q * ms
-    err = _two_product_error(q, ms, p)
+    err = two_product_error(q, ms, p)
     q_odd = _to_odd(q, _residual_sign(mx - p, err))
     k = np.clip(ex - es, -1000, 2000).astype(np.int64)
     return np.ldexp(q_odd, k)
@@ -563,7 +555,7 @@ def _dequantize(c: np.ndarray, scale: Any, zero_point: Any, axis: int | None, dt
         short = bool(np.all(s.view(np.uint64) & _LOW29 == 0))  # <= 24 significant bits
         if short and (k.size == 0 or float(np.abs(k).max()) < 2.0**29):
             return np.asarray(p.astype(np.float32))  # p is exact: one rounding
-        err = _two_product_error(k, np.broadcast_to(s, p.shape), p)  # k * s - p, exactly
+        err = two_product_error(k, np.broadcast_to(s, p.shape), p)  # k * s - p, exactly
         odd = _to_odd(p, _residual_sign(err, np.zeros((), dtype=np.float64)))
         return np.asarray(odd.astype(np.float32))  # round-to-odd, then once to float32: exact
 

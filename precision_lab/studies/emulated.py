@@ -19,12 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from . import ops
-from .bounds import exact_solve, gamma_tilde, probability_q
-from .emulated import emulate
-from .formats import FloatFormat, get_format
-from .gemm.accumulator import Accumulator
-from .rounding import round_to
+from ..analysis.bounds import exact_solve, gamma_tilde, probability_q
+from ..arith import ops
+from ..arith.emulated import emulate
+from ..core.formats import FloatFormat, get_format
+from ..core.rounding import round_to
+from ..gemm.accumulator import Accumulator
+from ..training import RUNS, train_seeds
 
 __all__ = [
     "HARMONIC_FORMATS",
@@ -234,8 +235,6 @@ def training_weight_updates(
     Bit-reproducible: the GEMMs are :func:`~precision_lab.training.model.matmul_fixed_order`
     (no BLAS), the updates single roundings by the core with words keyed by the seed.
     """
-    from .training import RUNS, train_seeds
-
     base = RUNS["fp32"].replace(
         optimizer="sgd",
         lr=lr,
@@ -361,7 +360,7 @@ def iterative_refinement(
     pivoting), the solution and the residual ``r = b - A x`` in ``residual_format`` (fp32 or
     fp64: :func:`precision_lab.ops` with sequential sums in that format). ``A`` is rounded to the
     residual format, ``b`` is a seeded random vector on its grid, and errors are measured
-    against the exact solution of that system (:func:`precision_lab.bounds.exact_solve`).
+    against the exact solution of that system (:func:`precision_lab.analysis.bounds.exact_solve`).
     ``kappa`` is a label for the result."""
     n = A.shape[0]
     rf = _fmt(residual_format)

@@ -7,10 +7,10 @@
    ``mixed_bfloat16``, ``fp8_hybrid``;
 2. **normalisation**: the MLP with a layer norm after each hidden GEMM, FP32 policy, and under
    ``mixed_float16`` with the statistics in FP32 (the rule) or in FP16;
-3. **INT8 PTQ** of the FP32-trained network (:mod:`precision_lab.ptq`): activations calibrated
-   with each method of the core (max, percentile, mse, entropy) on a held-out calibration slice
-   of the training split (never trained on), weights per tensor or per channel;
-4. **INT8 QAT** (:mod:`precision_lab.qat`): fine-tuning from the FP32 network with fake
+3. **INT8 PTQ** of the FP32-trained network (:mod:`precision_lab.training.ptq`): activations
+calibrated with each method of the core (max, percentile, mse, entropy) on a held-out calibration
+slice of the training split (never trained on), weights per tensor or per channel;
+4. **INT8 QAT** (:mod:`precision_lab.training.qat`): fine-tuning from the FP32 network with fake
    quantization and the straight-through estimator, starting from the per-channel PTQ network
    whose calibration method has the smallest loss on the calibration slice (chosen without the
    test set); and, as a control, the same fine-tuning in plain FP32 followed by the same PTQ.
@@ -33,13 +33,13 @@ from typing import Any
 
 import numpy as np
 
-from .figures.text import signed
-from .policy import LossScaleSpec, Policy, get_policy
-from .ptq import WEIGHT_GRANULARITIES, QuantizedMLP, build, calibrate_activations
-from .qat import qat_finetune
-from .quantization import CALIBRATION_METHODS
-from .training import Dataset, TrainConfig, TrainResult, load_digits_split, train_seeds
-from .training.policy_model import PolicyMLP
+from ..quant.integer import CALIBRATION_METHODS
+from ..training import RUNS, Dataset, TrainConfig, TrainResult, load_digits_split, train_seeds
+from ..training.policy import LossScaleSpec, Policy, get_policy
+from ..training.policy_model import PolicyMLP
+from ..training.ptq import WEIGHT_GRANULARITIES, QuantizedMLP, build, calibrate_activations
+from ..training.qat import qat_finetune
+from .text import signed
 
 __all__ = [
     "SEEDS",
@@ -292,8 +292,6 @@ def fp8_ablation(study: Study, data: Sequence[Dataset], conf: dict[str, Any]) ->
     this section's: each recipe as reported, then one factor changed at a time (amax history,
     current instead of delayed scaling, batch size and epochs), FP8 against FP32 of the same
     recipe and seeds. Reuses ``study.policies`` (``float32``, ``fp8_hybrid``) when present."""
-    from .training import RUNS
-
     seeds = study.seeds
     rows: list[Fp8Row] = []
     t8, t32 = RUNS["fp8"], RUNS["fp32"]

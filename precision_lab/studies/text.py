@@ -1,4 +1,4 @@
-"""Number formatting shared by the report's sections (not a figure job: no ``fig_`` prefix)."""
+"""Number formatting shared by the studies' Markdown and the figure jobs' report sections."""
 
 from __future__ import annotations
 

@@ -18,8 +18,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..formats import FloatFormat, get_format
+from ..core.formats import FloatFormat, get_format
 from ..scaling import DynamicLossScaler, LossScaler, StaticLossScaler
+from .policy import get_policy
 
 __all__ = ["RUNS", "TrainConfig", "make_scaler"]
 
@@ -78,7 +79,7 @@ class TrainConfig:
     record_every:
         Steps between recordings of per-layer gradient statistics.
     policy:
-        ``None``, or the :class:`~precision_lab.policy.Policy` the numeric fields came from
+        ``None``, or the :class:`~precision_lab.training.policy.Policy` the numeric fields came from
         (:meth:`from_policy`): the network then honours its FP32 rule list and per-layer
         overrides (:class:`~precision_lab.training.policy_model.PolicyMLP`).
     """
@@ -156,15 +157,13 @@ class TrainConfig:
 
     @classmethod
     def from_policy(cls, policy: Any, **changes: Any) -> TrainConfig:
-        """The run of a :class:`~precision_lab.policy.Policy` (or a policy name): the numeric
-        fields come from the policy, ``changes`` set the model and optimisation fields.
+        """The run of a :class:`~precision_lab.training.policy.Policy` (or a policy name): the
+        numeric fields come from the policy, ``changes`` set the model and optimisation fields.
 
         >>> cfg = TrainConfig.from_policy("mixed_float16", epochs=2)
         >>> cfg.forward_format, cfg.master_format, cfg.loss_scaling, cfg.policy.name
         ('fp16', 'fp32', 'dynamic', 'mixed_float16')
         """
-        from ..policy import get_policy
-
         p = get_policy(policy)
         numeric = p.train_fields()
         clash = sorted(set(changes) & set(numeric))

@@ -33,10 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from ..analysis import underflow_stats
-from ..formats import FloatFormat, get_format
+from ..analysis.measures import underflow_stats
+from ..core.formats import FloatFormat, get_format
+from ..core.rounding import round_to
 from ..gemm import Accumulator, gemm
-from ..rounding import round_to
 from ..scaling import DelayedScaling, scale_from_amax
 from .config import TrainConfig
 from .updates import apply_update

@@ -54,9 +54,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .formats import FORMATS, FloatFormat, get_format
-from .gemm import Accumulator
-from .scaling import PRESETS, DynamicLossScaler
+from ..core.formats import FORMATS, FloatFormat, get_format
+from ..gemm import Accumulator
+from ..scaling import PRESETS, DynamicLossScaler, StaticLossScaler
 
 __all__ = [
     "FP32_OPS",
@@ -108,7 +108,7 @@ def _format(value: Any, where: str) -> FloatFormat:
     if not isinstance(f, FloatFormat):
         raise ValueError(
             f"{where}: must be a floating-point format, got {f}; integer formats (INT8) are "
-            "reached after training by precision_lab.ptq or precision_lab.qat"
+            "reached after training by precision_lab.training.ptq or precision_lab.training.qat"
         )
     return f
 
@@ -245,8 +245,6 @@ class LossScaleSpec:
 
     def make(self) -> Any:
         """A fresh scaler (:class:`~precision_lab.scaling.LossScaler`)."""
-        from .scaling import StaticLossScaler
-
         if self.kind == "dynamic":
             kw = dict(self.options)
             if self.init_scale is not None:

@@ -1,4 +1,4 @@
-"""The training emulation's network under a :class:`~precision_lab.policy.Policy`.
+"""The training emulation's network under a :class:`~precision_lab.training.policy.Policy`.
 
 :class:`PolicyMLP` is the :class:`~precision_lab.training.MLP` with its numerics taken from a
 policy (``cfg.policy``, set by :meth:`TrainConfig.from_policy
@@ -48,12 +48,12 @@ from typing import Any
 
 import numpy as np
 
-from ..formats import FloatFormat, get_format
+from ..core.formats import FloatFormat, get_format
+from ..core.rounding import round_to
 from ..gemm import Accumulator, gemm
-from ..policy import LayerPrecision, Policy, get_policy
-from ..rounding import round_to
 from .config import TrainConfig
 from .model import MLP, Operand, _t, softmax_xent
+from .policy import LayerPrecision, Policy, get_policy
 
 __all__ = ["NORM_EPS", "PolicyMLP"]
 

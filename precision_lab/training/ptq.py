@@ -37,9 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from .gemm import Accumulator, gemm
-from .quantization import CALIBRATION_METHODS, Calibration, calibrate
-from .training.model import matmul_fixed_order
+from ..gemm import Accumulator, gemm
+from ..quant.integer import CALIBRATION_METHODS, Calibration, calibrate
+from .model import matmul_fixed_order
 
 __all__ = [
     "WEIGHT_GRANULARITIES",

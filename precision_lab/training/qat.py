@@ -4,8 +4,8 @@ QAT fine-tunes the FP32-trained network with the INT8 rounding in its forward pa
 
 * **fake quantization** ``fq(x) = dequantize(quantize(x))`` (the core's exact
   :func:`precision_lab.quantize` / :func:`precision_lab.dequantize`) of every GEMM input, with
-  the fixed per-tensor activation calibrations of PTQ (:mod:`precision_lab.ptq`), and of the
-  weights, per output channel with ``max`` calibration recomputed at every step;
+  the fixed per-tensor activation calibrations of PTQ (:mod:`precision_lab.training.ptq`), and of
+  the weights, per output channel with ``max`` calibration recomputed at every step;
 * **straight-through estimator** (STE, Bengio et al. 2013; pytorch-quantization's
   ``fake_tensor_quant``): the rounding is treated as the identity in the backward pass, so the
   gradient of ``fq(x)`` is the incoming gradient where ``x`` lies inside the clipping range
@@ -15,7 +15,8 @@ QAT fine-tunes the FP32-trained network with the INT8 rounding in its forward pa
 
 :class:`QATMLP` is the training emulation's :class:`~precision_lab.training.policy_model.PolicyMLP`
 (FP32 policy) with those two hooks; :func:`qat_finetune` starts it from trained weights and
-returns the INT8 network (:class:`~precision_lab.ptq.QuantizedMLP`) of the fine-tuned weights.
+returns the INT8 network (:class:`~precision_lab.training.ptq.QuantizedMLP`) of the fine-tuned
+weights.
 
 >>> import numpy as np, precision_lab as pl
 >>> cal = pl.calibrate(np.array([-1.0, 1.0]), "int8")
@@ -33,10 +34,12 @@ from typing import Any
 
 import numpy as np
 
+from ..quant.integer import Calibration
+from .config import TrainConfig
+from .data import Dataset
+from .loop import TrainResult, train_seeds
+from .policy_model import PolicyMLP
 from .ptq import QuantizedMLP, _weight_calibration, build
-from .quantization import Calibration
-from .training import Dataset, TrainConfig, TrainResult, train_seeds
-from .training.policy_model import PolicyMLP
 
 __all__ = ["QATMLP", "fake_quant", "qat_finetune", "ste_grad"]
 

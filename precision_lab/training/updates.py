@@ -14,7 +14,7 @@
   ``c = (s - w) - y``, ``w = s``. What rounding loses is carried to the next step.
 
 Each bf16 operation is a single rounding of the exact result (the TwoSum pair of the two
-operands, :func:`precision_lab.gemm.exact.round_sum`), whatever the operands' exponent gap.
+operands, :func:`precision_lab.core.exact.round_sum`), whatever the operands' exponent gap.
 
 >>> import numpy as np
 >>> w, d = np.ones(1, np.float32), np.full(1, 1e-3, np.float32)
@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..formats import FloatFormat
-from ..gemm.exact import Rounder, round_sum, two_sum
-from ..rounding import check_options
+from ..core.exact import Rounder, round_sum, two_sum
+from ..core.formats import FloatFormat
+from ..core.rounding import check_options
 
 __all__ = ["WEIGHT_UPDATES", "apply_update", "bf16_add"]
 

@@ -42,7 +42,7 @@ is a complete example.
 Where it runs: ``client=None`` uses Dask's local ``"processes"`` scheduler: nothing to start, and
 the runs, which are mostly small numpy calls driven by Python, do not contend for one GIL as they
 would in threads. Each run calls precision_lab single-threaded
-(:func:`~precision_lab._parallel.use_workers`): the runs themselves are the parallel work.
+(:func:`~precision_lab.core.pool.use_workers`): the runs themselves are the parallel work.
 ``client`` may also be ``"threads"`` or ``"sync"`` (Dask's other local schedulers), a scheduler
 address or a ``dask.distributed.Client``. A run that raises is reported in
 :attr:`GridResult.failures` with its configuration and the error; the others are kept. Needs the
@@ -71,14 +71,18 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__
-from ._parallel import use_workers
+from ..analysis import error_stats
+from ..core.pool import use_workers
+from ..core.rounding import round_to
+from ..core.version import __version__
+from ..gemm import Accumulator, gemm
+from ..training import RUNS, TrainConfig, train
 
 INSTALL = 'pip install "precision_lab[dask]"'
 try:
     import dask
 except ImportError as err:  # pragma: no cover - depends on the environment
-    raise ImportError(f"precision_lab.grid needs Dask: {INSTALL}") from err
+    raise ImportError(f"precision_lab.verify.grid needs Dask: {INSTALL}") from err
 
 __all__ = [
     "KINDS",
@@ -168,8 +172,6 @@ def config_hash(config: Mapping[str, Any]) -> str:
 
 # ----- one run -----------------------------------------------------------------------------------
 def _accumulator(value: Any) -> Any:
-    from .gemm import Accumulator
-
     if value is None:
         return None
     if isinstance(value, str):
@@ -180,8 +182,6 @@ def _accumulator(value: Any) -> Any:
 
 
 def _train(config: Mapping[str, Any]) -> dict[str, Any]:
-    from .training import RUNS, TrainConfig, train
-
     fields = {k: v for k, v in config.items() if k not in ("kind", "run")}
     run = config.get("run")
     if run is not None and run not in RUNS:
@@ -205,10 +205,6 @@ def _train(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _gemm(config: Mapping[str, Any]) -> dict[str, Any]:
-    from .analysis import error_stats
-    from .gemm import gemm
-    from .rounding import round_to
-
     c = {**_GEMM_DEFAULTS, **config}
     unknown = sorted(set(c) - set(_GEMM_DEFAULTS) - {"kind"})
     if unknown:

@@ -53,7 +53,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .formats import FloatFormat, IntFormat, get_format
+from ..core.formats import FORMATS, FloatFormat, IntFormat, get_format
 
 __all__ = [
     "ML_DTYPES",
@@ -103,8 +103,6 @@ def _float_format(fmt: Any) -> FloatFormat:
 
 
 def _registered_name(f: FloatFormat, table: dict[str, Any], oracle: str) -> str:
-    from .formats import FORMATS
-
     for name in table:
         if FORMATS[name] == f:
             return name

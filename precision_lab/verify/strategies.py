@@ -31,8 +31,8 @@ import numpy as np
 from hypothesis import reject
 from hypothesis import strategies as st
 
-from .formats import FloatFormat, IntFormat, get_format
-from .rounding import ROUNDING_MODES, STOCHASTIC_MODES
+from ..core.formats import FloatFormat, IntFormat, get_format
+from ..core.rounding import ROUNDING_MODES, STOCHASTIC_MODES
 
 __all__ = ["codes", "floats_near_ties", "formats", "rounding_modes", "values"]
 

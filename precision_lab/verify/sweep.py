@@ -3,14 +3,14 @@
 :func:`verify_exhaustive` walks every float32 (2**32), float16 or bfloat16 (2**16) bit pattern in
 chunks, one Dask task per chunk; each task rounds its inputs with :func:`~precision_lab.round_to`
 and encodes them with :func:`~precision_lab.encode` in every requested (mode, overflow) pair, and
-compares values and codes with an independent oracle (:mod:`precision_lab.oracles`: the fast
+compares values and codes with an independent oracle (:mod:`precision_lab.verify.oracles`: the fast
 ``"referee"``, ``"ml_dtypes"``, ``"torch"``, or any callable with the same signature). It returns
 the mismatch counts and the first mismatches of each chunk.
 
 Where it runs. ``client=None`` (the default) runs the tasks on Dask's local threaded scheduler:
 nothing to start, no process spawning or pickling, and the work is numpy and native code that
 releases the GIL, so threads use the machine fully. Each task runs precision_lab single-threaded
-(:func:`~precision_lab._parallel.use_workers`), so the parallelism is Dask's (workers x threads),
+(:func:`~precision_lab.core.pool.use_workers`), so the parallelism is Dask's (workers x threads),
 not Dask's times the rounding core's own thread pool. ``client`` may also be a scheduler address
 (``"tcp://host:8786"``: a ``dask.distributed.Client`` is opened and closed around the sweep) or any
 ``dask.distributed.Client`` (a ``LocalCluster``, a cluster of many machines): the chunks are then
@@ -50,18 +50,18 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from . import __version__
-from ._parallel import use_workers
-from .codec import encode
-from .formats import FloatFormat, get_format
+from ..core.codec import encode
+from ..core.formats import FloatFormat, get_format
+from ..core.pool import use_workers
+from ..core.rounding import check_choice, check_rounding, round_to
+from ..core.version import __version__
 from .oracles import ORACLES, nan_codes
-from .rounding import check_choice, check_rounding, round_to
 
 INSTALL = 'pip install "precision_lab[dask]"'
 try:
     import dask
 except ImportError as err:  # pragma: no cover - depends on the environment
-    raise ImportError(f"precision_lab.sweep needs Dask: {INSTALL}") from err
+    raise ImportError(f"precision_lab.verify.sweep needs Dask: {INSTALL}") from err
 
 __all__ = ["INPUTS", "SweepResult", "check_chunk", "verify_exhaustive"]
 
@@ -376,9 +376,9 @@ def verify_exhaustive(
         pair is checked), and the subnormal switch.
     against:
         ``"referee"`` (fast exact float64 referee, every mode), ``"ml_dtypes"`` or ``"torch"``
-        (nearest_even, both overflow switches; see :mod:`precision_lab.oracles`), or a callable
-        ``f(x, fmt, *, mode, overflow, subnormals) -> (values, codes)`` taking float32 inputs
-        (picklable when a distributed client runs it).
+        (nearest_even, both overflow switches; see :mod:`precision_lab.verify.oracles`), or a
+        callable ``f(x, fmt, *, mode, overflow, subnormals) -> (values, codes)`` taking float32
+        inputs (picklable when a distributed client runs it).
     input:
         ``"float32"`` (2**32 patterns), ``"float16"`` or ``"bfloat16"`` (2**16 each).
     chunk, start, stop:

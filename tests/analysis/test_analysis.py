@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import precision_lab as pl
-from precision_lab import analysis as an
-from precision_lab import gradients as gr
+from precision_lab.analysis import measures as an
+from precision_lab.scaling import gradients as gr
 
 ML = {
     "fp16": np.float16,

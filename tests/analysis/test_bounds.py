@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 import precision_lab as pl
-from precision_lab import bounds, ops
-from precision_lab.experiments_emulated import (
+from precision_lab.analysis import bounds
+from precision_lab.arith import ops
+from precision_lab.studies.emulated import (
     harmonic_stagnation,
     iterative_refinement,
     lambda_for,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import precision_lab as pl
-from precision_lab import ops
+from precision_lab.arith import ops
 
 RNG = np.random.default_rng(99)
 

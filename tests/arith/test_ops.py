@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from referee import DETERMINISTIC, KEYS, OVERFLOWS, referee_all, referee_formula
 
 import precision_lab as pl
-from precision_lab import ops
-from precision_lab import strategies as pls
+from precision_lab.arith import ops
+from precision_lab.verify import strategies as pls
 
 F = Fraction
 BINARY = {

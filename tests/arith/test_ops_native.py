@@ -19,10 +19,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import precision_lab as pl
-from precision_lab import native, ops
-from precision_lab.rounding import ROUNDING_MODES
+from precision_lab.arith import ops
+from precision_lab.backends import native
+from precision_lab.core.rounding import ROUNDING_MODES
 
-pytestmark = pytest.mark.skipif(native.ext is None, reason=f"precision_lab._native: {native.WHY}")
+pytestmark = pytest.mark.skipif(
+    native.ext is None, reason=f"precision_lab.backends._native: {native.WHY}"
+)
 
 DETERMINISTIC = [m for m in ROUNDING_MODES if not m.startswith("stochastic")]
 OPS = ("add", "sub", "mul", "fma")

@@ -1,10 +1,11 @@
 """Every CUDA source of the package compiles for real GPU targets (sm_80 and sm_90).
 
-- nvcc (when installed): each ``precision_lab/cuda/*.cu`` to a fatbin of sm_80 and sm_90 cubins
-  (``-Werror all-warnings``; the host side of the headers is compiled by tests/test_cuda_host.py);
+- nvcc (when installed): each ``precision_lab/backends/cuda/*.cu`` to a fatbin of sm_80 and sm_90
+cubins (``-Werror all-warnings``; the host side of the headers is compiled by
+tests/backends/test_cuda_host.py);
 - NVRTC (when a libnvrtc is found: the CUDA toolkit, or the ``nvidia-cuda-nvrtc`` wheel that
-  CuPy uses): the exact self-contained source that :mod:`precision_lab.gpu` hands to CuPy, with
-  its options, to PTX for sm_90 (compute_90). NVRTC has no standard headers, so this catches
+  CuPy uses): the exact self-contained source that :mod:`precision_lab.backends.gpu` hands to CuPy,
+  with its options, to PTX for sm_90 (compute_90). NVRTC has no standard headers, so this catches
   what nvcc would not.
 
 Each check skips, saying why, where its compiler is missing. No GPU is needed.
@@ -26,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from precision_lab.gpu import CUDA_DIR, NVRTC_OPTIONS, kernel_source
+from precision_lab.backends.gpu import CUDA_DIR, NVRTC_OPTIONS, kernel_source
 
 SOURCES = sorted(p.name for p in CUDA_DIR.glob("*.cu"))
 ARCHS = ("sm_80", "sm_90")
@@ -158,7 +159,8 @@ def _nvrtc_compile(lib: ctypes.CDLL, source: str, name: str, options: list[str])
 
 @pytest.mark.parametrize("name", SOURCES)
 def test_nvrtc_compiles_what_cupy_gets(results, name: str) -> None:
-    """The self-contained source and options of precision_lab.gpu.module, to PTX for sm_90."""
+    """The self-contained source and options of precision_lab.backends.gpu.module, to PTX for
+    sm_90."""
     if ("nvrtc", "skip") in results:
         pytest.skip(results["nvrtc", "skip"])
     rc, log = results["nvrtc", name]

@@ -1,9 +1,10 @@
-"""The CUDA rounding core (precision_lab/cuda/pl_round.cuh), compiled as plain C++, against numpy.
+"""The CUDA rounding core (precision_lab/backends/cuda/pl_round.cuh), compiled as plain C++,
+against numpy.
 
 The header's __host__ __device__ functions are built with the system C++ compiler into a shared
-library (tests/cuda_harness/host_round.cpp, once per session, cached under tests/_build/) and
-called through ctypes. The harness runs the same per-group functions as the GPU kernels, so
-this checks the GPU arithmetic bit for bit on a machine without a GPU:
+library (tests/backends/cuda_harness/host_round.cpp, once per session, cached under
+tests/backends/_build/) and called through ctypes. The harness runs the same per-group functions as
+the GPU kernels, so this checks the GPU arithmetic bit for bit on a machine without a GPU:
 
 - round_to and encode for every format of at most 16 bits, every deterministic rounding mode, both
   overflow modes and both subnormal modes, over all 65536 float16 and all 65536 bfloat16 bit
@@ -12,10 +13,10 @@ this checks the GPU arithmetic bit for bit on a machine without a GPU:
 - wider formats (fp32, tf32, fp64, custom) on random float32/float64 inputs;
 - stochastic rounding with several seeds (up to 2**128 - 1) and random_bits values;
 - decode of every code of every format of at most 16 bits, random codes of wider formats;
-- the Philox4x64-10 words against precision_lab._random.
+- the Philox4x64-10 words against precision_lab.core.random_words.
 
-The oracle is the numpy core itself (precision_lab.rounding / precision_lab.codec), plus ml_dtypes
-for the formats it has, and hand-derived values for zero, NaN and e8m0.
+The oracle is the numpy core itself (precision_lab.core.rounding / precision_lab.core.codec), plus
+ml_dtypes for the formats it has, and hand-derived values for zero, NaN and e8m0.
 """
 
 from __future__ import annotations
@@ -41,9 +42,9 @@ from precision_lab import (
     round_to,
     use_backend,
 )
-from precision_lab._random import philox4x64, random_words
-from precision_lab.gpu import CUDA_DIR, format_args
-from precision_lab.rounding import ROUNDING_MODES, working_dtype
+from precision_lab.backends.gpu import CUDA_DIR, format_args
+from precision_lab.core.random_words import philox4x64, random_words
+from precision_lab.core.rounding import ROUNDING_MODES, working_dtype
 
 ROOT = Path(__file__).resolve().parent
 HARNESS = ROOT / "cuda_harness" / "host_round.cpp"
@@ -592,7 +593,8 @@ def test_hand_derived_cases(lib) -> None:
     assert r[0] == 448.0 and np.isnan(r[1]) and np.isnan(r[2]) and np.signbit(r[2])
 
 
-# ===== the GEMM kernels, run on the CPU (tests/cuda_harness/cuda_emul.h) =========================
+# ===== the GEMM kernels, run on the CPU (tests/backends/cuda_harness/cuda_emul.h)
+# =========================
 GEMM_HARNESS = ROOT / "cuda_harness" / "host_gemm.cpp"
 GEMM_FLAGS = [
     "-O2",
@@ -790,7 +792,8 @@ def test_gemm_special_values_and_shapes(gemm_lib) -> None:
             _same_gemm(got, want, f"shapes {acc.describe()}", args[0])
 
 
-# ===== precision_lab.gpu and the cupy backend, end to end, over an emulated CuPy =================
+# ===== precision_lab.backends.gpu and the cupy backend, end to end, over an emulated CuPy
+# =================
 class _FakeArray(np.ndarray):
     """A numpy array that says it is a CuPy array (the core dispatches on the type's module)."""
 
@@ -856,7 +859,7 @@ def _fake_cupy(lib: ctypes.CDLL):
 def fake_cp(gemm_lib, monkeypatch):
     import sys
 
-    from precision_lab import gpu
+    from precision_lab.backends import gpu
 
     fake = _fake_cupy(gemm_lib)
     monkeypatch.setitem(sys.modules, "cupy", fake)
@@ -866,8 +869,9 @@ def fake_cp(gemm_lib, monkeypatch):
 
 
 def test_gpu_module_end_to_end_emulated(fake_cp) -> None:
-    """tests/test_gpu.py's checks of round_to/encode/decode, run through precision_lab.gpu with
-    CuPy replaced by numpy and the kernels of pl_round.cu compiled for the CPU."""
+    """tests/backends/test_gpu.py's checks of round_to/encode/decode, run through
+    precision_lab.backends.gpu with CuPy replaced by numpy and the kernels of pl_round.cu compiled
+    for the CPU."""
     import test_gpu as tg
 
     assert pl_available_fake(fake_cp)
@@ -883,7 +887,7 @@ def test_gpu_module_end_to_end_emulated(fake_cp) -> None:
 
 
 def pl_available_fake(fake) -> bool:
-    from precision_lab import gpu
+    from precision_lab.backends import gpu
 
     return gpu.available()
 

@@ -11,7 +11,7 @@ import pytest
 
 import precision_lab as pl
 from precision_lab import FORMATS, FloatFormat, IntFormat
-from precision_lab.rounding import ROUNDING_MODES, STOCHASTIC_MODES
+from precision_lab.core.rounding import ROUNDING_MODES, STOCHASTIC_MODES
 
 pytestmark = [
     pytest.mark.gpu,

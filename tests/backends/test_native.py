@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import ast
 import importlib.util
 import os
 import shutil
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tomllib
 from fpenv import ftz_daz
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -44,21 +44,14 @@ from test_cuda_host import (
 )
 
 import precision_lab as pl
-from precision_lab import (
-    FloatFormat,
-    _parallel,
-    decode,
-    dispatch,
-    encode,
-    gpu,
-    native,
-    round_to,
-)
-from precision_lab._random import philox4x64, random_words
-from precision_lab.gpu import CUDA_DIR, format_args
+from precision_lab import FloatFormat, decode, encode, round_to
+from precision_lab.backends import dispatch, gpu, native
+from precision_lab.backends.gpu import CUDA_DIR, format_args
+from precision_lab.core import pool as _parallel
+from precision_lab.core.random_words import philox4x64, random_words
 
 pytestmark = [
-    pytest.mark.skipif(native.ext is None, reason=f"precision_lab._native: {native.WHY}"),
+    pytest.mark.skipif(native.ext is None, reason=f"precision_lab.backends._native: {native.WHY}"),
     pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning"),
 ]
 
@@ -200,7 +193,7 @@ EDGE_FORMATS = ["fp16", "bf16", "e4m3", "e5m2", "e5m2fnuz", "e2m1", "e3m2_nosub"
 
 def _fixed_quantum(fmt: FloatFormat, working: str) -> bool:
     """Whether the fast path below the smallest normal applies (rounding._Plan's view of it)."""
-    from precision_lab.rounding import _plan
+    from precision_lab.core.rounding import _plan
 
     p = _plan(fmt, working, "nearest_even", "ieee", False)
     return p.fixed_quantum and not p.all_low
@@ -469,7 +462,7 @@ def test_portable_build_gives_the_same_words(tmp_path) -> None:
     """core.cpp built as on other CPUs and compilers (no AVX-512 path, no BMI2 copy, no __int128:
     the header's four-product fallback) gives the same random words and stochastic results."""
     so = tmp_path / ("_native" + sysconfig.get_config_var("EXT_SUFFIX"))
-    core = Path(pl.__file__).parent / "native" / "core.cpp"
+    core = Path(pl.__file__).parent / "backends" / "native" / "core.cpp"
     flags = ["-DPL_NO_AVX512", "-DPL_NO_CLONES", "-DPL_NO_INT128", "-ffp-contract=off"]
     include = f"-I{sysconfig.get_paths()['include']}"
     cmd = ["g++", "-std=c++17", "-O0", "-shared", "-fPIC", *flags, include, str(core)]
@@ -606,49 +599,31 @@ def test_missing_or_stale_extension(monkeypatch) -> None:
         round_to(0.3, "e4m3")
     # a stale build: the hash compiled in differs from the sources' hash
     monkeypatch.setattr(native, "source_hash", lambda files: "0123456789abcdef")
-    mod, why = native.load("precision_lab._native")
+    mod, why = native.load("precision_lab.backends._native")
     assert mod is None and "stale" in why and "rebuild with: pip install -e ." in why
     monkeypatch.setenv(native.REQUIRE_ENV, "1")
     with pytest.raises(ImportError, match="stale"):
-        native.load_or_warn("precision_lab._native")
+        native.load_or_warn("precision_lab.backends._native")
     monkeypatch.delenv(native.REQUIRE_ENV)
     with pytest.warns(RuntimeWarning, match="numpy reference serves instead"):
-        native.load_or_warn("precision_lab._native")
+        native.load_or_warn("precision_lab.backends._native")
 
 
 def test_fresh_build_matches_the_sources() -> None:
     assert native.ext is not None
-    assert native.ext.SOURCE_HASH == native.source_hash(native.EXTENSIONS["precision_lab._native"])
+    assert native.ext.SOURCE_HASH == native.source_hash(
+        native.EXTENSIONS["precision_lab.backends._native"]
+    )
 
 
-def _imports(path: Path) -> set[str]:
-    """Modules of precision_lab a file imports, anywhere in it (function-level imports too)."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            if node.module:
-                found.add(node.module.split(".")[0])
-            else:
-                found.update(a.name for a in node.names)
-        elif isinstance(node, ast.Import):
-            found.update(
-                a.name.split(".")[1] for a in node.names if a.name.startswith("precision_lab.")
-            )
-    return found
-
-
-def test_backends_sit_below_the_dispatch_layer() -> None:
-    """The numpy core, codec and GPU module never import the dispatch layer or the native backend,
-    and the GPU module is imported by the dispatch layer only (no rounding <-> gpu loop)."""
-    root = Path(pl.__file__).parent
-    below = {"formats", "rounding", "codec", "gpu", "_random"}
-    for name in below:
-        imported = _imports(root / f"{name}.py")
-        assert not imported & {"dispatch", "native"}, (name, imported)
-        if name != "gpu":
-            assert "gpu" not in imported, name
-    assert _imports(root / "gpu.py") <= {"formats", "rounding"}
-    assert "dispatch" not in _imports(root / "native" / "__init__.py")
+def test_layers_are_enforced() -> None:
+    """The import rules (a numpy core that never imports the backends; the dispatch above the
+    native and CuPy backends) are import-linter contracts that `make test` runs: they are there."""
+    cfg = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    contracts = cfg["tool"]["importlinter"]["contracts"]
+    layers = {tuple(c.get("containers", ())): c["layers"] for c in contracts}
+    assert layers[("precision_lab.backends",)] == ["dispatch", "native | gpu", "kernel_sources"]
+    assert layers[("precision_lab",)][-2:] == ["backends", "core"]
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no g++")

@@ -1,7 +1,8 @@
-"""The native block kernels (precision_lab/native/blocks.inc) give the numpy reference's bits.
+"""The native block kernels (precision_lab/backends/native/blocks.inc) give the numpy reference's
+bits.
 
-tests/test_native_kernels.py compares random and edge tensors in every layout; here the float32
-path of contiguous blocks (MX along the last axis, NVFP4: elements rounded in float32 bits,
+tests/backends/test_native_kernels.py compares random and edge tensors in every layout; here the
+float32 path of contiguous blocks (MX along the last axis, NVFP4: elements rounded in float32 bits,
 nearest even by the FPU) is checked exhaustively: every finite float16 value as an element of a
 block whose scale a fixed anchor sets, so every tie, subnormal and saturating element of each
 format is met, under every deterministic rounding mode; and NVFP4's per-tensor amax pass, chunk
@@ -23,12 +24,13 @@ from hypothesis.extra import numpy as hnp
 
 import precision_lab as pl
 
-native_kernels = importlib.import_module("precision_lab.native_kernels")
-blocks = importlib.import_module("precision_lab.blocks")
-parallel = importlib.import_module("precision_lab._parallel")
+native_kernels = importlib.import_module("precision_lab.backends.native.kernels")
+blocks = importlib.import_module("precision_lab.quant.blocks")
+block_layout = importlib.import_module("precision_lab.quant.block_layout")
+parallel = importlib.import_module("precision_lab.core.pool")
 
 pytestmark = pytest.mark.skipif(
-    not native_kernels.available(), reason="precision_lab._native_kernels is not built"
+    not native_kernels.available(), reason="precision_lab.backends._native_kernels is not built"
 )
 MODES = [m for m in pl.ROUNDING_MODES if m not in ("stochastic", "stochastic_equal")]
 RNG = np.random.default_rng(20261203)
@@ -144,7 +146,7 @@ def test_chunks_tiles_and_threads_do_not_change_results(monkeypatch, name):
     ref = on_numpy(pl.round_to_blocks, x, name)
     assert same(pl.round_to_blocks(x, name), ref)
     for chunk in (32 * 3, 16 * 5, 32 * 300):
-        monkeypatch.setattr(blocks, "_CHUNK", chunk)
+        monkeypatch.setattr(block_layout, "_CHUNK", chunk)
         for workers in (1, 2):
             with parallel.use_workers(workers):
                 assert same(pl.round_to_blocks(x, name), ref), (chunk, workers)
@@ -198,7 +200,7 @@ def test_stochastic_rounding_matches_numpy_across_chunks_and_threads(
         for fn in (pl.round_to_blocks, pl.quantize_blocks):
             ref = on_numpy(fn, x, name, **kw)
             for chunk, workers in ((1 << 18, 2), (16 * 7, 2), (16 * 7, 1)):
-                monkeypatch.setattr(blocks, "_CHUNK", chunk)
+                monkeypatch.setattr(block_layout, "_CHUNK", chunk)
                 with parallel.use_workers(workers):
                     assert same(fn(x, name, **kw), ref), (fn.__name__, rbits, chunk, workers)
 
@@ -216,7 +218,7 @@ _BASELINE_SCRIPT = """
 import importlib, sys
 sys.path.insert(0, {tests!r})
 import numpy as np
-nk = importlib.import_module("precision_lab.native_kernels")
+nk = importlib.import_module("precision_lab.backends.native.kernels")
 assert nk.isa() == "baseline", nk.isa()
 import test_native_blocks as t
 for bf in t.FLOAT_PATH_FORMATS:

@@ -1,8 +1,8 @@
 """The compiled kernels (precision_lab._native_kernels) give the numpy reference's bits.
 
-The configuration matrices of tests/test_gemm.py and tests/test_tensor_core.py already run on
-both CPU backends (tests/backends.py); here: the extension is built, random models and edge
-values (inf, NaN, subnormal products, overflow, stochastic rounding, scales, batches) on both
+The configuration matrices of tests/gemm/test_gemm.py and tests/gemm/test_tensor_core.py already
+run on both CPU backends (tests/cpu_backends.py); here: the extension is built, random models and
+edge values (inf, NaN, subnormal products, overflow, stochastic rounding, scales, batches) on both
 backends, the baseline instruction-set build, and quantize/dequantize against numpy.
 """
 
@@ -22,12 +22,12 @@ from hypothesis.extra import numpy as hnp
 
 import precision_lab as pl
 
-native_kernels = importlib.import_module("precision_lab.native_kernels")
+native_kernels = importlib.import_module("precision_lab.backends.native.kernels")
 native_backend = importlib.import_module("precision_lab.gemm.native_backend")
-quantization = importlib.import_module("precision_lab.quantization")
+quantization = importlib.import_module("precision_lab.quant.integer")
 
 needs_native = pytest.mark.skipif(
-    not native_kernels.available(), reason="precision_lab._native_kernels is not built"
+    not native_kernels.available(), reason="precision_lab.backends._native_kernels is not built"
 )
 RNG = np.random.default_rng(20261203)
 
@@ -153,7 +153,7 @@ def test_auto_uses_native_and_falls_back_for_blas():
 
 _BASELINE_SCRIPT = """
 import numpy as np, precision_lab as pl, importlib
-assert importlib.import_module("precision_lab.native_kernels").isa() == "baseline"
+assert importlib.import_module("precision_lab.backends.native.kernels").isa() == "baseline"
 rng = np.random.default_rng(1)
 a = pl.round_to(rng.standard_normal((7, 50)), "e4m3")
 b = pl.round_to(rng.standard_normal((50, 19)), "e4m3")
@@ -164,8 +164,8 @@ for acc in accs + [pl.tensor_core("b200", "e4m3")]:
     assert np.array_equal(x.view(np.uint32), y.view(np.uint32)), acc
 x = (rng.standard_normal((9, 33)) * 50).astype(np.float32)
 q = pl.quantize(x, "int8", np.linspace(0.1, 1, 9), axis=0)
-qm = importlib.import_module("precision_lab.quantization")
-nk = importlib.import_module("precision_lab.native_kernels"); nk.ext = None
+qm = importlib.import_module("precision_lab.quant.integer")
+nk = importlib.import_module("precision_lab.backends.native.kernels"); nk.ext = None
 assert np.array_equal(q, pl.quantize(x, "int8", np.linspace(0.1, 1, 9), axis=0))
 print("ok")
 """
@@ -438,14 +438,14 @@ def test_header_without_int128(tmp_path):
     import shutil
     from pathlib import Path
 
-    from precision_lab._random import random_words
+    from precision_lab.core.random_words import random_words
 
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None:
         pytest.skip("no C++ compiler")
     src = tmp_path / "mulhi.cpp"
     src.write_text(_MULHI_PROGRAM)
-    cuda = Path(pl.__file__).parent / "cuda"
+    cuda = Path(pl.__file__).parent / "backends" / "cuda"
     exe = tmp_path / "mulhi"
     subprocess.run(
         [cxx, "-O1", "-U__SIZEOF_INT128__", f"-I{cuda}", str(src), "-o", str(exe)], check=True

@@ -506,7 +506,7 @@ def test_figures_without_scikit_learn_skip_with_one_clear_line(capsys, tmp_path,
 
 def test_figures_extra_names_scikit_learn():
     tomllib = pytest.importorskip("tomllib")
-    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     extras = pyproject["project"]["optional-dependencies"]
     assert any(dep.startswith("scikit-learn") for dep in extras["figures"])
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from referee import DETERMINISTIC, referee_formula
 
 import precision_lab as pl
-from precision_lab import _parallel
+from precision_lab.core import pool as _parallel
 
 # the tests build float32 values from float64 ones that may be out of float32's range on purpose
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import precision_lab as pl
-from precision_lab import _parallel, rounding
+from precision_lab.core import pool as _parallel
+from precision_lab.core import rounding
 from precision_lab.scaling import has_inf_or_nan
 
 # ---------------------------------------------------------------- item 1: fork and Ctrl-C
@@ -549,7 +550,7 @@ def _entropy_samples(seed: int) -> np.ndarray:
 def test_item7_entropy_fast_equals_quadratic(seed):
     """The O(num_bins + candidates * levels) entropy calibration picks exactly the threshold of
     the former quadratic implementation."""
-    from precision_lab import quantization
+    from precision_lab.quant import integer as quantization
 
     x = np.abs(_entropy_samples(seed))
     rng = np.random.default_rng(100 + seed)
@@ -564,7 +565,7 @@ def test_item7_entropy_fast_equals_quadratic(seed):
 
 
 def test_item7_entropy_degenerate_histograms():
-    from precision_lab import quantization
+    from precision_lab.quant import integer as quantization
 
     edges = np.linspace(0, 1, 9)
     for hist in (
@@ -670,7 +671,7 @@ def test_item7_mse_calibration_any_magnitude(k):
     """The mse search on a histogram whose edges are scaled by 2**k picks the threshold scaled by
     2**k: no overflowing centres or squares (1e300 warned and broke the search) and no squares
     underflowing to 0 (for 1e-300 every candidate had error 0 and the first one won)."""
-    from precision_lab import quantization
+    from precision_lab.quant import integer as quantization
 
     x = np.abs(np.random.default_rng(7).laplace(0, 1, 4000))
     hist, edges = np.histogram(x, bins=256, range=(0.0, float(x.max())))

@@ -1,7 +1,7 @@
 """Exhaustive checks of the rounding core: every float16 and every bfloat16 bit pattern, rounded to
 every format of 16 bits or fewer, in every deterministic mode and both overflow modes, against the
-exact referee in tests/referee.py (its vectorised referee_table, which tests/test_referee.py checks
-against the scalar Fraction referee); nearest_even/ieee against ml_dtypes and numpy too."""
+exact referee in tests/referee.py (its vectorised referee_table, which tests/core/test_referee.py
+checks against the scalar Fraction referee); nearest_even/ieee against ml_dtypes and numpy too."""
 
 from __future__ import annotations
 

@@ -17,8 +17,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import precision_lab as pl
-from precision_lab.formats import FloatFormat, IntFormat
-from precision_lab.rounding import ROUNDING_MODES, _fits_float32
+from precision_lab.core.formats import FloatFormat, IntFormat
+from precision_lab.core.rounding import ROUNDING_MODES, _fits_float32
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning"),
@@ -410,7 +410,7 @@ def test_big_integers_are_rounded_once_from_the_exact_value(name):
 
 
 def test_big_integers_stochastic_modes_use_the_exact_fraction():
-    from precision_lab._random import random_words
+    from precision_lab.core.random_words import random_words
 
     fmt = pl.get_format("bf16")
     ints = _big_integers(8)
@@ -458,7 +458,7 @@ class _Wrapped:
 
 
 def test_dlpack_and_array_api_arrays_come_back_in_their_type():
-    from precision_lab._arrays import as_input
+    from precision_lab.core.inputs import as_input
 
     base = np.linspace(-3, 3, 24, dtype=np.float32).reshape(4, 6)
     w = _Wrapped(base)
@@ -553,7 +553,7 @@ def test_new_modes_are_appended_and_have_aliases():
     )
     assert ROUNDING_MODES.index("nearest_zero") == 7
     assert ROUNDING_MODES.index("stochastic_equal") == 8
-    from precision_lab.rounding import check_rounding
+    from precision_lab.core.rounding import check_rounding
 
     assert check_rounding("rnz") == "nearest_zero" and check_rounding("SRE") == "stochastic_equal"
 
@@ -603,7 +603,7 @@ def test_stochastic_equal_goes_each_way_half_the_time(fmt):
 
 
 def test_stochastic_equal_uses_the_top_bit_of_the_word_of_each_flat_index():
-    from precision_lab._random import random_words
+    from precision_lab.core.random_words import random_words
 
     x = np.full((3, 50), 1.0625)  # inexact in e4m3: 1.0 or 1.125
     r = pl.round_to(x, "e4m3", rounding="stochastic_equal", seed=2**70 + 1, random_bits=1)
@@ -717,7 +717,7 @@ def test_p3109_round_and_encode_match_gfloat(case):
             )
             assert _same(got32, want32), (fmt, kw, "float32")
             np.testing.assert_array_equal(pl.encode(x, fmt, **kw), gf.encode_ndarray(fi, want))
-    from precision_lab._random import random_words
+    from precision_lab.core.random_words import random_words
 
     for nbits in (3, 8):
         words = random_words(7, x.size, 0)

@@ -12,7 +12,7 @@ pytest.importorskip("sklearn")
 
 from precision_lab import figures
 
-REPORT = Path(__file__).resolve().parent.parent / "figures" / "REPORT.md"
+REPORT = Path(__file__).resolve().parents[2] / "figures" / "REPORT.md"
 
 
 def _section(text: str, name: str) -> str:
@@ -66,7 +66,7 @@ def test_the_report_agrees_with_itself_on_fp8() -> None:
 
 
 def test_signed_never_prints_a_signed_zero() -> None:
-    from precision_lab.figures.text import signed
+    from precision_lab.studies.text import signed
 
     for x in (0.0, -0.0, 1e-9, -1e-9, -0.004999):
         assert signed(x) == "0.00"

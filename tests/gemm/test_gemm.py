@@ -13,10 +13,10 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from backends import cpu_backend  # noqa: F401  (every test runs on numpy and native)
+from cpu_backends import cpu_backend  # noqa: F401  (every test runs on numpy and native)
 
 import precision_lab as pl
-from precision_lab.gemm.exact import Rounder, round_sum
+from precision_lab.core.exact import Rounder, round_sum
 
 RNG = np.random.default_rng(20240611)
 

@@ -22,13 +22,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import precision_lab as pl
-from precision_lab._parallel import use_workers
+from precision_lab.core.pool import use_workers
 
-native_kernels = importlib.import_module("precision_lab.native_kernels")
+native_kernels = importlib.import_module("precision_lab.backends.native.kernels")
 native_backend = importlib.import_module("precision_lab.gemm.native_backend")
 
 pytestmark = pytest.mark.skipif(
-    not native_kernels.available(), reason="precision_lab._native_kernels is not built"
+    not native_kernels.available(), reason="precision_lab.backends._native_kernels is not built"
 )
 FP32 = pl.Accumulator("fp32")
 F = pl.get_format
@@ -287,7 +287,7 @@ def test_random_cases_match_the_reference(case):
 
 _ISA_SCRIPT = """
 import importlib, numpy as np, precision_lab as pl
-nk = importlib.import_module("precision_lab.native_kernels")
+nk = importlib.import_module("precision_lab.backends.native.kernels")
 nb = importlib.import_module("precision_lab.gemm.native_backend")
 assert nk.isa() == {isa!r}, nk.isa()
 rng = np.random.default_rng(4)
@@ -330,7 +330,7 @@ def test_other_instruction_set_builds_match(env, isa):
 def test_run_together_runs_tasks_on_two_threads_and_inline_under_one_worker():
     import threading
 
-    from precision_lab._parallel import run_together
+    from precision_lab.core.pool import run_together
 
     barrier = threading.Barrier(2, timeout=10)  # both tasks must be running at the same time
 

@@ -19,14 +19,14 @@ import pytest
 from fpenv import ftz_daz
 
 import precision_lab as pl
-from precision_lab._parallel import use_workers
+from precision_lab.core.pool import use_workers
 from precision_lab.gemm.cupy_backend import kernel_plan
 
-native_kernels = importlib.import_module("precision_lab.native_kernels")
+native_kernels = importlib.import_module("precision_lab.backends.native.kernels")
 native_backend = importlib.import_module("precision_lab.gemm.native_backend")
 
 pytestmark = pytest.mark.skipif(
-    not native_kernels.available(), reason="precision_lab._native_kernels is not built"
+    not native_kernels.available(), reason="precision_lab.backends._native_kernels is not built"
 )
 ext = native_kernels.ext
 FP32 = pl.Accumulator("fp32")

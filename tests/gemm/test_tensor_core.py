@@ -1,7 +1,7 @@
 """Tensor-core presets: bit-exact agreement with real GPU measurements and Fasi et al. vectors.
 
 The measurements (first 500 cases of every set of Khattak & Mikaitis's model_validation data,
-BSD 2-Clause, see tests/data/tensor_core/LICENCE) ship with the tests;
+BSD 2-Clause, see tests/gemm/data/tensor_core/LICENCE) ship with the tests;
 benchmarks/verify_tensor_cores.py checks all 5000 cases when ../shared is present.
 """
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from backends import cpu_backend  # noqa: F401  (every test runs on numpy and native)
+from cpu_backends import cpu_backend  # noqa: F401  (every test runs on numpy and native)
 
 import precision_lab as pl
 from precision_lab.gemm.tensor_core import APPROXIMATE, GPUS, tensor_core_formats
@@ -195,7 +195,7 @@ def _emulated_oracle(a, b, c, out):
     """Independent Fraction model of emulated FP8 mma.sync (Hopper/Blackwell), any K."""
     from fractions import Fraction as Fr
 
-    from precision_lab.formats import get_format
+    from precision_lab.core.formats import get_format
 
     acc_fmt = get_format(out)
 

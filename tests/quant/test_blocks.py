@@ -1,4 +1,4 @@
-"""Block-scaled formats (precision_lab.blocks) against an independent referee.
+"""Block-scaled formats (precision_lab.quant.blocks) against an independent referee.
 
 The referee below knows nothing of the implementation: it loops over blocks in plain Python, keeps
 every number as an exact ``fractions.Fraction``, takes the element grids and maxima from the
@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import precision_lab as pl
-from precision_lab._random import random_words
-from precision_lab.blocks import BLOCK_FORMATS, BlockFormat, QuantizedBlocks
+from precision_lab.core.random_words import random_words
+from precision_lab.quant.blocks import BLOCK_FORMATS, BlockFormat, QuantizedBlocks
 
 MODES = ("nearest_even", "nearest_away", "toward_zero", "up", "down", "odd")
 MX = ("mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4_e2m1", "mxint8")

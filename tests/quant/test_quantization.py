@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import precision_lab as pl
-from precision_lab.formats import IntFormat
-from precision_lab.quantization import qrange
+from precision_lab.core.formats import IntFormat
+from precision_lab.quant.integer import qrange
 
 DETERMINISTIC = ("nearest_even", "nearest_away", "toward_zero", "up", "down", "odd")
 INT_FORMATS = ("int8", "uint8", "int4", "uint4")
@@ -600,7 +600,7 @@ def test_exact_division_differs_from_torch_only_where_torch_is_wrong():
 def _quantize_whole_array(x, fmt, s, z, axis, mode, seed, rbits, division):
     """quantize's rounding as one round_to call over the whole quotient (the referee of the
     chunked stochastic path: same flat-index keys)."""
-    from precision_lab import quantization as Q
+    from precision_lab.quant import integer as Q
 
     f = Q._int_format(fmt)
     a = Q.as_float_array(np.asarray(x))
@@ -621,7 +621,7 @@ def _quantize_whole_array(x, fmt, s, z, axis, mode, seed, rbits, division):
 def test_stochastic_quantize_in_chunks_equals_one_whole_array_rounding(trial, monkeypatch):
     """Chunk sizes of 7..199 elements, 1 and 2 workers, per tensor and per channel, every integer
     format, both stochastic modes, random_bits None/5/13, exact and torch division, inf inputs."""
-    from precision_lab import _parallel
+    from precision_lab.core import pool as _parallel
 
     rng = np.random.default_rng(trial)
     shape = tuple(int(v) for v in rng.integers(1, 30, size=rng.integers(1, 4)))

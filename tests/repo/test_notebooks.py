@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOK_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 #: per-cell timeout: only there to end a hung kernel, never a measure of speed
 HANG_TIMEOUT_S = 1800

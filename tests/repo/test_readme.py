@@ -16,7 +16,7 @@ import pytest
 
 import precision_lab as pl
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.S | re.M)
 
 

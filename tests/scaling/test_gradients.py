@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from precision_lab import gradients as gr
+from precision_lab.scaling import gradients as gr
 
 
 def test_lognormal_moments_and_signs() -> None:

@@ -12,7 +12,10 @@ import pytest
 pytest.importorskip("sklearn")
 
 import precision_lab as pl
-from precision_lab.policy import (
+from precision_lab.training import RUNS, TrainConfig, load_digits_split, softmax_xent, train_seeds
+from precision_lab.training import model as model_mod
+from precision_lab.training import policy_model as pm
+from precision_lab.training.policy import (
     FP32_OPS,
     POLICIES,
     LayerOverride,
@@ -21,9 +24,6 @@ from precision_lab.policy import (
     TensorScaleSpec,
     get_policy,
 )
-from precision_lab.training import RUNS, TrainConfig, load_digits_split, softmax_xent, train_seeds
-from precision_lab.training import model as model_mod
-from precision_lab.training import policy_model as pm
 from precision_lab.training.policy_model import PolicyMLP
 
 TINY = {"hidden": (16, 8), "epochs": 2, "batch_size": 256, "record_every": 1}

@@ -13,17 +13,17 @@ import pytest
 pytest.importorskip("sklearn")
 
 import precision_lab as pl
-from precision_lab.experiments_policy import markdown, run_study, selection_guide, split_data
-from precision_lab.ptq import (
+from precision_lab.studies.policy import markdown, run_study, selection_guide, split_data
+from precision_lab.training import TrainConfig, load_digits_split
+from precision_lab.training.policy_model import PolicyMLP
+from precision_lab.training.ptq import (
     calibrate_activations,
     fp32_forward,
     layer_inputs,
     ptq,
     quantize_weights,
 )
-from precision_lab.qat import QATMLP, fake_quant, qat_finetune, ste_grad
-from precision_lab.training import TrainConfig, load_digits_split
-from precision_lab.training.policy_model import PolicyMLP
+from precision_lab.training.qat import QATMLP, fake_quant, qat_finetune, ste_grad
 
 
 def _net(R: int = 2, sizes: tuple[int, ...] = (64, 24, 16, 10), seed: int = 0):  # type: ignore[no-untyped-def]

@@ -186,7 +186,7 @@ def test_matmul_fixed_order_against_an_independent_loop() -> None:
 _THREADS_SCRIPT = """
 import hashlib, numpy as np
 from precision_lab.training import RUNS, train_seeds
-from precision_lab.ptq import fp32_forward
+from precision_lab.training.ptq import fp32_forward
 h = hashlib.sha256()
 for name in ("fp32", "fp8"):
     cfg = RUNS[name].replace(hidden=(16, 16), epochs=1, batch_size=128)

@@ -1,6 +1,6 @@
-"""precision_lab.grid: experiment grids on Dask. The same table from a real LocalCluster, the local
-schedulers and a plain loop; failures reported with their configuration, finished runs kept; reruns
-served from the cache; SPEC files; the CLI."""
+"""precision_lab.verify.grid: experiment grids on Dask. The same table from a real LocalCluster,
+the local schedulers and a plain loop; failures reported with their configuration, finished runs
+kept; reruns served from the cache; SPEC files; the CLI."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ import pytest
 
 pytest.importorskip("dask", reason='needs the [dask] extra: pip install "precision_lab[dask]"')
 
-from precision_lab import _parallel, grid
 from precision_lab.cli import main
-from precision_lab.grid import config_hash, expand_spec, load_spec, run_config, run_grid
+from precision_lab.core import pool as _parallel
+from precision_lab.verify import grid
+from precision_lab.verify.grid import config_hash, expand_spec, load_spec, run_config, run_grid
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 SPEC = {
     "kind": "gemm",

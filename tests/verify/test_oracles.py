@@ -1,7 +1,8 @@
-"""The fast oracles of precision_lab.oracles against the exact Fraction referee (tests/referee.py):
-every float16 and every bfloat16 bit pattern for several formats, in every deterministic mode and
-both overflow switches, and a random sample of float32 inputs; the ml_dtypes oracle on the same
-patterns. These oracles judge the 2**32-input sweeps, so they are judged here first."""
+"""The fast oracles of precision_lab.verify.oracles against the exact Fraction referee
+(tests/referee.py): every float16 and every bfloat16 bit pattern for several formats, in every
+deterministic mode and both overflow switches, and a random sample of float32 inputs; the ml_dtypes
+oracle on the same patterns. These oracles judge the 2**32-input sweeps, so they are judged here
+first."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from referee import KEYS, referee_all, referee_table
 
 import precision_lab as pl
-from precision_lab.oracles import ml_dtypes_oracle, nan_codes, referee
+from precision_lab.verify.oracles import ml_dtypes_oracle, nan_codes, referee
 
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered in cast")
 
@@ -29,7 +30,7 @@ def patterns(source: str) -> np.ndarray:
 @cache
 def fraction_table(source: str, name: str) -> dict[tuple[str, str], np.ndarray]:
     """The Fraction referee's answer for every pattern, each mode and overflow switch (its
-    vectorised form, checked against the scalar one in tests/test_referee.py)."""
+    vectorised form, checked against the scalar one in tests/core/test_referee.py)."""
     return referee_table(patterns(source), pl.get_format(name))
 
 
@@ -125,7 +126,7 @@ def test_oracles_refuse_what_they_cannot_check():
 @pytest.mark.parametrize("name", ["e4m3", "e5m2", "bf16", "fp16"])
 def test_torch_oracle_matches_fast_referee_when_saturating(name):
     pytest.importorskip("torch")
-    from precision_lab.oracles import torch_oracle
+    from precision_lab.verify.oracles import torch_oracle
 
     x = patterns("bf16")
     fmt = pl.get_format(name)

@@ -1,5 +1,6 @@
-"""Property tests of the core with the shipped hypothesis strategies (precision_lab.strategies),
-against an exact referee written here with fractions.Fraction and integer code arithmetic.
+"""Property tests of the core with the shipped hypothesis strategies
+(precision_lab.verify.strategies), against an exact referee written here with fractions.Fraction
+and integer code arithmetic.
 
 The referee is independent of tests/referee.py: it never lists a format's values; it finds the
 code just below |x| by bisection on codes and works on codes and exact rationals from there, so
@@ -18,13 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import precision_lab as pl
-from precision_lab import strategies as pls
-from precision_lab.formats import FloatFormat
+from precision_lab.core.formats import FloatFormat
+from precision_lab.verify import strategies as pls
 
 DETERMINISTIC = ("nearest_even", "nearest_away", "toward_zero", "up", "down", "odd")
 NAMED_FLOATS = [n for n, f in pl.FORMATS.items() if isinstance(f, FloatFormat)]
 NAMED_SMALL = [n for n in NAMED_FLOATS if pl.get_format(n).bits <= 16]
-# PL_EXAMPLES=5000 python -m pytest tests/test_strategies.py searches harder
+# PL_EXAMPLES=5000 python -m pytest tests/verify/test_strategies.py searches harder
 SETTINGS = settings(
     max_examples=int(os.environ.get("PL_EXAMPLES", "150")),
     deadline=None,

@@ -1,6 +1,6 @@
-"""precision_lab.sweep: exhaustive sweeps on Dask. The same records from a real LocalCluster (two
-worker processes), the threaded scheduler and a plain loop; a worker killed mid-sweep; resumption
-from checkpoints without recomputation; mismatches found and reported; the CLI."""
+"""precision_lab.verify.sweep: exhaustive sweeps on Dask. The same records from a real LocalCluster
+(two worker processes), the threaded scheduler and a plain loop; a worker killed mid-sweep;
+resumption from checkpoints without recomputation; mismatches found and reported; the CLI."""
 
 from __future__ import annotations
 
@@ -21,10 +21,16 @@ pytest.importorskip("dask", reason='needs the [dask] extra: pip install "precisi
 import dask
 
 import precision_lab as pl
-from precision_lab import _parallel
 from precision_lab.cli import main
-from precision_lab.oracles import ml_dtypes_oracle, referee
-from precision_lab.sweep import SweepSpec, _ranges, _run_chunk, check_chunk, verify_exhaustive
+from precision_lab.core import pool as _parallel
+from precision_lab.verify.oracles import ml_dtypes_oracle, referee
+from precision_lab.verify.sweep import (
+    SweepSpec,
+    _ranges,
+    _run_chunk,
+    check_chunk,
+    verify_exhaustive,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered in cast")
 
@@ -135,7 +141,7 @@ def test_tasks_run_single_threaded_with_identical_records(dask_cluster, monkeypa
     """Each task runs its chunks inline (Dask is the parallelism): no pool, the same records."""
     import cloudpickle
 
-    from precision_lab import sweep
+    from precision_lab.verify import sweep
 
     monkeypatch.setattr(_parallel, "WORKERS", 2)  # a real pool even on a one-core machine
     monkeypatch.setattr(sweep, "_BLOCK", 2**20)  # blocks large enough for the pool
@@ -232,7 +238,7 @@ def test_mismatches_are_counted_and_shown():
 def test_blocks_inside_a_chunk_give_the_same_record(monkeypatch):
     """check_chunk works in blocks: the record (counts, first examples of each key, in order)
     does not depend on the block size."""
-    from precision_lab import sweep
+    from precision_lab.verify import sweep
 
     keys = tuple(("nearest_even", o) for o in BOTH)
     for fmt, against in (("e4m3", one_wrong), ("e2m1", "referee")):  # e2m1: NaNs skipped
@@ -278,13 +284,13 @@ def test_cli_verify(capsys, tmp_path):
 
 
 def test_without_dask_import_and_cli_say_how_to_install(monkeypatch, capsys):
-    for name in ("precision_lab.sweep", "precision_lab.grid"):
+    for name in ("precision_lab.verify.sweep", "precision_lab.verify.grid"):
         monkeypatch.delitem(sys.modules, name, raising=False)
     monkeypatch.setitem(sys.modules, "dask", None)  # as if Dask were not installed
     with pytest.raises(ImportError, match=r'pip install "precision_lab\[dask\]"'):
-        importlib.import_module("precision_lab.sweep")
+        importlib.import_module("precision_lab.verify.sweep")
     with pytest.raises(ImportError, match=r'pip install "precision_lab\[dask\]"'):
-        importlib.import_module("precision_lab.grid")
+        importlib.import_module("precision_lab.verify.grid")
     assert main(["verify", "e4m3"]) == 1
     assert main(["grid", "spec.json"]) == 1
     err = capsys.readouterr().err
@@ -312,12 +318,13 @@ class _FakeTensor:
 def test_torch_oracle_path_with_a_fake_torch(monkeypatch):
     """The sweep's torch path (dtype names, clamping, code views) with a torch-like module whose
     casts are ml_dtypes' (it checks the plumbing, not torch's casts): the records of the
-    ml_dtypes oracle. With real torch installed, tests/test_oracles.py checks torch itself."""
+    ml_dtypes oracle. With real torch installed, tests/verify/test_oracles.py checks torch
+    itself."""
     import types
 
     import ml_dtypes
 
-    from precision_lab.oracles import TORCH_DTYPES
+    from precision_lab.verify.oracles import TORCH_DTYPES
 
     calls = []
     fake = types.ModuleType("torch")

@@ -15,7 +15,7 @@ Semantics (the same for every function here):
   a float64 neighbour of it, ``t`` the exact error or, for ``/`` and sqrt, a float64 with
   the sign of the exact remainder), collapsed by round-to-odd to 53 bits (exact for targets of
   at most 51 significant bits: Boldo & Melquiond) and rounded by
-  :func:`~precision_lab.round_to` (:func:`precision_lab.gemm.exact.round_sum`, the helper the
+  :func:`~precision_lab.round_to` (:func:`precision_lab.core.exact.round_sum`, the helper the
   GEMM models use). Products of operands of at most 26 significant bits are exact in float64,
   other products use Dekker's exact product; sums use TwoSum; the remainder of ``x / y`` and
   ``sqrt(x)`` is exact (Dekker's product and Sterbenz's lemma). Stochastic rounding of ``/``
@@ -45,8 +45,8 @@ Semantics (the same for every function here):
 Backends: where the compiled extension is active (:func:`precision_lab.backend_info`),
 ``add``, ``sub``, ``mul`` and ``fma`` of arrays of float32 values (float32, float16,
 ml_dtypes floats such as bfloat16) to a format whose values fit in float32 run in C++
-(:func:`precision_lab.native.elementwise`, the same bits as the numpy path, stochastic words
-included); everything else, and ``PRECISION_LAB_BACKEND=numpy``, runs the numpy code here.
+(:func:`precision_lab.backends.native.elementwise`, the same bits as the numpy path, stochastic
+words included); everything else, and ``PRECISION_LAB_BACKEND=numpy``, runs the numpy code here.
 
 Results are float32 arrays when the format's values fit in float32 and no operand is float64
 (Python floats are float64), else float64.
@@ -71,11 +71,17 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .. import native
-from ..formats import FloatFormat, get_format
-from ..gemm.exact import Rounder, odd_collapse, quantum_exponent, round_sum, two_sum
-from ..quantization import _two_product_error
-from ..rounding import (
+from ...backends import native
+from ...core.exact import (
+    Rounder,
+    odd_collapse,
+    quantum_exponent,
+    round_sum,
+    two_product_error,
+    two_sum,
+)
+from ...core.formats import FloatFormat, get_format
+from ...core.rounding import (
     STOCHASTIC_MODES,
     RoundingOptions,
     _fits_float32,
@@ -280,7 +286,7 @@ def _product(a: np.ndarray, b: np.ndarray, tame: bool) -> tuple[np.ndarray, np.n
             return h, np.zeros_like(h)
         fin = np.isfinite(h)
         lo = np.zeros_like(h)
-        lo[fin] = _two_product_error(a[fin], b[fin], h[fin])
+        lo[fin] = two_product_error(a[fin], b[fin], h[fin])
     return h, lo
 
 
@@ -309,7 +315,7 @@ def _native_path(
     seed: int | None,
 ) -> np.ndarray | None:
     """``op`` (add, sub, mul, fma) on the compiled extension
-    (:func:`precision_lab.native.elementwise`: the same results bit for bit, stochastic
+    (:func:`precision_lab.backends.native.elementwise`: the same results bit for bit, stochastic
     rounding keyed by the same (seed, flat index) words); None when it does not apply: the
     numpy backend selected or the extension not built, an operand that is not an array of
     float32 values (float32, float16, ml_dtypes floats of at most 32 bits), a format whose
@@ -600,7 +606,7 @@ def _div_vals(c: Call, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a0, b0, q0 = (np.where(ok, v, 1.0) for v in (a, b, q))
     with np.errstate(invalid="ignore", over="ignore"):
         h = q0 * b0
-        r = (a0 - h) - _two_product_error(q0, b0, h)  # the exact remainder a - q * b
+        r = (a0 - h) - two_product_error(q0, b0, h)  # the exact remainder a - q * b
         t = np.where(ok, r / b0, 0.0)
 
     def floor_scaled(i: int, s: Fraction, sign: int, k: int) -> int:
@@ -636,7 +642,7 @@ def sqrt(
     q0 = np.sqrt(a0)
     with np.errstate(invalid="ignore", over="ignore"):
         h = q0 * q0
-        r = (a0 - h) - _two_product_error(q0, q0, h)  # the exact remainder a0 - q0 * q0
+        r = (a0 - h) - two_product_error(q0, q0, h)  # the exact remainder a0 - q0 * q0
         t = np.where(ok, np.ldexp(r / (2.0 * q0), -k), 0.0)
 
     def floor_scaled(i: int, s: Fraction, sign: int, k: int) -> int:

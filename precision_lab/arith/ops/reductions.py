@@ -31,11 +31,11 @@ from typing import Any
 
 import numpy as np
 
-from ..formats import FloatFormat, get_format
-from ..gemm.accumulator import Accumulator, _float_format
-from ..gemm.exact import Rounder, round_sum, stochastic_words, two_sum
-from ..gemm.reference import _as_accumulator, gemm
-from ..rounding import _fits_float32, as_float_array, round_to
+from ...core.exact import Rounder, round_sum, stochastic_words, two_sum
+from ...core.formats import FloatFormat, get_format
+from ...core.rounding import _fits_float32, as_float_array, round_to
+from ...gemm.accumulator import Accumulator, _float_format
+from ...gemm.reference import _as_accumulator, gemm
 
 __all__ = ["cumsum", "dot", "sum"]
 

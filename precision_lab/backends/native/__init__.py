@@ -1,19 +1,21 @@
-"""The compiled CPU backend: round_to, encode and decode in C++ (``precision_lab._native``).
+"""The compiled CPU backend: round_to, encode and decode in C++
+(``precision_lab.backends._native``).
 
 The extension is built by ``setup.py`` from ``native/core.cpp`` and the CUDA kernels' own header
 ``cuda/pl_round.cuh`` (one rounding core for CPU and GPU), and gives the numpy reference's bits.
-:mod:`precision_lab.dispatch` sends calls here; users call :func:`precision_lab.round_to` etc.
+:mod:`precision_lab.backends.dispatch` sends calls here; users call :func:`precision_lab.round_to`
+etc.
 
 Loading. The extension is optional: when it is missing (no compiler when the package was
 installed) or stale (its sources were edited after the build: the hash compiled into it differs
-from the hash of the files in the package, see :mod:`precision_lab.native.sources`), the numpy
-backend serves everything and one RuntimeWarning at import says why and how to rebuild. With the
-environment variable ``PRECISION_LAB_REQUIRE_NATIVE=1`` (``make test`` sets it) that warning is
+from the hash of the files in the package, see :mod:`precision_lab.backends.native.sources`), the
+numpy backend serves everything and one RuntimeWarning at import says why and how to rebuild. With
+the environment variable ``PRECISION_LAB_REQUIRE_NATIVE=1`` (``make test`` sets it) that warning is
 an ImportError instead, so a machine that should have the extension cannot silently lose it.
 
 Dtype rules are the numpy backend's. Inputs of any strides and byte order are first made
 contiguous and native-endian; large arrays are cut into chunks of :data:`CHUNK` elements spread
-over the thread pool of :func:`precision_lab.rounding.for_chunks` (the extension releases the GIL).
+over the thread pool of :func:`precision_lab.core.pool.for_chunks` (the extension releases the GIL).
 
 >>> mod, why = load("precision_lab._no_such_extension")
 >>> mod is None and why.startswith("extension not built")
@@ -31,11 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from .._parallel import current_workers
-from ..codec import _table
-from ..formats import FloatFormat, IntFormat, get_format
-from ..gpu import format_args
-from ..rounding import (
+from ...core.codec import _table
+from ...core.formats import FloatFormat, IntFormat, get_format
+from ...core.pool import current_workers
+from ...core.rounding import (
     ROUNDING_MODES,
     RoundingOptions,
     as_float_array,
@@ -43,6 +44,7 @@ from ..rounding import (
     for_chunks,
     working_dtype,
 )
+from ..kernel_sources import format_args
 from .sources import EXTENSIONS, REBUILD, source_hash
 
 __all__ = [
@@ -123,7 +125,7 @@ def load_or_warn(name: str) -> tuple[ModuleType | None, str]:
     """:func:`load`, warning once (or raising ImportError under ``REQUIRE_ENV=1``) on failure.
 
     Every compiled extension of the package is loaded this way (list it in
-    :data:`precision_lab.native.sources.EXTENSIONS` so that setup.py builds and hashes it).
+    :data:`precision_lab.backends.native.sources.EXTENSIONS` so that setup.py builds and hashes it).
     """
     mod, why = load(name)
     if mod is None:
@@ -140,7 +142,7 @@ def load_or_warn(name: str) -> tuple[ModuleType | None, str]:
 
 
 #: the extension module, or None; WHY says why it is None
-ext, WHY = load_or_warn("precision_lab._native")
+ext, WHY = load_or_warn("precision_lab.backends._native")
 
 
 def _sr(o: RoundingOptions) -> tuple[int, int, int]:

@@ -1475,7 +1475,7 @@ PyMethodDef methods[] = {
      "fast paths a job takes outside the format's normal range (working itemsize 4 or 8)"},
     {NULL, NULL, 0, NULL}};
 
-PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "precision_lab._native",
+PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "precision_lab.backends._native",
                           "Compiled CPU backend of round_to, encode and decode "
                           "(see precision_lab/native/core.cpp).",
                           -1, methods, NULL, NULL, NULL, NULL};

@@ -1,9 +1,10 @@
-"""The compiled kernels ``precision_lab._native_kernels`` (GEMM models, INT quantize/dequantize).
+"""The compiled kernels ``precision_lab.backends._native_kernels`` (GEMM models, INT
+quantize/dequantize).
 
-Built by ``setup.py`` from ``precision_lab/native/`` and the CUDA headers in
-``precision_lab/cuda/``; optional: where it is not built, :data:`ext` is None and every caller
-runs its numpy reference. ``PRECISION_LAB_NATIVE_ISA=baseline`` forces the kernels built for the
-baseline instruction set (otherwise AVX2+FMA ones where the CPU has them, and the fp32 FMA GEMM
+Built by ``setup.py`` from ``precision_lab/backends/native/`` and the CUDA headers in
+``precision_lab/backends/cuda/``; optional: where it is not built, :data:`ext` is None and every
+caller runs its numpy reference. ``PRECISION_LAB_NATIVE_ISA=baseline`` forces the kernels built for
+the baseline instruction set (otherwise AVX2+FMA ones where the CPU has them, and the fp32 FMA GEMM
 for AVX-512 where it has AVX-512F); ``PRECISION_LAB_NATIVE_ISA=avx2`` leaves out AVX-512.
 
 >>> available() == (ext is not None)
@@ -14,13 +15,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .native import choice, load_or_warn
+from . import choice, load_or_warn
 
 __all__ = ["WHY", "active", "available", "ext", "isa"]
 
-#: the extension (None when it is not built or is stale: WHY says why; see precision_lab.native)
+#: the extension (None when it is not built or is stale: WHY says why; see
+#: precision_lab.backends.native)
 ext: Any
-ext, WHY = load_or_warn("precision_lab._native_kernels")
+ext, WHY = load_or_warn("precision_lab.backends._native_kernels")
 
 
 def available() -> bool:

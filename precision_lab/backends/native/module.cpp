@@ -358,7 +358,7 @@ PyMethodDef methods[] = {
     {"isa", py_isa, METH_NOARGS, "instruction set of the kernels in use"},
     {nullptr, nullptr, 0, nullptr}};
 
-PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_native_kernels",
+PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "precision_lab.backends._native_kernels",
                          "GEMM model kernels of precision_lab on the CPU", -1, methods};
 
 }  // namespace

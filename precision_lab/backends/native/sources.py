@@ -2,11 +2,11 @@
 
 Standard library only: ``setup.py`` loads this file by path (the package's dependencies are not
 installed yet when it builds), hashes the sources of each extension and compiles the hash into it
-(``SOURCE_HASH``). At import, :mod:`precision_lab.native` hashes the files it finds in the package
-again: a different hash means the extension was built from other sources (an edited header in an
-editable install), and it is not used.
+(``SOURCE_HASH``). At import, :mod:`precision_lab.backends.native` hashes the files it finds in the
+package again: a different hash means the extension was built from other sources (an edited header
+in an editable install), and it is not used.
 
->>> "precision_lab._native" in EXTENSIONS
+>>> "precision_lab.backends._native" in EXTENSIONS
 True
 >>> len(source_hash(["native/sources.py"]))
 16
@@ -17,14 +17,14 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-#: package folder (precision_lab/)
+#: folder of the backends (precision_lab/backends/): the source paths below are relative to it
 PACKAGE = Path(__file__).resolve().parent.parent
 
 #: extension module -> its source files (the .cpp files are compiled; all are hashed), relative
 #: to the package folder
 EXTENSIONS: dict[str, list[str]] = {
-    "precision_lab._native": ["native/core.cpp", "native/fpenv.h", "cuda/pl_round.cuh"],
-    "precision_lab._native_kernels": [
+    "precision_lab.backends._native": ["native/core.cpp", "native/fpenv.h", "cuda/pl_round.cuh"],
+    "precision_lab.backends._native_kernels": [
         "native/module.cpp",
         "native/kernels_base.cpp",
         "native/kernels_avx2.cpp",

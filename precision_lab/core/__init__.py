@@ -1,0 +1,42 @@
+"""The rounding core: number formats, rounding, codes, and what every layer above builds on.
+
+Holds :mod:`.formats` (formats as dataclasses and their registry), :mod:`.rounding` (the one
+rounding core: ``round_to`` and its numpy reference), :mod:`.codec` (values <-> codes),
+:mod:`.exact` (sums of several terms rounded once from their exact value), :mod:`.random_words`
+(the counter-based Philox words of stochastic rounding), :mod:`.pool` (the worker pool and
+chunking), :mod:`.inputs` (input conversion: ml_dtypes, DLPack and array-API arrays) and
+:mod:`.shapes`.
+
+May import: nothing else of the package (numpy and ml_dtypes only). The compiled and CuPy
+backends plug in from above: :mod:`precision_lab.backends.dispatch` installs itself as
+``rounding.route`` when the package loads, so the numpy reference here never imports them.
+
+Where a new thing goes: a new named format is an entry of ``FORMATS`` in :mod:`.formats` (a new
+family, like P3109, a constructor there too); a new rounding mode is a name in
+``ROUNDING_MODES`` and a branch of the numpy reference in :mod:`.rounding`, then the same mode in
+the shared header ``backends/cuda/pl_round.cuh`` (``PL_*`` mode constants and ``pl_round_bits``)
+so the native and CUDA backends follow; the test suite compares all three bit for bit.
+
+>>> from precision_lab.core import get_format, round_to
+>>> float(round_to(0.3, get_format("e4m3")))
+0.3125
+"""
+
+from .codec import decode, encode
+from .formats import FORMATS, FloatFormat, Format, IntFormat, get_format, known_formats, p3109
+from .rounding import ROUNDING_MODES, STOCHASTIC_MODES, round_to
+
+__all__ = [
+    "FORMATS",
+    "ROUNDING_MODES",
+    "STOCHASTIC_MODES",
+    "FloatFormat",
+    "Format",
+    "IntFormat",
+    "decode",
+    "encode",
+    "get_format",
+    "known_formats",
+    "p3109",
+    "round_to",
+]

@@ -1,0 +1,7 @@
+"""The package version (one place: pyproject.toml reads the same number).
+
+>>> __version__.count(".")
+2
+"""
+
+__version__ = "0.1.0"

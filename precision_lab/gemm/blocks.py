@@ -1,0 +1,145 @@
+"""GEMM on block-quantized operands (MX, NVFP4, DeepSeek-V3 tiles): :func:`gemm_blocks`.
+
+Each operand's elements are multiplied by their block scales exactly (powers of two, or products
+that fit the working format) and the GEMM runs under any :class:`~precision_lab.Accumulator`.
+
+>>> import numpy as np, precision_lab as pl
+>>> x = np.arange(64, dtype=np.float32).reshape(2, 32) / 8
+>>> qa = pl.quantize_blocks(x, "mxfp8_e4m3")
+>>> qb = pl.quantize_blocks(np.ones((32, 1), np.float32), "mxfp8_e4m3", axis=0)
+>>> pl.gemm_blocks(qa, qb)[:, 0]          # exact row sums 62 and 190: x rounded to MXFP8 first
+array([ 61.25, 186.5 ], dtype=float32)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..core.formats import FloatFormat
+from ..core.rounding import (
+    round_to,
+)
+from ..quant.block_formats import _float
+from ..quant.blocks import QuantizedBlocks
+from .reference import gemm
+
+__all__ = ["gemm_blocks"]
+
+
+# ----- GEMM on block-quantized operands ---------------------------------------------------------
+def _k_block(q: QuantizedBlocks, which: str) -> int:
+    """The block size along K of an operand (A: (..., M, K) blocked along K; B: (..., K, N))."""
+    bf = q.block_format
+    nd = len(q.shape)
+    if nd < 2:
+        raise ValueError(f"{which} must be at least 2-D, got shape {q.shape}")
+    if len(bf.block_shape) == 2:
+        return bf.block_shape[1] if which == "a" else bf.block_shape[0]
+    want = nd - 1 if which == "a" else nd - 2
+    if q.axis != want:
+        axis_name = "-1 (K of (..., M, K))" if which == "a" else "-2 (K of (..., K, N))"
+        raise ValueError(
+            f"{which} must be block-quantized along K: axis {axis_name}, got axis {q.axis} "
+            f"of shape {q.shape}"
+        )
+    return bf.block_shape[0]
+
+
+def _per_element(grid: np.ndarray, q: QuantizedBlocks) -> np.ndarray:
+    """A block-grid array repeated onto the elements (the tensor's shape)."""
+    bf, out = q.block_format, grid
+    if len(bf.block_shape) == 2:
+        out = np.repeat(np.repeat(out, bf.block_shape[0], axis=-2), bf.block_shape[1], axis=-1)
+    else:
+        out = np.repeat(out, bf.block_shape[0], axis=q.axis)
+    return out[tuple(slice(0, n) for n in q.shape)]
+
+
+def _gemm_operand(q: QuantizedBlocks) -> tuple[np.ndarray, np.ndarray, FloatFormat]:
+    """Element values, positive finite fp32 scales and the elements' input format.
+
+    A NaN block's elements become NaN (so every product with them is NaN); a block whose scale is
+    0 holds zeros. Both then take the scale 1, as the GEMM wants positive finite scales.
+    """
+    vals = q.element_values().astype(np.float64)
+    s = q.scales
+    nan, zero = np.isnan(s), s == 0
+    if nan.any() or zero.any():
+        vals = np.where(_per_element(nan, q), np.nan, vals)
+        vals = np.where(_per_element(zero, q), 0.0, vals)
+        s = np.where(nan | zero, 1.0, s)
+    elem = q.block_format.element
+    # MX INT8 elements k / 64 (|k| <= 127) are exact in bf16
+    fmt = elem if isinstance(elem, FloatFormat) else _float("bf16")
+    return vals, s, fmt
+
+
+def gemm_blocks(
+    a: QuantizedBlocks,
+    b: QuantizedBlocks,
+    c: Any = None,
+    *,
+    accumulator: Any = None,
+    out_format: str | FloatFormat = "fp32",
+    backend: str = "auto",
+) -> Any:
+    """``d = c + A @ B`` of block-quantized operands, scales applied per block along K.
+
+    ``a`` is ``(..., M, K)`` quantized along K (``axis=-1``, or 2-D tiles), ``b`` is
+    ``(..., K, N)`` quantized along K (``axis=-2``, or 2-D tiles), with the same block size along
+    K. The element values go into :func:`precision_lab.gemm` exactly (``input_rounding="exact"``)
+    with their block scales as ``scale_a`` / ``scale_b``: each block of K is summed in the
+    accumulator, then multiplied by ``scale_a * scale_b`` and added into the wide accumulator at
+    promotion (FP32 by default), as DeepSeek-V3's FP8 GEMM and the block-scaled MMA of Blackwell
+    do. NVFP4's per-tensor scales multiply the FP32 result afterwards (cuBLAS' ``alpha``).
+
+    Parameters
+    ----------
+    a, b:
+        :class:`QuantizedBlocks` from :func:`quantize_blocks`.
+    c:
+        Accumulator input (see :func:`precision_lab.gemm`); not with NVFP4 operands.
+    accumulator, out_format, backend:
+        As :func:`precision_lab.gemm` (default: FP32 sequential accumulation, promoted to FP32
+        at every block of K).
+
+    >>> import numpy as np, precision_lab as pl
+    >>> x = np.array([[1.0, -2.0, 0.5, 4.0] * 8, [3.0, 0.25, -1.5, 2.0] * 8])
+    >>> w = np.ones((32, 3))
+    >>> qa = pl.quantize_blocks(x, "mxfp8_e4m3")
+    >>> qb = pl.quantize_blocks(w, "mxfp8_e4m3", axis=0)
+    >>> pl.gemm_blocks(qa, qb)[:, 0]                      # x and w are exact in MXFP8
+    array([28., 30.], dtype=float32)
+    """
+    for q, name in ((a, "a"), (b, "b")):
+        if not isinstance(q, QuantizedBlocks):
+            raise TypeError(
+                f"{name} must be a QuantizedBlocks (from quantize_blocks), got {type(q).__name__}"
+            )
+    ka, kb = _k_block(a, "a"), _k_block(b, "b")
+    if ka != kb:
+        raise ValueError(
+            f"a and b must have the same block size along K, got {ka} ({a.block_format}) and "
+            f"{kb} ({b.block_format})"
+        )
+    va, sa, fa = _gemm_operand(a)
+    vb, sb, fb = _gemm_operand(b)
+    alpha = np.float32(a.tensor_scale) * np.float32(b.tensor_scale)  # float32 product
+    opts: dict[str, Any] = {
+        "input_format": (fa, fb),
+        "accumulator": accumulator,
+        "backend": backend,
+        "input_rounding": "exact",
+        "scale_a": sa,
+        "scale_b": sb,
+        "scale_block": ka,
+    }
+    if alpha == 1:
+        return gemm(va, vb, c, out_format=out_format, **opts)
+    if c is not None:
+        raise ValueError("c is not supported with per-tensor scales (NVFP4): add it afterwards")
+    d = gemm(va, vb, out_format="fp32", **opts)  # float32
+    with np.errstate(over="ignore"):
+        return round_to(d * alpha, out_format)  # the FP32 epilogue, then the output format
