@@ -1,0 +1,267 @@
+"""The correctly rounded ops: ``add sub mul fma div sqrt reciprocal`` (the exact real result
+rounded once, in every mode; semantics in :mod:`.elementwise`).
+
+>>> import precision_lab as pl
+>>> float(pl.ops.div(1.0, 3.0, "bf16", rounding="down"))
+0.33203125
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from ...core.exact import Rounder, odd_collapse, round_sum, two_product_error, two_sum
+from .call import Call, _product, _tame
+from .fast_paths import _float32_path, _native_path
+
+__all__ = ["add", "div", "fma", "mul", "reciprocal", "sqrt", "sub"]
+
+
+def add(
+    x: Any,
+    y: Any,
+    fmt: Any,
+    *,
+    rounding: str = "nearest_even",
+    overflow: str = "ieee",
+    subnormals: str = "keep",
+    seed: int | None = None,
+) -> np.ndarray:
+    """``x + y`` correctly rounded to ``fmt`` (see the module docstring for the semantics).
+
+    >>> import precision_lab as pl
+    >>> pl.ops.add([1.0, 448.0], [0.0625, 32.0], "e4m3").tolist()   # 1.0625 ties to even; overflow
+    [1.0, nan]
+    """
+    fast = _native_path("add", (x, y), fmt, rounding, overflow, subnormals, seed)
+    if fast is None:
+        fast = _float32_path("add", x, y, fmt, rounding, overflow, subnormals, seed)
+    if fast is not None:
+        return fast
+    c = Call.make(fmt, rounding, overflow, subnormals, seed, {"x": x, "y": y})
+    return _add_vals(c, *c.vals)
+
+
+def _add_vals(c: Call, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", over="ignore"):
+        shadow = a + b
+    ok = np.isfinite(shadow)
+    s, t = two_sum(np.where(ok, a, 0.0), np.where(ok, b, 0.0))
+    s = np.where(ok, s, shadow)
+    out = c.finish(s, t, shadow, ok, zero_pair=(a, b))
+    over = np.flatnonzero(~ok & np.isfinite(a) & np.isfinite(b))
+    if over.size:  # finite operands whose sum leaves float64's range (formats that wide only)
+        out.reshape(-1)[over] = _add_at_half_scale(c, a[over], b[over], over)
+    return out
+
+
+def _add_at_half_scale(c: Call, a: np.ndarray, b: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Round ``a + b`` beyond float64's range: ``(a/2 + b/2)`` (exact: such operands are
+    normal) rounded onto a format with the same grid near its top at half the scale (the same
+    overflow rule at half the threshold), then doubled (exact)."""
+    f, o = c.fmt, c.opts
+    assert f.bias is not None
+    # (no subnormals: they are never reached here, and fp64's would fall below float64's)
+    # one exponent bit fewer and emax one lower: the same grid and overflow threshold at half
+    # the scale, with a lowest binade float64 still holds (bias + 1 alone would need quanta below
+    # 2**-1074 there)
+    half = dataclasses.replace(f, exponent_bits=f.exponent_bits - 1, bias=0, has_subnormals=False,
+                               name=None)  # fmt: skip
+    half = dataclasses.replace(half, bias=half.emax - (f.emax - 1))
+    words = c.words()
+    r = Rounder(half, o.mode, o.overflow, o.subnormals, o.seed, o.random_bits)
+    s, t = two_sum(a / 2, b / 2)
+    return round_sum(s, t, r, None if words is None else words[idx]) * 2
+
+
+def sub(
+    x: Any,
+    y: Any,
+    fmt: Any,
+    *,
+    rounding: str = "nearest_even",
+    overflow: str = "ieee",
+    subnormals: str = "keep",
+    seed: int | None = None,
+) -> np.ndarray:
+    """``x - y`` correctly rounded to ``fmt``.
+
+    >>> import precision_lab as pl
+    >>> float(pl.ops.sub(1.0, 2.0**-12, "bf16", rounding="toward_zero"))
+    0.99609375
+    """
+    fast = _native_path("sub", (x, y), fmt, rounding, overflow, subnormals, seed)
+    if fast is not None:
+        return fast
+    c = Call.make(fmt, rounding, overflow, subnormals, seed, {"x": x, "y": y})
+    a, b = c.vals
+    return _add_vals(c, a, -b)
+
+
+def mul(
+    x: Any,
+    y: Any,
+    fmt: Any,
+    *,
+    rounding: str = "nearest_even",
+    overflow: str = "ieee",
+    subnormals: str = "keep",
+    seed: int | None = None,
+) -> np.ndarray:
+    """``x * y`` correctly rounded to ``fmt``.
+
+    >>> import precision_lab as pl
+    >>> float(pl.ops.mul(1.125, 1.125, "e4m3", rounding="odd"))   # exact 1.265625
+    1.375
+    """
+    fast = _native_path("mul", (x, y), fmt, rounding, overflow, subnormals, seed)
+    if fast is None:
+        fast = _float32_path("mul", x, y, fmt, rounding, overflow, subnormals, seed)
+    if fast is not None:
+        return fast
+    c = Call.make(fmt, rounding, overflow, subnormals, seed, {"x": x, "y": y})
+    a, b = c.vals
+    h, lo = _product(a, b, _tame(c.fmt))
+    ok = np.isfinite(h)
+    return c.finish(h, np.where(ok, lo, 0.0), h, ok)
+
+
+def fma(
+    x: Any,
+    y: Any,
+    z: Any,
+    fmt: Any,
+    *,
+    rounding: str = "nearest_even",
+    overflow: str = "ieee",
+    subnormals: str = "keep",
+    seed: int | None = None,
+) -> np.ndarray:
+    """``x * y + z`` with one rounding (fused multiply-add), correctly rounded to ``fmt``.
+
+    >>> import precision_lab as pl
+    >>> a, b = 1.0 + 2**-8, 1.0 - 2**-8
+    >>> float(pl.ops.fma(a, b, -1.0, "fp16"))   # exact -2**-16
+    -1.52587890625e-05
+    >>> float(pl.ops.sub(pl.ops.mul(a, b, "fp16"), 1.0, "fp16"))   # a * b rounds to 1 first
+    0.0
+    """
+    fast = _native_path("fma", (x, y, z), fmt, rounding, overflow, subnormals, seed)
+    if fast is not None:
+        return fast
+    c = Call.make(fmt, rounding, overflow, subnormals, seed, {"x": x, "y": y, "z": z})
+    a, b, d = c.vals
+    tame = _tame(c.fmt)
+    h, lo = _product(a, b, tame)
+    with np.errstate(invalid="ignore", over="ignore"):
+        shadow = h + d
+    ok = np.isfinite(shadow)
+    h0, lo0, d0 = (np.where(ok, v, 0.0) for v in (h, lo, d))
+    s, t = two_sum(h0, d0)
+    if not tame:  # exact h + lo + d: round-to-odd of the small terms, then one more two-sum
+        u, v = two_sum(t, lo0)
+        s, t = two_sum(s, odd_collapse(u, v))
+    s = np.where(ok, s, shadow)
+    return c.finish(s, t, shadow, ok, zero_pair=(h, d))
+
+
+def div(
+    x: Any,
+    y: Any,
+    fmt: Any,
+    *,
+    rounding: str = "nearest_even",
+    overflow: str = "ieee",
+    subnormals: str = "keep",
+    seed: int | None = None,
+) -> np.ndarray:
+    """``x / y`` correctly rounded to ``fmt`` (``x / 0`` is a signed infinity, ``0 / 0`` NaN).
+
+    >>> import precision_lab as pl
+    >>> pl.ops.div([1.0, 1.0, 1.0], [3.0, 3.0, 0.0], "bf16", rounding="up").tolist()
+    [0.333984375, 0.333984375, inf]
+    """
+    c = Call.make(fmt, rounding, overflow, subnormals, seed, {"x": x, "y": y})
+    a, b = c.vals
+    return _div_vals(c, a, b)
+
+
+def _div_vals(c: Call, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        q = a / b
+    ok = np.isfinite(q) & (b != 0) & np.isfinite(a) & np.isfinite(b)
+    a0, b0, q0 = (np.where(ok, v, 1.0) for v in (a, b, q))
+    with np.errstate(invalid="ignore", over="ignore"):
+        h = q0 * b0
+        r = (a0 - h) - two_product_error(q0, b0, h)  # the exact remainder a - q * b
+        t = np.where(ok, r / b0, 0.0)
+
+    def floor_scaled(i: int, s: Fraction, sign: int, k: int) -> int:
+        v = Fraction(float(a[i])) / Fraction(float(b[i]))
+        return math.floor(sign * (v - s) * Fraction(2) ** k)
+
+    return c.finish(q, t, q, ok, exact_fraction=floor_scaled)
+
+
+def sqrt(
+    x: Any,
+    fmt: Any,
+    *,
+    rounding: str = "nearest_even",
+    overflow: str = "ieee",
+    subnormals: str = "keep",
+    seed: int | None = None,
+) -> np.ndarray:
+    """``sqrt(x)`` correctly rounded to ``fmt`` (``sqrt(-0) = -0``, negative numbers give NaN).
+
+    >>> import precision_lab as pl
+    >>> pl.ops.sqrt([2.0, 2.0], "e4m3", rounding="down").tolist()
+    [1.375, 1.375]
+    """
+    c = Call.make(fmt, rounding, overflow, subnormals, seed, {"x": x})
+    (a,) = c.vals
+    with np.errstate(invalid="ignore"):
+        q = np.sqrt(a)
+    ok = np.isfinite(q) & (a > 0)
+    # work on a * 4**k near 1 (exact), so that Dekker's product neither overflows nor underflows
+    k = np.where(ok, -(np.frexp(np.where(ok, a, 1.0))[1] // 2), 0)
+    a0 = np.where(ok, np.ldexp(a, 2 * k), 1.0)
+    q0 = np.sqrt(a0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        h = q0 * q0
+        r = (a0 - h) - two_product_error(q0, q0, h)  # the exact remainder a0 - q0 * q0
+        t = np.where(ok, np.ldexp(r / (2.0 * q0), -k), 0.0)
+
+    def floor_scaled(i: int, s: Fraction, sign: int, k: int) -> int:
+        # sign = +1 (s > 0); floor(sqrt(v) * 2**k) = isqrt(floor(v * 4**k)); s * 2**k is an
+        # integer (s has 53 bits, the quantum 2**(k - 64) is at least 2**11 ulps of s)
+        sk = s * Fraction(2) ** k
+        assert sign == 1 and sk.denominator == 1
+        return math.isqrt(math.floor(Fraction(float(a[i])) * Fraction(4) ** k)) - int(sk)
+
+    return c.finish(q, t, q, ok, exact_fraction=floor_scaled)
+
+
+def reciprocal(
+    x: Any,
+    fmt: Any,
+    *,
+    rounding: str = "nearest_even",
+    overflow: str = "ieee",
+    subnormals: str = "keep",
+    seed: int | None = None,
+) -> np.ndarray:
+    """``1 / x`` correctly rounded to ``fmt`` (:func:`div` with ``x = 1``).
+
+    >>> import precision_lab as pl
+    >>> float(pl.ops.reciprocal(3.0, "fp16"))
+    0.333251953125
+    """
+    c = Call.make(fmt, rounding, overflow, subnormals, seed, {"x": x})
+    (a,) = c.vals
+    return _div_vals(c, np.ones_like(a), a)
