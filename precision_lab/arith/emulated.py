@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from ..core.formats import FloatFormat
+from ..core.inputs import as_numpy
 from ..core.random_words import check_seed
 from ..core.rounding import STOCHASTIC_MODES, as_float_array, check_options, round_to
 from ..gemm.accumulator import Accumulator
@@ -457,8 +458,8 @@ def _operand(x: Any) -> Any:
     """An operand's values; Python and numpy integers and booleans become float64."""
     if isinstance(x, Emulated):
         return x._v
-    a = np.asarray(x)
-    return a.astype(np.float64) if a.dtype.kind in "iub" else x
+    a = as_numpy(x)  # the one input conversion (DLPack and array-API arrays: torch tensors)
+    return a.astype(np.float64) if a.dtype.kind in "iub" else a
 
 
 def _plain_key(key: Any) -> Any:

@@ -60,11 +60,21 @@ def two_product_error(a: np.ndarray, b: np.ndarray, p: np.ndarray) -> np.ndarray
     return ((ah * bh - p) + ah * bl + al * bh) + al * bl
 
 
-def two_sum(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def two_sum(x: np.ndarray, y: np.ndarray, *, down: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """``(s, t)`` with ``s = fl(x + y)`` and ``s + t == x + y`` exactly (Knuth's TwoSum).
 
-    Non-finite ``s`` gives ``t = 0``.
+    Non-finite ``s`` gives ``t = 0``. An exact zero sum is ``+0`` (``(-0) + (-0)`` is ``-0``);
+    with ``down`` (the sum is to be rounded toward -inf) it is ``-0`` unless both addends are
+    ``+0`` (IEEE 754-2019 6.3), computed as ``-((-x) + (-y))``: float64 addition rounds to
+    nearest, which is symmetric, so only the signs of zeros change.
+
+    >>> s, t = two_sum(np.array([1.0, 0.0]), np.array([-1.0, 0.0]), down=True)
+    >>> s.tolist(), t.tolist()
+    ([-0.0, 0.0], [0.0, 0.0])
     """
+    if down:
+        s, t = two_sum(-x, -y)
+        return -s, -t
     with np.errstate(invalid="ignore", over="ignore"):
         s = x + y
         bb = s - x
@@ -220,3 +230,156 @@ def round_sum(
     if r.subnormals == "flush":
         out = round_to(out, fmt, subnormals="flush", overflow=r.overflow)
     return out.astype(np.float64)
+
+
+def _shifted(fmt: FloatFormat, k: int, keep: str) -> FloatFormat:
+    """A format whose values are ``fmt``'s times ``2**k`` at the end ``keep`` ("top": the
+    largest values, their grid and overflow; "bottom": the smallest, their grid and underflow),
+    with as few exponent bits fewer as float64 needs (the other end is then nearer)."""
+    import dataclasses
+
+    m = fmt.mantissa_bits
+    for e in range(fmt.exponent_bits, 1, -1):
+        if fmt.nan == "ieee":
+            top_field = (1 << e) - 2
+        else:  # as FloatFormat.max_code_magnitude
+            code = (1 << (e + m)) - 1 - int(fmt.nan == "fn") - int(fmt.has_inf)
+            top_field = code >> m
+        if keep == "top":
+            bias = top_field - (fmt.emax + k)
+        else:
+            bias = (1 if fmt.has_zero else 0) - (fmt.emin + k)
+        try:
+            return dataclasses.replace(fmt, exponent_bits=e, bias=bias, name=None)
+        except ValueError:
+            continue
+    raise ValueError(f"no float64 format holds {fmt} scaled by 2**{k}")  # pragma: no cover
+
+
+def _round_on_grid(s: float, t: float, fmt: FloatFormat, r: Rounder, word: int | None) -> float:
+    """The exact ``s + t`` (non-zero, below ``fmt``'s normal range) rounded onto the subnormal
+    grid of ``fmt`` by ``r``'s mode, in integer arithmetic (the core's rules: stochastic
+    rounding goes away iff ``floor(f * 2**64) + word >= 2**64``, f the discarded fraction)."""
+    from fractions import Fraction
+
+    q = Fraction(2) ** (fmt.emin - fmt.mantissa_bits)
+    v = Fraction(s) + Fraction(t)
+    neg = v < 0
+    u = abs(v) / q
+    n = u.numerator // u.denominator
+    f = u - n
+    mode = r.mode
+    if f == 0:
+        away = False
+    elif mode == "toward_zero":
+        away = False
+    elif mode in ("up", "down"):
+        away = (mode == "up") != neg
+    elif mode == "odd":
+        away = n % 2 == 0
+    elif mode == "stochastic":
+        assert word is not None
+        away = (f * 2**64).__floor__() + word >= 2**64
+    elif mode == "stochastic_equal":
+        assert word is not None
+        away = word >> 63 == 1
+    else:
+        half = Fraction(1, 2)
+        tie_away = {"nearest_even": n % 2 == 1, "nearest_away": True, "nearest_zero": False}
+        away = f > half or (f == half and tie_away[mode])
+    mag = float((n + int(away)) * q)
+    res = -mag if neg else mag
+    return float(round_to(np.float64(res), fmt, subnormals=r.subnormals))
+
+
+def round_scaled(
+    s: np.ndarray, t: np.ndarray, e: np.ndarray, r: Rounder, words: np.ndarray | None = None
+) -> np.ndarray:
+    """Round the exact ``(s + t) * 2**e`` onto ``r.fmt`` once, at any magnitude (float64 result).
+
+    ``s + t`` is a pair as :func:`round_sum` takes (finite, ``|t|`` below an ulp of ``s``, ``t``
+    zero when ``s`` is), ``e`` integers. Where ``(s + t) * 2**e`` and its error term are
+    float64 numbers this is :func:`round_sum` of the scaled pair. Beyond float64's range the
+    value is rounded as a value of a format shifted by a power of two (exact): above ``2**1024``
+    every value lies beyond the format's largest value plus one quantum, so it overflows by the
+    mode's and the ``overflow`` rule; below ``2**-940`` the pair is rounded at ``2**512`` times
+    the scale, onto a format whose smallest values are ``fmt``'s times ``2**512`` (a value below
+    ``2**-64`` quanta of the smallest subnormal rounds as any such value of its sign: a stand-in
+    is used). ``t`` below ``2**-13`` ulps of ``s`` is replaced by a value of its sign below that
+    (the rounding, stochastic included, sees only its sign there), so no error term is lost.
+
+    >>> r = Rounder("fp64", "toward_zero")
+    >>> float(round_scaled(np.array([1.0]), np.array([0.0]), np.array([5000]), r)[0])
+    1.7976931348623157e+308
+    >>> r = Rounder("fp64", "up")
+    >>> float(round_scaled(np.array([1.0]), np.array([0.0]), np.array([-1200]), r)[0])
+    5e-324
+    """
+    fmt = r.fmt
+    assert isinstance(fmt, FloatFormat)
+    s, t, e = np.broadcast_arrays(
+        np.asarray(s, np.float64), np.asarray(t, np.float64), np.asarray(e, np.int64)
+    )
+    s, t, e = s.reshape(-1), t.reshape(-1), e.reshape(-1)
+    out = np.empty(s.shape)
+    ulp = np.ldexp(1.0, np.frexp(s)[1] - 53)
+    small = np.abs(t) < ulp * 2.0**-13
+    t = np.where(small, np.where(t == 0, 0.0, np.copysign(ulp * 2.0**-14, t)), t)
+    E = np.where(s == 0, 0, np.frexp(s)[1] + e)  # |value| in [2**(E-1), 2**E)
+    w = None if words is None else np.asarray(words).reshape(-1)
+
+    def part(mask: np.ndarray, rr: Rounder, shift: int, stand_in: float | None) -> None:
+        idx = np.flatnonzero(mask)
+        if not idx.size:
+            return
+        si, ti = np.ldexp(s[idx], e[idx] + shift), np.ldexp(t[idx], e[idx] + shift)
+        if stand_in is not None:  # below 2**-64 quanta: a value of the same class
+            off = E[idx] + shift < math.log2(stand_in)
+            si = np.where(off, np.copysign(stand_in, s[idx]), si)
+            ti = np.where(off, 0.0, ti)
+        wi = None if w is None else w[idx]
+        res = round_sum(si, ti, rr, wi)
+        sub = rr.fmt
+        assert isinstance(sub, FloatFormat)
+        if stand_in is not None and sub.precision > 51:
+            # fp64-like formats in their subnormal range: the 53-bit pair would be rounded
+            # twice (round_sum's fp64 path takes s as the format's rounding), so the exact
+            # pair is rounded onto the uniform subnormal grid in integers
+            j = np.flatnonzero((ti != 0) & (np.abs(si) < 2.0**sub.emin))
+            for i in j.tolist():
+                res[i] = _round_on_grid(
+                    float(si[i]), float(ti[i]), sub, rr, None if wi is None else int(wi[i])
+                )
+        out[idx] = np.ldexp(res, -shift)
+
+    mid = (E >= -940) & (E <= 1024)
+    part(mid, r, 0, None)
+
+    def shifted_rounder(f: FloatFormat) -> Rounder:
+        return Rounder(f, r.mode, r.overflow, r.subnormals, r.seed, r.random_bits)
+
+    top = E > 1024
+    if top.any():  # beyond max + one quantum in every format: 2**1010 in one whose top <= 2**960
+        hi = fmt if fmt.emax <= 1000 else _shifted(fmt, -64, "top")
+        shift = 0 if hi is fmt else -64
+        idx = np.flatnonzero(top)
+        res = round_sum(
+            np.copysign(2.0**1010, s[idx]), np.zeros(idx.size), shifted_rounder(hi),
+            None if w is None else w[idx],
+        )  # fmt: skip
+        out[idx] = np.ldexp(res, -shift)
+    tiny = E < -940
+    if tiny.any():
+        sub_m = fmt.mantissa_bits if fmt.has_subnormals else 0
+        q = fmt.emin - sub_m  # exponent of the smallest quantum
+        if q >= -870:  # every such value is below 2**-64 quanta: one stand-in of its sign
+            idx = np.flatnonzero(tiny)
+            res = round_sum(
+                np.copysign(2.0**-1000, s[idx]), np.zeros(idx.size), r,
+                None if w is None else w[idx],
+            )  # fmt: skip
+            out[idx] = res
+        else:
+            lo = _shifted(fmt, 512, "bottom")
+            part(tiny, shifted_rounder(lo), 512, 2.0 ** (q + 512 - 72))
+    return out

@@ -19,6 +19,10 @@ array type:
   back through the namespace's ``asarray`` where there is one;
 * numpy masked arrays are refused (TypeError): the computation would silently drop the mask.
 
+:func:`as_numpy` is the same conversion for the entry points that compute with numpy on the
+CPU and return numpy arrays (``pl.ops``, ``pl.emulate``, ``quantize_blocks``): a GPU array is a
+TypeError that says how to bring it to the CPU.
+
 >>> a, restore = as_input(2.5)
 >>> a, restore(a * 2)
 (array(2.5), array(5.))
@@ -37,7 +41,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-__all__ = ["as_input", "is_device_array"]
+__all__ = ["as_input", "as_numpy", "is_device_array"]
 
 #: DLPack device types whose memory the CPU reads (kDLCPU, kDLCUDAHost, kDLROCMHost)
 _CPU_DEVICES = (1, 3, 11)
@@ -127,3 +131,20 @@ def as_input(x: Any, name: str = "x") -> tuple[Any, Callable[[Any], Any]]:
     if hasattr(x, "__array_namespace__"):
         return np.asarray(x), _namespace_restore(x)
     return np.asarray(x), _as_numpy_result
+
+
+def as_numpy(x: Any, name: str = "x") -> np.ndarray:
+    """``x`` as a numpy array through :func:`as_input` (DLPack and array-API arrays, torch
+    bfloat16/float8 tensors as ml_dtypes arrays, without a copy where the data allows), for
+    the entry points that compute with numpy; GPU arrays are a TypeError naming ``name``.
+
+    >>> as_numpy([1, 2]).dtype
+    dtype('int64')
+    """
+    a, _ = as_input(x, name)
+    if is_device_array(a):
+        raise TypeError(
+            f"{name} is a GPU array ({type(x).__module__}.{type(x).__name__}): this function "
+            f"computes on the CPU; pass {name} moved to the CPU (cupy.asnumpy, .cpu())"
+        )
+    return a  # type: ignore[no-any-return]

@@ -549,13 +549,15 @@ class _Model:
     def _add(
         self, x: np.ndarray, y: np.ndarray, r: Rounder, event: int, exact_hint: bool
     ) -> np.ndarray:
-        """round(x + y) onto r's format, one rounding of the exact sum."""
+        """round(x + y) onto r's format, one rounding of the exact sum (an exact zero sum is
+        +0, -0 under round-down: :func:`~precision_lab.core.exact.two_sum`'s ``down``)."""
         w = self.words(event, x.shape)
+        down = r.mode == "down"
         if exact_hint:
             with np.errstate(invalid="ignore", over="ignore"):
-                z = x + y
+                z = -((-x) + (-y)) if down else x + y
             return r.round(z, w)
-        s, t = two_sum(x, y)
+        s, t = two_sum(x, y, down=down)
         return round_sum(s, t, r, w)
 
     def _sequential(self, ch: _Chunk, k0: int, k1: int, s0: np.ndarray | None) -> np.ndarray:

@@ -221,6 +221,7 @@ def quantize_blocks(
     ((8,), dtype('uint8'), (1,), 0.0003720238...)
     """
     bf = get_block_format(block_format)
+    x, _ = as_input(x)  # the one input conversion (DLPack and array-API arrays: torch tensors)
     codes, lay, ps, out_dtype = _elements(
         x, bf, axis=axis, rounding=rounding, seed=seed, random_bits=random_bits, pad=pad, codes=True
     )

@@ -792,6 +792,26 @@ def test_gemm_special_values_and_shapes(gemm_lib) -> None:
             _same_gemm(got, want, f"shapes {acc.describe()}", args[0])
 
 
+def test_gemm_round_down_zero_sums_and_saturation(gemm_lib) -> None:
+    """Issue 19 item 7: an exact zero sum is -0 under round-down (IEEE 754 6.3) in the header's
+    accumulator as in the numpy reference; infinities saturate in the output alike."""
+    import precision_lab as pl
+
+    a = np.array([[1.0, -1.0, 2.0, -2.0], [0.0, 0.0, 0.0, 0.0], [-0.0, 0.0, -0.0, 0.0]])
+    a = np.vstack([a, [[np.inf, 1.0, 0.0, 0.0]]])
+    b = np.ones((4, 3))
+    for order in ("sequential", "pairwise", "blocked"):  # (compensated has no CUDA kernel)
+        kw_acc = {"block": 2} if order == "blocked" else {}
+        for mode, overflow in (("down", "ieee"), ("nearest_even", "saturate"), ("up", "ieee")):
+            acc = pl.Accumulator("fp16", rounding=mode, order=order, overflow=overflow, **kw_acc)
+            kw = {"input_format": "fp16", "accumulator": acc, "out_format": "fp16"}
+            want = pl.gemm(a, b, backend="numpy", **kw)
+            got, launched = _emu_gemm(gemm_lib, a, b, None, **kw)
+            _same_gemm(got, want, f"zero sums {order} {mode} {launched}", a)
+            np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+            assert np.signbit(want[0, 0]) == (mode == "down")
+
+
 # ===== precision_lab.backends.gpu and the cupy backend, end to end, over an emulated CuPy
 # =================
 class _FakeArray(np.ndarray):

@@ -26,10 +26,12 @@ from ...core.exact import (
     Rounder,
     odd_collapse,
     quantum_exponent,
+    round_scaled,
     round_sum,
     two_product_error,
 )
 from ...core.formats import FloatFormat, get_format
+from ...core.inputs import as_numpy
 from ...core.rounding import (
     STOCHASTIC_MODES,
     RoundingOptions,
@@ -55,6 +57,17 @@ def float_format(fmt: Any, name: str = "fmt") -> FloatFormat:
             "(exact single rounding via round-to-odd in float64), or fp64 itself"
         )
     return f
+
+
+def as_operand(x: Any, name: str) -> np.ndarray:
+    """An operand as a numpy array of numbers: floats (float16/32/64, ml_dtypes floats),
+    integers or booleans (rounded to the format exactly, as :func:`~precision_lab.round_to`
+    does), from any array :func:`precision_lab.core.inputs.as_numpy` takes (DLPack and
+    array-API arrays such as torch tensors, bfloat16 ones included); TypeError otherwise."""
+    a = as_numpy(x, name)
+    if a.dtype.kind in "biu":
+        return a
+    return as_float_array(a, name)
 
 
 def _tame(fmt: FloatFormat) -> bool:
@@ -96,13 +109,15 @@ class Call:
     ) -> Call:
         f = float_format(fmt)
         o = check_options(rounding, overflow, subnormals, seed, None)
-        arrs = [as_float_array(v, name) for name, v in operands.items()]
+        arrs = [as_operand(v, name) for name, v in operands.items()]
         try:
             shape = np.broadcast_shapes(*(a.shape for a in arrs))
         except ValueError:
             shapes = ", ".join(f"{n}{a.shape}" for n, a in zip(operands, arrs, strict=True))
             raise ValueError(f"operands do not broadcast together: {shapes}") from None
-        wide = any(a.dtype == np.float64 for a in arrs) or not _fits_float32(f)
+        # float64 results for float64 operands (Python floats) and integer ones (as round_to)
+        wide = any(a.dtype == np.float64 or a.dtype.kind in "biu" for a in arrs)
+        wide = wide or not _fits_float32(f)
         vals = tuple(
             np.broadcast_to(_on_grid(a, f, o).astype(np.float64), shape).reshape(-1) for a in arrs
         )
@@ -141,9 +156,11 @@ class Call:
         ok: np.ndarray,
         zero_pair: tuple[np.ndarray, np.ndarray] | None = None,
         exact_fraction: Any = None,
+        scale: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Round the exact results ``s + t`` where ``ok``; elsewhere the IEEE float64 result
-        ``shadow`` (special values) goes through the core.
+        """Round the exact results ``s + t`` (times ``2**scale`` where given: any magnitude,
+        :func:`~precision_lab.core.exact.round_scaled`) where ``ok``; elsewhere the IEEE
+        float64 result ``shadow`` (special values) goes through the core.
 
         ``zero_pair``: the two addends of a sum (for the sign of an exact zero under ``down``).
         ``exact_fraction``: for stochastic rounding of quotients and square roots (whose ``t``
@@ -156,6 +173,25 @@ class Call:
         if idx.size:
             si, ti = s[idx], t[idx]
             w = None if words is None else words[idx]
+            if scale is not None:
+                ei = scale[idx]
+                if exact_fraction is None or o.mode not in STOCHASTIC_MODES:
+                    rr = self.rounder if exact_fraction is None else self.rounder_for_quotients
+                    res[idx] = round_scaled(si, ti, ei, rr, w)
+                    bad = np.flatnonzero(~ok)
+                    if bad.size:
+                        res[bad] = self._special(shadow[bad])
+                    return self.out(res)
+                # stochastic quotients: the exact fraction needs the unscaled pair
+                with np.errstate(over="ignore", under="ignore"):
+                    si, ti = np.ldexp(si, ei), np.ldexp(ti, ei)
+                big = np.abs(si) > 2.0**1000
+                tiny = (si != 0) & (np.abs(si) < 2.0**-900)
+                if big.any() or tiny.any():
+                    raise ValueError(
+                        "stochastic rounding of a quotient outside [2**-900, 2**1000] is not "
+                        f"supported in {self.fmt} (its exact discarded fraction is not available)"
+                    )
             if exact_fraction is not None and o.mode in STOCHASTIC_MODES:
                 ti = self._fraction_pairs(si, ti, idx, exact_fraction)
             rounder = self.rounder
@@ -170,11 +206,20 @@ class Call:
                 xi, yi = x[idx], y[idx]
                 plus_zeros = (xi == 0) & (yi == 0) & ~np.signbit(xi) & ~np.signbit(yi)
                 z = (si == 0) & (ti == 0) & ~plus_zeros
-                res[idx[z]] = -0.0
+                # -0 where the format has it (not fnuz nor P3109: there it is +0, as round_to)
+                res[idx[z]] = -0.0 if self.fmt.has_negative_zero else 0.0
         bad = np.flatnonzero(~ok)
         if bad.size:
             res[bad] = self._special(shadow[bad])
         return self.out(res)
+
+    @property
+    def rounder_for_quotients(self) -> Rounder:
+        """The rounder (fp64's tie rules of quotients and roots are ties-to-even: see finish)."""
+        o = self.opts
+        if o.mode in ("nearest_away", "nearest_zero") and self.fmt == _FP64:
+            return Rounder(self.fmt, "nearest_even", o.overflow, o.subnormals)
+        return self.rounder
 
     def _special(self, shadow: np.ndarray) -> np.ndarray:
         """IEEE special results (NaN, infinities) through the core."""

@@ -15,7 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from ...core.exact import Rounder, odd_collapse, round_sum, two_product_error, two_sum
+from ...core.exact import (
+    Rounder,
+    odd_collapse,
+    round_scaled,
+    round_sum,
+    two_product_error,
+    two_sum,
+)
 from .call import Call, _product, _tame
 from .fast_paths import _float32_path, _native_path
 
@@ -126,9 +133,47 @@ def mul(
         return fast
     c = Call.make(fmt, rounding, overflow, subnormals, seed, {"x": x, "y": y})
     a, b = c.vals
-    h, lo = _product(a, b, _tame(c.fmt))
+    if not _tame(c.fmt):  # fp64 and wide formats: scaled by powers of two, any magnitude
+        ok = np.isfinite(a) & np.isfinite(b) & (a != 0) & (b != 0)
+        with np.errstate(invalid="ignore", over="ignore", under="ignore"):
+            shadow = a * b
+        h, lo, e = _scaled_product(np.where(ok, a, 1.0), np.where(ok, b, 1.0))
+        return c.finish(h, lo, shadow, ok, scale=e)
+    h, lo = _product(a, b, True)
     ok = np.isfinite(h)
     return c.finish(h, np.where(ok, lo, 0.0), h, ok)
+
+
+def _scaled_product(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``a * b == (h + lo) * 2**e`` exactly for finite non-zero ``a``, ``b``: the product of
+    their significands in [1/2, 1) (Dekker's product neither overflows nor underflows there)."""
+    ma, ea = np.frexp(a)
+    mb, eb = np.frexp(b)
+    h = ma * mb
+    return h, two_product_error(ma, mb, h), ea.astype(np.int64) + eb
+
+
+def _fma_scaled(
+    c: Call, a: np.ndarray, b: np.ndarray, d: np.ndarray, idx: np.ndarray
+) -> np.ndarray:
+    """``a * b + d`` (finite, ``a * b != 0``) at elements ``idx``, at any magnitude: the terms
+    scaled by the largest one's power of two (exact); a term below ``2**-200`` of it only
+    decides the direction of the rounding, so a value of its sign stands in for it."""
+    a, b, d = a[idx], b[idx], d[idx]
+    h1, l1, p = _scaled_product(a, b)
+    md, de = np.frexp(d)
+    m = np.where(d == 0, p, np.maximum(p, de))
+    far_p = p - m < -200
+    far_d = (d != 0) & (de - m < -200)
+    hs = np.where(far_p, np.copysign(2.0**-300, h1), np.ldexp(h1, np.maximum(p - m, -300)))
+    ls = np.where(far_p, 0.0, np.ldexp(l1, np.maximum(p - m, -300)))
+    ds = np.where(far_d, np.copysign(2.0**-300, md), np.ldexp(md, np.maximum(de - m, -300)))
+    down = c.opts.mode == "down"
+    s, t = two_sum(hs, ds, down=down)
+    u, v = two_sum(t, ls, down=down)
+    s, t = two_sum(s, odd_collapse(u, v), down=down)
+    words = c.words()
+    return round_scaled(s, t, m, c.rounder, None if words is None else words[idx])
 
 
 def fma(
@@ -167,7 +212,12 @@ def fma(
         u, v = two_sum(t, lo0)
         s, t = two_sum(s, odd_collapse(u, v))
     s = np.where(ok, s, shadow)
-    return c.finish(s, t, shadow, ok, zero_pair=(h, d))
+    out = c.finish(s, t, shadow, ok, zero_pair=(h, d))
+    if not tame:  # finite non-zero products at any magnitude (fp64 and wide formats)
+        idx = np.flatnonzero(np.isfinite(a) & np.isfinite(b) & np.isfinite(d) & (a != 0) & (b != 0))
+        if idx.size:
+            out.reshape(-1)[idx] = _fma_scaled(c, a, b, d, idx)
+    return out
 
 
 def div(
@@ -192,19 +242,31 @@ def div(
 
 
 def _div_vals(c: Call, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore", under="ignore"):
         q = a / b
-    ok = np.isfinite(q) & (b != 0) & np.isfinite(a) & np.isfinite(b)
-    a0, b0, q0 = (np.where(ok, v, 1.0) for v in (a, b, q))
+    scale = None
+    if _tame(c.fmt):
+        ok = np.isfinite(q) & (b != 0) & np.isfinite(a) & np.isfinite(b)
+        a0, b0, q0 = (np.where(ok, v, 1.0) for v in (a, b, q))
+    else:  # fp64 and wide formats: the significands' quotient, scaled by powers of two
+        ok = (a != 0) & (b != 0) & np.isfinite(a) & np.isfinite(b)
+        a0, ea = np.frexp(np.where(ok, a, 1.0))
+        b0, eb = np.frexp(np.where(ok, b, 1.0))
+        scale = ea.astype(np.int64) - eb
+        q0 = a0 / b0
     with np.errstate(invalid="ignore", over="ignore"):
         h = q0 * b0
         r = (a0 - h) - two_product_error(q0, b0, h)  # the exact remainder a - q * b
         t = np.where(ok, r / b0, 0.0)
+    if scale is not None:
+        q0 = np.where(ok, q0, q)
 
     def floor_scaled(i: int, s: Fraction, sign: int, k: int) -> int:
         v = Fraction(float(a[i])) / Fraction(float(b[i]))
         return math.floor(sign * (v - s) * Fraction(2) ** k)
 
+    if scale is not None:
+        return c.finish(q0, t, q, ok, exact_fraction=floor_scaled, scale=scale)
     return c.finish(q, t, q, ok, exact_fraction=floor_scaled)
 
 

@@ -33,6 +33,9 @@ Semantics (the same for every function here):
   rounded once to ``fmt``. The result is the correct rounding of the exact value unless that
   lies within ``2**-50`` (relative) of a rounding boundary of ``fmt``; its error is below one
   ulp of ``fmt`` plus ``2**-50`` relative (half an ulp plus ``2**-50`` under round-to-nearest).
+  ``exp`` of ``|x| > 700`` is ``m * 2**k`` by Cody-Waite reduction, rounded at its real
+  magnitude, so directed modes see the right side of the overflow and underflow thresholds
+  (``exp(1000, "bf16", rounding="toward_zero")`` is bf16's max, not inf).
 * **Special values** follow IEEE 754: NaN propagates, ``inf - inf``, ``0 * inf``, ``0 / 0``
   and ``sqrt(-1)`` are NaN, ``x / 0`` is a signed infinity; infinite results then go through
   the core like any value (NaN in formats without inf, ``±max`` under ``overflow="saturate"``).
@@ -41,11 +44,20 @@ Semantics (the same for every function here):
 * **Stochastic rounding** uses the random word of each element's flat index (C order over the
   broadcast shape) keyed by ``seed``, as :func:`~precision_lab.round_to` does.
 * **Formats**: any float format of at most 51 significant bits, and fp64. For fp64 and formats
-  beyond fp32's range, the Dekker product must neither overflow nor underflow: ``*``, ``/``,
-  sqrt and fma are correctly rounded while their operands, products and results stay within
-  ``[2**-960, 2**990]`` in magnitude (every format whose values fit in float32 is always
-  inside; add, sub and sqrt have no such limit: a sum beyond float64's range is rounded at
-  half scale).
+  beyond fp32's range, ``*``, ``/`` and fma work on the operands' significands and scale by
+  powers of two (exact), so their results are correctly rounded at any magnitude, beyond
+  float64's range on either side included (:func:`precision_lab.core.exact.round_scaled`:
+  ``mul(1e300, 1e10, "fp64", rounding="toward_zero")`` is fp64's max, ``mul(2**-600,
+  2**-600, "fp64", rounding="up")`` its smallest subnormal). One case is refused
+  (ValueError) rather than rounded twice: stochastic rounding of a quotient outside
+  ``[2**-900, 2**1000]`` in such a format. add, sub and sqrt have no limit (a sum beyond
+  float64's range is rounded at half scale).
+* **Formats without -0** (fnuz, P3109): an exact zero result is ``+0`` in every mode, on both
+  backends (``sub(1, 1, "p3109_k8p3se", rounding="down")`` is ``+0``: there is no ``-0``).
+* **Inputs**: numpy arrays, Python and numpy scalars, nested lists, and any array
+  :func:`precision_lab.core.inputs.as_numpy` takes (DLPack and array-API arrays: torch
+  tensors, bfloat16 ones included); integer and boolean operands are rounded to ``fmt``
+  exactly, as :func:`~precision_lab.round_to` does. The results are numpy arrays.
 
 Backends: where the compiled extension is active (:func:`precision_lab.backend_info`),
 ``add``, ``sub``, ``mul`` and ``fma`` of arrays of float32 values (float32, float16,
@@ -54,7 +66,8 @@ ml_dtypes floats such as bfloat16) to a format whose values fit in float32 run i
 words included); everything else, and ``PRECISION_LAB_BACKEND=numpy``, runs the numpy code here.
 
 Results are float32 arrays when the format's values fit in float32 and no operand is float64
-(Python floats are float64), else float64.
+(Python floats are float64) or integer (Python ints are int64; as round_to, whose result for
+integers is float64), else float64.
 
 >>> import precision_lab as pl
 >>> float(pl.ops.add(1.0, 2.0**-9, "bf16", rounding="up"))

@@ -23,7 +23,7 @@ from ...core.rounding import (
     for_chunks,
     round_to,
 )
-from .call import _on_grid
+from .call import _on_grid, as_operand
 
 _F32_OPERANDS = {np.dtype(np.float32), np.dtype(np.float16)} | {
     np.dtype(getattr(ml_dtypes, n))
@@ -58,6 +58,7 @@ def _native_path(
     seed), or a stochastic sum the extension declines."""
     if native.ext is None or native.choice()[0] == "numpy":
         return None
+    operands = tuple(as_operand(v, n) for v, n in zip(operands, "xyz", strict=False))
     if not all(
         isinstance(v, np.ndarray) and v.dtype.newbyteorder("=") in _F32_OPERANDS for v in operands
     ):
@@ -94,8 +95,7 @@ def _float32_path(
     TwoSum error is zero; nearest_even sums of formats of at most 11 bits need no check
     (rounding to 24 then to at most 11 bits is innocuous: Figueroa 1995, 24 >= 2p + 2).
     """
-    if not (isinstance(x, np.ndarray) and isinstance(y, np.ndarray)):
-        return None
+    x, y = as_operand(x, "x"), as_operand(y, "y")
     if x.dtype not in _F32_OPERANDS or y.dtype not in _F32_OPERANDS:
         return None
     f = get_format(fmt)

@@ -12,6 +12,14 @@ Inputs are values of a format of at most 26 significant bits (``input_format``; 
 accumulator's format if every value is on its grid, else fp32): products are then exact in
 float64, as the accumulator model requires. Values off that grid raise ValueError.
 
+Signs of zero and overflow follow one rule in ``sum``, ``dot`` and ``cumsum`` (and in every
+backend's accumulator, :func:`precision_lab.gemm`): a reduction starts from the additive
+identity (``-0``; ``+0`` under round-down), and every addition is IEEE 754's, so an exact zero
+sum is ``+0``, ``-0`` under round-down, and a sum of ``-0`` terms is ``-0``. Infinities (and
+NaN) propagate through the running state; every result is rounded with the accumulator's
+``overflow`` rule, so under ``overflow="saturate"`` an infinite partial result is reported as
+``±max`` by ``sum`` and ``cumsum`` alike.
+
 Results are float32 when the result format fits in float32 (float64 otherwise). The result
 format is the accumulator's (its ``promote_format`` when it promotes), or ``out_format``.
 
@@ -33,6 +41,7 @@ import numpy as np
 
 from ...core.exact import Rounder, round_sum, stochastic_words, two_sum
 from ...core.formats import FloatFormat, get_format
+from ...core.inputs import as_numpy
 from ...core.rounding import _fits_float32, as_float_array, round_to
 from ...gemm.accumulator import Accumulator, _float_format
 from ...gemm.reference import _as_accumulator, gemm
@@ -77,6 +86,30 @@ def _out_format(acc: Accumulator, out_format: Any) -> FloatFormat:
     return f
 
 
+def _values(x: Any, name: str) -> np.ndarray:
+    """``x`` as a float array (:func:`~precision_lab.core.inputs.as_numpy`: torch tensors and
+    other DLPack/array-API arrays too); integers and booleans as float64 where float64 holds
+    them exactly (ValueError otherwise: such a value is on no grid the reductions take)."""
+    a = as_numpy(x, name)
+    if a.dtype.kind in "biu":
+        f = a.astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            exact = (f < 2.0**63) & (f.astype(a.dtype) == a) if a.dtype.kind != "b" else True
+        if not np.all(exact):
+            raise ValueError(f"{name} holds integers that float64 cannot hold exactly")
+        return f
+    return as_float_array(a, name)
+
+
+def _identity(acc: Accumulator) -> float:
+    """The value a reduction starts from: the additive identity of the accumulator's rounding,
+    so that the result is the IEEE 754 sum of the terms, signs of zero included: ``-0``
+    (``-0 + x = x`` for every ``x``, ``+0`` too), and ``+0`` under round-down (where
+    ``+0 + (-0) = -0``). ``sum([-0.0])`` is then ``-0.0``, like ``numpy.cumsum`` and
+    ``numpy.dot``, and ``sum([1.0, -1.0])`` is ``-0.0`` under round-down, like :func:`add`."""
+    return 0.0 if acc.rounding == "down" else -0.0
+
+
 def _axis_last(x: np.ndarray, axis: int | None) -> np.ndarray:
     if axis is None:
         return x.reshape(-1)
@@ -107,7 +140,7 @@ def sum(
     7.0859375
     """
     acc = _as_accumulator(accumulator)
-    a = as_float_array(x, "x")
+    a = _values(x, "x")
     v = _axis_last(a, axis)
     return dot(
         v,
@@ -136,8 +169,8 @@ def dot(
     (4.0, 10.5625)
     """
     acc = _as_accumulator(accumulator)
-    xa = _axis_last(as_float_array(x, "x"), axis)
-    ya = _axis_last(as_float_array(y, "y"), axis)
+    xa = _axis_last(_values(x, "x"), axis)
+    ya = _axis_last(_values(y, "y"), axis)
     try:
         shape = np.broadcast_shapes(xa.shape, ya.shape)
     except ValueError:
@@ -151,6 +184,7 @@ def dot(
     d = gemm(
         xb[..., None, :],
         yb[..., :, None],
+        np.full((*shape[:-1], 1, 1), _identity(acc)),
         input_format=fin,
         accumulator=acc,
         out_format=out_fmt,
@@ -186,7 +220,7 @@ def cumsum(
     """
     acc = _as_accumulator(accumulator)
     one_pass = acc.order in ("sequential", "compensated")
-    v = _axis_last(as_float_array(x, "x"), axis)
+    v = _axis_last(_values(x, "x"), axis)
     if v.size == 0:
         assert isinstance(acc.format, FloatFormat)
         empty = np.empty(v.shape, dtype=np.float32 if _fits_float32(acc.format) else np.float64)
@@ -211,7 +245,7 @@ def cumsum(
         w = None
         if acc.rounding == "stochastic":
             w = stochastic_words(seed, event, n_rows, (n_rows,), acc.random_bits)
-        s, t = two_sum(p, q)
+        s, t = two_sum(p, q, down=acc.rounding == "down")
         with np.errstate(invalid="ignore"):
             out = round_sum(s, t, r, w)
         special = ~np.isfinite(s)
@@ -219,7 +253,7 @@ def cumsum(
         return out
 
     out = np.empty_like(rows)
-    s = np.zeros(n_rows)
+    s = np.full(n_rows, _identity(acc))
     comp = np.zeros(n_rows)
     for k in range(K):
         p = rows[:, k]
@@ -230,6 +264,9 @@ def cumsum(
         t = add(s, y, k)
         comp = add(add(t, -s, 6 * K + k), -y, 7 * K + k)
         s = out[:, k] = t
-    res = round_to(out, fmt).reshape(v.shape)  # on the grid already (a no-op but for -0/NaN)
+    # on the grid already, but for the signs of zero and NaN of the format, and infinities,
+    # which the running state keeps (as sum's model does) and each output rounds with the
+    # overflow rule (to max under "saturate", as sum's result)
+    res = round_to(out, fmt, overflow=acc.overflow).reshape(v.shape)
     res = res.astype(np.float32 if _fits_float32(fmt) else np.float64)
     return res if axis is None else np.moveaxis(res, -1, axis)

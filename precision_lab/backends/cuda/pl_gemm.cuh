@@ -200,8 +200,11 @@ PL_HD pl_u64 pl_gemm_word(const pl_gemm_cfg& c, const pl_rounder& r, pl_i64 even
 PL_HD_CALL double pl_gemm_add(const pl_gemm_cfg& c, const pl_rounder& r, double x, double y,
                          pl_i64 event, pl_u64 idx) {
   double s, t;
-  pl_two_sum(x, y, &s, &t);
-  return pl_round_sum(r, s, t, pl_gemm_word(c, r, event, idx));
+  // an exact zero sum is -0 under round-down (IEEE 754 6.3): the negated sum of the negations
+  // (round-to-nearest is symmetric, so only zero signs change), as reference._Model._add
+  const double sg = r.p.mode == PL_RDN ? -1.0 : 1.0;
+  pl_two_sum(sg * x, sg * y, &s, &t);
+  return pl_round_sum(r, sg * s, sg * t, pl_gemm_word(c, r, event, idx));
 }
 
 // The model's product of inputs a and b at index k (exact, or rounded to the product format).
