@@ -266,3 +266,40 @@ def test_torch_like_bfloat16_tensors_everywhere() -> None:
     q1 = pl.quantize_blocks(t, "mxfp8_e4m3")
     q2 = pl.quantize_blocks(a, "mxfp8_e4m3")
     np.testing.assert_array_equal(q1.codes, q2.codes)
+
+
+# ----- item 9: the general numpy path in chunks ----------------------------------------------
+@pytest.mark.parametrize("mode", ["nearest_even", "up", "odd", "stochastic", "stochastic_equal"])
+def test_chunked_general_path_equals_one_call(mode) -> None:
+    """Large calls run chunk by chunk (ops.call.run); a broadcasting call runs as one. Both
+    must agree bit for bit, stochastic words (keyed by the flat index) included."""
+    from precision_lab.arith.ops.call import CHUNK
+
+    n = 4 * CHUNK + 12345
+    rng = np.random.default_rng(11)
+    x = pl.round_to(rng.standard_normal(n), "bf16").astype(np.float32)
+    y = pl.round_to(rng.standard_normal(n) + 3, "bf16").astype(np.float32)
+    kw = {"rounding": mode, "seed": 7 if mode.startswith("stochastic") else None}
+    with pl.use_backend("numpy"):
+        for name, args in [
+            ("div", (x, y, "bf16")),
+            ("mul", (x.astype(np.float64), y, "fp64")),
+            ("fma", (x, y, x, "e4m3")),
+            ("add", (x, y.astype(np.float64), "fp16")),
+        ]:
+            fn = getattr(ops, name)
+            chunked = fn(*args, **kw)
+            one = fn(args[0][None, :], *args[1:], **kw)[0]  # broadcasting: a single call
+            np.testing.assert_array_equal(chunked, one, err_msg=f"{name} {mode}")
+        s1 = ops.sqrt(np.abs(x), "bf16", **kw)
+        s2 = ops.sqrt(np.abs(x)[None, :], "bf16", **kw)[0]
+        np.testing.assert_array_equal(s1, s2)
+
+
+def test_sum_in_row_chunks_equals_dot_with_ones() -> None:
+    rng = np.random.default_rng(3)
+    a = pl.round_to(rng.standard_normal((600, 2000)), "bf16").astype(np.float32)
+    for acc in (Accumulator("bf16"), Accumulator("fp16", order="pairwise", rounding="down")):
+        got = ops.sum(a, axis=1, accumulator=acc)
+        want = ops.dot(a, np.ones(2000), accumulator=acc)
+        np.testing.assert_array_equal(got, want)

@@ -38,6 +38,7 @@ from ...core.rounding import (
     _fits_float32,
     as_float_array,
     check_options,
+    for_chunks,
     round_to,
 )
 
@@ -87,6 +88,71 @@ def _on_grid(a: np.ndarray, f: FloatFormat, o: RoundingOptions) -> np.ndarray:
     return r
 
 
+#: elements per chunk of the general numpy path (the casts' chunk size): the float64 temporaries
+#: of a chunk (a few dozen arrays) stay small, so the peak extra memory is about the output's
+CHUNK = 1 << 16
+
+
+def _broadcast_shape(operands: dict[str, Any], arrs: list[np.ndarray]) -> tuple[int, ...]:
+    try:
+        return np.broadcast_shapes(*(a.shape for a in arrs))
+    except ValueError:
+        shapes = ", ".join(f"{n}{a.shape}" for n, a in zip(operands, arrs, strict=True))
+        raise ValueError(f"operands do not broadcast together: {shapes}") from None
+
+
+def _result_dtype(arrs: list[np.ndarray], f: FloatFormat) -> np.dtype:
+    """float64 for float64 operands (Python floats), integer ones (as round_to) and formats
+    beyond float32; float32 otherwise."""
+    wide = any(a.dtype == np.float64 or a.dtype.kind in "biu" for a in arrs)
+    return np.dtype(np.float64 if wide or not _fits_float32(f) else np.float32)
+
+
+def run(
+    fmt: Any,
+    rounding: str,
+    overflow: str,
+    subnormals: str,
+    seed: int | None,
+    operands: dict[str, Any],
+    compute: Callable[[Call], np.ndarray],
+    *,
+    own_words: bool = True,
+) -> np.ndarray:
+    """``compute(call)`` over the operands: one :class:`Call` for small or broadcasting
+    operands, else one per chunk of :data:`CHUNK` elements of the flat index, on all cores
+    (:func:`~precision_lab.core.pool.for_chunks`), so that the float64 temporaries of the
+    general path never exceed a chunk's. Stochastic words follow the flat index
+    (``Call.offset``); ``own_words=False``: ``compute`` rounds stochastically without
+    :meth:`Call.words` (the whole array is then one call)."""
+    f = float_format(fmt)
+    o = check_options(rounding, overflow, subnormals, seed, None)
+    arrs = [as_operand(v, name) for name, v in operands.items()]
+    shape = _broadcast_shape(operands, arrs)
+    n = int(np.prod(shape, dtype=np.int64))
+    chunked = (
+        n > 4 * CHUNK
+        and all(a.shape == shape or a.size == 1 for a in arrs)
+        and (own_words or o.mode not in STOCHASTIC_MODES)
+    )
+    if not chunked:
+        return compute(
+            Call.make(
+                f, rounding, overflow, subnormals, seed, dict(zip(operands, arrs, strict=True))
+            )
+        )
+    flat = [a.reshape(-1) for a in arrs]
+    out = np.empty(n, dtype=_result_dtype(arrs, f))
+
+    def work(lo: int, hi: int) -> None:
+        sub = {k: (v if v.size == 1 else v[lo:hi]) for k, v in zip(operands, flat, strict=True)}
+        c = Call.make(f, rounding, overflow, subnormals, seed, sub, offset=lo)
+        out[lo:hi] = compute(c).reshape(-1)
+
+    for_chunks(n, work, chunk=CHUNK)
+    return out.reshape(shape)
+
+
 @dataclass(frozen=True)
 class Call:
     """One elementwise call: the format, the validated options, the operands on the grid."""
@@ -96,6 +162,7 @@ class Call:
     vals: tuple[np.ndarray, ...]  # float64, broadcast to shape, on fmt's grid
     shape: tuple[int, ...]
     dtype: np.dtype
+    offset: int = 0  # flat index of the first element (a chunk of a larger call)
 
     @classmethod
     def make(
@@ -106,22 +173,16 @@ class Call:
         subnormals: str,
         seed: int | None,
         operands: dict[str, Any],
+        offset: int = 0,
     ) -> Call:
         f = float_format(fmt)
         o = check_options(rounding, overflow, subnormals, seed, None)
         arrs = [as_operand(v, name) for name, v in operands.items()]
-        try:
-            shape = np.broadcast_shapes(*(a.shape for a in arrs))
-        except ValueError:
-            shapes = ", ".join(f"{n}{a.shape}" for n, a in zip(operands, arrs, strict=True))
-            raise ValueError(f"operands do not broadcast together: {shapes}") from None
-        # float64 results for float64 operands (Python floats) and integer ones (as round_to)
-        wide = any(a.dtype == np.float64 or a.dtype.kind in "biu" for a in arrs)
-        wide = wide or not _fits_float32(f)
+        shape = _broadcast_shape(operands, arrs)
         vals = tuple(
             np.broadcast_to(_on_grid(a, f, o).astype(np.float64), shape).reshape(-1) for a in arrs
         )
-        return cls(f, o, vals, shape, np.dtype(np.float64 if wide else np.float32))
+        return cls(f, o, vals, shape, _result_dtype(arrs, f), offset)
 
     @property
     def rounder(self) -> Rounder:
@@ -130,7 +191,7 @@ class Call:
 
     def words(self) -> np.ndarray | None:
         n = int(np.prod(self.shape, dtype=np.int64))
-        return self.opts.words(n, 0)
+        return self.opts.words(n, self.offset)
 
     def out(self, flat: np.ndarray) -> np.ndarray:
         return flat.astype(self.dtype).reshape(self.shape)
@@ -300,11 +361,17 @@ def _named(op: Any, name: str, doc: str, module: str) -> None:
 
 
 def unary_op(
-    name: str, doc: str, compute: Callable[[Call, np.ndarray], np.ndarray], module: str
+    name: str,
+    doc: str,
+    compute: Callable[[Call, np.ndarray], np.ndarray],
+    module: str,
+    *,
+    own_words: bool = True,
 ) -> UnaryOp:
     """The public op ``name`` of one operand: ``compute(call, x_on_grid)`` is its result.
 
-    ``module`` is the ``__name__`` of the module that exports it (its doctest runs there).
+    ``module`` is the ``__name__`` of the module that exports it (its doctest runs there);
+    ``own_words``: as :func:`run`'s (False where ``compute`` rounds by :meth:`Call.round_values`).
     """
 
     def op(
@@ -316,8 +383,16 @@ def unary_op(
         subnormals: str = "keep",
         seed: int | None = None,
     ) -> np.ndarray:
-        c = Call.make(fmt, rounding, overflow, subnormals, seed, {"x": x})
-        return compute(c, c.vals[0])
+        return run(
+            fmt,
+            rounding,
+            overflow,
+            subnormals,
+            seed,
+            {"x": x},
+            lambda c: compute(c, c.vals[0]),
+            own_words=own_words,
+        )
 
     _named(op, name, doc, module)
     return op
@@ -342,8 +417,15 @@ def binary_op(
         subnormals: str = "keep",
         seed: int | None = None,
     ) -> np.ndarray:
-        c = Call.make(fmt, rounding, overflow, subnormals, seed, {"x": x, "y": y})
-        return compute(c, *c.vals)
+        return run(
+            fmt,
+            rounding,
+            overflow,
+            subnormals,
+            seed,
+            {"x": x, "y": y},
+            lambda c: compute(c, *c.vals),
+        )
 
     _named(op, name, doc, module)
     return op

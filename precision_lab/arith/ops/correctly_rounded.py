@@ -23,7 +23,7 @@ from ...core.exact import (
     two_product_error,
     two_sum,
 )
-from .call import Call, _product, _tame
+from .call import Call, _product, _tame, run
 from .fast_paths import _float32_path, _native_path
 
 __all__ = ["add", "div", "fma", "mul", "reciprocal", "sqrt", "sub"]
@@ -50,8 +50,8 @@ def add(
         fast = _float32_path("add", x, y, fmt, rounding, overflow, subnormals, seed)
     if fast is not None:
         return fast
-    c = Call.make(fmt, rounding, overflow, subnormals, seed, {"x": x, "y": y})
-    return _add_vals(c, *c.vals)
+    ops = {"x": x, "y": y}
+    return run(fmt, rounding, overflow, subnormals, seed, ops, lambda c: _add_vals(c, *c.vals))
 
 
 def _add_vals(c: Call, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -105,9 +105,16 @@ def sub(
     fast = _native_path("sub", (x, y), fmt, rounding, overflow, subnormals, seed)
     if fast is not None:
         return fast
-    c = Call.make(fmt, rounding, overflow, subnormals, seed, {"x": x, "y": y})
-    a, b = c.vals
-    return _add_vals(c, a, -b)
+    ops = {"x": x, "y": y}
+    return run(
+        fmt,
+        rounding,
+        overflow,
+        subnormals,
+        seed,
+        ops,
+        lambda c: _add_vals(c, c.vals[0], -c.vals[1]),
+    )
 
 
 def mul(
@@ -131,7 +138,10 @@ def mul(
         fast = _float32_path("mul", x, y, fmt, rounding, overflow, subnormals, seed)
     if fast is not None:
         return fast
-    c = Call.make(fmt, rounding, overflow, subnormals, seed, {"x": x, "y": y})
+    return run(fmt, rounding, overflow, subnormals, seed, {"x": x, "y": y}, _mul_vals)
+
+
+def _mul_vals(c: Call) -> np.ndarray:
     a, b = c.vals
     if not _tame(c.fmt):  # fp64 and wide formats: scaled by powers of two, any magnitude
         ok = np.isfinite(a) & np.isfinite(b) & (a != 0) & (b != 0)
@@ -199,7 +209,11 @@ def fma(
     fast = _native_path("fma", (x, y, z), fmt, rounding, overflow, subnormals, seed)
     if fast is not None:
         return fast
-    c = Call.make(fmt, rounding, overflow, subnormals, seed, {"x": x, "y": y, "z": z})
+    ops = {"x": x, "y": y, "z": z}
+    return run(fmt, rounding, overflow, subnormals, seed, ops, _fma_vals)
+
+
+def _fma_vals(c: Call) -> np.ndarray:
     a, b, d = c.vals
     tame = _tame(c.fmt)
     h, lo = _product(a, b, tame)
@@ -236,9 +250,8 @@ def div(
     >>> pl.ops.div([1.0, 1.0, 1.0], [3.0, 3.0, 0.0], "bf16", rounding="up").tolist()
     [0.333984375, 0.333984375, inf]
     """
-    c = Call.make(fmt, rounding, overflow, subnormals, seed, {"x": x, "y": y})
-    a, b = c.vals
-    return _div_vals(c, a, b)
+    ops = {"x": x, "y": y}
+    return run(fmt, rounding, overflow, subnormals, seed, ops, lambda c: _div_vals(c, *c.vals))
 
 
 def _div_vals(c: Call, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -285,7 +298,10 @@ def sqrt(
     >>> pl.ops.sqrt([2.0, 2.0], "e4m3", rounding="down").tolist()
     [1.375, 1.375]
     """
-    c = Call.make(fmt, rounding, overflow, subnormals, seed, {"x": x})
+    return run(fmt, rounding, overflow, subnormals, seed, {"x": x}, _sqrt_vals)
+
+
+def _sqrt_vals(c: Call) -> np.ndarray:
     (a,) = c.vals
     with np.errstate(invalid="ignore"):
         q = np.sqrt(a)
@@ -324,6 +340,12 @@ def reciprocal(
     >>> float(pl.ops.reciprocal(3.0, "fp16"))
     0.333251953125
     """
-    c = Call.make(fmt, rounding, overflow, subnormals, seed, {"x": x})
-    (a,) = c.vals
-    return _div_vals(c, np.ones_like(a), a)
+    return run(
+        fmt,
+        rounding,
+        overflow,
+        subnormals,
+        seed,
+        {"x": x},
+        lambda c: _div_vals(c, np.ones_like(c.vals[0]), c.vals[0]),
+    )

@@ -69,6 +69,7 @@ exp = unary_op(
     """,
     _exp,
     __name__,
+    own_words=False,
 )
 
 log = unary_op(
@@ -81,6 +82,7 @@ log = unary_op(
     """,
     _faithful(np.log),
     __name__,
+    own_words=False,
 )
 
 tanh = unary_op(
@@ -93,6 +95,7 @@ tanh = unary_op(
     """,
     _faithful(np.tanh),
     __name__,
+    own_words=False,
 )
 
 rsqrt = unary_op(
@@ -105,4 +108,5 @@ rsqrt = unary_op(
     """,
     _faithful(lambda v: 1.0 / np.sqrt(v)),
     __name__,
+    own_words=False,
 )

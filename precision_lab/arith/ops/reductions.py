@@ -42,7 +42,7 @@ import numpy as np
 from ...core.exact import Rounder, round_sum, stochastic_words, two_sum
 from ...core.formats import FloatFormat, get_format
 from ...core.inputs import as_numpy
-from ...core.rounding import _fits_float32, as_float_array, round_to
+from ...core.rounding import STOCHASTIC_MODES, _fits_float32, as_float_array, round_to
 from ...gemm.accumulator import Accumulator, _float_format
 from ...gemm.reference import _as_accumulator, gemm
 
@@ -73,9 +73,15 @@ def _input_format(values: list[np.ndarray], acc: Accumulator, given: Any) -> Flo
 
 
 def _on_grid(v: np.ndarray, f: FloatFormat) -> bool:
-    r = round_to(v, f).astype(np.float64)
-    v64 = v.astype(np.float64)
-    return bool(((r == v64) | (np.isnan(r) & np.isnan(v64))).all())
+    flat = v.reshape(-1)
+    step = 1 << 18  # in chunks: no whole-array float64 copies
+    for lo in range(0, flat.size, step):
+        c = flat[lo : lo + step]
+        r = round_to(c, f).astype(np.float64)
+        c64 = c.astype(np.float64)
+        if not bool(((r == c64) | (np.isnan(r) & np.isnan(c64))).all()):
+            return False
+    return True
 
 
 def _out_format(acc: Accumulator, out_format: Any) -> FloatFormat:
@@ -140,16 +146,37 @@ def sum(
     7.0859375
     """
     acc = _as_accumulator(accumulator)
-    a = _values(x, "x")
-    v = _axis_last(a, axis)
-    return dot(
-        v,
-        np.ones(v.shape[-1:]),
-        accumulator=acc,
-        axis=-1,
-        input_format=input_format,
-        out_format=out_format,
-    )
+    v = _axis_last(_values(x, "x"), axis)
+    fin = _input_format([v], acc, input_format)
+    out_fmt = _out_format(acc, out_format)
+    # the inner products of the rows with one column of ones: what dot(v, ones) computes (the
+    # same order, events and words), without a broadcast copy of the ones
+    k = v.shape[-1]
+    rows = v.reshape(int(np.prod(v.shape[:-1], dtype=np.int64)), k)
+    n = rows.shape[0]
+
+    def reduce(r: np.ndarray) -> np.ndarray:
+        d = gemm(
+            r,
+            np.ones((k, 1)),
+            np.full((r.shape[0], 1), _identity(acc)),
+            input_format=fin,
+            accumulator=acc,
+            out_format=out_fmt,
+            input_rounding="exact",
+            backend="numpy",
+        )
+        return np.asarray(d).reshape(-1)
+
+    # rows in chunks of about 2**20 elements: the reference's float64 copies stay that small
+    # (stochastic rounding numbers its random words by the whole output: one call)
+    step = max(1, (1 << 20) // max(k, 1))
+    if acc.rounding in STOCHASTIC_MODES or n <= step:
+        return reduce(rows).reshape(v.shape[:-1])
+    out = np.empty(n, dtype=np.float32 if _fits_float32(out_fmt) else np.float64)
+    for lo in range(0, n, step):
+        out[lo : lo + step] = reduce(rows[lo : lo + step])
+    return out.reshape(v.shape[:-1])
 
 
 def dot(
