@@ -112,7 +112,8 @@ def test_wide_products_and_quotients_at_any_magnitude(fmt, mode) -> None:
     sig = pl.round_to(1 + rng.random(64), f).astype(np.float64)
     for ea, eb in [(600, 600), (-600, -600), (1000, 30), (-1000, -60), (-1070, 1070), (-1040, 20)]:
         a = np.ldexp(sig, ea)
-        b = np.ldexp(sig[::-1], eb) * np.where(rng.random(64) < 0.5, -1, 1)
+        with np.errstate(over="ignore"):
+            b = np.ldexp(sig[::-1], eb) * np.where(rng.random(64) < 0.5, -1, 1)
         a, b = pl.round_to(a, f).astype(np.float64), pl.round_to(b, f).astype(np.float64)
         ok = (a != 0) & (b != 0) & np.isfinite(a) & np.isfinite(b)
         a, b = a[ok], b[ok]
@@ -303,3 +304,69 @@ def test_sum_in_row_chunks_equals_dot_with_ones() -> None:
         got = ops.sum(a, axis=1, accumulator=acc)
         want = ops.dot(a, np.ones(2000), accumulator=acc)
         np.testing.assert_array_equal(got, want)
+
+
+def _no_negative_zero_formats() -> list[str]:
+    out = []
+    p3109 = [f"p3109_k{k}p{p}s{d}" for k in range(3, 9) for p in range(1, k) for d in "ef"]
+    for name in [*pl.FORMATS, *p3109]:
+        f = pl.get_format(name)
+        if isinstance(f, pl.FloatFormat) and f.signed and not f.has_negative_zero:
+            if f.precision <= 24 and f.bits <= 16:
+                out.append(name)
+    return out
+
+
+def test_every_format_without_negative_zero_agrees_between_backends() -> None:
+    """Item 6 over every registered fnuz and P3109 format: exact zero sums are +0 in every
+    mode, and the numpy path gives the native path's bits for add, sub and fma."""
+    names = _no_negative_zero_formats()
+    assert len(names) > 20
+    rng = np.random.default_rng(2)
+    for name in names:
+        f = pl.get_format(name)
+        codes = np.arange(1 << min(f.bits, 12), dtype=np.uint64).astype(f.code_dtype)
+        vals = pl.decode(codes, f).astype(np.float64)
+        pos = np.unique(vals[np.isfinite(vals) & (vals > 0)])
+        pick = rng.choice(pos, size=min(12, pos.size), replace=False)
+        v = np.concatenate([pick, -pick, [0.0]]).astype(np.float32)
+        x, y = (a.ravel() for a in np.meshgrid(v, v))
+        for mode in DETERMINISTIC:
+            res = {}
+            for backend in ("numpy", "native") if native.ext is not None else ("numpy",):
+                with pl.use_backend(backend):
+                    res[backend] = np.concatenate(
+                        [
+                            ops.add(x, y, f, rounding=mode),
+                            ops.sub(x, y, f, rounding=mode),
+                            ops.fma(x, y, -x, f, rounding=mode),
+                        ]
+                    )
+                r = res[backend]
+                assert not np.signbit(r[r == 0]).any(), (name, mode, backend)
+            if len(res) == 2:
+                np.testing.assert_array_equal(
+                    res["numpy"].view(np.uint32), res["native"].view(np.uint32), f"{name} {mode}"
+                )
+
+
+def test_wide_products_stochastic_against_fractions() -> None:
+    """Stochastic rounding of fp64 products beyond float64's range and in its subnormal range:
+    the core's rule (away iff floor(f * 2**64) + word >= 2**64, word i of the seed), exactly."""
+    from precision_lab.core.random_words import random_words
+
+    rng = np.random.default_rng(9)
+    sig = 1 + rng.random(200)
+    a = np.ldexp(sig, rng.integers(-560, -512, 200))
+    b = np.ldexp(sig[::-1], rng.integers(-560, -512, 200)) * -1
+    got = ops.mul(a, b, "fp64", rounding="stochastic", seed=5)
+    words = random_words(5, 200, 0)
+    q = Fraction(2) ** -1074
+    for x, y, g, w in zip(a, b, got, words, strict=True):
+        v = abs(Fraction(float(x)) * Fraction(float(y)))
+        u = v / q
+        n = u.numerator // u.denominator
+        frac = u - n
+        away = (frac * 2**64).__floor__() + int(w) >= 2**64
+        want = -float((n + int(away)) * q)
+        assert g == want and np.signbit(g), (x, y, g, want)
