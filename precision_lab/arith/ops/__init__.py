@@ -1,7 +1,12 @@
 """Arithmetic in a format: elementwise operations and reductions, each result rounded by the core.
 
-* :mod:`.elementwise`: ``add sub mul div fma sqrt reciprocal`` (correctly rounded), ``neg abs
-  minimum maximum`` and comparisons (exact), ``exp log tanh rsqrt`` (faithful).
+* :mod:`.elementwise`: the semantics of the elementwise ops, and their names:
+  :mod:`.correctly_rounded` (``add sub mul div fma sqrt reciprocal``), :mod:`.exact_ops`
+  (``neg abs minimum maximum`` and the comparisons), :mod:`.faithful` (``exp log tanh
+  rsqrt``), on the shared machinery of :mod:`.call` (operands on the grid, one rounding of an
+  exact result, chunks, the ``unary_op``/``binary_op`` factories) and :mod:`.fast_paths`
+  (compiled and float32 paths). A new op is a compute function and one factory call (or, with
+  a fast path, a function) in the module of its kind.
 * :mod:`.reductions`: ``sum dot cumsum`` along an axis with any
   :class:`~precision_lab.Accumulator`.
 
