@@ -370,3 +370,37 @@ def test_wide_products_stochastic_against_fractions() -> None:
         away = (frac * 2**64).__floor__() + int(w) >= 2**64
         want = -float((n + int(away)) * q)
         assert g == want and np.signbit(g), (x, y, g, want)
+
+
+@pytest.mark.skipif(native.ext is None, reason="needs the compiled extension")
+@pytest.mark.parametrize(
+    "fmt", ["bf16", "fp16", "e4m3", "e5m2", "fp32", "e4m3fnuz", "p3109_k8p3se"]
+)
+def test_native_div_and_sqrt_equal_the_numpy_path(fmt: str) -> None:
+    """Item 9's native kernels for div, reciprocal and sqrt: served natively in deterministic
+    modes, the numpy path's bits (itself checked against Fractions in test_ops.py), specials
+    (0, inf, NaN, negative roots) and the overflow/subnormal switches included."""
+    from precision_lab.arith.ops.fast_paths import _native_path
+
+    rng = np.random.default_rng(4)
+    vals = pl.round_to(np.ldexp(rng.random(3000) + 0.5, rng.integers(-30, 30, 3000)), fmt)
+    vals = np.concatenate([vals, [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0]])
+    x = (vals * np.where(rng.random(vals.size) < 0.5, -1, 1)).astype(np.float32)
+    y = rng.permutation(x)
+    for mode in ROUNDING_MODES:
+        for overflow, subnormals in (("ieee", "keep"), ("saturate", "flush")):
+            kw = {"rounding": mode, "overflow": overflow, "subnormals": subnormals, "seed": 3}
+            for name, args in (("div", (x, y)), ("sqrt", (np.abs(x),)), ("sqrt", (x,))):
+                fast = _native_path(name, args, fmt, mode, overflow, subnormals, 3)
+                if not mode.startswith("stochastic"):
+                    assert fast is not None, (name, mode)
+                got = getattr(ops, name)(*args, fmt, **kw)
+                with pl.use_backend("numpy"):
+                    want = getattr(ops, name)(*args, fmt, **kw)
+                same = (got == want) & (np.signbit(got) == np.signbit(want))
+                same |= np.isnan(got) & np.isnan(want)
+                assert same.all(), (name, mode, overflow, x[~same][:3], got[~same][:3])
+            r1 = ops.reciprocal(y, fmt, **kw)
+            with pl.use_backend("numpy"):
+                r2 = ops.reciprocal(y, fmt, **kw)
+            np.testing.assert_array_equal(r1, r2)

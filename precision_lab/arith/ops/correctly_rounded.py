@@ -250,6 +250,9 @@ def div(
     >>> pl.ops.div([1.0, 1.0, 1.0], [3.0, 3.0, 0.0], "bf16", rounding="up").tolist()
     [0.333984375, 0.333984375, inf]
     """
+    fast = _native_path("div", (x, y), fmt, rounding, overflow, subnormals, seed)
+    if fast is not None:
+        return fast
     ops = {"x": x, "y": y}
     return run(fmt, rounding, overflow, subnormals, seed, ops, lambda c: _div_vals(c, *c.vals))
 
@@ -298,6 +301,9 @@ def sqrt(
     >>> pl.ops.sqrt([2.0, 2.0], "e4m3", rounding="down").tolist()
     [1.375, 1.375]
     """
+    fast = _native_path("sqrt", (x,), fmt, rounding, overflow, subnormals, seed)
+    if fast is not None:
+        return fast
     return run(fmt, rounding, overflow, subnormals, seed, {"x": x}, _sqrt_vals)
 
 
@@ -340,6 +346,9 @@ def reciprocal(
     >>> float(pl.ops.reciprocal(3.0, "fp16"))
     0.333251953125
     """
+    fast = _native_path("div", (_ONE32, x), fmt, rounding, overflow, subnormals, seed)
+    if fast is not None:
+        return fast
     return run(
         fmt,
         rounding,
@@ -349,3 +358,6 @@ def reciprocal(
         {"x": x},
         lambda c: _div_vals(c, np.ones_like(c.vals[0]), c.vals[0]),
     )
+
+
+_ONE32 = np.ones((), dtype=np.float32)  # the dividend of reciprocal on the native path

@@ -60,7 +60,8 @@ Semantics (the same for every function here):
   exactly, as :func:`~precision_lab.round_to` does. The results are numpy arrays.
 
 Backends: where the compiled extension is active (:func:`precision_lab.backend_info`),
-``add``, ``sub``, ``mul`` and ``fma`` of arrays of float32 values (float32, float16,
+``add``, ``sub``, ``mul``, ``fma``, ``div``, ``reciprocal`` and ``sqrt`` of arrays of float32
+values (float32, float16,
 ml_dtypes floats such as bfloat16) to a format whose values fit in float32 run in C++
 (:func:`precision_lab.backends.native.elementwise`, the same bits as the numpy path, stochastic
 words included); everything else, and ``PRECISION_LAB_BACKEND=numpy``, runs the numpy code here.

@@ -49,7 +49,7 @@ def _native_path(
     subnormals: str,
     seed: int | None,
 ) -> np.ndarray | None:
-    """``op`` (add, sub, mul, fma) on the compiled extension
+    """``op`` (add, sub, mul, fma, div, sqrt) on the compiled extension
     (:func:`precision_lab.backends.native.elementwise`: the same results bit for bit, stochastic
     rounding keyed by the same (seed, flat index) words); None when it does not apply: the
     numpy backend selected or the extension not built, an operand that is not an array of

@@ -245,7 +245,7 @@ def decode(codes: Any, fmt: FloatFormat | IntFormat, o: None = None) -> np.ndarr
 
 
 #: operations of :func:`elementwise` (their numbers in the extension)
-ELEMENTWISE_OPS = ("add", "sub", "mul", "fma")
+ELEMENTWISE_OPS = ("add", "sub", "mul", "fma", "div", "sqrt")
 _KINDS = {np.dtype(np.float32): 4, np.dtype(np.float16): 2}
 
 
@@ -269,7 +269,8 @@ def elementwise(
     """``op`` (one of :data:`ELEMENTWISE_OPS`) of float32-valued operands, correctly rounded to
     ``fmt`` (whose values fit in float32) on the extension: a float32 array of the broadcast
     shape, or None when the numpy path must serve (a stochastic sum whose discarded fraction
-    reaches beyond 53 bits: operands more than 29 binades apart, or an fma).
+    reaches beyond 53 bits: operands more than 29 binades apart, an fma, or an inexact quotient
+    or square root).
 
     ``on_grid``: the operands are known to be values of ``fmt`` already (no rounding of them).
     Options already checked; precision_lab.ops states the semantics and calls this.

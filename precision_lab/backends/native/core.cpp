@@ -35,7 +35,7 @@
 //   encode_float / encode_int: codes; they return 1 if a NaN met a format without a NaN code;
 //   decode_table / decode_float / decode_int: values of codes; they return 1 if a code is out of
 //   range (the caller then lets the numpy backend raise the error);
-//   elementwise: add/sub/mul/fma of float32/float16/bfloat16 operands correctly rounded to a
+//   elementwise: add/sub/mul/fma/div/sqrt of float32/float16/bfloat16 operands correctly rounded to a
 //   format whose values fit in float32 (precision_lab.ops; float32 results).
 //   random_words: the random words stochastic rounding gives to a range of flat indices (tests).
 // fmt is the tuple (exponent_bits, mantissa_bits, bias, nan_style, flags) of
@@ -1151,7 +1151,10 @@ PyObject* decode_int(PyObject*, PyObject* args) { return decode_op(args, true); 
 // values is exact in double, a sum (or product plus addend) is a TwoSum pair s + t collapsed by
 // round-to-odd to 53 bits (exact for targets of at most 51 significant bits); that double is
 // rounded once by the header (fast path plus pl_round_bits for flagged elements).
-enum { PL_OP_ADD = 0, PL_OP_SUB = 1, PL_OP_MUL = 2, PL_OP_FMA = 3 };
+// div and sqrt: the double quotient or root q = RN(x / y) or RN(sqrt(x)) and the exact
+// remainder x - q * y (x - q * q) by fma (exact: the operands are float32 values, so nothing
+// underflows) give the round-to-odd collapse of the exact result, as for sums.
+enum { PL_OP_ADD = 0, PL_OP_SUB = 1, PL_OP_MUL = 2, PL_OP_FMA = 3, PL_OP_DIV = 4, PL_OP_SQRT = 5 };
 
 // Bits of elements [i0, i0 + n) of an operand as float32 (kind: 4 float32, 2 float16, 3 bfloat16).
 PL_INLINE const pl_u32* load_operand(const void* src, int kind, size_t i0, int n, pl_u32* buf) {
@@ -1220,6 +1223,21 @@ PL_INLINE pl_u64 exact_block(int op, bool down, const pl_u32* __restrict a,
   if (op == PL_OP_MUL) {
     for (int i = 0; i < n; ++i) v[i] = pl_bits_of((double)pl_f32_of(a[i]) * (double)pl_f32_of(b[i]));
     return 0;
+  }
+  if (op == PL_OP_DIV || op == PL_OP_SQRT) {
+    for (int i = 0; i < n; ++i) {
+      const double x = (double)pl_f32_of(a[i]);
+      const double y = op == PL_OP_DIV ? (double)pl_f32_of(b[i]) : 0.0;
+      const double q = op == PL_OP_DIV ? x / y : sqrt(x);
+      const double d = op == PL_OP_DIV ? y : q;  // exact - q = rem / d (sqrt: rem / (q + root))
+      const double rem = fma(-q, d, x);
+      const pl_u64 qb = pl_bits_of(q);
+      const pl_u64 inexact = (pl_u64)(rem != 0) & (pl_u64)(q - q == 0) & (pl_u64)(q != 0);
+      const pl_u64 inward = inexact & (((pl_bits_of(rem) ^ pl_bits_of(d)) ^ qb) >> 63);
+      v[i] = (qb - inward) | inexact;
+      any_inexact |= inexact;
+    }
+    return any_inexact;
   }
   for (int i = 0; i < n; ++i) {
     double x, y;
@@ -1352,8 +1370,9 @@ PyObject* elementwise(PyObject*, PyObject* args) {
   bool ok;
   const pl_format f = parse_format(fmt_obj, &ok);
   if (!ok) return NULL;
-  if (op < PL_OP_ADD || op > PL_OP_FMA) {
-    PyErr_Format(PyExc_ValueError, "op must be 0 (add), 1 (sub), 2 (mul) or 3 (fma), got %d", op);
+  if (op < PL_OP_ADD || op > PL_OP_SQRT) {
+    PyErr_Format(PyExc_ValueError,
+                 "op must be 0 (add), 1 (sub), 2 (mul), 3 (fma), 4 (div) or 5 (sqrt), got %d", op);
     return NULL;
   }
   if (!pl_fits_float32(f) || f.mbits > 23) {
@@ -1367,7 +1386,7 @@ PyObject* elementwise(PyObject*, PyObject* args) {
   const int ksize[5] = {0, 0, 2, 2, 4};
   if (!check_size(xk, "x", 2, 3, 4, 4) || !check_size(yk, "y", 2, 3, 4, 4) ||
       !check_size(zk, "z", 2, 3, 4, 4) || !check_range(lo, hi, x, ksize[xk], out, 4) ||
-      !check_range(lo, hi, y, ksize[yk], out, 4) ||
+      (op != PL_OP_SQRT && !check_range(lo, hi, y, ksize[yk], out, 4)) ||
       (op == PL_OP_FMA && !check_range(lo, hi, z, ksize[zk], out, 4)))
     return NULL;
   const arith_job j(f, op, mode, saturate, flush, make_key(seed_lo, seed_hi, random_bits),
