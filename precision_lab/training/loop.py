@@ -15,6 +15,7 @@ import numpy as np
 from .config import TrainConfig, make_scaler
 from .data import Dataset, load_digits_split
 from .model import HIST_HI, HIST_LO, MLP
+from .policy_model import PolicyMLP
 
 __all__ = ["LayerRecord", "TrainResult", "train", "train_seeds"]
 
@@ -239,8 +240,6 @@ def train_seeds(
 def _default_model(cfg: TrainConfig) -> Callable[..., MLP]:
     if cfg.policy is None:
         return MLP
-    from .policy_model import PolicyMLP
-
     return PolicyMLP
 
 
