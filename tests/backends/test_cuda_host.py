@@ -718,6 +718,42 @@ def _gemm_cases():
             "fp32",
             {},
         ),
+        # stochastic_equal (issue 19): every rounding of the model, and overflow beyond max
+        ("bf16 sre", "e4m3", A("bf16", "sre", seed=5), "fp32", {}),
+        (
+            "fp16 pairwise sre promote sre out sre",
+            "e4m3",
+            A(
+                "fp16",
+                "sre",
+                order="pairwise",
+                promote_every=8,
+                promote_rounding="sre",
+                out_rounding="sre",
+                seed=9,
+            ),
+            "bf16",
+            {},
+        ),
+        (
+            "products e4m3 sre",
+            "bf16",
+            A("bf16", product_format="e4m3", product_rounding="sre", seed=3),
+            "fp32",
+            {},
+        ),
+        ("fp16 sre 3 bits", "e5m2", A("fp16", "sre", seed=2**70 + 3, random_bits=3), "fp16", {}),
+        ("fp16 sre overflow", "fp16", A("fp16", "sre", seed=2), "fp32", {"scale": 300.0}),
+        ("fp16 sr overflow", "fp16", A("fp16", "sr", seed=2), "fp32", {"scale": 300.0}),
+        (
+            "v100 sre after-block",
+            "fp16",
+            pl.tensor_core("v100", "fp16").replace(
+                addend="after_block", block_rounding="sre", rounding="sre", seed=6
+            ),
+            "fp32",
+            {},
+        ),
         ("fp16 saturate", "fp16", A("fp16", overflow="saturate"), "fp32", {"scale": 300.0}),
         ("fp16 ieee overflow", "fp16", A("fp16"), "fp32", {"scale": 300.0}),
         ("bf16 flush", "bf16", A("bf16", subnormals="flush"), "fp32", {"scale": 1e-19}),

@@ -33,7 +33,7 @@ import numpy as np
 
 from ...core.exact import Rounder, round_sum, stochastic_words, two_sum
 from ...core.formats import FloatFormat, get_format
-from ...core.rounding import _fits_float32, as_float_array, round_to
+from ...core.rounding import STOCHASTIC_MODES, _fits_float32, as_float_array, round_to
 from ...gemm.accumulator import Accumulator, _float_format
 from ...gemm.reference import _as_accumulator, gemm
 
@@ -209,7 +209,7 @@ def cumsum(
 
     def add(p: np.ndarray, q: np.ndarray, event: int) -> np.ndarray:
         w = None
-        if acc.rounding == "stochastic":
+        if acc.rounding in STOCHASTIC_MODES:
             w = stochastic_words(seed, event, n_rows, (n_rows,), acc.random_bits)
         s, t = two_sum(p, q)
         with np.errstate(invalid="ignore"):
