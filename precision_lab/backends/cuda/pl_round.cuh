@@ -185,6 +185,18 @@ PL_HD double pl_smallest_subnormal(const pl_format& f) {
   return pl_smallest_normal(f);
 }
 
+// rounding.follows_p3109: is the format an IEEE P3109 one (equal to p3109(k, p, signed, domain))?
+// Signed: NaN on the negative-zero code (fnuz), bias 2**(exponent_bits - 1) (0 without exponent
+// bits); unsigned: NaN on the all-ones code (fn), bias 2**(exponent_bits - 1); zero and
+// subnormals in both, infinities in the extended domain only. Their overflow follows P3109
+// (pl_special): round to odd overflows to inf (NaN in the finite domain) like round to nearest.
+PL_HD bool pl_is_p3109(const pl_format& f) {
+  if (!f.has_zero || !f.has_subnormals) return false;
+  const int bias = f.ebits >= 1 ? 1 << (f.ebits - 1) : 0;
+  if (f.is_signed) return f.nan_style == PL_NAN_FNUZ && f.bias == bias && f.ebits + f.mbits >= 1;
+  return f.nan_style == PL_NAN_FN && f.ebits >= 1 && f.bias == bias;
+}
+
 // rounding.working_dtype: can float32 hold every value of the format? (the quantum of the lowest
 // binade is at least 2**-149)
 PL_HD bool pl_fits_float32(const pl_format& f) {
@@ -312,6 +324,7 @@ struct pl_plan {
   int emin;
   int qexp;  // quantum exponent below the smallest normal
   int flip_parity;  // exponent-only format whose bias parity differs from the working type's
+  int p3109;        // P3109 overflow rules (pl_is_p3109)
   U threshold;
   U maxbits;
   double smallest_normal;
@@ -329,6 +342,7 @@ PL_HD pl_plan<F> pl_make_plan(const pl_format& fmt, int mode, int saturate, int 
   p.emin = pl_emin(fmt);
   p.qexp = p.emin - (fmt.has_subnormals ? fmt.mbits : 0);
   p.flip_parity = fmt.mbits == 0 && ((fmt.bias - (int)T::BIAS) & 1) != 0;
+  p.p3109 = pl_is_p3109(fmt);
   p.smallest_normal = pl_smallest_normal(fmt);
   const double thr = p.smallest_normal > T::min_normal() ? p.smallest_normal : T::min_normal();
   p.threshold = T::bits_from_double(thr);
@@ -336,7 +350,12 @@ PL_HD pl_plan<F> pl_make_plan(const pl_format& fmt, int mode, int saturate, int 
   return p;
 }
 
-// Result bits (sign included) for NaN/inf inputs and overflow (rounding._special).
+// Result bits (sign included) for NaN/inf inputs and overflow (rounding._special): an overflow is
+// a result beyond the max after rounding with an unbounded exponent; under overflow "ieee" it
+// goes to inf (NaN without inf) in the round-to-nearest and stochastic modes and the outward
+// directed mode, to max under toward_zero, the inward directed mode and odd (IEEE 754 clause
+// 7.4), except that P3109 formats send odd to inf too (the P3109 interim report's Saturate,
+// OvfInf mode).
 template <typename F>
 PL_HD typename pl_traits<F>::U pl_special(const pl_plan<F>& p, typename pl_traits<F>::U u, bool neg) {
   typedef pl_traits<F> T;
@@ -358,7 +377,7 @@ PL_HD typename pl_traits<F>::U pl_special(const pl_plan<F>& p, typename pl_trait
   } else if (p.mode == PL_RDN) {
     to_inf = neg;
   } else {
-    to_inf = false;
+    to_inf = p.mode == PL_RTO && p.p3109;
   }
   if (is_inf && !p.saturate) to_inf = true;
   U big, big_sign;
