@@ -526,16 +526,18 @@ PL_HD typename pl_traits<F>::U pl_finish_bits(const pl_plan<F>& p, typename pl_t
 // constant C = 2**(qexp + P) (whose binade is spaced by q) to a magnitude below the smallest
 // normal rounds it to a multiple k*q in nearest_even, exactly as IEEE addition rounds; the bits of
 // the sum less those of C are k, and (sum - C) is k*q, exactly. The other deterministic modes
-// correct k by one, from the sign of the exact residue |x| - k*q and whether it is a tie. Above the
-// max the result is one of two constants per sign. Each function here gives pl_round_bits's
+// correct k by one, from the sign of the exact residue |x| - k*q and whether it is a tie. The
+// stochastic modes take k and the discarded fraction from the input's bit pattern by integer
+// shifts (pl_low_multiple_random). Above the max the result is one of two constants per sign. Each function here gives pl_round_bits's
 // bits for the inputs it is meant for (the caller selects them), without branches. Needs the
 // default rounding of the hardware (nearest_even) and no flush-to-zero, like the rest of the file.
 
-// Constants of the fast path below the smallest normal (deterministic modes).
+// Constants of the fast path below the smallest normal.
 template <typename F>
 struct pl_low_plan {
   typedef typename pl_traits<F>::U U;
   int ok;             // the path applies to this job (else such inputs take pl_round_bits)
+  int base;           // BIAS + P + qexp: an input with exponent field E is sig * q * 2**(E - base)
   F magic;            // C = 2**(qexp + P)
   U magic_bits;
   U half_q;           // bits of q / 2 (those of inf where it underflows: every low input is
@@ -546,8 +548,8 @@ struct pl_low_plan {
   U code_keep;        // and-mask of that code (clears subnormal codes under flush)
 };
 
-// ok when: a deterministic mode; the format has zero and a fixed quantum below its smallest normal
-// in the working type (its smallest normal is normal there: rounding._Plan.fixed_quantum); a
+// ok when: a mode of the header up to stochastic_equal; the format has zero and a fixed quantum
+// below its smallest normal in the working type (its smallest normal is normal there: rounding._Plan.fixed_quantum); a
 // normal value exists (not all_low); C is finite; and (s > 0, or every input below the threshold
 // is exact: native/core.cpp rounds s == 0 jobs with the toward_zero loop).
 template <typename F>
@@ -558,9 +560,10 @@ PL_HD pl_low_plan<F> pl_make_low_plan(const pl_plan<F>& p) {
   pl_low_plan<F> L;
   const int msub = f.has_subnormals ? f.mbits : 0;
   const int base = (int)T::BIAS + (int)T::P + p.qexp;  // 1 + the bits dropped at exponent field 1
-  L.ok = !pl_is_stochastic(p.mode) && p.mode <= PL_SRE && f.has_zero &&
+  L.ok = p.mode <= PL_SRE && f.has_zero &&
          p.smallest_normal >= T::min_normal() && p.maxbits >= p.threshold && msub <= (int)T::P &&
          base >= 1 && p.qexp + (int)T::P <= (int)T::BIAS && (p.s > 0 || base <= 1);
+  L.base = base;
   const int cexp = L.ok ? p.qexp + (int)T::P : 0;
   L.magic = (F)ldexp(1.0, cexp);
   L.magic_bits = T::bits(L.magic);
@@ -572,14 +575,42 @@ PL_HD pl_low_plan<F> pl_make_low_plan(const pl_plan<F>& p) {
   return L;
 }
 
+// k for the stochastic modes (pl_low_multiple), exactly as pl_round_quantum decides it, by
+// integer operations on the bit pattern a (below the smallest normal): |x| = sig * 2**-d
+// quanta, with sig the significand (hidden bit included) and d = base - max(E, 1) >= 0 for
+// exponent field E. k = sig >> d; the discarded fraction times 2**64, floored, is
+// frac64 = sig << (64 - d) modulo 2**64 (1 <= d <= 64), sig >> (d - 64) (d > 64), or 0 (d = 0); stochastic rounds up iff frac64 + rw >= 2**64 (a carry out of 64 bits),
+// stochastic_equal iff the fraction is not zero and rw's top bit is set. rw: the element's
+// (masked) random word.
+template <typename F>
+PL_HD_VEC typename pl_traits<F>::U pl_low_multiple_random(const pl_low_plan<F>& L, int mode,
+                                                      typename pl_traits<F>::U a, pl_u64 rw) {
+  typedef pl_traits<F> T;
+  typedef typename T::U U;
+  const int W = T::W, P = T::P;
+  const U field = a >> P;
+  const U sig = (a & (((U)1 << P) - 1)) | (field != 0 ? (U)1 << P : (U)0);
+  const int d = L.base - (int)(field != 0 ? field : 1);
+  const int dk = d < W - 1 ? d : W - 1;  // sig < 2**(W - 1): a shift by W - 1 leaves 0
+  const U k = sig >> dk;
+  if (mode == PL_SRE) return k + (U)(((k << dk) != sig) & (rw >> 63));
+  const pl_u64 s64 = (pl_u64)sig;
+  const int dr = d - 64 < 63 ? d - 64 : 63;  // sig < 2**63 as well
+  const pl_u64 frac64 =
+      d <= 64 ? (s64 << ((64 - d) & 63)) & ((pl_u64)0 - (pl_u64)(d != 0)) : s64 >> (dr & 63);
+  return k + (U)(frac64 + rw < rw);
+}
+
 // k, the multiple of the quantum that the magnitude with bits a (below the smallest normal)
-// rounds to in `mode` (deterministic); neg: the sign (0/1).
+// rounds to in `mode`; neg: the sign (0/1); rw: the element's (masked) random word (stochastic
+// modes only).
 template <typename F>
 PL_HD_VEC typename pl_traits<F>::U pl_low_multiple(const pl_low_plan<F>& L, int mode,
                                                typename pl_traits<F>::U a,
-                                               typename pl_traits<F>::U neg) {
+                                               typename pl_traits<F>::U neg, pl_u64 rw = 0) {
   typedef pl_traits<F> T;
   typedef typename T::U U;
+  if (mode == PL_SR || mode == PL_SRE) return pl_low_multiple_random<F>(L, mode, a, rw);
   const F v = T::value(a);
   const F t = v + L.magic;  // rounds to nearest even
   const U k = T::bits(t) - L.magic_bits;
@@ -606,14 +637,14 @@ PL_HD_VEC typename pl_traits<F>::U pl_low_multiple(const pl_low_plan<F>& L, int 
 }
 
 // Result bits (sign included) of an input whose magnitude bits a lie below the smallest normal
-// (L.ok; signed formats, or a >= 0). neg: the sign bit (0/1).
+// (L.ok; signed formats, or a >= 0). neg: the sign bit (0/1); rw: the random word (stochastic).
 template <typename F>
 PL_HD_VEC typename pl_traits<F>::U pl_low_fast(const pl_low_plan<F>& L, int mode,
                                            typename pl_traits<F>::U a,
-                                           typename pl_traits<F>::U neg) {
+                                           typename pl_traits<F>::U neg, pl_u64 rw = 0) {
   typedef pl_traits<F> T;
   typedef typename T::U U;
-  const U k = pl_low_multiple<F>(L, mode, a, neg);
+  const U k = pl_low_multiple<F>(L, mode, a, neg, rw);
   U r = T::bits(T::value(L.magic_bits + k) - L.magic);  // k * q, exactly
   r &= (U)0 - (U)(r >= L.flush_below);
   const U keep_sign = L.keep_neg_zero | ((U)0 - (U)(r != 0));
@@ -626,9 +657,9 @@ template <typename F>
 PL_HD_VEC typename pl_traits<F>::U pl_low_code(const pl_low_plan<F>& L, int mode,
                                            typename pl_traits<F>::U a,
                                            typename pl_traits<F>::U neg,
-                                           typename pl_traits<F>::U sign_code) {
+                                           typename pl_traits<F>::U sign_code, pl_u64 rw = 0) {
   typedef typename pl_traits<F>::U U;
-  const U k = (pl_low_multiple<F>(L, mode, a, neg) << L.code_shift) & L.code_keep;
+  const U k = (pl_low_multiple<F>(L, mode, a, neg, rw) << L.code_shift) & L.code_keep;
   const U keep_sign = L.keep_neg_zero | ((U)0 - (U)(k != 0));
   return k | (sign_code & ((U)0 - neg) & keep_sign);
 }
