@@ -16,9 +16,9 @@ rounded once, straight to the format, in every mode (fp64 included); ``inf``, ``
 and ``-0`` work too. Any exponent is fine (``1e-999999999`` is decided at once); the error is
 reported against the exact input (an overflow of a finite value is never "exact").
 
-``--seed`` belongs to stochastic rounding: with any other mode it is an error (a seed that
-changes nothing is a mistake worth hearing about). Stochastic rounding without ``--seed`` draws
-a seed and prints it, so the run can be repeated.
+``--seed`` belongs to the stochastic modes (``stochastic``, ``stochastic_equal``): with any other
+mode it is an error (a seed that changes nothing is a mistake worth hearing about). A stochastic
+mode without ``--seed`` draws a seed and prints it, so the run can be repeated.
 
 >>> main(["cast", "1.0625000000000000000001", "e4m3"])
 input     1.0625000000000000000001  (exact decimal; the nearest float64 is 1.0625)
@@ -50,9 +50,11 @@ from .core.random_words import check_seed, random_words
 from .core.rounding import (
     OVERFLOW_MODES,
     ROUNDING_MODES,
+    STOCHASTIC_MODES,
     SUBNORMAL_MODES,
     check_choice,
     check_rounding,
+    is_stochastic,
     round_to,
 )
 
@@ -183,6 +185,32 @@ def _float(v: Fraction) -> float:
         return math.inf if v > 0 else -math.inf
 
 
+def _sci(v: Fraction, digits: int = 6) -> str:
+    """``v`` to ``digits`` significant digits like ``%g``, at any magnitude (``1e+400`` where
+    float64 would say inf, ``1e-400`` where it would say 0).
+
+    >>> _sci(Fraction(10) ** 400 - 65504), _sci(Fraction(1, 3)), _sci(Fraction(-3, 10**500))
+    ('1e+400', '0.333333', '-3e-500')
+    """
+    if v == 0:
+        return "0"
+    f = _float(v)
+    if math.isfinite(f) and abs(f) >= 1e-300:
+        return f"{f:.{digits}g}"
+    a = abs(v)
+    e10 = len(str(a.numerator)) - len(str(a.denominator))  # within 1 of floor(log10 a)
+    while a >= Fraction(10) ** (e10 + 1):
+        e10 += 1
+    while a < Fraction(10) ** e10:
+        e10 -= 1
+    mant = round(a / Fraction(10) ** (e10 - digits + 1))  # digits significant digits
+    if mant >= 10**digits:
+        mant, e10 = mant // 10, e10 + 1
+    text = str(mant)
+    body = text[0] + ("." + text[1:].rstrip("0") if text[1:].rstrip("0") else "")
+    return f"{'-' if v < 0 else ''}{body}e{'+' if e10 >= 0 else '-'}{abs(e10):02d}"
+
+
 # ----- rounding an exact rational ----------------------------------------------------------------
 def _is_fp64_grid(f: FloatFormat | IntFormat) -> bool:
     """Formats whose values the float64 round-to-odd stand-in cannot round exactly."""
@@ -250,6 +278,9 @@ def round_exact(
     x = _odd_float64(v)
     opts: dict[str, Any] = {"overflow": overflow, "subnormals": subnormals}
     wide = _is_fp64_grid(f)
+    # the round-to-odd stand-in decides every mode but "stochastic" (whose probability needs the
+    # exact distance) for formats of at most 51 mantissa bits; stochastic_equal only asks
+    # "inexact?", which the stand-in's sticky bit answers
     if v == 0 or (mode != "stochastic" and not wide) or (wide and Fraction(x) == v):
         return float(round_to(np.float64(x), f, rounding=mode, seed=seed, **opts))
     if isinstance(f, FloatFormat) and wide and (f.exponent_bits, f.mantissa_bits) != (11, 52):
@@ -277,12 +308,14 @@ def round_exact(
                 return _flush(lo_r, f, subnormals)
         else:  # overflow: the value above max an unbounded exponent would give
             hi = Fraction(f.max) + _ulp_at(f, Fraction(f.max))
-    if mode == "stochastic":
+    if is_stochastic(mode):  # round_to's rules, with the random word of (seed, index 0)
+        word = int(random_words(check_seed(seed), 1, 0)[0])
         if a >= hi:
             up = True
+        elif mode == "stochastic_equal":  # inexact: up iff the top random bit is set
+            up = a != lo and word >= 2**63
         else:
             frac64 = math.floor((a - lo) / (hi - lo) * 2**64)
-            word = int(random_words(check_seed(seed), 1, 0)[0])
             up = frac64 != 0 and word >= 2**64 - frac64
     else:
         lo_odd = _fp64_odd(lo)
@@ -291,6 +324,7 @@ def round_exact(
         choice = {
             "nearest_even": away or tie_even,
             "nearest_away": away,
+            "nearest_zero": a - lo > hi - a,
             "toward_zero": False,
             "up": not negative,
             "down": negative,
@@ -419,7 +453,8 @@ def _fields(code: int, value: float, f: FloatFormat | IntFormat) -> dict[str, An
     """Binary split of a code: sign / exponent / mantissa fields, and what they mean."""
     if isinstance(f, IntFormat):
         bits = format(code, f"0{f.bits}b")
-        return {"binary": bits, "describe": f"two's complement {int(value)}"}
+        kind = "two's complement" if f.signed else "unsigned binary"
+        return {"binary": bits, "describe": f"{kind} {int(value)}"}
     e, m = f.exponent_bits, f.mantissa_bits
     sign = code >> (e + m) if f.signed else 0
     ef = (code >> m) & ((1 << e) - 1)
@@ -471,20 +506,27 @@ def cast(
 ) -> dict[str, Any]:
     """Everything ``precision-lab cast`` prints, as a dict.
 
-    ``seed`` is only for stochastic rounding (a ValueError otherwise, so that a seed is never
-    silently ignored); stochastic rounding without a seed draws one and reports it
-    (``seed_drawn``), so the run can be repeated.
+    ``seed`` is only for the stochastic modes, ``stochastic`` and ``stochastic_equal`` (a
+    ValueError otherwise, so that a seed is never silently ignored); a stochastic mode without
+    a seed draws one and reports it (``seed_drawn``), so the run can be repeated.
+
+    >>> r = cast("2.5e-8", "fp16", rounding="sre", seed=3)
+    >>> r["seed"], r["result"] == cast("2.5e-8", "fp16", rounding="sre", seed=3)["result"]
+    (3, True)
     """
     f = get_format(fmt)
     mode = check_rounding(rounding)
     overflow = check_choice("overflow", overflow, OVERFLOW_MODES)
     subnormals = check_choice("subnormals", subnormals, SUBNORMAL_MODES)
-    if seed is not None and mode != "stochastic":
+    stochastic = is_stochastic(mode)
+    if seed is not None and not stochastic:
         raise ValueError(
-            f"--seed is only used by --rounding stochastic, got --rounding {mode} "
-            "(drop --seed, or round stochastically)"
+            f"--seed is only used by the stochastic modes ({', '.join(STOCHASTIC_MODES)}), "
+            f"got --rounding {mode} (drop --seed, or round stochastically)"
         )
-    drawn = mode == "stochastic" and seed is None
+    if seed is not None:
+        seed = check_seed(seed)
+    drawn = stochastic and seed is None
     if drawn:
         seed = secrets.randbits(32)
     val = parse_value(text)
@@ -510,7 +552,7 @@ def cast(
         "subnormals": subnormals,
         "result": r,
     }
-    if mode == "stochastic":
+    if stochastic:
         out["seed"] = seed
         out["seed_drawn"] = drawn
     try:
@@ -523,12 +565,17 @@ def cast(
         out["code"] = code
         out["hex"] = f"0x{code:0{digits}X}"
         out.update(_fields(code, r, f))
-    out["error"] = _error(exact, x, r, f)
+    out["error"] = _error(exact, x, r, f, val.beyond)
     return out
 
 
-def _error(exact: Fraction | None, x: float, r: float, f: FloatFormat | IntFormat) -> dict:
-    """The error of the result ``r`` against the exact input (float64, inf where it overflows)."""
+def _error(
+    exact: Fraction | None, x: float, r: float, f: FloatFormat | IntFormat, beyond: int = 0
+) -> dict:
+    """The error of the result ``r`` against the exact input: float64 numbers (inf where they
+    overflow float64) and ``text``, the line ``cast`` prints, exact to 6 digits at any
+    magnitude (``1e400`` cast toward zero to fp16 is 1e+400 off, not "inf"). For an input
+    beyond ``2**±_LIMIT`` (``beyond``) the exact value was never built: the text gives bounds."""
     if exact is None:  # inf or NaN in: exact when it comes out as itself
         same = (math.isnan(r) and math.isnan(x)) or r == x
         return {"abs": 0.0 if same else math.inf, "rel": None, "ulps": None, "exact": bool(same)}
@@ -537,12 +584,28 @@ def _error(exact: Fraction | None, x: float, r: float, f: FloatFormat | IntForma
         reason = "overflow" if abs(exact) > Fraction(f.max) else "no such value"
         return {"abs": bad, "rel": bad, "ulps": bad, "exact": False, "reason": reason}
     err = abs(Fraction(r) - exact)
-    return {
+    rel = err / abs(exact) if exact != 0 else None
+    ulps = err / _ulp_at(f, abs(exact))
+    out: dict[str, Any] = {
         "abs": _float(err),
-        "rel": _float(err / abs(exact)) if exact != 0 else (0.0 if r == 0 else math.inf),
-        "ulps": _float(err / _ulp_at(f, abs(exact))),
+        "rel": _float(rel) if rel is not None else (0.0 if r == 0 else math.inf),
+        "ulps": _float(ulps),
         "exact": err == 0,
     }
+    if beyond > 0:  # |input| > 2**_LIMIT, the result finite: the error is about the input
+        out["text"] = f"abs > 2**{_LIMIT - 1}, rel 1 (to 6 digits), > 2**{_LIMIT - 1024} ulp"
+    elif beyond < 0:  # 0 < |input| < 2**-_LIMIT
+        if r == 0:
+            out["text"] = f"abs < 2**-{_LIMIT}, rel 1"
+        else:
+            abs_r = _sci(Fraction(abs(r)))
+            rel_bound = f"2**{_LIMIT - 1075}"
+            out["text"] = f"abs {abs_r} (to 6 digits), rel > {rel_bound}, {_sci(ulps)} ulp"
+    else:
+        parts = (_sci(v) if v else "~0" for v in (err, rel if rel is not None else err, ulps))
+        abs_, rel_, ulps_ = parts
+        out["text"] = f"abs {abs_}, rel {rel_ if rel is not None else 'inf'}, {ulps_} ulp"
+    return out
 
 
 def cmd_cast(args: argparse.Namespace) -> int:
@@ -575,7 +638,7 @@ def cmd_cast(args: argparse.Namespace) -> int:
         f"format    {info['format']}  rounding {info['rounding']}, overflow {info['overflow']}, "
         f"subnormals {info['subnormals']}"
     )
-    if info["rounding"] == "stochastic":
+    if is_stochastic(info["rounding"]):
         again = f"  (drawn: --seed {info['seed']} repeats this run)" if info["seed_drawn"] else ""
         print(f"seed      {info['seed']}{again}")
     print(f"result    {info['result']!r}")
@@ -591,9 +654,8 @@ def cmd_cast(args: argparse.Namespace) -> int:
         print(f"error     {'none' if e['exact'] else 'not finite'}")
     elif e["exact"]:
         print("error     0 (exact)")
-    else:  # an inexact error that float64 cannot hold shows as ~0
-        abs_, rel, ulps = (f"{v:.6g}" if v else "~0" for v in (e["abs"], e["rel"], e["ulps"]))
-        print(f"error     abs {abs_}, rel {rel}, {ulps} ulp")
+    else:
+        print(f"error     {e['text']}")
     return 0
 
 
@@ -696,8 +758,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--seed",
         type=int,
         default=None,
-        help="seed of --rounding stochastic (an error with any other mode); without it a seed "
-        "is drawn and printed, so the run can be repeated",
+        help="seed of the stochastic modes (stochastic, stochastic_equal; an error with any "
+        "other mode); without it a seed is drawn and printed, so the run can be repeated",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_cast)

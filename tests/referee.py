@@ -3,6 +3,13 @@
 It knows nothing of the core's bit tricks: it lists a format's values from the format's definition,
 finds the two neighbours of the exact input by bisection, and applies each rounding rule to exact
 ``fractions.Fraction`` distances. Slow, obviously right, and used as the oracle for the core.
+
+Overflow (``overflow="ieee"``) follows IEEE 754 clause 7.4 in most formats: round to nearest and
+the directed mode pointing outward give inf (NaN in a format without inf), ``toward_zero``, the
+inward directed mode and ``odd`` (truncation with a sticky bit) give ``±max``. IEEE P3109 formats
+(:func:`is_p3109`, from the P3109 interim report's format definition) follow P3109 instead: the
+value is rounded with an unbounded exponent, and a result beyond ``max`` becomes inf (NaN in the
+finite domain) in every mode but ``toward_zero`` and the inward directed mode, ``odd`` included.
 """
 
 from __future__ import annotations
@@ -37,6 +44,29 @@ class Grid:
     neg_zero: bool  # does the format hold -0?
     inf: bool
     nan: bool
+    p3109: bool  # overflow by P3109's rules (is_p3109)
+
+
+def is_p3109(fmt: FloatFormat | IntFormat) -> bool:
+    """Whether fmt is an IEEE P3109 format, from the interim report's definition of K-bit formats
+    of precision P: subnormals and one zero always; signed: K - P exponent bits, bias
+    2**(K - P - 1) (0 when K = P), the NaN on the negative-zero code; unsigned: K - P + 1 exponent
+    bits, bias 2**(K - P), the NaN on the all-ones code; the extended domain has infinities on the
+    codes next below the NaN, the finite domain none."""
+    if not isinstance(fmt, FloatFormat) or not (fmt.has_zero and fmt.has_subnormals):
+        return False
+    k, p = fmt.bits, fmt.mantissa_bits + 1
+    if fmt.signed:
+        bias = 2 ** (k - p - 1) if k > p else 0
+        return fmt.nan == "fnuz" and fmt.exponent_bits == k - p and fmt.bias == bias
+    return fmt.nan == "fn" and fmt.exponent_bits == k - p + 1 and fmt.bias == 2 ** (k - p)
+
+
+def _odd_keeps_max(g: Grid, a: Fraction) -> bool:
+    """Round to odd of a magnitude a > max: does it stay at max? Always in the IEEE style; under
+    P3109 only when max's code is odd and a lies below the next value of an unbounded exponent
+    (else the unbounded result exceeds max, an overflow)."""
+    return not g.p3109 or (g.max_code % 2 == 1 and a < g.next_above_max)
 
 
 @cache
@@ -74,6 +104,7 @@ def grid(fmt: FloatFormat | IntFormat) -> Grid:
         fmt.signed and fmt.has_zero and fmt.nan != "fnuz",
         fmt.has_inf,
         fmt.nan != "none",
+        is_p3109(fmt),
     )
 
 
@@ -130,8 +161,10 @@ def referee_all(x: float, fmt: FloatFormat | IntFormat) -> dict[tuple[str, str],
         for m in DETERMINISTIC:
             mm = _magnitude_mode(m, neg)
             for o in OVERFLOWS:
-                if mm in ("zero", "odd"):
+                if mm == "zero" or (mm == "odd" and _odd_keeps_max(g, a)):
                     r = g.max
+                elif mm == "odd":
+                    r = _overflow(g, o)
                 elif mm == "away":
                     r = _overflow(g, o)
                 elif a < mid or (
@@ -222,6 +255,7 @@ def referee_formula(x: float, fmt: FloatFormat, mode: str, overflow: str = "ieee
     neg = math.copysign(1.0, x) < 0
     sign = -1.0 if neg else 1.0
     finite_only = not (fmt.has_inf or fmt.nan != "none")
+    p3109 = is_p3109(fmt)
     if math.isinf(x):
         if overflow == "saturate" or finite_only:
             return sign * fmt.max
@@ -254,8 +288,8 @@ def referee_formula(x: float, fmt: FloatFormat, mode: str, overflow: str = "ieee
     else:
         kr = lo if lo % 2 == 0 else lo + 1
     r = kr * q
-    if r > Fraction(fmt.max):
-        if overflow == "saturate" or finite_only or mm in ("zero", "odd"):
+    if r > Fraction(fmt.max):  # (kr is the rounding with an unbounded exponent)
+        if overflow == "saturate" or finite_only or mm == "zero" or (mm == "odd" and not p3109):
             return sign * fmt.max
         return sign * math.inf if fmt.has_inf else math.nan
     if r == 0:
@@ -321,8 +355,12 @@ def referee_table(x: np.ndarray, fmt: FloatFormat | IntFormat) -> dict[tuple[str
                 r, keep = lo, np.ones_like(sel)
             elif mm == "away":
                 r, keep = hi, np.zeros_like(sel)
-            elif mm == "odd":
-                r, keep = np.where(lo_odd, lo, hi), np.ones_like(sel)
+            elif mm == "odd":  # above max: max, or under P3109 the unbounded result
+                r = np.where(lo_odd, lo, hi)
+                if g.p3109:
+                    keep = (g.max_code % 2 == 1) & (a < float(g.next_above_max))
+                else:
+                    keep = np.ones_like(sel)
             else:
                 tie_down = mm == "nearest_zero" or (mm == "nearest_even" and max_even)
                 tie_lo = {"nearest_zero": True, "nearest_away": False}.get(mm)

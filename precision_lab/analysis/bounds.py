@@ -77,14 +77,21 @@ def gamma_tilde(n: int, u: float | str | FloatFormat, lam: float) -> float:
     """Higham-Mary probabilistic constant ``exp(lam sqrt(n) u + n u^2/(1-u)) - 1``.
 
     ``u``: a unit roundoff or a format (its ``unit_roundoff``; pass ``2 * u`` for stochastic
-    rounding).
+    rounding). ``inf`` where the exponent overflows (the bound says nothing), like
+    :func:`gamma_n` for ``n u >= 1``.
 
     >>> round(gamma_tilde(100, "fp16", 1.0), 8)   # about sqrt(100) * 2**-11
     0.00491872
+    >>> gamma_tilde(10**30, "fp16", 1.0)
+    inf
     """
     _check(n, lam)
     uu = _unit_roundoff(u)
-    return math.expm1(lam * math.sqrt(n) * uu + n * uu * uu / (1 - uu))
+    try:  # a huge n: the bound is inf (as gamma_n's), not an OverflowError
+        nf = float(n)
+        return math.expm1(lam * math.sqrt(nf) * uu + nf * uu * uu / (1 - uu))
+    except OverflowError:
+        return math.inf
 
 
 def probability_p(lam: float, u: float | str | FloatFormat) -> float:
@@ -108,12 +115,32 @@ def probability_q(lam: float, n: int, u: float | str | FloatFormat) -> float:
     0.992455
     """
     _check(n, lam)
-    return 1.0 - n * (1.0 - probability_p(lam, u))
+    miss = 1.0 - probability_p(lam, u)
+    try:
+        return 1.0 - float(n) * miss
+    except OverflowError:  # n beyond float: no information unless P is exactly 1
+        return 1.0 if miss == 0 else -math.inf
 
 
 # ----- exact reference values ------------------------------------------------------------------
+def _check_finite(a: np.ndarray, name: str, what: str) -> None:
+    """ValueError naming the argument and the first NaN or inf of ``a`` (no exact value)."""
+    bad = np.flatnonzero(~np.isfinite(a))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(
+            f"{what} needs finite {name}: {name}[{i}] is {float(a[i])!r} ({bad.size} non-finite "
+            "entries); NaN and inf have no exact value"
+        )
+
+
+def _finite(*arrays: np.ndarray) -> bool:
+    return all(bool(np.isfinite(a).all()) for a in arrays)
+
+
 def exact_dot(x: Any, y: Any) -> Fraction:
-    """The exact inner product of two float vectors, as a Fraction.
+    """The exact inner product of two float vectors, as a Fraction. ValueError naming the entry
+    for NaN or inf (they have no exact value).
 
     >>> exact_dot([0.1, 0.2], [3.0, 1.0]) == Fraction(0.1) * 3 + Fraction(0.2)
     True
@@ -122,6 +149,8 @@ def exact_dot(x: Any, y: Any) -> Fraction:
     ya = np.asarray(y, dtype=np.float64).reshape(-1)
     if xa.shape != ya.shape:
         raise ValueError(f"x and y must have the same length, got {xa.size} and {ya.size}")
+    _check_finite(xa, "x", "exact_dot")
+    _check_finite(ya, "y", "exact_dot")
     return sum(
         (Fraction(a) * Fraction(b) for a, b in zip(xa.tolist(), ya.tolist(), strict=True)),
         Fraction(0),
@@ -129,12 +158,18 @@ def exact_dot(x: Any, y: Any) -> Fraction:
 
 
 def cond_sum(x: Any) -> float:
-    """Condition number of a sum: ``sum |x_i| / |sum x_i|`` (exact sums; inf for a zero sum).
+    """Condition number of a sum: ``sum |x_i| / |sum x_i|`` (exact sums; inf for a zero sum;
+    NaN when an ``x_i`` is NaN or inf, as from an overflowed low-precision run: no condition
+    number is defined there).
 
     >>> cond_sum([1.0, -1.0, 1e-8])
     200000001.0
+    >>> cond_sum([1.0, float("inf")])
+    nan
     """
     xa = np.asarray(x, dtype=np.float64).reshape(-1)
+    if not _finite(xa):
+        return math.nan
     s = sum((Fraction(v) for v in xa.tolist()), Fraction(0))
     a = sum((Fraction(abs(v)) for v in xa.tolist()), Fraction(0))
     return math.inf if s == 0 else float(a / abs(s))
@@ -142,13 +177,16 @@ def cond_sum(x: Any) -> float:
 
 def cond_dot(x: Any, y: Any) -> float:
     """Condition number of an inner product, ``2 sum |x_i y_i| / |x^T y|`` (Ogita, Rump &
-    Oishi 2005; perturbations in both x and y). Exact sums; inf for a zero product.
+    Oishi 2005; perturbations in both x and y). Exact sums; inf for a zero product; NaN when
+    an entry is NaN or inf.
 
     >>> cond_dot([1.0, 1.0], [1.0, -1.0 + 2**-20])
     4194302.0
     """
     xa = np.asarray(x, dtype=np.float64).reshape(-1)
     ya = np.asarray(y, dtype=np.float64).reshape(-1)
+    if xa.shape == ya.shape and not _finite(xa, ya):
+        return math.nan
     s = exact_dot(xa, ya)
     a = exact_dot(np.abs(xa), np.abs(ya))
     return math.inf if s == 0 else float(2 * a / abs(s))
@@ -157,13 +195,21 @@ def cond_dot(x: Any, y: Any) -> float:
 def backward_error_dot(s_hat: float, x: Any, y: Any) -> float:
     """Componentwise relative backward error of a computed inner product:
     ``|s_hat - x^T y| / sum |x_i y_i|`` (the smallest ``eps`` with ``s_hat = sum x_i y_i (1 +
-    d_i)``, ``|d_i| <= eps``). Exact arithmetic; 0 for an exact result.
+    d_i)``, ``|d_i| <= eps``). Exact arithmetic; 0 for an exact result. A computed result
+    that overflowed (``s_hat`` = ±inf) has an infinite backward error, a NaN result a NaN one,
+    and so do NaN or inf data (NaN: no backward error is defined).
 
     >>> backward_error_dot(1.0, [1.0, 1.0], [1.0, 2.0**-9])   # lost 2**-9 out of 1 + 2**-9
     0.001949317738791423
+    >>> backward_error_dot(float("inf"), [1.0], [2.0])
+    inf
     """
     xa = np.asarray(x, dtype=np.float64).reshape(-1)
     ya = np.asarray(y, dtype=np.float64).reshape(-1)
+    if xa.shape == ya.shape and not _finite(xa, ya):
+        return math.nan
+    if not math.isfinite(float(s_hat)):
+        return math.nan if math.isnan(float(s_hat)) else math.inf
     a = exact_dot(np.abs(xa), np.abs(ya))
     err = abs(Fraction(float(s_hat)) - exact_dot(xa, ya))
     if err == 0:
@@ -174,9 +220,13 @@ def backward_error_dot(s_hat: float, x: Any, y: Any) -> float:
 def backward_error_solve(A: Any, x_hat: Any, b: Any) -> float:
     """Normwise backward error of a computed solution of ``A x = b`` (Rigal & Gaches):
     ``||b - A x_hat||_inf / (||A||_inf ||x_hat||_inf + ||b||_inf)``, the residual exact.
+    An overflowed solution (an inf in ``x_hat``, no NaN) gives inf; a NaN in ``x_hat`` gives
+    NaN, and so do NaN or inf in ``A`` or ``b`` (no backward error is defined).
 
     >>> backward_error_solve([[2.0, 0.0], [0.0, 4.0]], [0.5, 0.25], [1.0, 1.0])
     0.0
+    >>> backward_error_solve([[2.0]], [float("inf")], [1.0])
+    inf
     """
     Am = np.asarray(A, dtype=np.float64)
     xv = np.asarray(x_hat, dtype=np.float64).reshape(-1)
@@ -186,6 +236,10 @@ def backward_error_solve(A: Any, x_hat: Any, b: Any) -> float:
             f"A must be {bv.size} x {xv.size} for b of length {bv.size} and x_hat of length "
             f"{xv.size}, got shape {Am.shape}"
         )
+    if not _finite(Am, bv) or np.isnan(xv).any():
+        return math.nan
+    if not _finite(xv):
+        return math.inf
     r = max(
         (abs(Fraction(float(bv[i])) - exact_dot(Am[i], xv)) for i in range(bv.size)),
         default=Fraction(0),
@@ -202,7 +256,7 @@ def backward_error_solve(A: Any, x_hat: Any, b: Any) -> float:
 def exact_solve(A: Any, b: Any) -> list[Fraction]:
     """The exact solution of ``A x = b`` (float entries taken exactly), by Gaussian elimination
     in rational arithmetic: the reference for forward errors of small systems (n of a few
-    dozen). ValueError for a singular matrix.
+    dozen). ValueError for a singular matrix, and for NaN or inf entries (naming the first).
 
     >>> [str(v) for v in exact_solve([[4.0, 1.0], [1.0, 3.0]], [1.0, 1.0])]
     ['2/11', '3/11']
@@ -212,6 +266,8 @@ def exact_solve(A: Any, b: Any) -> list[Fraction]:
     n = bv.size
     if Am.shape != (n, n):
         raise ValueError(f"A must be {n} x {n} for b of length {n}, got shape {Am.shape}")
+    _check_finite(Am.reshape(-1), "A", "exact_solve")
+    _check_finite(bv, "b", "exact_solve")
     M = [
         [Fraction(v) for v in row] + [Fraction(bi)]
         for row, bi in zip(Am.tolist(), bv.tolist(), strict=True)
@@ -288,5 +344,10 @@ def run_trials(fn: Callable[[int], float], n_trials: int, seed: int = 0) -> Tria
 
 def deterministic_bound(n: int, u: float | str | FloatFormat) -> float:
     """``gamma_{n-1}``: the worst-case bound of a recursive sum of n terms (one rounding per
-    addition after the first)."""
-    return gamma_n(max(n - 1, 0), u) if n > 1 else 0.0
+    addition after the first); 0 for ``n`` of 0 or 1. ValueError for a negative ``n``.
+
+    >>> deterministic_bound(1025, "fp16")
+    1.0
+    """
+    _check(n, 1.0)
+    return gamma_n(n - 1, u) if n > 1 else 0.0

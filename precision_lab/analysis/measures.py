@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import threading
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -504,8 +505,21 @@ class _Accumulator:
 # ----------------------------------------------------------------------------------------------
 
 
-#: the loss scales pick_loss_scale returns: the normal powers of two of float64
-_MIN_LOG2_SCALE, _MAX_LOG2_SCALE = -1022, 1023
+def _scale_range(scale_dtype: Any) -> tuple[int, int, str]:
+    """``(lo, hi, name)``: the exponents of the normal powers of two of the float dtype a loss
+    scale is kept in (float32: 2**-126 .. 2**127)."""
+    try:
+        dt = np.dtype(scale_dtype)
+    except TypeError as exc:
+        raise TypeError(
+            f"scale_dtype must be a float dtype (float16, float32 or float64), got {scale_dtype!r}"
+        ) from exc
+    if dt not in (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)):
+        raise TypeError(
+            f"scale_dtype must be a float dtype (float16, float32 or float64), got {dt.name}"
+        )
+    fi = np.finfo(dt)
+    return int(fi.minexp), int(fi.maxexp) - 1, dt.name
 
 
 def _ldexp(x: float, k: int) -> float:
@@ -529,6 +543,9 @@ class LossScaleChoice:
     zero_fraction: float
     subnormal_fraction: float
     overflow_fraction: float
+    #: the rule asked for a larger scale than ``scale_dtype`` holds: capped at its largest power
+    #: of two (the reason says so)
+    capped: bool = False
 
     def __float__(self) -> float:
         return self.scale
@@ -542,6 +559,7 @@ def pick_loss_scale(
     target_underflow: float | None = None,
     rounding: str = "nearest_even",
     subnormals: str = "keep",
+    scale_dtype: Any = "float32",
 ) -> LossScaleChoice:
     """Choose a power-of-two loss scale for ``grads`` in ``fmt``.
 
@@ -549,9 +567,15 @@ def pick_loss_scale(
     ``max|g| * S <= fmt.max / 2**margin`` (``margin`` binades of headroom for the gradients to
     grow). With ``target_underflow``: the smallest ``S`` (so the most headroom) whose zero
     fraction is at most the target, never above the max rule's ``S``; if even that ``S`` misses
-    the target, it is returned with ``rule="underflow-unmet"``. Scales are the normal powers
-    of two of float64 (``2**-1022 .. 2**1023``); a ``margin`` that asks for less is a
-    ValueError.
+    the target, it is returned with ``rule="underflow-unmet"``.
+
+    Scales are the normal powers of two of ``scale_dtype``, the type the scale is kept in:
+    float32 by default, as PyTorch's ``GradScaler``, Keras, Megatron-LM and Transformer Engine
+    keep it (``2**-126 .. 2**127``; ``"float64"`` for Apex/DeepSpeed's Python floats,
+    ``2**-1022 .. 2**1023``). A rule that asks for more is capped at the largest one, with
+    ``capped=True`` and the reason saying so (bf16 gradients often ask for ``2**130`` and
+    more: bf16 shares float32's exponent range); a ``margin`` that asks for less than the
+    smallest is a ValueError.
 
     >>> g = np.array([3.0e-7, 1.0e-3, 2.0], dtype=np.float32)
     >>> c = pick_loss_scale(g, "fp16")
@@ -559,8 +583,13 @@ def pick_loss_scale(
     (8192.0, 'max')
     >>> pick_loss_scale(g, "fp16", target_underflow=0.0).scale  # 3e-7 * S > 2**-25
     0.125
+    >>> tiny = g * 1e-20                   # bf16 would take 2**192: a float32 scale stops at 2**127
+    >>> c, c64 = pick_loss_scale(tiny, "bf16"), pick_loss_scale(tiny, "bf16", scale_dtype="float64")
+    >>> c.log2_scale, c.capped, c64.log2_scale
+    (127, True, 192)
     """
     f = _float_format(fmt)
+    s_lo, s_hi, s_name = _scale_range(scale_dtype)
     mode = check_rounding(rounding)
     if isinstance(margin, bool) or not isinstance(margin, int | np.integer):
         raise TypeError(f"margin must be an integer number of binades, got {margin!r}")
@@ -577,11 +606,11 @@ def pick_loss_scale(
     # margin: fmt.max / 2**margin need not be a float64)
     (ma, ea), (mf, ef) = math.frexp(amax), math.frexp(f.max)
     k = ef - ea - int(margin) - (ma > mf)
-    if k < _MIN_LOG2_SCALE:
+    if k < s_lo:
         raise ValueError(
             f"margin={margin} asks for max|g| * S <= {f}.max / 2**{margin}, so S <= 2**{k}: "
-            f"below the smallest normal float64 2**{_MIN_LOG2_SCALE} (max|g| = {amax:g}); "
-            "use a smaller margin"
+            f"below the smallest normal {s_name} 2**{s_lo} (max|g| = {amax:g}); "
+            "use a smaller margin (or a wider scale_dtype)"
         )
     rule = "max"
     if target_underflow is not None:
@@ -619,7 +648,8 @@ def pick_loss_scale(
                     lo = mid
             k = hi
             rule = "underflow"
-    k = max(min(k, _MAX_LOG2_SCALE), _MIN_LOG2_SCALE)
+    capped = k > s_hi
+    k = max(min(k, s_hi), s_lo)
     S = math.ldexp(1.0, k)
     st = underflow_stats(a, f, S, rounding=mode, subnormals=subnormals, seed=0)
     headroom = math.log2(f.max) - math.log2(amax) - k
@@ -631,6 +661,11 @@ def pick_loss_scale(
             f"largest 2**k with max|g|*S <= {f}.max/2**{margin}"
         ),
     }[rule]
+    if capped:
+        why += (
+            f", capped at 2**{s_hi}, the largest power of two a {s_name} loss scale holds "
+            "(scale_dtype)"
+        )
     reason = (
         f"S = 2**{k} ({why}): max|g|*S = {amax * S:.4g} leaves {headroom:.2f} binades below "
         f"{f}.max = {f.max:g}; {100 * st.zero_fraction:.3g}% of non-zero gradients underflow "
@@ -646,6 +681,7 @@ def pick_loss_scale(
         zero_fraction=st.zero_fraction,
         subnormal_fraction=st.subnormal_fraction,
         overflow_fraction=st.overflow_fraction,
+        capped=capped,
     )
 
 
@@ -670,20 +706,61 @@ class ErrorStats:
     fmt: str  #: the format of the ULPs
 
 
+#: the narrower formats error_stats recognises in float32/float64 results, narrowest first
+_GRIDS = ("e3m2", "e2m3", "e4m3", "e5m2", "bf16", "fp16", "tf32")  # FP4: too few values
+#: fewer distinct non-zero finite values than this say nothing about the format they came from
+_GRID_MIN_VALUES = 8
+
+
 def _fmt_of(a: np.ndarray) -> FloatFormat:
+    """The ULP unit of ``a``: its dtype's format, or the narrower format of :data:`_GRIDS` whose
+    grid holds every finite value of a float32/float64 ``a`` (with at least
+    :data:`_GRID_MIN_VALUES` distinct non-zero ones, the narrowest format alone at its width);
+    where two formats of the narrowest width both hold them, a warning says so and the dtype's
+    format is kept."""
     name = a.dtype.name
     try:
-        return _float_format(name)
+        own = _float_format(name)
     except (ValueError, TypeError):
-        return _float_format("fp32")
+        own = _float_format("fp32")
+    if a.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        return own
+    v = np.unique(np.abs(a[np.isfinite(a) & (a != 0)]).astype(np.float64))
+    if v.size < _GRID_MIN_VALUES:
+        return own
+    holding: list[FloatFormat] = []
+    for g in _GRIDS:
+        f = _float_format(g)
+        if holding and f.bits > holding[0].bits:
+            break
+        with np.errstate(all="ignore"):
+            on = bool(np.array_equal(round_to(v, f, overflow="saturate"), v))
+        if on:
+            holding.append(f)
+    if len(holding) == 1:
+        return holding[0]
+    if holding:
+        warnings.warn(
+            f"approx's values all lie on the grids of {', '.join(map(str, holding))}: ULPs are "
+            f"counted in {own}, approx's dtype; pass fmt= to count them in one of those",
+            UserWarning,
+            stacklevel=3,
+        )
+    return own
 
 
 def error_stats(approx: Any, reference: Any, *, fmt: str | FloatFormat | None = None) -> ErrorStats:
     """Error measures of ``approx`` against ``reference`` (same shape), computed in float64.
 
-    ``fmt`` sets the ULP unit (default: the format of ``approx``'s dtype: float16 -> fp16,
-    bfloat16 -> bf16, float32 -> fp32, float64 -> fp64); the ULP of a reference value is the
-    spacing of ``fmt`` at it (:meth:`FloatFormat.ulp`). Sums of squares are kept scaled, so
+    ``fmt`` sets the ULP unit. By default it is the format of ``approx``'s dtype (float16 ->
+    fp16, bfloat16 -> bf16, float32 -> fp32, float64 -> fp64), except that float32/float64
+    values that all lie on a narrower format's grid (``round_to(x, "e4m3")`` is float32) are
+    counted in that format: the narrowest of e3m2, e2m3, e4m3, e5m2, bf16, fp16, tf32 that holds
+    every finite value, when at least 8 distinct non-zero values pin it down (never FP4, whose 7
+    magnitudes cannot) and no other format of the same width holds them too (then a warning asks
+    for ``fmt=``). The ULP of a
+    reference value is the spacing of ``fmt`` at it (:meth:`FloatFormat.ulp`); ``.fmt`` of the
+    result names the unit used. Sums of squares are kept scaled, so
     ``normwise`` and ``snr_db`` are right for any finite magnitudes (1e-160 or 1e300 included).
 
     Special values follow ``numpy.testing.assert_allclose(..., equal_nan=True)``: where both are
@@ -695,6 +772,10 @@ def error_stats(approx: Any, reference: Any, *, fmt: str | FloatFormat | None = 
     >>> e = error_stats(r + np.array([2.0**-10, 0.0, 2.0**-8]), r, fmt="fp16")
     >>> e.max_abs, e.max_rel, e.max_ulp, round(e.snr_db, 1)
     (0.00390625, 0.0009765625, 1.0, 61.1)
+    >>> x = np.linspace(0.1, 3.0, 50, dtype=np.float32)
+    >>> e = error_stats(round_to(x, "e4m3"), x)      # float32 values on the e4m3 grid
+    >>> e.fmt, e.max_ulp <= 0.5
+    ('e4m3', True)
     """
     a_raw, r_raw = np.asarray(approx), np.asarray(reference)
     if a_raw.shape != r_raw.shape:

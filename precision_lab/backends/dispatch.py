@@ -60,14 +60,21 @@ def _choice() -> tuple[str, str]:
 
 @contextmanager
 def use_backend(name: str) -> Iterator[None]:
-    """Run the block with CPU backend ``name`` (``"auto"``, ``"native"`` or ``"numpy"``).
+    """Run the block with CPU backend ``name`` (``"auto"``, ``"native"`` or ``"numpy"``; case and
+    surrounding spaces do not matter, as in ``PRECISION_LAB_BACKEND``).
 
     >>> import numpy as np, precision_lab as pl
     >>> with pl.use_backend("numpy"):
     ...     pl.round_to(np.float32(0.3), "e4m3")
     array(0.3125, dtype=float32)
+    >>> with pl.use_backend("NumPy"):
+    ...     pl.backend_info()["round_to"]
+    'numpy (selected by use_backend)'
     """
-    token = native.SELECTED.set(check_choice("backend", name, BACKENDS))
+    key = name.strip().lower() if isinstance(name, str) else name
+    if key not in BACKENDS:
+        check_choice("backend", name, BACKENDS)  # the error names the value as given
+    token = native.SELECTED.set(key)
     try:
         yield
     finally:

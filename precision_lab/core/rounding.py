@@ -40,7 +40,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .formats import FloatFormat, IntFormat, get_format
+from .formats import FloatFormat, IntFormat, get_format, p3109
 from .inputs import as_input, is_device_array
 from .pool import CHUNK, for_chunks
 from .random_words import check_seed, random_words
@@ -52,6 +52,7 @@ __all__ = [
     "SUBNORMAL_MODES",
     "as_float_array",
     "check_rounding",
+    "follows_p3109",
     "is_stochastic",
     "round_to",
 ]
@@ -82,7 +83,8 @@ _MODE_ALIASES = {
     "rnz": "nearest_zero",
     "sre": "stochastic_equal",
 }
-#: modes that overflow to inf under overflow="ieee" whatever the sign (round-to-nearest family)
+#: modes that overflow to inf under overflow="ieee" whatever the sign (round-to-nearest family);
+#: in P3109 formats "odd" too (follows_p3109)
 _TO_INF_MODES = ("nearest_even", "nearest_away", "nearest_zero", *STOCHASTIC_MODES)
 OVERFLOW_MODES = ("ieee", "saturate")
 SUBNORMAL_MODES = ("keep", "flush")
@@ -102,6 +104,40 @@ def is_stochastic(rounding: str) -> bool:
     """
     key = rounding.strip().lower() if isinstance(rounding, str) else rounding
     return _MODE_ALIASES.get(key, key) in STOCHASTIC_MODES
+
+
+def follows_p3109(fmt: FloatFormat | IntFormat) -> bool:
+    """Whether ``fmt`` is an IEEE P3109 format, so that overflow follows P3109's rules.
+
+    A format is a P3109 one when it equals ``p3109(k, p, signed=..., domain=...)`` for its width
+    ``k``, precision ``p``, signedness and domain (``"extended"`` when it has infinities): the
+    special-value layout decides, not the name (formats compare equal whatever their names, so
+    ``e4m3fnuz`` and ``e5m2fnuz``, which are P3109 K8P4 and K8P3 in the finite domain, follow
+    them too; ``e4m3b11fnuz``, with bias 11, does not).
+
+    The one difference from the IEEE 754 style of the other formats is round to odd under
+    ``overflow="ieee"``. IEEE 754 (clause 7.4) lets only the round-to-nearest modes and the
+    directed mode pointing outward overflow to infinity, and precision_lab treats ``odd`` like
+    ``toward_zero`` there (round to odd is truncation with a sticky last bit: ``±max``).
+    P3109 (interim report, "Projection": ``RoundToPrecision`` with an unbounded exponent, then
+    ``Saturate`` in the ``OvfInf`` mode) rounds first with an unbounded exponent and sends every
+    result beyond the largest finite value to ``±inf`` (NaN in the finite domain), except under
+    ``TowardZero`` and the directed mode pointing inward: round to odd included. gfloat's
+    ``round_float`` (the P3109 reference code) applies the same rule to its modes.
+
+    >>> follows_p3109(get_format("p3109_k8p4se")), follows_p3109(get_format("e4m3"))
+    (True, False)
+    >>> follows_p3109(get_format("e5m2fnuz")), follows_p3109(get_format("e4m3b11fnuz"))
+    (True, False)
+    """
+    if not isinstance(fmt, FloatFormat) or fmt.nan not in ("fn", "fnuz"):
+        return False
+    domain = "extended" if fmt.has_inf else "finite"
+    try:
+        ref = p3109(fmt.bits, fmt.precision, signed=fmt.signed, domain=domain)
+    except ValueError:  # no P3109 format of that width and precision
+        return False
+    return fmt == ref
 
 
 def check_rounding(rounding: str) -> str:
@@ -246,6 +282,7 @@ class _Plan:
     nan_bits: int  # canonical quiet NaN (positive)
     least_bits: int  # bits of the least positive value (of zero-less formats: where -x goes)
     all_low: bool  # max below the smallest normal (exponent_bits=0): every input is flagged
+    p3109: bool  # P3109 overflow rules (follows_p3109): round to odd overflows to inf too
 
 
 @lru_cache(maxsize=256)
@@ -284,6 +321,7 @@ def _plan(fmt: FloatFormat, wdt: str, mode: str, overflow: str, flush: bool) -> 
         nan_bits=bits(math.nan) & ((1 << (W - 1)) - 1),
         least_bits=bits(fmt.smallest_subnormal),
         all_low=bits(fmt.max) < bits(max(fmt.smallest_normal, work_min_normal)),
+        p3109=follows_p3109(fmt),
     )
 
 
@@ -333,7 +371,14 @@ def _random_for(plan_rbits: int, seed: int, n: int, start: int) -> np.ndarray:
 
 
 def _special(p: _Plan, u: np.ndarray, neg: np.ndarray) -> np.ndarray:
-    """Full result bits (sign included) for inputs that are NaN/inf or overflow the format."""
+    """Full result bits (sign included) for inputs that are NaN/inf or overflow the format.
+
+    An overflow is a result beyond the max after rounding with an unbounded exponent. Under
+    ``overflow="ieee"`` it is inf (NaN without inf) in the round-to-nearest and stochastic modes
+    and the directed mode pointing outward, ``±max`` under ``toward_zero``, the inward directed
+    mode and ``odd`` (IEEE 754 clause 7.4); P3109 formats send ``odd`` to inf too
+    (:func:`follows_p3109`).
+    """
     fmt = p.fmt
     nan_keeps_sign = fmt.nan in ("ieee", "fn") and fmt.signed
     sign_bits = np.where(neg, p.U(p.sign), p.U(0))
@@ -341,7 +386,7 @@ def _special(p: _Plan, u: np.ndarray, neg: np.ndarray) -> np.ndarray:
     is_inf = u == p.inf_bits
     if p.overflow == "saturate":
         to_inf = np.zeros(u.shape, dtype=bool)
-    elif p.mode in _TO_INF_MODES:
+    elif p.mode in _TO_INF_MODES or (p.mode == "odd" and p.p3109):
         to_inf = np.ones(u.shape, dtype=bool)
     elif p.mode == "up":
         to_inf = ~neg
@@ -669,9 +714,13 @@ def round_to(
     overflow:
         ``"ieee"``: values beyond the largest finite value become inf (NaN in formats without inf,
         such as e4m3) under the round-to-nearest modes, the stochastic modes and the directed mode
-        pointing outward, and ``±max`` under ``toward_zero``, ``odd`` and the inward directed mode;
-        ``"saturate"``: every overflow, infinities included, clamps to ``±max``. Formats with
-        neither inf nor NaN (e2m1, e2m3, e3m2) and integer formats always saturate.
+        pointing outward, and ``±max`` under ``toward_zero``, ``odd`` and the inward directed mode
+        (IEEE 754 clause 7.4); P3109 formats (:func:`follows_p3109`) round with an unbounded
+        exponent and overflow to inf under ``odd`` too, as the P3109 interim report's
+        ``Saturate`` in its ``OvfInf`` mode and gfloat do (``p3109_k8p4se``: 224.1 and 232 give
+        inf, 224 is the max). ``"saturate"``: every overflow, infinities included, clamps to
+        ``±max``. Formats with neither inf nor NaN (e2m1, e2m3, e3m2) and integer formats always
+        saturate.
     subnormals:
         ``"keep"``, or ``"flush"``: results that would be subnormal become zero (sign kept).
     seed, random_bits:

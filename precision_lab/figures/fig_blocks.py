@@ -142,8 +142,9 @@ def make(outdir: Path) -> str:
     y = np.arange(len(FORMATS))
     for i, kind in enumerate(kinds):
         vals = [snr[(n, kind)] for n in FORMATS]
+        yy = y + (i - (len(kinds) - 1) / 2) * h
         ax.barh(
-            y + (i - (len(kinds) - 1) / 2) * h,
+            yy,
             vals,
             height=h,
             color=colors[i],
@@ -152,6 +153,9 @@ def make(outdir: Path) -> str:
             linewidth=0.5,
             label=kind,
         )
+        for yv, v in zip(yy, vals, strict=True):  # a bar too short to see still shows its value
+            if v < 2.0:
+                ax.text(max(v, 0.0) + 0.4, yv, f"{v:.1f} dB", va="center", fontsize=7)
     ax.set_yticks(y, [f"{n} ({bits_label(n)} b)" for n in FORMATS])
     ax.invert_yaxis()
     ax.set_xlabel("signal-to-quantization-noise ratio versus FP32 (dB; higher is better)")

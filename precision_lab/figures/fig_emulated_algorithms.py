@@ -206,26 +206,39 @@ def _refinement(outdir: Path) -> list[str]:
         ]
         for cfg in CONFIGS
     }
-    fig, axes = plt.subplots(
-        1, len(CONFIGS), figsize=(15, 4.5), constrained_layout=True, sharey=True
-    )
+    fig, axes = plt.subplots(1, len(CONFIGS), figsize=(15, 5.2), layout="constrained", sharey=True)
     cmap = plt.get_cmap("viridis")
     for ax, (cfg, res) in zip(axes, results.items(), strict=True):
         for i, r in enumerate(res):
-            ax.plot(
-                range(len(r.errors)),
-                np.maximum(r.errors, 1e-18),
-                marker=".",
-                color=cmap(i / (len(res) - 1)),
-                label=f"kappa = {r.kappa:.0e}",
-            )
-        ax.axhline(4 * get_format(cfg[1]).unit_roundoff, color="0.5", lw=0.6, ls=":")
+            color = cmap(i / (len(res) - 1))
+            e = np.asarray(r.errors, dtype=float)
+            fin = np.isfinite(e)
+            steps = np.arange(e.size)
+            ax.plot(steps[fin], np.maximum(e[fin], 1e-18), marker=".", color=color,
+                    label=f"kappa = {r.kappa:.0e}")  # fmt: skip
+            if not fin.all():  # the LU broke down: an x at the top where the error became inf/NaN
+                first = int(np.argmin(fin))
+                ax.plot([first], [1e2], marker="x", ms=9, mew=2, color=color, clip_on=False)
+            if r.iterations is not None:  # converged: a ring at the step
+                ax.plot([r.iterations], [max(e[r.iterations], 1e-18)], marker="o", ms=10,
+                        mfc="none", mec=color)  # fmt: skip
+        ax.axhline(4 * get_format(cfg[1]).unit_roundoff, color="0.5", lw=0.8, ls=":",
+                   label="4 u_r (4 kappa u_r at kappa = 1; u_r: the residual format)")  # fmt: skip
+        ax.axhline(get_format(cfg[0]).unit_roundoff, color="0.5", lw=0.8, ls="--",
+                   label="u_f, the unit roundoff of the LU's format")  # fmt: skip
+        ax.plot([], [], ls="none", marker="x", ms=9, mew=2, color="0.3",
+                label="LU broke down (inf/NaN): x at that step")  # fmt: skip
+        ax.plot([], [], ls="none", marker="o", ms=10, mfc="none", mec="0.3",
+                label="converged (within 4 kappa u_r, no later step gains a bit)")  # fmt: skip
         ax.set_yscale("log")
+        ax.set_ylim(top=3e2)
         ax.set_title(f"LU in {cfg[0]}, residual in {cfg[1]}")
         ax.set_xlabel("refinement step")
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("||x_i - x||_inf / ||x||_inf")
-    axes[0].legend(fontsize=7)
+    # one legend below the panels (colours, markers and reference lines mean the same in each)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="outside lower center", ncol=5)
     fig.savefig(outdir / "emulated_refinement.png", dpi=120)
     plt.close(fig)
     lines = [
@@ -239,9 +252,11 @@ def _refinement(outdir: Path) -> list[str]:
         "correction solves in the same format (the residual scaled by a power of two first), "
         "the residual and the solution in fp32 or fp64 (`pl.ops`, sequential sums); errors "
         "against the exact solution (rational arithmetic) of the system held in the residual "
-        "format. Steps until the error is within 4 kappa u_r, the limiting accuracy when the "
-        f"residual precision is the working precision (`-`: not within {ITERATIONS} steps), "
-        "and the final error (`nan`: the low-precision LU broke down):",
+        "format. The step at which refinement converged, and the final error (`nan`: the "
+        "low-precision LU broke down). Converged means the error is within 4 kappa u_r, the "
+        "limiting accuracy when the residual precision is the working precision, *and* no "
+        "later step gains a bit on it (the error has stopped falling); `-`: not within "
+        f"{ITERATIONS} steps:",
         "",
         "| LU | residual | " + " | ".join(f"kappa = {k:.0e}" for k in KAPPAS) + " |",
         "|---|---|" + "---|" * len(KAPPAS),
@@ -263,7 +278,7 @@ def _ir_summary(results: dict[tuple[str, str], list[IRResult]]) -> list[str]:
     out = []
     for (lu, res_fmt), res in results.items():
         ok = [r.kappa for r in res if r.converged]
-        broke = [r.kappa for r in res if not np.isfinite(r.errors[-1])]
+        broke = [r.kappa for r in res if r.broke_down]
         text = f"LU in {lu}, residual in {res_fmt}: "
         text += f"converged up to kappa = {max(ok):.0e}" if ok else "never converged"
         if broke:

@@ -107,7 +107,7 @@ def _harmonic(outdir: Path) -> list[str]:
 
 # ----- (b) ------------------------------------------------------------------------------------
 def _summation(outdir: Path) -> list[str]:
-    fig, axes = plt.subplots(2, 2, figsize=(11, 8.5), constrained_layout=True)
+    fig, axes = plt.subplots(2, 2, figsize=(11, 9.5), layout="constrained")
     nn = np.array(NS)
     table = []
     rn_last: dict[str, float] = {}
@@ -155,7 +155,9 @@ def _summation(outdir: Path) -> list[str]:
             ax.grid(True, which="both", alpha=0.3)
             ax.set_xlabel("n")
             ax.set_ylabel("|s_hat - s| / sum |x_i|")
-    axes[0, 0].legend(fontsize=7, loc="upper left")
+    # one legend for the four panels, below them, so that it covers no curve
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="outside lower center", ncol=4)
     fig.savefig(outdir / "emulated_summation.png", dpi=120)
     plt.close(fig)
     lines = [
@@ -199,8 +201,21 @@ def _kahan(outdir: Path) -> list[str]:
     }
     err = summation_errors("bf16", NS, low=0.0, trials=TRIALS, seed=SEED, accumulators=accs)
     fig, ax = plt.subplots(figsize=(7.5, 5), constrained_layout=True)
+    floor = 1e-10  # exact medians (error 0) are drawn hollow on this line, not as data points
+    any_exact = False
+    nn = np.array(NS)
     for name, vals in err.items():
-        ax.plot(NS, np.maximum(np.median(vals, axis=1), 1e-10), marker="o", label=name)
+        med = np.median(vals, axis=1)
+        nz = med > 0
+        (line,) = ax.plot(nn[nz], med[nz], marker="o", label=name)
+        if not nz.all():
+            any_exact = True
+            ax.plot(nn[~nz], np.full(int((~nz).sum()), floor), ls="none", marker="o", ms=9,
+                    mfc="none", mec=line.get_color(), clip_on=False)  # fmt: skip
+    if any_exact:
+        ax.axhline(floor, color="0.5", lw=0.8, ls="--")
+        ax.plot([], [], ls="none", marker="o", ms=9, mfc="none", mec="0.3",
+                label="exact (median error 0), hollow markers on the dashed line")  # fmt: skip
     ax.plot(NS, [2 * _u("bf16")] * len(NS), color="0.5", lw=0.6, ls=":", label="2u (bf16)")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")

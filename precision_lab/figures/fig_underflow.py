@@ -16,6 +16,7 @@ from ..analysis.measures import (
     underflow_stats,
 )
 from ..core.formats import get_format
+from ..core.rounding import round_to
 from ..scaling.gradients import lognormal, save_gradients
 from ..training import RUNS, TrainResult, train_seeds
 
@@ -99,7 +100,24 @@ def _histogram(layers: list, choice: LossScaleChoice, out: Path) -> dict[str, fl
     plt.close(fig)
     below = float(h[k < -25].sum() / h.sum())
     sub = float(h[(k >= -25) & (k < -14)].sum() / h.sum())
-    return {"below": below, "subnormal": sub}
+    return {"below": below, "subnormal": sub, "count": float(h.sum())}
+
+
+def largest_safe_log2_scale(g: np.ndarray, fmt: str) -> int:
+    """The largest ``k`` for which no finite value of ``g`` times ``2**k`` overflows ``fmt``
+    (rounded to nearest, IEEE overflow): a property of the format and of ``max|g|`` alone, found
+    exactly (``max|g| * 2**k`` is exact in float64), not where a scan of ``k`` stops.
+
+    >>> largest_safe_log2_scale(np.float32([1.0, -3.0]), "fp16")   # 3 * 2**14 <= 65504 < 3 * 2**15
+    14
+    """
+    f = get_format(fmt)
+    a = np.abs(np.asarray(g, dtype=np.float64))
+    amax = float(a[np.isfinite(a)].max())
+    k = math.floor(math.log2(f.max / amax))  # amax * 2**k <= max: never overflows
+    while np.isfinite(round_to(amax * 2.0 ** (k + 1), f)):  # values up to max + ulp/2 round down
+        k += 1
+    return k
 
 
 def _vs_scale(g: np.ndarray, out: Path, chosen: int) -> dict[str, list[tuple[int, float, float]]]:
@@ -172,9 +190,14 @@ def make(outdir: Path) -> str:
         "",
         "![histogram](underflow_histogram.png)",
         "",
-        f"Of all recorded values, {100 * hist['below']:.1f}% lie below 2^-25 (they round to 0 "
-        f"in fp16) and {100 * hist['subnormal']:.1f}% in fp16's subnormal range "
-        "[2^-25, 2^-14).",
+        f"Of all recorded values ({hist['count']:,.0f} in the layers' histograms, every "
+        f"element of every recorded step), {100 * hist['below']:.1f}% lie below 2^-25 (they "
+        f"round to 0 in fp16) and {100 * hist['subnormal']:.1f}% in fp16's subnormal range "
+        f"[2^-25, 2^-14). `pick_loss_scale`, the curves and the table below use the {g.size} "
+        "values sampled from them and saved in `training_gradients.npz` (a uniform sample per "
+        "layer and step, so the two populations differ slightly: "
+        f"{100 * underflow_stats(g, 'fp16').zero_fraction:.2f}% of the samples underflow in fp16 "
+        "at S = 1).",
         "",
         f"`pick_loss_scale(g, 'fp16')`: {choice.reason}.",
         "",
@@ -183,15 +206,17 @@ def make(outdir: Path) -> str:
         "![underflow vs loss scale](underflow_vs_loss_scale.png)",
         "",
         "| format | underflow to 0 at S=1 (%) | at S=2^8 | at S=2^16 | at S=2^24 "
-        "| overflow at S=2^24 (%) | largest S without overflow |",
+        "| overflow at S=2^24 (%) | largest S without overflow (max|g| x S <= the format's "
+        "overflow threshold) |",
         "|---|---|---|---|---|---|---|",
     ]
     for name in FORMATS:
         c = {k: (z, o) for k, z, o in curves[name]}
-        safe = [k for k, (_z, o) in c.items() if o == 0]
+        safe = largest_safe_log2_scale(g, name)
+        note = " (a float32 loss scale stops at 2^127)" if safe > 127 else ""
         lines.append(
             f"| {name} | {100 * c[0][0]:.2f} | {100 * c[8][0]:.2f} | {100 * c[16][0]:.2f} "
-            f"| {100 * c[24][0]:.3f} | {100 * c[24][1]:.3f} | 2^{max(safe)} |"
+            f"| {100 * c[24][0]:.3f} | {100 * c[24][1]:.3f} | 2^{safe}{note} |"
         )
     # the closed form check on synthetic log-normal gradients
     lines += [

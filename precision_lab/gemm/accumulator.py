@@ -114,9 +114,11 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
    the element with flat index ``i`` (C order over the broadcast batch shape x M x N, ``T``
    elements in all) uses the 64-bit word number ``e * T + i`` of the counter-based generator of
    :mod:`precision_lab.core.random_words` keyed by :attr:`seed` (low ``64 - random_bits`` bits
-   cleared). It rounds away from zero iff ``floor(f * 2**64) + R >= 2**64``, ``f`` the exact
-   discarded fraction in units of the result's quantum (the rule of
-   :func:`~precision_lab.round_to`, here applied to the exact intermediate). Event numbers:
+   cleared). ``stochastic`` rounds away from zero iff ``floor(f * 2**64) + R >= 2**64``, ``f``
+   the exact discarded fraction in units of the result's quantum; ``stochastic_equal`` rounds
+   away from zero iff ``f != 0`` and the top bit of ``R`` is set (probability 1/2 whatever the
+   distance); both are the rules of :func:`~precision_lab.round_to`, here applied to the exact
+   intermediate, and every backend (numpy, native, CUDA) draws the same words. Event numbers:
 
    * sequential: the addition of ``p_k`` is event ``k``;
    * blocked: the in-block addition of ``p_k`` is event ``k``; the addition of the block sum of
@@ -150,7 +152,13 @@ from typing import Any
 
 from ..core.formats import FloatFormat, get_format
 from ..core.random_words import check_seed
-from ..core.rounding import OVERFLOW_MODES, SUBNORMAL_MODES, check_random_bits, check_rounding
+from ..core.rounding import (
+    OVERFLOW_MODES,
+    STOCHASTIC_MODES,
+    SUBNORMAL_MODES,
+    check_random_bits,
+    check_rounding,
+)
 
 __all__ = ["ADDENDS", "ORDERS", "Accumulator"]
 
@@ -195,7 +203,8 @@ class Accumulator:
         nearest_even).
     rounding:
         Rounding mode of every accumulation step (``nearest_even``, ``toward_zero``,
-        ``stochastic`` ... and the aliases of :func:`~precision_lab.round_to`).
+        ``stochastic``, ``stochastic_equal`` ... every mode and alias of
+        :func:`~precision_lab.round_to`).
     order:
         ``"sequential"`` (recursive summation), ``"pairwise"``, ``"blocked"`` (needs ``block``),
         ``"block_fma"`` (tensor-core block FMA: needs ``block`` and ``align_bits``),
@@ -284,11 +293,6 @@ class Accumulator:
                 put(self, mode_field, check_rounding(getattr(self, mode_field)))
             except ValueError as exc:
                 raise ValueError(f"{mode_field}: {exc}") from None
-            if getattr(self, mode_field) == "stochastic_equal":
-                raise ValueError(
-                    f"{mode_field}: the GEMM models do not support 'stochastic_equal' yet "
-                    "(use 'stochastic', or round with round_to)"
-                )
         if self.order not in ORDERS:
             raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {self.order!r}")
         if self.addend not in ADDENDS:
@@ -376,7 +380,7 @@ class Accumulator:
             modes.append(self.product_rounding)
         if self.order == "block_fma" and self.addend == "after_block":
             modes.append(self.block_rounding)
-        return "stochastic" in modes
+        return any(m in STOCHASTIC_MODES for m in modes)
 
     def replace(self, **changes: Any) -> Accumulator:
         """A copy with some fields changed (:func:`dataclasses.replace`).

@@ -15,6 +15,7 @@ import numpy as np
 from .config import TrainConfig, make_scaler
 from .data import Dataset, load_digits_split
 from .model import HIST_HI, HIST_LO, MLP
+from .policy_model import PolicyMLP
 
 __all__ = ["LayerRecord", "TrainResult", "train", "train_seeds"]
 
@@ -35,6 +36,9 @@ class LayerRecord:
     """
 
     act_zero: list[float] = field(default_factory=list)
+    #: per recorded step, the fraction of activation gradients that are exactly zero before the
+    #: store (ReLU's inactive units, upstream values already flushed): not counted in act_zero
+    act_exact_zero: list[float] = field(default_factory=list)
     act_subnormal: list[float] = field(default_factory=list)
     weight_zero: list[float] = field(default_factory=list)
     weight_subnormal: list[float] = field(default_factory=list)
@@ -47,6 +51,12 @@ class LayerRecord:
     def act_zero_fraction(self) -> float:
         """Mean over the recorded steps of the fraction of activation gradients lost to zero."""
         return float(np.mean(self.act_zero)) if self.act_zero else 0.0
+
+    @property
+    def act_exact_zero_fraction(self) -> float:
+        """Mean over the recorded steps of the fraction of activation gradients that were
+        exactly zero already before the store (the values ``act_zero_fraction`` leaves out)."""
+        return float(np.mean(self.act_exact_zero)) if self.act_exact_zero else 0.0
 
     @property
     def act_subnormal_fraction(self) -> float:
@@ -239,8 +249,6 @@ def train_seeds(
 def _default_model(cfg: TrainConfig) -> Callable[..., MLP]:
     if cfg.policy is None:
         return MLP
-    from .policy_model import PolicyMLP
-
     return PolicyMLP
 
 
@@ -253,6 +261,7 @@ def _record(
     for rec, st, kp in zip(layers, stats, keep, strict=True):
         a, w = st["act"], st["weight"]
         rec.act_zero.append(a["zero_fraction"])
+        rec.act_exact_zero.append(a["exact_zero_fraction"])
         rec.act_subnormal.append(a["subnormal_fraction"])
         rec.weight_zero.append(w["zero_fraction"])
         rec.weight_subnormal.append(w["subnormal_fraction"])

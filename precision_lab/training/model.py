@@ -370,6 +370,7 @@ class MLP:
             stats[r][layer][kind] = {
                 "values": nz[:: max(1, nz.size // 2048)],
                 "zero_fraction": st.zero_fraction,
+                "exact_zero_fraction": 1.0 - nz.size / flat.size if flat.size else 0.0,
                 "subnormal_fraction": st.subnormal_fraction,
                 "overflow_fraction": st.overflow_fraction,
                 "hist": hist,

@@ -22,7 +22,8 @@ A *configuration* is a flat JSON-able dict with a ``"kind"``:
 Every run is seeded and pure (the result depends on the configuration only), so it can run
 anywhere, be retried after a lost worker, and be cached: with ``out=DIR`` each finished run is
 stored in ``DIR/cache/<hash>.json``, the hash covering the configuration and the package version,
-and a rerun only computes what is missing (failures are not cached: they run again).
+and a rerun only computes what is missing (failures are not cached: they run again; a damaged
+cache file is named in a RuntimeWarning and its run computed again).
 
 A SPEC file (``precision-lab grid SPEC.json``) is a JSON object::
 
@@ -64,6 +65,7 @@ import hashlib
 import itertools
 import json
 import os
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -353,15 +355,14 @@ def run_grid(
     for c in cfgs:
         _check_kind(c)
         json.dumps(c)  # configurations must be JSON (their hash and cache depend on it)
-    cache = None if out is None else Path(out) / "cache"
-    if cache is not None:
-        cache.mkdir(parents=True, exist_ok=True)
+    cache = None if out is None else _cache_folder(out)
     outcomes: dict[int, dict[str, Any]] = {}
     todo: list[int] = []
     for i, c in enumerate(cfgs):
         path = None if cache is None else cache / f"{config_hash(c)}.json"
-        if path is not None and path.exists():
-            outcomes[i] = {"ok": True, "metrics": json.loads(path.read_text())["metrics"]}
+        metrics = None if path is None or not path.exists() else _read_cached(path)
+        if metrics is not None:
+            outcomes[i] = {"ok": True, "metrics": metrics}
         else:
             todo.append(i)
     if todo:
@@ -396,6 +397,36 @@ def run_grid(
             pass
         _write_json(Path(out) / "failures.json", failures)
     return result
+
+
+def _cache_folder(out: str | os.PathLike[str]) -> Path:
+    """``out/cache``, created; ValueError (not a traceback) when ``out`` is a file."""
+    base = Path(out)
+    if base.exists() and not base.is_dir():
+        raise ValueError(f"out must be a folder, got {str(base)!r}: a file")
+    try:
+        (base / "cache").mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(
+            f"out={str(base)!r}: cannot create {base / 'cache'}: {err.strerror}"
+        ) from None
+    return base / "cache"
+
+
+def _read_cached(path: Path) -> dict[str, Any] | None:
+    """The metrics cached in ``path``, or None (with a RuntimeWarning naming the file, which is
+    then recomputed) when it is empty, truncated or holds no metrics."""
+    try:
+        metrics = json.loads(path.read_text()).get("metrics")
+        problem = None if isinstance(metrics, dict) else "no 'metrics' object"
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as err:
+        problem = f"{type(err).__name__}: {err}"
+    if problem is None:
+        return metrics  # type: ignore[no-any-return]
+    warnings.warn(
+        f"cached run {path} is damaged ({problem}); recomputing it", RuntimeWarning, stacklevel=3
+    )
+    return None
 
 
 def _write_json(path: Path, obj: Any) -> None:

@@ -19,9 +19,15 @@ scheduler recomputes elsewhere.
 
 Checkpoints. With ``out=DIR`` every finished chunk is written at once to its own small JSON file
 under ``DIR/<sweep key>/`` (written to a temporary file, then renamed: a file is either complete
-or absent). A rerun with the same parameters reads the finished chunks and submits only the
-others, so an interrupted 2**32 sweep resumes where it stopped. The sweep key names the format,
-input, oracle and subnormal switch and hashes every parameter and the package version; chunk
+or absent). A rerun with
+the same parameters reads the finished chunks and submits only the others, so an interrupted
+2**32 sweep resumes where it stopped. The sweep key names the format, input, oracle and subnormal
+switch and hashes every parameter, the package version and the oracle's behaviour
+(:func:`oracle_fingerprint`: its bytecode, constants, defaults, closure and the globals it reads,
+functions there recursively), so two different lambdas, or a fixed oracle, never reuse each
+other's results; an oracle that cannot be keyed so is refused with ``out=`` unless the caller
+names its behaviour (``oracle_key=``). A damaged chunk file (empty, truncated, not the record of
+its chunk) is named in a RuntimeWarning and in :attr:`SweepResult.damaged`, and recomputed. Chunk
 files are named by their bit-pattern range ``lo-hi``, so a slice and the full sweep share them.
 With a distributed client the files are written by the client as results arrive, so the workers
 need no shared file system.
@@ -36,12 +42,19 @@ Needs the ``[dask]`` extra: ``pip install "precision_lab[dask]"``.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import json
+import operator
 import os
+import re
 import tempfile
 import threading
 import time
+import types
+import uuid
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,7 +76,14 @@ try:
 except ImportError as err:  # pragma: no cover - depends on the environment
     raise ImportError(f"precision_lab.verify.sweep needs Dask: {INSTALL}") from err
 
-__all__ = ["INPUTS", "SweepResult", "check_chunk", "verify_exhaustive"]
+__all__ = [
+    "INPUTS",
+    "SweepResult",
+    "UntrustedOracle",
+    "check_chunk",
+    "oracle_fingerprint",
+    "verify_exhaustive",
+]
 
 #: input kinds: name -> (bits, numpy type of the patterns)
 INPUTS: dict[str, tuple[int, Any]] = {
@@ -86,6 +106,7 @@ class SweepSpec:
     keys: tuple[tuple[str, str], ...]
     subnormals: str
     max_examples: int
+    oracle_key: str | None = None
 
 
 @dataclass
@@ -96,8 +117,10 @@ class SweepResult:
     (``"codes"``) disagrees with the oracle; ``checked`` inputs were compared under every key,
     ``skipped`` were left out (NaN inputs of formats without NaN, which have no code for them).
     ``mismatches`` lists the first mismatches of each chunk; ``chunks`` every chunk's record.
-    ``computed`` chunks ran in this call, ``reused`` came from checkpoints; ``seconds`` is the
-    wall time of this call and ``rate`` its input elements per second (computed chunks only).
+    ``computed`` chunks ran in this call, ``reused`` came from checkpoints; ``damaged`` names
+    the checkpoint files that could not be read (empty, truncated, not this chunk's record):
+    they were recomputed and rewritten. ``seconds`` is the wall time of this call and ``rate``
+    its input elements per second (computed chunks only).
     """
 
     fmt: str
@@ -116,6 +139,7 @@ class SweepResult:
     reused: int
     seconds: float
     path: str | None
+    damaged: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -157,6 +181,8 @@ class SweepResult:
         ]
         if self.path is not None:
             lines.append(f"  checkpoints: {self.path}")
+        for path in self.damaged:
+            lines.append(f"  damaged checkpoint recomputed: {path}")
         for (mode, overflow), c in self.counts.items():
             lines.append(
                 f"  {mode:13s} {overflow:8s} value mismatches {c['values']}, "
@@ -312,22 +338,215 @@ def _oracle_name(against: Any) -> str:
     return f"{mod}.{getattr(against, '__qualname__', type(against).__name__)}"
 
 
+class UntrustedOracle(ValueError):
+    """The oracle's behaviour cannot be keyed (see :func:`oracle_fingerprint`)."""
+
+
+_SIMPLE = (type(None), bool, int, float, complex, str, bytes)
+
+
+def _fingerprint(obj: Any, seen: set[int], depth: int = 0) -> Any:
+    """A JSON-able description of ``obj`` that changes with what it does; UntrustedOracle for
+    objects whose behaviour cannot be described (their repr would be an address)."""
+    if depth > 40:
+        raise UntrustedOracle("the oracle's references nest too deeply")
+    if isinstance(obj, _SIMPLE) or isinstance(obj, np.generic):
+        return repr(obj)
+    if isinstance(obj, tuple | list | frozenset | set):
+        items = [_fingerprint(v, seen, depth + 1) for v in obj]
+        return [
+            type(obj).__name__,
+            sorted(map(repr, items)) if isinstance(obj, set | frozenset) else items,
+        ]
+    if isinstance(obj, dict):
+        return ["dict", [[repr(k), _fingerprint(v, seen, depth + 1)] for k, v in obj.items()]]
+    if isinstance(obj, np.ndarray):
+        return ["ndarray", str(obj.dtype), obj.shape, hashlib.sha256(obj.tobytes()).hexdigest()]
+    if isinstance(obj, types.ModuleType):
+        return ["module", obj.__name__, str(getattr(obj, "__version__", ""))]
+    if isinstance(obj, type):
+        return ["type", obj.__module__, obj.__qualname__]
+    if isinstance(obj, re.Pattern):
+        return ["re", obj.pattern, obj.flags]
+    if isinstance(obj, types.BuiltinFunctionType | np.ufunc):
+        return [
+            "builtin",
+            getattr(obj, "__module__", None) or "",
+            obj.__qualname__ if hasattr(obj, "__qualname__") else obj.__name__,
+        ]
+    if isinstance(obj, functools.partial):
+        return [
+            "partial",
+            _fingerprint(obj.func, seen, depth + 1),
+            _fingerprint(obj.args, seen, depth + 1),
+            _fingerprint(obj.keywords, seen, depth + 1),
+        ]
+    if isinstance(obj, types.MethodType):
+        return [
+            "method",
+            _fingerprint(obj.__func__, seen, depth + 1),
+            _fingerprint(obj.__self__, seen, depth + 1),
+        ]
+    if isinstance(obj, types.FunctionType):
+        name = f"{obj.__module__}.{obj.__qualname__}"
+        if id(obj) in seen:  # recursion: the name stands for the function
+            return ["function", name]
+        seen.add(id(obj))
+        wrapped = getattr(obj, "__wrapped__", None)  # functools.cache and the like
+        code = obj.__code__
+        glob = obj.__globals__
+        refs = {
+            n: _fingerprint(glob[n], seen, depth + 1)
+            for n in sorted(_code_names(code))
+            if n in glob
+        }
+        cells = [_fingerprint(c.cell_contents, seen, depth + 1) for c in obj.__closure__ or ()]
+        return [
+            "function",
+            name,
+            _code_fingerprint(code),
+            _fingerprint(obj.__defaults__, seen, depth + 1),
+            _fingerprint(obj.__kwdefaults__, seen, depth + 1),
+            cells,
+            refs,
+            None if wrapped is None else _fingerprint(wrapped, seen, depth + 1),
+        ]
+    if dataclasses.is_dataclass(obj):  # formats, option records: their fields
+        fields = {fl.name: getattr(obj, fl.name) for fl in dataclasses.fields(obj)}
+        return [
+            "dataclass",
+            _fingerprint(type(obj), seen, depth + 1),
+            _fingerprint(fields, seen, depth + 1),
+        ]
+    wrapped = getattr(obj, "__wrapped__", None)
+    if isinstance(wrapped, types.FunctionType):  # functools.cache, lru_cache wrappers
+        return ["wrapped", _fingerprint(wrapped, seen, depth + 1)]
+    raise UntrustedOracle(
+        f"the oracle refers to a {type(obj).__name__} object, whose behaviour cannot be keyed"
+    )
+
+
+def _code_names(code: types.CodeType) -> set[str]:
+    """Global names a code object (and the code objects nested in it) may read."""
+    names = set(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            names |= _code_names(c)
+    return names
+
+
+def _code_fingerprint(code: types.CodeType) -> str:
+    """Hash of a code object: bytecode, constants (nested code included), names, arguments."""
+    h = hashlib.sha256()
+    for part in (
+        code.co_code,
+        code.co_names,
+        code.co_varnames,
+        code.co_freevars,
+        code.co_argcount,
+        code.co_kwonlyargcount,
+        code.co_flags,
+    ):
+        h.update(repr(part).encode())
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            text = _code_fingerprint(c)
+        elif isinstance(c, frozenset):  # `x in {...}`: its repr's order follows str hashes
+            text = repr(sorted(map(repr, c)))
+        else:
+            text = repr(c)
+        h.update(text.encode())
+    return h.hexdigest()
+
+
+def oracle_fingerprint(against: str | Callable[..., Any]) -> str:
+    """A hash that changes with the oracle's behaviour: what checkpoints are keyed by.
+
+    It covers the oracle function's bytecode and constants, its default arguments, the values in
+    its closure and the global names it reads (functions there recursively: an oracle that
+    wraps :func:`~precision_lab.verify.oracles.referee` changes its key when the referee's code
+    changes), so two lambdas that do different things never share checkpoints, while the same
+    oracle in a new process finds its own. Named oracles (``"referee"`` ...) are keyed by their
+    function the same way. Raises :class:`UntrustedOracle` (a ValueError) when the oracle holds
+    or reads an object whose behaviour cannot be described (an instance with ``__call__``, an
+    open file ...): such a key cannot be trusted, so :func:`verify_exhaustive` refuses that
+    oracle with ``out=``.
+
+    >>> oracle_fingerprint(lambda x, fmt, **kw: 1) != oracle_fingerprint(lambda x, fmt, **kw: 2)
+    True
+    """
+    fn = ORACLES[against] if isinstance(against, str) else against
+    description = _fingerprint(fn, set())
+    return hashlib.sha256(json.dumps(description, sort_keys=True).encode()).hexdigest()
+
+
 def _sweep_key(spec: SweepSpec, chunk: int) -> str:
     f = spec.fmt
     ident = {
         "fmt": repr(f),
         "input": spec.input,
         "against": _oracle_name(spec.against),
+        "oracle": spec.oracle_key or oracle_fingerprint(spec.against),
         "keys": spec.keys,
         "subnormals": spec.subnormals,
         "max_examples": spec.max_examples,
         "chunk": chunk,
         "version": __version__,
+        "record": _RECORD_VERSION,
     }
     digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]
     name = f.name or f"e{f.exponent_bits}m{f.mantissa_bits}"
     tag = "".join(c if c.isalnum() else "_" for c in _oracle_name(spec.against))[-40:]
     return f"{name}-{spec.input}-{tag}-{spec.subnormals}-{digest}"
+
+
+#: version of the chunk record layout (part of the sweep key)
+_RECORD_VERSION = 2
+
+
+def _read_checkpoint(path: Path, spec: SweepSpec, lo: int, hi: int) -> dict[str, Any] | None:
+    """The chunk record in ``path``, or None (with a warning naming the file) when the file is
+    damaged: empty, truncated, not JSON, or not the record of this chunk and these keys."""
+    try:
+        record = json.loads(path.read_text())
+        problem = _record_problem(record, spec, lo, hi)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        problem = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+    if problem is None:
+        return dict(record)
+    warnings.warn(
+        f"checkpoint {path} is damaged ({problem}); recomputing chunk [{lo:#x}, {hi:#x})",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    return None
+
+
+def _record_problem(record: Any, spec: SweepSpec, lo: int, hi: int) -> str | None:
+    """What is wrong with a chunk record read from a checkpoint (None: nothing)."""
+    if not isinstance(record, dict):
+        return f"not a JSON object but {type(record).__name__}"
+    for name in ("lo", "hi", "checked", "skipped"):
+        if not (isinstance(record.get(name), int) and not isinstance(record.get(name), bool)):
+            return f"{name!r} missing or not an integer"
+    if (record["lo"], record["hi"]) != (lo, hi):
+        return f"it holds chunk [{record['lo']:#x}, {record['hi']:#x})"
+    if not 0 <= record["checked"] + record["skipped"] <= hi - lo:
+        return "its counts exceed the chunk"
+    counts = record.get("mismatches")
+    if not isinstance(counts, dict):
+        return "'mismatches' missing"
+    for m, o in spec.keys:
+        c = counts.get(f"{m}/{o}")
+        if not (
+            isinstance(c, list)
+            and len(c) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in c)
+        ):
+            return f"no mismatch counts for {m}/{o}"
+    if not isinstance(record.get("examples"), list):
+        return "'examples' missing"
+    return None
 
 
 # ----- the sweep ---------------------------------------------------------------------------------
@@ -364,6 +583,7 @@ def verify_exhaustive(
     out: str | os.PathLike[str] | None = None,
     max_examples: int = 8,
     quiet: bool = False,
+    oracle_key: str | None = None,
 ) -> SweepResult:
     """Check round_to and encode on every ``input`` bit pattern against an oracle.
 
@@ -395,6 +615,11 @@ def verify_exhaustive(
     quiet:
         No progress bar (else ``dask.diagnostics.ProgressBar`` locally,
         ``distributed.progress`` with a client).
+    oracle_key:
+        With ``out``: a string that stands for the oracle's behaviour in the checkpoint key,
+        instead of :func:`oracle_fingerprint` (for oracles it cannot key, such as callable
+        objects or functions that read a lock or a counter). The caller vouches that the same
+        key means the same answers: change it whenever the oracle changes.
 
     Returns
     -------
@@ -416,14 +641,17 @@ def verify_exhaustive(
     elif not callable(against):
         raise ValueError(f"against must be one of {tuple(ORACLES)} or a callable, got {against!r}")
     n_patterns = 1 << INPUTS[input][0]
-    stop = n_patterns if stop is None else stop
-    if not (isinstance(chunk, int) and chunk >= 1):
+    chunk = _as_index(chunk, "chunk")
+    start = _as_index(start, "start")
+    stop = n_patterns if stop is None else _as_index(stop, "stop")
+    if chunk < 1:
         raise ValueError(f"chunk must be an integer >= 1, got {chunk!r}")
     if not (0 <= start < stop <= n_patterns):
         raise ValueError(
             f"start and stop must satisfy 0 <= start < stop <= {n_patterns} for {input} input, "
             f"got start={start}, stop={stop}"
         )
+    max_examples = _as_index(max_examples, "max_examples")
     spec = SweepSpec(
         fmt=f,
         input=input,
@@ -431,18 +659,34 @@ def verify_exhaustive(
         keys=tuple((m, o) for m in mode_list for o in overflows),
         subnormals=subnormals,
         max_examples=max_examples,
+        oracle_key=oracle_key,
     )
+    if oracle_key is not None and not (isinstance(oracle_key, str) and oracle_key):
+        raise ValueError(f"oracle_key must be a non-empty str or None, got {oracle_key!r}")
     folder: Path | None = None
     if out is not None:
-        folder = Path(out) / _sweep_key(spec, chunk)
-        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            key = _sweep_key(spec, chunk)
+        except UntrustedOracle as err:
+            raise UntrustedOracle(
+                f"against={_oracle_name(against)} cannot be keyed for checkpoints ({err}); pass "
+                "a plain function (its code, closure and the globals it reads are hashed), "
+                "name its behaviour with oracle_key=, or run without out="
+            ) from None
+        folder = _checkpoint_folder(out, key)
     t0 = time.perf_counter()
     done: dict[tuple[int, int], dict[str, Any]] = {}
     todo: list[tuple[int, int]] = []
+    damaged: list[str] = []
     for lo, hi in _ranges(start, stop, chunk):
         path = None if folder is None else _chunk_file(folder, lo, hi)
+        record = None
         if path is not None and path.exists():
-            done[lo, hi] = {**json.loads(path.read_text()), "reused": True}
+            record = _read_checkpoint(path, spec, lo, hi)
+            if record is None:
+                damaged.append(str(path))
+        if record is not None:
+            done[lo, hi] = {**record, "reused": True}
         else:
             todo.append((lo, hi))
     if todo:
@@ -458,7 +702,35 @@ def verify_exhaustive(
         seconds,
         folder,
         computed=len(todo),
+        damaged=damaged,
     )
+
+
+def _as_index(value: Any, name: str) -> int:
+    """``value`` as a Python int (numpy integers accepted); ValueError naming ``name`` else."""
+    if isinstance(value, bool | np.bool_):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ValueError(
+            f"{name} must be an integer, got {value!r} ({type(value).__name__})"
+        ) from None
+
+
+def _checkpoint_folder(out: str | os.PathLike[str], key: str) -> Path:
+    """``out/key``, created; ValueError (not a traceback) when ``out`` is a file or unusable."""
+    base = Path(out)
+    if base.exists() and not base.is_dir():
+        raise ValueError(f"out must be a folder for the checkpoints, got {str(base)!r}: a file")
+    folder = base / key
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(
+            f"out={str(base)!r}: cannot create the checkpoint folder {folder}: {err.strerror}"
+        ) from None
+    return folder
 
 
 def _compute(
@@ -501,7 +773,10 @@ def _on_client(
     """``client.map`` over the chunks; checkpoints are written here as results arrive."""
     from distributed import progress
 
-    tag = _sweep_key(spec, 0)
+    try:
+        tag = _sweep_key(spec, 0)
+    except UntrustedOracle:  # no key can stand for this oracle: keys of this call only
+        tag = uuid.uuid4().hex
     futures = client.map(
         _run_chunk,
         [spec] * len(todo),
@@ -546,6 +821,7 @@ def _gather(
     folder: Path | None,
     *,
     computed: int,
+    damaged: list[str],
 ) -> SweepResult:
     counts = {key: {"values": 0, "codes": 0} for key in spec.keys}
     for r in records:
@@ -571,4 +847,5 @@ def _gather(
         reused=len(records) - computed,
         seconds=seconds,
         path=None if folder is None else str(folder),
+        damaged=damaged,
     )

@@ -208,7 +208,7 @@ def test_max_rule_is_largest_power_of_two(fmt: str, margin: int) -> None:
     f = pl.get_format(fmt)
     for seed in range(5):
         g = gr.lognormal(1000, mu=-20 + 6 * seed, sigma=3.0, seed=seed)
-        c = an.pick_loss_scale(g, fmt, margin=margin)
+        c = an.pick_loss_scale(g, fmt, margin=margin, scale_dtype="float64")
         amax = Fraction(float(np.abs(g).max()))
         limit = Fraction(f.max) / 2**margin
         assert c.scale == 2.0**c.log2_scale and c.rule == "max"
@@ -222,6 +222,27 @@ def test_max_rule_is_largest_power_of_two(fmt: str, margin: int) -> None:
             st.subnormal_fraction,
         )
         assert str(fmt) in c.reason and "underflow" in c.reason
+
+
+@pytest.mark.parametrize(("dtype", "lo", "hi"), [("float32", -126, 127), (np.float16, -14, 15)])
+def test_scales_stay_in_the_scale_dtype(dtype, lo, hi) -> None:
+    """Issue 22 item 10: bf16 gradients asked for 2**132, which a float32 loss scale (PyTorch's)
+    cannot hold. The scale is capped at the dtype's largest power of two and says so; the
+    uncapped rule is one argument away; a margin below the dtype's smallest normal is refused."""
+    g = gr.lognormal(1000, mu=-20.0, sigma=3.0, seed=0)
+    free = an.pick_loss_scale(g, "bf16", scale_dtype="float64")
+    assert free.log2_scale > 127 and not free.capped  # the rule really asks for more
+    c = an.pick_loss_scale(g, "bf16", scale_dtype=dtype)
+    assert (c.log2_scale, c.capped) == (hi, True) and c.scale == 2.0**hi
+    assert np.isfinite(np.dtype(dtype).type(c.scale)) and f"capped at 2**{hi}" in c.reason
+    assert c.zero_fraction == an.underflow_stats(g, "bf16", c.scale).zero_fraction
+    ones = np.array([1.0, -0.5])  # fp16 asks for 2**14: within every scale dtype
+    fits = an.pick_loss_scale(ones, "fp16", scale_dtype=dtype)
+    assert not fits.capped and fits.log2_scale == 14
+    with pytest.raises(ValueError, match=rf"smallest normal {np.dtype(dtype).name} 2\*\*{lo}"):
+        an.pick_loss_scale(np.full(3, 1e30), "e4m3", margin=10 - lo, scale_dtype=dtype)
+    with pytest.raises(TypeError, match="scale_dtype"):
+        an.pick_loss_scale(g, "bf16", scale_dtype=np.int32)
 
 
 def test_micikevicius_style_example() -> None:
@@ -329,3 +350,34 @@ def test_exports() -> None:
     assert pl.underflow_stats is an.underflow_stats
     assert pl.pick_loss_scale is an.pick_loss_scale
     assert pl.error_stats is an.error_stats
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2", "e3m2", "fp16"])
+def test_error_stats_counts_ulps_of_the_grid_the_values_lie_on(fmt: str) -> None:
+    """Issue 22 item 11: error_stats(round_to(x, "e4m3"), x) counted ULPs of float32 (max_ulp
+    16721589). Values on a narrower format's grid are counted in that format; the referee is
+    the format's own spacing at each reference value, with Fractions."""
+    f = pl.get_format(fmt)
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal(2000) * f.max / 8).astype(np.float32)
+    y = pl.round_to(x, fmt, overflow="saturate")
+    e = an.error_stats(y, x)
+    assert e.fmt == fmt
+    want = max(
+        abs(Fraction(float(a)) - Fraction(float(r))) / Fraction(float(f.ulp(float(r))))
+        for a, r in zip(y, x, strict=True)
+    )
+    assert e.max_ulp == float(want) and e.max_ulp <= 0.5
+    assert an.error_stats(y, x, fmt="fp32").fmt == "fp32"  # fmt= still decides
+
+
+def test_error_stats_keeps_the_dtype_when_the_grid_is_unclear() -> None:
+    """Few values, values off every narrow grid: fp32 as before; two formats of the same width
+    holding the values (bf16 and fp16 both hold (1 + 2**-7) * 2**k for small k): fp32 and a
+    warning."""
+    x = np.linspace(0.1, 3.0, 50, dtype=np.float32)
+    assert an.error_stats(x, x).fmt == "fp32"  # off the narrow grids
+    assert an.error_stats(x[:4], x[:4]).fmt == "fp32"  # too few values to tell
+    p2 = np.float32(2.0) ** np.arange(-12, 4, dtype=np.float32) * np.float32(1 + 2.0**-7)
+    with pytest.warns(UserWarning, match="bf16, fp16"):
+        assert an.error_stats(p2, p2).fmt == "fp32"

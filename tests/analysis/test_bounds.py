@@ -119,3 +119,48 @@ def test_iterative_refinement_converges_for_moderate_condition() -> None:
     assert r.errors[0] > 1e-4 and r.converged and r.errors[-1] < 1e-12
     bad = iterative_refinement(random_matrix(12, 1e7, 3), "bf16", "fp64", iterations=3, kappa=1e7)
     assert not bad.converged
+
+
+# ----- issue 19 item 17: NaN/inf inputs, overflow of gamma_tilde, negative n ------------------
+def test_non_finite_inputs_give_nan_inf_or_a_named_error() -> None:
+    nan, inf = math.nan, math.inf
+    assert math.isnan(bounds.cond_sum([1.0, nan]))
+    assert math.isnan(bounds.cond_sum([1.0, inf, -inf]))
+    assert math.isnan(bounds.cond_dot([1.0, 2.0], [inf, 1.0]))
+    # an overflowed computed result: infinite backward error; a NaN result: NaN
+    assert bounds.backward_error_dot(inf, [1.0, 2.0], [3.0, 4.0]) == inf
+    assert bounds.backward_error_dot(-inf, [1.0], [3.0]) == inf
+    assert math.isnan(bounds.backward_error_dot(nan, [1.0], [3.0]))
+    assert math.isnan(bounds.backward_error_dot(1.0, [nan], [3.0]))
+    A = [[2.0, 0.0], [0.0, 4.0]]
+    assert bounds.backward_error_solve(A, [inf, 0.25], [1.0, 1.0]) == inf
+    assert math.isnan(bounds.backward_error_solve(A, [nan, inf], [1.0, 1.0]))
+    assert math.isnan(bounds.backward_error_solve(A, [0.5, 0.25], [inf, 1.0]))
+    with pytest.raises(ValueError, match=r"exact_dot needs finite y: y\[1\] is nan"):
+        bounds.exact_dot([1.0, 2.0], [3.0, nan])
+    with pytest.raises(ValueError, match=r"exact_solve needs finite A: A\[3\] is inf"):
+        bounds.exact_solve([[1.0, 0.0], [0.0, inf]], [1.0, 1.0])
+    with pytest.raises(ValueError, match=r"exact_solve needs finite b"):
+        bounds.exact_solve([[1.0]], [-inf])
+    # finite inputs: unchanged, exact (Fraction referee)
+    x, y = [1.0, -1.0 + 2.0**-30], [3.0, 3.0]
+    want = float(abs(Fraction(1) * 3 - (Fraction(1) - Fraction(2) ** -30) * 3) / 1)
+    assert bounds.backward_error_dot(0.0, x, y) == pytest.approx(
+        want / float(Fraction(3) + (Fraction(1) - Fraction(2) ** -30) * 3), rel=1e-15
+    )
+
+
+def test_gamma_tilde_overflows_to_inf_and_negative_n_is_refused() -> None:
+    assert bounds.gamma_n(10**30, "fp16") == math.inf
+    assert bounds.gamma_tilde(10**30, "fp16", 1) == math.inf  # was OverflowError
+    assert bounds.gamma_tilde(10**400, "fp16", 1.0) == math.inf  # beyond float: inf too
+    assert bounds.gamma_tilde(2**40, 2.0**-24, 1.0) == pytest.approx(
+        math.expm1(2.0**20 * 2.0**-24 + 2.0**40 * 2.0**-48 / (1 - 2.0**-24))
+    )
+    assert bounds.probability_q(3.0, 10**400, "fp16") == -math.inf
+    with pytest.raises(ValueError, match="n must be a non-negative int, got -5"):
+        bounds.deterministic_bound(-5, "fp16")  # was 0.0, silently
+    with pytest.raises(ValueError, match="n must be"):
+        bounds.deterministic_bound(2.5, "fp16")
+    assert bounds.deterministic_bound(0, "fp16") == bounds.deterministic_bound(1, "fp16") == 0.0
+    assert bounds.deterministic_bound(3, 2.0**-11) == 2 * 2.0**-11 / (1 - 2 * 2.0**-11)

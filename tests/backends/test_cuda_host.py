@@ -91,6 +91,12 @@ SMALL_FLOATS.update(
         ),
         # P3109: inf next to the NaN code, no exponent bits, p = 1, unsigned
         **{name: get_format(name) for name in P3109_SAMPLE},
+        # P3109's layout of inf and NaN with another bias: not P3109 (IEEE-style overflow; the
+        # header's pl_is_p3109 and rounding.follows_p3109 must agree)
+        "e4m3_bias7_fnuz_inf": FloatFormat(4, 3, bias=7, nan="fnuz", has_inf=True),
+        "e3m3_bias3_fn_inf_unsigned": FloatFormat(
+            3, 3, bias=3, nan="fn", has_inf=True, signed=False
+        ),
     }
 )
 WIDE_FLOATS: dict[str, FloatFormat] = {
@@ -591,6 +597,24 @@ def test_hand_derived_cases(lib) -> None:
     # e4m3: 464 is a tie between 448 and 480 (480 is NaN's code): even is 448; 464.0001 is NaN
     r = c_round(lib, np.array([464.0, 464.0001, -500.0], np.float32), get_format("e4m3"))
     assert r[0] == 448.0 and np.isnan(r[1]) and np.isnan(r[2]) and np.signbit(r[2])
+    # P3109 (issue 19): round to odd overflows like round to nearest (unbounded exponent, then
+    # OvfInf): K8P4 extended 224.1, ±232, 240 -> ±inf (224, code 0x7E, is even); K4P2 unsigned
+    # 6.5 -> 6 (max code 13 is odd), 8 -> inf; K8P4 finite (= e4m3fnuz) 256 -> NaN; IEEE-style
+    # e4m3 keeps 448, and the not-P3109 look-alike with inf keeps its max
+    x = np.array([224.1, 232.0, -232.0, 240.0, 224.0], np.float32)
+    r = c_round(lib, x, get_format("p3109_k8p4se"), rounding="odd")
+    assert r.tolist() == [np.inf, np.inf, -np.inf, np.inf, 224.0]
+    codes, _ = c_encode(lib, x, get_format("p3109_k8p4se"), rounding="odd")
+    assert codes.tolist() == [0x7F, 0x7F, 0xFF, 0x7F, 0x7E]
+    r = c_round(lib, np.array([6.5, 8.0], np.float32), get_format("p3109_k4p2ue"), rounding="odd")
+    assert r.tolist() == [6.0, np.inf]
+    r = c_round(lib, np.array([241.0, 256.0], np.float32), get_format("e4m3fnuz"), rounding="odd")
+    assert r[0] == 240.0 and np.isnan(r[1])
+    r = c_round(lib, np.array([1e4], np.float32), get_format("e4m3"), rounding="odd")
+    assert r.tolist() == [448.0]
+    fake = SMALL_FLOATS["e4m3_bias7_fnuz_inf"]
+    r = c_round(lib, np.array([1e4], np.float32), fake, rounding="odd")
+    assert r.tolist() == [fake.max]
 
 
 # ===== the GEMM kernels, run on the CPU (tests/backends/cuda_harness/cuda_emul.h)
@@ -715,6 +739,42 @@ def _gemm_cases():
             "products e4m3 sr",
             "bf16",
             A("bf16", product_format="e4m3", product_rounding="sr", seed=3),
+            "fp32",
+            {},
+        ),
+        # stochastic_equal (issue 19): every rounding of the model, and overflow beyond max
+        ("bf16 sre", "e4m3", A("bf16", "sre", seed=5), "fp32", {}),
+        (
+            "fp16 pairwise sre promote sre out sre",
+            "e4m3",
+            A(
+                "fp16",
+                "sre",
+                order="pairwise",
+                promote_every=8,
+                promote_rounding="sre",
+                out_rounding="sre",
+                seed=9,
+            ),
+            "bf16",
+            {},
+        ),
+        (
+            "products e4m3 sre",
+            "bf16",
+            A("bf16", product_format="e4m3", product_rounding="sre", seed=3),
+            "fp32",
+            {},
+        ),
+        ("fp16 sre 3 bits", "e5m2", A("fp16", "sre", seed=2**70 + 3, random_bits=3), "fp16", {}),
+        ("fp16 sre overflow", "fp16", A("fp16", "sre", seed=2), "fp32", {"scale": 300.0}),
+        ("fp16 sr overflow", "fp16", A("fp16", "sr", seed=2), "fp32", {"scale": 300.0}),
+        (
+            "v100 sre after-block",
+            "fp16",
+            pl.tensor_core("v100", "fp16").replace(
+                addend="after_block", block_rounding="sre", rounding="sre", seed=6
+            ),
             "fp32",
             {},
         ),

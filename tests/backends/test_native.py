@@ -202,9 +202,8 @@ def _fixed_quantum(fmt: FloatFormat, working: str) -> bool:
 @pytest.mark.parametrize("name", list(SMALL_FLOATS))
 def test_fast_paths_are_taken(name: str) -> None:
     """The exhaustive tests above run through the fast paths, not only the exact routine: every
-    deterministic mode of every format with a fixed quantum below its smallest normal rounds such
-    inputs on the low path; overflow has its path in every mode (stochastic ones keep the exact
-    routine below the smallest normal)."""
+    mode (the stochastic ones included) of every format with a fixed quantum below its smallest
+    normal rounds such inputs on the low path; overflow has its path in every mode."""
     fmt = SMALL_FLOATS[name]
     for mode, rounding_mode in enumerate(pl.ROUNDING_MODES):
         for sat, flush in ((0, 0), (1, 0), (0, 1), (1, 1)):
@@ -213,7 +212,7 @@ def test_fast_paths_are_taken(name: str) -> None:
                     gpu.format_args(fmt), mode, sat, flush, itemsize
                 )
                 all_low = fmt.smallest_normal > fmt.max
-                want_low = rounding_mode in DETERMINISTIC and _fixed_quantum(fmt, working)
+                want_low = _fixed_quantum(fmt, working)
                 assert (low, over, over_codes) == (want_low, not all_low, not all_low), (
                     fmt, rounding_mode, sat, flush, itemsize)  # fmt: skip
 
@@ -324,6 +323,48 @@ def test_hypothesis_edges_in_long_runs(data, fmt: FloatFormat, dtype, run: str) 
 
 
 # ----- stochastic rounding ----------------------------------------------------------------------
+def _deep_low(fmt: FloatFormat, rng: np.random.Generator, n: int) -> np.ndarray:
+    """float64 inputs of 2**-16 to 2**-8 quanta (random 53-bit significands): the discarded
+    fraction's last bits lie 60 to 68 bits below the quantum, so the low path takes it by a left
+    shift (d <= 64) or a right shift (d > 64), and rounds up with probability 2**-16 to 2**-8;
+    and a few float64 subnormals."""
+    qexp = int(np.frexp(fmt.smallest_subnormal)[1]) - 1
+    sig = rng.integers(1 << 52, 1 << 53, n, dtype=np.int64).astype(np.float64)
+    x = np.ldexp(sig, qexp - 52 - rng.integers(8, 17, n))
+    x = np.concatenate([x, [5e-324, 2.5e-310, 1e-300]])
+    return x * rng.choice([-1.0, 1.0], x.size)
+
+
+@pytest.mark.parametrize("name", [n for n in EDGE_FORMATS if n != "p3109_k8p1ue"] + ["e4m3fnuz"])
+def test_stochastic_low_path(monkeypatch, name: str) -> None:
+    """Stochastic rounding below the smallest normal on the vectorised low path (pl_low_fast with
+    the full random words): every block kind (runs of low inputs, intruders, mixed blocks, see
+    _blocks), results that round up into the normal range, flush-to-zero, both overflow switches,
+    float16/32/64 input, random_bits from 1 to exact; and float64 inputs whose discarded fraction
+    reaches 60 to 68 bits below the quantum (_deep_low: rounded up now and then, so the comparison
+    meets round-ups there). The same bits as the numpy reference."""
+    fmt = SMALL_FLOATS.get(name) or pl.get_format(name)
+    x64 = _blocks(fmt, seed=len(name) + 1)
+    with np.errstate(over="ignore"):
+        inputs = [x64.astype(np.float32), x64]
+        if fmt.bits <= 8:
+            inputs.append(x64.astype(np.float16))
+    deep = _deep_low(fmt, np.random.default_rng(len(name)), 60_000)
+    monkeypatch.setattr(_parallel, "WORKERS", 1)  # one range: the block sequence as built
+    for mode in ("stochastic", "stochastic_equal"):
+        for seed, random_bits in ((3, None), (2**64 + 5, 1), (11, 9)):
+            for overflow, subnormals in SWITCHES:
+                kw = {"rounding": mode, "seed": seed, "random_bits": random_bits,
+                      "overflow": overflow, "subnormals": subnormals}  # fmt: skip
+                for x in inputs:
+                    check(round_to, x, fmt, **kw)
+                    check(encode, without_nan(x, fmt), fmt, **kw)
+            check(round_to, deep, fmt, rounding=mode, seed=seed, random_bits=random_bits)
+    with pl.use_backend("numpy"):  # the deep inputs do round up sometimes (the path is tested)
+        up = round_to(np.abs(deep[:60_000]), fmt, rounding="stochastic", seed=3)
+    assert 0 < np.count_nonzero(up) < 1000
+
+
 @pytest.mark.parametrize(
     ("seed", "random_bits"), [(0, None), ((1 << 64) + 99, 3), ((1 << 128) - 1, 1), (8, 52)]
 )

@@ -524,3 +524,97 @@ def test_cast_fp64_exact_path_flushes_and_saturates(capsys):
     assert info["result"] == np.finfo(np.float64).max and info["error"]["exact"] is False
     info = cast_json(capsys, "0x1.fffffffffffff7p1023", "fp64")
     assert info["result"] == np.finfo(np.float64).max
+
+
+# ----- issue 19 item 18 ---------------------------------------------------------------------
+def test_cast_stochastic_equal_takes_a_seed_and_prints_the_one_it_drew(capsys):
+    """`cast 2.5e-8 fp16 --rounding sre --seed 3` was refused ("only used by --rounding
+    stochastic") and without --seed no seed was printed: stochastic_equal could not be rerun."""
+    results = set()
+    for seed in range(12):
+        rc, out, err = run(
+            capsys, "cast", "2.5e-8", "fp16", "--rounding", "sre", "--seed", str(seed)
+        )
+        assert rc == 0 and not err and f"seed      {seed}\n" in out
+        r = float(next(ln for ln in out.splitlines() if ln.startswith("result")).split()[1])
+        # round_to's rule: the same random word of (seed, index 0) on the same two neighbours
+        want = float(pl.round_to(np.float64(2.5e-8), "fp16", rounding="sre", seed=seed))
+        assert r == want
+        results.add(r)
+    assert results == {0.0, 2.0**-24}  # both neighbours occur: the seed is used
+    rc, out, _ = run(capsys, "cast", "2.5e-8", "fp16", "--rounding", "stochastic_equal")
+    line = next(ln for ln in out.splitlines() if ln.startswith("seed"))
+    drawn = int(line.split()[1])
+    assert f"(drawn: --seed {drawn} repeats this run)" in line
+    r = next(ln for ln in out.splitlines() if ln.startswith("result"))
+    for _ in range(3):
+        rc, again, _ = run(
+            capsys, "cast", "2.5e-8", "fp16", "--rounding", "sre", "--seed", str(drawn)
+        )
+        assert rc == 0 and r in again.splitlines()
+    info = cast_json(capsys, "2.5e-8", "fp16", "--rounding", "sre", "--seed", "5")
+    assert info["seed"] == 5 and info["seed_drawn"] is False
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_exact_stochastic_equal_agrees_with_round_to(seed):
+    """Exact values that are not float64 numbers, stochastic_equal: the fp64 path decides with
+    round_to's rule (inexact: up iff the top bit of the random word of (seed, 0) is set), as
+    the fp32 path does on a float64 input; the stand-in path for narrow formats too."""
+    from precision_lab.cli import round_exact
+
+    v = Fraction(1) + Fraction(1, 2**60)  # between 1 and 1 + 2**-52 in fp64
+    up = round_exact(v, "fp64", rounding="sre", seed=seed) > 1
+    assert up == (float(pl.round_to(1 + 2.0**-30, "fp32", rounding="sre", seed=seed)) > 1)
+    assert round_exact(Fraction(1), "fp64", rounding="sre", seed=seed) == 1.0  # exact: stays
+    narrow = round_exact(Fraction(1, 10), "e4m3", rounding="sre", seed=seed)
+    assert narrow == float(pl.round_to(np.float64(0.1), "e4m3", rounding="sre", seed=seed))
+    assert round_exact(v, "fp64", rounding="nearest_zero") == 1.0  # was a KeyError
+
+
+def test_cast_huge_input_toward_zero_prints_the_exact_error(capsys):
+    """`cast 1e400 fp16 --rounding toward_zero` printed "error abs inf, rel 1, inf ulp"."""
+    rc, out, _ = run(capsys, "cast", "1e400", "fp16", "--rounding", "toward_zero")
+    assert rc == 0 and "result    65504.0" in out
+    # exact: |1e400 - 65504| = 1e400 to 6 digits; fp16's spacing at max is 32
+    assert "error     abs 1e+400, rel 1, 3.125e+398 ulp" in out
+    rc, out, _ = run(capsys, "cast", "-1e-400", "fp16", "--rounding", "down")
+    assert "error     abs 5.96046e-08, rel 5.96046e+392, 1 ulp" in out
+    rc, out, _ = run(capsys, "cast", "1e999999999", "fp16", "--rounding", "toward_zero")
+    assert "error     abs > 2**4095, rel 1 (to 6 digits), > 2**3072 ulp" in out
+    rc, out, _ = run(capsys, "cast", "1e-999999999", "fp16", "--rounding", "up")
+    assert "error     abs 5.96046e-08 (to 6 digits), rel > 2**3021, 1 ulp" in out
+    assert "inf" not in "".join(ln for ln in out.splitlines() if ln.startswith("error"))
+
+
+def test_sci_formats_any_magnitude():
+    from precision_lab.cli import _sci
+
+    assert _sci(Fraction(10) ** 400 - 65504) == "1e+400"
+    assert _sci(Fraction(123456789, 1) * Fraction(10) ** 500) == "1.23457e+508"
+    assert _sci(Fraction(-999999500, 1) * Fraction(10) ** 400) == "-1e+409"  # ties to even,
+    assert _sci(Fraction(-999998500, 1) * Fraction(10) ** 400) == "-9.99998e+408"  # as %g
+    assert _sci(Fraction(-9999995, 1) * Fraction(10) ** 400) == "-1e+407"
+    assert _sci(Fraction(5, 10**401)) == "5e-401"
+    assert _sci(Fraction(1, 3)) == "0.333333" and _sci(Fraction(0)) == "0"
+
+
+def test_cast_unsigned_integer_is_not_twos_complement(capsys):
+    rc, out, _ = run(capsys, "cast", "300", "uint4")
+    assert rc == 0 and "(unsigned binary 15)" in out and "two's complement" not in out
+    rc, out, _ = run(capsys, "cast", "-3", "int4")
+    assert "0xD  0b1101  (two's complement -3)" in out
+
+
+def test_use_backend_is_case_insensitive_like_the_environment_variable(monkeypatch):
+    """`pl.use_backend("NATIVE")` was refused while PRECISION_LAB_BACKEND=NATIVE worked."""
+    for name in ("NATIVE", " Native ", "numpy", "NumPy", "AUTO"):
+        with pl.use_backend(name):
+            assert pl.backend_info()["round_to"].startswith(name.strip().lower()) or name == "AUTO"
+    with pl.use_backend("NUMPY"):
+        assert pl.backend_info()["round_to"] == "numpy (selected by use_backend)"
+    monkeypatch.setenv("PRECISION_LAB_BACKEND", "NUMPY")
+    assert pl.backend_info()["round_to"].startswith("numpy")
+    with pytest.raises(ValueError, match=r"backend must be one of .*got 'GPU'"):
+        with pl.use_backend("GPU"):
+            pass

@@ -341,7 +341,7 @@ def _largest_k(amax: float, fmax: float, margin: int) -> int:
     [(1.0, "fp16", 1), (1e-310, "fp16", 0), (1.7e308, "e4m3", 3), (3e-5, "bf16", 40)],
 )
 def test_item13_pick_loss_scale_exact_k(amax, fmt, margin):
-    c = pl.pick_loss_scale(np.array([amax, amax / 3]), fmt, margin=margin)
+    c = pl.pick_loss_scale(np.array([amax, amax / 3]), fmt, margin=margin, scale_dtype="float64")
     k = min(_largest_k(amax, float(pl.get_format(fmt).max), margin), 1023)
     assert c.log2_scale == k and c.scale == math.ldexp(1.0, k)
     assert math.isfinite(c.headroom_log2)
@@ -350,17 +350,20 @@ def test_item13_pick_loss_scale_exact_k(amax, fmt, margin):
 def test_item13_pick_loss_scale_huge_margin():
     """margin=2000 was 'math domain error': the scale it asks for is below float64's range."""
     with pytest.raises(ValueError, match="margin"):
-        pl.pick_loss_scale(np.ones(3), "fp16", margin=2000)
+        pl.pick_loss_scale(np.ones(3), "fp16", margin=2000, scale_dtype="float64")
     with pytest.raises(ValueError, match="margin"):
-        pl.pick_loss_scale(np.ones(3), "fp16", margin=2000, target_underflow=0.1)
+        pl.pick_loss_scale(
+            np.ones(3), "fp16", margin=2000, target_underflow=0.1, scale_dtype="float64"
+        )
     # a large negative margin only asks for a huge scale: the largest power of two float64 has
-    assert pl.pick_loss_scale(np.ones(3), "fp16", margin=-2000).log2_scale == 1023
+    big = pl.pick_loss_scale(np.ones(3), "fp16", margin=-2000, scale_dtype="float64")
+    assert big.log2_scale == 1023 and big.capped
 
 
 def test_item13_pick_loss_scale_target_extreme_gradients():
     """target_underflow with gradients near float64's ends: no overflow in the search."""
     g = np.array([1e308, 1e-300, 3e-200])
-    c = pl.pick_loss_scale(g, "fp16", target_underflow=0.5)
+    c = pl.pick_loss_scale(g, "fp16", target_underflow=0.5, scale_dtype="float64")
     assert c.rule in ("underflow", "underflow-unmet")
     assert pl.underflow_stats(g, "fp16", c.scale).zero_fraction == c.zero_fraction
 

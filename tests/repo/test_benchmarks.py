@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -80,3 +81,24 @@ def test_bench_range_prints_every_case_and_the_load(monkeypatch, capsys):
         for case in ("in range", "tiny", "huge saturate", "encode tiny"):
             assert f"{name} {case}" in out
     assert "100% low" in out and "worst ratio outside/in range" in out
+
+
+@pytest.mark.parametrize("backend", ["auto", "numpy"])
+def test_wheel_smoke_passes_on_native_and_refuses_numpy(backend):
+    """The wheels' smoke test (cibuildwheel's test-command) passes where the compiled backend
+    serves the casts and the GEMMs, and fails, in one line, where it does not."""
+    env = {**os.environ, "PRECISION_LAB_BACKEND": backend}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "wheel_smoke.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    if backend == "auto":
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith("wheel_smoke: precision_lab ") and "OK" in proc.stdout
+    else:
+        assert proc.returncode == 1
+        assert "the compiled backend is not in use" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -161,3 +161,25 @@ def test_grid_task_runs_single_threaded(monkeypatch):
     assert threads_of_a_chunked_call({})["caller"] == 0  # outside a task: the pool's threads
     monkeypatch.setattr(grid, "run_config", threads_of_a_chunked_call)
     assert grid._task(big) == {"ok": True, "metrics": {"threads": 1, "caller": 1}}
+
+
+@pytest.mark.parametrize("content", [b"", b'{"config": {"kind": "ge', b"[]", b'{"config": 1}'])
+def test_damaged_cache_file_is_named_and_recomputed(tmp_path, content):
+    """As the sweep's checkpoints (issue 19 item 3): a damaged cache file gave a bare
+    JSONDecodeError or KeyError; it is named in a warning and its run computed again."""
+    cfgs = expand_spec(SPEC)[:3]
+    first = run_grid(cfgs, client="sync", out=tmp_path, quiet=True)
+    victim = tmp_path / "cache" / f"{config_hash(cfgs[1])}.json"
+    victim.write_bytes(content)
+    with pytest.warns(RuntimeWarning, match=f"cached run {victim} is damaged"):
+        again = run_grid(cfgs, client="sync", out=tmp_path, quiet=True)
+    assert (again.computed, again.reused) == (1, 2)
+    same_rows(again.rows, first.rows)
+    assert json.loads(victim.read_text())["metrics"]  # rewritten
+
+
+def test_out_naming_a_file_is_a_clear_error(tmp_path, capsys):
+    afile = tmp_path / "f"
+    afile.write_text("x")
+    with pytest.raises(ValueError, match="out must be a folder"):
+        run_grid(expand_spec(SPEC)[:1], client="sync", out=afile, quiet=True)

@@ -270,7 +270,7 @@ def cumsum(
 
     def add(p: np.ndarray, q: np.ndarray, event: int) -> np.ndarray:
         w = None
-        if acc.rounding == "stochastic":
+        if acc.rounding in STOCHASTIC_MODES:
             w = stochastic_words(seed, event, n_rows, (n_rows,), acc.random_bits)
         s, t = two_sum(p, q, down=acc.rounding == "down")
         with np.errstate(invalid="ignore"):

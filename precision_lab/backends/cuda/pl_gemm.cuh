@@ -66,10 +66,12 @@ PL_HD pl_i64 pl_cvt_i64(double x) {
 }
 
 // Round the exact s + t onto the rounder's format once (exact.round_sum); w: the random word.
+// Stochastic modes: PL_SR rounds away from zero iff frac + w >= 2**64 (frac: the exact discarded
+// fraction times 2**64), PL_SRE iff the value is inexact and w's top bit is set.
 PL_HD_CALL double pl_round_sum(const pl_rounder& r, double s, double t, pl_u64 w) {
   const pl_plan<double>& p = r.p;
   if (r.fp64_native) return pl_round_with(p, s, PL_RNE, p.flush);
-  if (p.mode != PL_SR) return pl_round_with(p, pl_odd_collapse(s, t), p.mode, p.flush);
+  if (!pl_is_stochastic(p.mode)) return pl_round_with(p, pl_odd_collapse(s, t), p.mode, p.flush);
   const double z = pl_odd_collapse(s, t);
   const double trunc = pl_round_with(p, z, PL_RTZ, 0);
   double out;
@@ -88,9 +90,15 @@ PL_HD_CALL double pl_round_sum(const pl_rounder& r, double s, double t, pl_u64 w
     const double ts = floor(ldexp(st, 64 - qexp));
     const pl_u64 d1u = d1s >= 18446744073709551616.0 ? 0ULL : (pl_u64)d1s;
     const pl_u64 frac = d1u + (pl_u64)pl_cvt_i64(ts);
-    const bool away = frac != 0 && w >= 0ULL - frac;
+    const bool away = frac != 0 && (p.mode == PL_SRE ? (w >> 63) != 0 : w >= 0ULL - frac);
     const double step = ldexp(pl_signbit(z) ? -1.0 : 1.0, qexp);
-    out = pl_round_with(p, away ? trunc + step : trunc, PL_RNE, 0);
+    // beyond the largest value plus one quantum every rounding of the unbounded grid overflows
+    // (trunc was clamped to max, so frac says nothing there): overflow per the switch, as
+    // round_to (and exact.round_sum) do
+    const int emax = (int)(pl_max_code_magnitude(f) >> f.mbits) - f.bias;
+    const double top = pl_fmt_max(f) + ldexp(1.0, emax - f.mbits);
+    const bool beyond = fabs(s) > top || (fabs(s) == top && st >= 0.0);
+    out = pl_round_with(p, beyond ? z : (away ? trunc + step : trunc), PL_RNE, 0);
   }
   if (p.flush) out = pl_round_with(p, out, PL_RNE, 1);
   return out;
@@ -98,7 +106,7 @@ PL_HD_CALL double pl_round_sum(const pl_rounder& r, double s, double t, pl_u64 w
 
 // Rounder.round: round an exact double x.
 PL_HD_CALL double pl_rounder_round(const pl_rounder& r, double x, pl_u64 w) {
-  if (r.p.mode == PL_SR) return pl_round_sum(r, x, 0.0, w);
+  if (pl_is_stochastic(r.p.mode)) return pl_round_sum(r, x, 0.0, w);
   return pl_round_with(r.p, x, r.p.mode, r.p.flush);
 }
 
@@ -192,7 +200,7 @@ struct pl_gemm_elem {
 
 // The random word of rounding event `event` of this element (word event * T + idx).
 PL_HD pl_u64 pl_gemm_word(const pl_gemm_cfg& c, const pl_rounder& r, pl_i64 event, pl_u64 idx) {
-  if (r.p.mode != PL_SR) return 0ULL;
+  if (!pl_is_stochastic(r.p.mode)) return 0ULL;
   return pl_random_word((pl_u64)event * (pl_u64)c.T + idx, c.seed_lo, c.seed_hi, c.random_bits);
 }
 

@@ -185,6 +185,18 @@ PL_HD double pl_smallest_subnormal(const pl_format& f) {
   return pl_smallest_normal(f);
 }
 
+// rounding.follows_p3109: is the format an IEEE P3109 one (equal to p3109(k, p, signed, domain))?
+// Signed: NaN on the negative-zero code (fnuz), bias 2**(exponent_bits - 1) (0 without exponent
+// bits); unsigned: NaN on the all-ones code (fn), bias 2**(exponent_bits - 1); zero and
+// subnormals in both, infinities in the extended domain only. Their overflow follows P3109
+// (pl_special): round to odd overflows to inf (NaN in the finite domain) like round to nearest.
+PL_HD bool pl_is_p3109(const pl_format& f) {
+  if (!f.has_zero || !f.has_subnormals) return false;
+  const int bias = f.ebits >= 1 ? 1 << (f.ebits - 1) : 0;
+  if (f.is_signed) return f.nan_style == PL_NAN_FNUZ && f.bias == bias && f.ebits + f.mbits >= 1;
+  return f.nan_style == PL_NAN_FN && f.ebits >= 1 && f.bias == bias;
+}
+
 // rounding.working_dtype: can float32 hold every value of the format? (the quantum of the lowest
 // binade is at least 2**-149)
 PL_HD bool pl_fits_float32(const pl_format& f) {
@@ -312,6 +324,7 @@ struct pl_plan {
   int emin;
   int qexp;  // quantum exponent below the smallest normal
   int flip_parity;  // exponent-only format whose bias parity differs from the working type's
+  int p3109;        // P3109 overflow rules (pl_is_p3109)
   U threshold;
   U maxbits;
   double smallest_normal;
@@ -329,6 +342,7 @@ PL_HD pl_plan<F> pl_make_plan(const pl_format& fmt, int mode, int saturate, int 
   p.emin = pl_emin(fmt);
   p.qexp = p.emin - (fmt.has_subnormals ? fmt.mbits : 0);
   p.flip_parity = fmt.mbits == 0 && ((fmt.bias - (int)T::BIAS) & 1) != 0;
+  p.p3109 = pl_is_p3109(fmt);
   p.smallest_normal = pl_smallest_normal(fmt);
   const double thr = p.smallest_normal > T::min_normal() ? p.smallest_normal : T::min_normal();
   p.threshold = T::bits_from_double(thr);
@@ -336,7 +350,12 @@ PL_HD pl_plan<F> pl_make_plan(const pl_format& fmt, int mode, int saturate, int 
   return p;
 }
 
-// Result bits (sign included) for NaN/inf inputs and overflow (rounding._special).
+// Result bits (sign included) for NaN/inf inputs and overflow (rounding._special): an overflow is
+// a result beyond the max after rounding with an unbounded exponent; under overflow "ieee" it
+// goes to inf (NaN without inf) in the round-to-nearest and stochastic modes and the outward
+// directed mode, to max under toward_zero, the inward directed mode and odd (IEEE 754 clause
+// 7.4), except that P3109 formats send odd to inf too (the P3109 interim report's Saturate,
+// OvfInf mode).
 template <typename F>
 PL_HD typename pl_traits<F>::U pl_special(const pl_plan<F>& p, typename pl_traits<F>::U u, bool neg) {
   typedef pl_traits<F> T;
@@ -358,7 +377,7 @@ PL_HD typename pl_traits<F>::U pl_special(const pl_plan<F>& p, typename pl_trait
   } else if (p.mode == PL_RDN) {
     to_inf = neg;
   } else {
-    to_inf = false;
+    to_inf = p.mode == PL_RTO && p.p3109;
   }
   if (is_inf && !p.saturate) to_inf = true;
   U big, big_sign;
@@ -507,16 +526,18 @@ PL_HD typename pl_traits<F>::U pl_finish_bits(const pl_plan<F>& p, typename pl_t
 // constant C = 2**(qexp + P) (whose binade is spaced by q) to a magnitude below the smallest
 // normal rounds it to a multiple k*q in nearest_even, exactly as IEEE addition rounds; the bits of
 // the sum less those of C are k, and (sum - C) is k*q, exactly. The other deterministic modes
-// correct k by one, from the sign of the exact residue |x| - k*q and whether it is a tie. Above the
-// max the result is one of two constants per sign. Each function here gives pl_round_bits's
+// correct k by one, from the sign of the exact residue |x| - k*q and whether it is a tie. The
+// stochastic modes take k and the discarded fraction from the input's bit pattern by integer
+// shifts (pl_low_multiple_random). Above the max the result is one of two constants per sign. Each function here gives pl_round_bits's
 // bits for the inputs it is meant for (the caller selects them), without branches. Needs the
 // default rounding of the hardware (nearest_even) and no flush-to-zero, like the rest of the file.
 
-// Constants of the fast path below the smallest normal (deterministic modes).
+// Constants of the fast path below the smallest normal.
 template <typename F>
 struct pl_low_plan {
   typedef typename pl_traits<F>::U U;
   int ok;             // the path applies to this job (else such inputs take pl_round_bits)
+  int base;           // BIAS + P + qexp: an input with exponent field E is sig * q * 2**(E - base)
   F magic;            // C = 2**(qexp + P)
   U magic_bits;
   U half_q;           // bits of q / 2 (those of inf where it underflows: every low input is
@@ -527,8 +548,8 @@ struct pl_low_plan {
   U code_keep;        // and-mask of that code (clears subnormal codes under flush)
 };
 
-// ok when: a deterministic mode; the format has zero and a fixed quantum below its smallest normal
-// in the working type (its smallest normal is normal there: rounding._Plan.fixed_quantum); a
+// ok when: a mode of the header up to stochastic_equal; the format has zero and a fixed quantum
+// below its smallest normal in the working type (its smallest normal is normal there: rounding._Plan.fixed_quantum); a
 // normal value exists (not all_low); C is finite; and (s > 0, or every input below the threshold
 // is exact: native/core.cpp rounds s == 0 jobs with the toward_zero loop).
 template <typename F>
@@ -539,9 +560,10 @@ PL_HD pl_low_plan<F> pl_make_low_plan(const pl_plan<F>& p) {
   pl_low_plan<F> L;
   const int msub = f.has_subnormals ? f.mbits : 0;
   const int base = (int)T::BIAS + (int)T::P + p.qexp;  // 1 + the bits dropped at exponent field 1
-  L.ok = !pl_is_stochastic(p.mode) && p.mode <= PL_SRE && f.has_zero &&
+  L.ok = p.mode <= PL_SRE && f.has_zero &&
          p.smallest_normal >= T::min_normal() && p.maxbits >= p.threshold && msub <= (int)T::P &&
          base >= 1 && p.qexp + (int)T::P <= (int)T::BIAS && (p.s > 0 || base <= 1);
+  L.base = base;
   const int cexp = L.ok ? p.qexp + (int)T::P : 0;
   L.magic = (F)ldexp(1.0, cexp);
   L.magic_bits = T::bits(L.magic);
@@ -553,14 +575,42 @@ PL_HD pl_low_plan<F> pl_make_low_plan(const pl_plan<F>& p) {
   return L;
 }
 
+// k for the stochastic modes (pl_low_multiple), exactly as pl_round_quantum decides it, by
+// integer operations on the bit pattern a (below the smallest normal): |x| = sig * 2**-d
+// quanta, with sig the significand (hidden bit included) and d = base - max(E, 1) >= 0 for
+// exponent field E. k = sig >> d; the discarded fraction times 2**64, floored, is
+// frac64 = sig << (64 - d) modulo 2**64 (1 <= d <= 64), sig >> (d - 64) (d > 64), or 0 (d = 0); stochastic rounds up iff frac64 + rw >= 2**64 (a carry out of 64 bits),
+// stochastic_equal iff the fraction is not zero and rw's top bit is set. rw: the element's
+// (masked) random word.
+template <typename F>
+PL_HD_VEC typename pl_traits<F>::U pl_low_multiple_random(const pl_low_plan<F>& L, int mode,
+                                                      typename pl_traits<F>::U a, pl_u64 rw) {
+  typedef pl_traits<F> T;
+  typedef typename T::U U;
+  const int W = T::W, P = T::P;
+  const U field = a >> P;
+  const U sig = (a & (((U)1 << P) - 1)) | (field != 0 ? (U)1 << P : (U)0);
+  const int d = L.base - (int)(field != 0 ? field : 1);
+  const int dk = d < W - 1 ? d : W - 1;  // sig < 2**(W - 1): a shift by W - 1 leaves 0
+  const U k = sig >> dk;
+  if (mode == PL_SRE) return k + (U)(((k << dk) != sig) & (rw >> 63));
+  const pl_u64 s64 = (pl_u64)sig;
+  const int dr = d - 64 < 63 ? d - 64 : 63;  // sig < 2**63 as well
+  const pl_u64 frac64 =
+      d <= 64 ? (s64 << ((64 - d) & 63)) & ((pl_u64)0 - (pl_u64)(d != 0)) : s64 >> (dr & 63);
+  return k + (U)(frac64 + rw < rw);
+}
+
 // k, the multiple of the quantum that the magnitude with bits a (below the smallest normal)
-// rounds to in `mode` (deterministic); neg: the sign (0/1).
+// rounds to in `mode`; neg: the sign (0/1); rw: the element's (masked) random word (stochastic
+// modes only).
 template <typename F>
 PL_HD_VEC typename pl_traits<F>::U pl_low_multiple(const pl_low_plan<F>& L, int mode,
                                                typename pl_traits<F>::U a,
-                                               typename pl_traits<F>::U neg) {
+                                               typename pl_traits<F>::U neg, pl_u64 rw = 0) {
   typedef pl_traits<F> T;
   typedef typename T::U U;
+  if (mode == PL_SR || mode == PL_SRE) return pl_low_multiple_random<F>(L, mode, a, rw);
   const F v = T::value(a);
   const F t = v + L.magic;  // rounds to nearest even
   const U k = T::bits(t) - L.magic_bits;
@@ -587,14 +637,14 @@ PL_HD_VEC typename pl_traits<F>::U pl_low_multiple(const pl_low_plan<F>& L, int 
 }
 
 // Result bits (sign included) of an input whose magnitude bits a lie below the smallest normal
-// (L.ok; signed formats, or a >= 0). neg: the sign bit (0/1).
+// (L.ok; signed formats, or a >= 0). neg: the sign bit (0/1); rw: the random word (stochastic).
 template <typename F>
 PL_HD_VEC typename pl_traits<F>::U pl_low_fast(const pl_low_plan<F>& L, int mode,
                                            typename pl_traits<F>::U a,
-                                           typename pl_traits<F>::U neg) {
+                                           typename pl_traits<F>::U neg, pl_u64 rw = 0) {
   typedef pl_traits<F> T;
   typedef typename T::U U;
-  const U k = pl_low_multiple<F>(L, mode, a, neg);
+  const U k = pl_low_multiple<F>(L, mode, a, neg, rw);
   U r = T::bits(T::value(L.magic_bits + k) - L.magic);  // k * q, exactly
   r &= (U)0 - (U)(r >= L.flush_below);
   const U keep_sign = L.keep_neg_zero | ((U)0 - (U)(r != 0));
@@ -607,9 +657,9 @@ template <typename F>
 PL_HD_VEC typename pl_traits<F>::U pl_low_code(const pl_low_plan<F>& L, int mode,
                                            typename pl_traits<F>::U a,
                                            typename pl_traits<F>::U neg,
-                                           typename pl_traits<F>::U sign_code) {
+                                           typename pl_traits<F>::U sign_code, pl_u64 rw = 0) {
   typedef typename pl_traits<F>::U U;
-  const U k = (pl_low_multiple<F>(L, mode, a, neg) << L.code_shift) & L.code_keep;
+  const U k = (pl_low_multiple<F>(L, mode, a, neg, rw) << L.code_shift) & L.code_keep;
   const U keep_sign = L.keep_neg_zero | ((U)0 - (U)(k != 0));
   return k | (sign_code & ((U)0 - neg) & keep_sign);
 }

@@ -10,10 +10,11 @@
 //   (subnormal results, overflow, inf, NaN, negative inputs of unsigned formats). The compiler
 //   vectorises these loops. A block with flagged elements gets a second vectorised pass: inputs
 //   below the smallest normal are rounded to the fixed quantum there by an integer rounding of
-//   their bit patterns with a per-element shift (the header's pl_low_fast / pl_low_code, for the
-//   deterministic modes), overflows and infinities by a compare and select. Only what is left
-//   (NaN, negative inputs of unsigned formats, low inputs of stochastic modes) is redone by the
-//   header's exact routine.
+//   their bit patterns with a per-element shift (the header's pl_low_fast / pl_low_code, every
+//   mode; the stochastic ones read the element's full random word), overflows and infinities by
+//   a compare and select. Only what is left (NaN, negative inputs of unsigned formats, formats
+//   without a fixed quantum below their smallest normal) is redone by the header's exact
+//   routine.
 //   Rounding modes this file does not know (added to the header later) take the per-element
 //   routine for every element.
 // - Stochastic rounding uses the header's Philox4x64-10 words (pl_random_group's, from its round
@@ -475,11 +476,12 @@ const int FEW_FLAGGED = 24;
 
 // ----- the fast paths outside the normal range -------------------------------------------------
 // Blocks with flagged elements get a second vectorised pass: inputs below the smallest normal are
-// rounded on their bit patterns (the header's pl_low_fast / pl_low_code: deterministic modes),
+// rounded on their bit patterns (the header's pl_low_fast / pl_low_code; the stochastic modes
+// with the elements' full random words, block_random::rw),
 // finite inputs above the max and infinities by a compare and select between the first pass's
 // result and per-sign constants (every mode with a fast path). What is left (NaN, negative inputs
-// of unsigned formats, low inputs of stochastic modes or of formats without a fixed quantum) goes
-// to the header's exact routine.
+// of unsigned formats, low inputs of formats without a fixed quantum) goes to the header's exact
+// routine.
 template <typename F>
 struct edge_consts {
   typedef typename pl_traits<F>::U U;
@@ -568,13 +570,14 @@ struct block_random {
   size_t i0 = 0;
 
   // before the passes over elements [i0, i0 + n), whose input and output start at `in` and `out`
-  // (itemsizes in_size, out_size)
+  // (itemsizes in_size, out_size); low: the passes will round inputs below the smallest normal
+  // (their path reads the full words)
   PL_INLINE void start(const job<F>& j, size_t i0_, int n, const void* in, int in_size, void* out,
-                       int out_size) {
+                       int out_size, bool low) {
     i0 = i0_;
     words = false;
     if (!j.random) return;
-    if (!ADDENDS || j.exact_only || many) {  // the exact routine throughout, or for many elements
+    if (!ADDENDS || j.exact_only || many || low) {  // the words are needed: addends from them
       fill_words(j.key, i0, n, rw);
       words = true;
       if (ADDENDS && !j.exact_only) addends_of_words(rw, j.sh, ra, n);
@@ -588,6 +591,13 @@ struct block_random {
       prefetch_lines((const char*)in + (size_t)p * in_size, m * in_size, 0);
       prefetch_lines((const char*)out + (size_t)p * out_size, m * out_size, 1);
       fill_random<U>(j.pk, j.keep, j.sh, i0 + (size_t)p, m, ra + p);
+    }
+  }
+  // the block's full words (the low path of the stochastic modes), if not yet there
+  PL_INLINE void ensure_words(const job<F>& j, int n) {
+    if (j.random && !words) {
+      fill_words(j.key, i0, n, rw);
+      words = true;
     }
   }
   // after the passes: `flagged` elements go to the exact routine
@@ -637,7 +647,8 @@ struct edge_count {
 //   value(x, rounded, s, notmask, keep): the output of the in-range element x whose fast_round
 //     result is rounded;
 //   rounded_bits(rounded, v, notmask): its rounded bits (low s cleared) given also that output v;
-//   low<MODE>(L, a, neg): the output of an input below the smallest normal (pl_low_fast/_code);
+//   low<MODE>(L, a, neg, rw): the output of an input below the smallest normal (pl_low_fast /
+//     pl_low_code; rw: its full random word, stochastic modes);
 //   over_on, over[sign], inf[sign]: the overflow path's switch and outputs (edge_consts);
 //   READS_ROUNDED: the output is the rounded bits (a second pass reads them back);
 //   exact(p, bits, rw, err): the output by the header's exact routine.
@@ -652,8 +663,8 @@ struct store_bits {
   PL_INLINE U value(U, U rounded, int, U notmask, U) const { return rounded & notmask; }
   PL_INLINE U rounded_bits(U, U v, U) const { return v; }
   template <int MODE>
-  PL_INLINE U low(const pl_low_plan<F>& L, U a, U neg) const {
-    return pl_low_fast<F>(L, MODE, a, neg);
+  PL_INLINE U low(const pl_low_plan<F>& L, U a, U neg, pl_u64 rw) const {
+    return pl_low_fast<F>(L, MODE, a, neg, rw);
   }
   static T exact(const pl_plan<F>& p, U bits, pl_u64 rw, int*) { return pl_round_bits(p, bits, rw); }
 };
@@ -676,8 +687,8 @@ struct store_codes {
   }
   PL_INLINE U rounded_bits(U rounded, U, U notmask) const { return rounded & notmask; }
   template <int MODE>
-  PL_INLINE U low(const pl_low_plan<F>& L, U a, U neg) const {
-    return pl_low_code<F>(L, MODE, a, neg, sign_code);
+  PL_INLINE U low(const pl_low_plan<F>& L, U a, U neg, pl_u64 rw) const {
+    return pl_low_code<F>(L, MODE, a, neg, sign_code, rw);
   }
   static T exact(const pl_plan<F>& p, U bits, pl_u64 rw, int* err) {
     return (T)pl_encode_rounded(p, pl_round_bits(p, bits, rw), err);
@@ -710,14 +721,16 @@ PL_INLINE typename pl_traits<F>::U block_first(const fast_consts<F>& c, const S 
 
 // A pass over a block of KIND (see above): low and overflowing inputs get their outputs (and
 // in-range ones too, except AFTER_FIRST where the first pass gave them); flag[i] = 1 for the
-// elements still to do exactly. Returns their number (kinds after FUSED: nonzero when the pass
+// elements still to do exactly. rw: the block's full random words (stochastic modes, kinds
+// with the low path). Returns their number (kinds after FUSED: nonzero when the pass
 // met an element it does not cover, and then the block must be redone FUSED).
 template <typename F, int MODE, int KIND, typename S>
 PL_INLINE int block_edges(const job<F>& j, const S store,
                           const typename pl_traits<F>::U* __restrict b,
                           typename S::T* __restrict out,
-                          const typename pl_traits<F>::U* __restrict ra, pl_u8* __restrict flag,
-                          int n, edge_count* cnt) {
+                          const typename pl_traits<F>::U* __restrict ra,
+                          const pl_u64* __restrict rw, pl_u8* __restrict flag, int n,
+                          edge_count* cnt) {
   typedef typename pl_traits<F>::U U;
   const int W = pl_traits<F>::W;
   const S st = store;
@@ -744,7 +757,10 @@ PL_INLINE int block_edges(const job<F>& j, const S store,
                             : (U)0;
     const U v = READ ? (U)out[i] : (IN || OVERP) ? st.value(x, rounded, s, notmask, keep) : (U)0;
     U res = IN ? v & ~(low | over) : (U)0;
-    if (LOWP) res |= st.template low<MODE>(L, a, neg) & low;
+    if (LOWP) {
+      const pl_u64 w = (MODE == PL_SR || MODE == PL_SRE) ? rw[i] : 0;
+      res |= st.template low<MODE>(L, a, neg, w) & low;
+    }
     if (OVERP) {  // big, unless the input rounds down to the max (an infinite input never does)
       const U big = select(neg, select(a == inf, inf1, over1), select(a == inf, inf0, over0));
       res |= select((st.rounded_bits(rounded, v, notmask) & abs_mask) <= maxbits, v, big) & over;
@@ -770,15 +786,17 @@ struct block_passes {
   const S& st;
   const U* b;
   typename S::T* out;
-  const U* ra;
+  block_random<F, MODE>* rnd;
   pl_u8* flag;
   int n;
   edge_count* cnt;
-  PL_INLINE bool first() const { return block_first<F, MODE>(j.c, st, b, out, ra, n) != 0; }
+  PL_INLINE bool first() const { return block_first<F, MODE>(j.c, st, b, out, rnd->ra, n) != 0; }
   PL_INLINE int flags() const { return flag_block(j.c, b, flag, n); }
   template <int KIND>
   PL_INLINE int edges() const {
-    return block_edges<F, MODE, KIND>(j, st, b, out, ra, flag, n, cnt);
+    if ((MODE == PL_SR || MODE == PL_SRE) && KIND != OVER_IN && KIND != ALL_OVER && j.e.low_on)
+      rnd->ensure_words(j, n);  // the low path reads the full words
+    return block_edges<F, MODE, KIND>(j, st, b, out, rnd->ra, rnd->rw, flag, n, cnt);
   }
 };
 
@@ -817,13 +835,15 @@ PL_CLONES int range_mode(const job<F>& j, const void* src, int src_size, void* d
     const int n = (int)(hi - i0 < (size_t)BLOCK ? hi - i0 : (size_t)BLOCK);
     const U* b = load_block<U>(src, src_size, i0, n, buf);
     T* out = (T*)dst + i0;
-    rnd.start(j, i0, n, (const char*)src + i0 * src_size, src_size, out, sizeof(T));
+    const bool low_next = kind == ALL_LOW || kind == LOW_IN || kind == FUSED;
+    rnd.start(j, i0, n, (const char*)src + i0 * src_size, src_size, out, sizeof(T),
+              low_next && j.e.low_on);
     if (j.exact_only) {  // the exact routine throughout
       for (int i = 0; i < n; ++i) out[i] = S::exact(j.p, b[i], rnd.word(j, i), &err);
       continue;
     }
     edge_count cnt;
-    const block_passes<F, MODE, S> pass = {j, st, b, out, rnd.ra, flag, n, &cnt};
+    const block_passes<F, MODE, S> pass = {j, st, b, out, &rnd, flag, n, &cnt};
     const int left = run_passes(pass, kind);
     rnd.need(j, n, left);
     if (left)
