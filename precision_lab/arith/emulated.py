@@ -55,8 +55,9 @@ Rules.
   sequence on every run of the same program.
 * **Accumulator** (``matmul``, ``dot``, ``sum``, ``cumsum``): by default a sequential sum in the
   array's format and rounding mode. ``sum`` and ``cumsum`` then round exactly as a loop of
-  ``s = s + x[k]`` does (stochastic modes draw their random words per event of the model). ``@`` and ``dot`` keep each product exact and round once per step,
-  ``s = round(s + a[k] * b[k])``: a chain of fused multiply-adds (IEEE 754-2019
+  ``s = s + x[k]`` does (stochastic modes draw their random words per event of the model).
+  ``@`` and ``dot`` keep each product exact and round once per step, ``s = round(s + a[k] *
+  b[k])``: a chain of fused multiply-adds (IEEE 754-2019
   fusedMultiplyAdd, what BLAS kernels and GPU dot products use); ``emulate(..., fma=False)``
   rounds each product to the format first, which is exactly a loop of ``s = s + a[k] * b[k]``.
   Any :class:`~precision_lab.Accumulator` may be given instead (fp32 accumulation, pairwise,

@@ -493,12 +493,7 @@ def test_p3109_sweep_against_the_core_every_mode_but_odd_overflow(name):
     assert res.ok, res.summary()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 19 item 19: the core still rounds P3109 round-to-odd overflow to max; "
-    "the P3109 rule (and the referee) give inf. Passes once that fix is merged.",
-)
-@pytest.mark.parametrize("name", ["p3109_k8p3se", "p3109_k8p4se", "p3109_k4p2ue"])
+@pytest.mark.parametrize("name", ["p3109_k8p3se", "p3109_k8p4se", "p3109_k4p2ue", "e4m3fnuz"])
 def test_p3109_round_to_odd_overflow_against_the_core(name):
     res = verify_exhaustive(name, input="float16", modes="odd", overflow="ieee", quiet=True)
     assert res.ok, res.summary()
