@@ -22,7 +22,10 @@ Rules.
   ``add.reduce``/``add.accumulate`` (``sum``/``cumsum``), ``maximum.reduce``,
   ``minimum.reduce``. Correctly rounded where :mod:`precision_lab.ops` is; ``exp log tanh`` are
   faithful. Anything else raises TypeError naming the function (it would compute in float64),
-  for example ``np.linalg.solve`` or ``np.sin``. ``np.asarray(e)`` is the explicit way out.
+  for example ``np.linalg.solve`` or ``np.sin``. ``np.asarray(e)`` is the explicit way out;
+  ``np.array([e1, e2])`` of a *list* of Emulated arrays is one too (numpy converts each element
+  through ``__array__`` and no override can tell it from ``np.asarray``): ``np.stack`` and
+  ``np.concatenate`` keep the format.
 * **Reductions** take numpy's arguments: ``sum`` (``axis`` an int, a tuple or None,
   ``keepdims``, ``initial``: the accumulator's starting value, rounded to the format;
   ``where``: the masked-out terms are zeros, so the summation order and the stochastic event
