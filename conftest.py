@@ -4,4 +4,8 @@ import importlib.util
 
 collect_ignore = []
 if importlib.util.find_spec("dask") is None:
-    collect_ignore += ["precision_lab/verify/sweep.py", "precision_lab/verify/grid.py"]
+    collect_ignore += [
+        "precision_lab/verify/sweep.py",
+        "precision_lab/verify/grid.py",
+        "precision_lab/verify/progress.py",
+    ]

@@ -48,6 +48,7 @@ from .core.codec import encode
 from .core.formats import ALIASES, FORMATS, FloatFormat, IntFormat, get_format
 from .core.random_words import check_seed, random_words
 from .core.rounding import (
+    MODE_ALIASES,
     OVERFLOW_MODES,
     ROUNDING_MODES,
     STOCHASTIC_MODES,
@@ -646,6 +647,15 @@ def cmd_cast(args: argparse.Namespace) -> int:
         print(f"code      none: {info['code_note']}")
     else:
         print(f"code      {info['hex']}  0b{info['binary']}  ({info['describe']})")
+    exact = info["input_exact"]
+    fmt = get_format(info["format"])
+    if isinstance(fmt, IntFormat) and exact is not None:
+        lo, hi = fmt.min, fmt.max
+        if not lo <= Fraction(exact) <= hi:
+            print(
+                f"note      saturated: the input lies outside {info['format']}'s range "
+                f"[{lo:g}, {hi:g}]; integer formats clamp to it (no inf or NaN to overflow to)"
+            )
     e = info["error"]
     if "reason" in e:
         what = "overflow" if e["reason"] == "overflow" else "not finite"
@@ -667,17 +677,22 @@ def cmd_figures(args: argparse.Namespace) -> int:
         for name, mod in figures.jobs().items():
             print(f"{name:24s} {mod.TITLE}")
         return 0
-    report = figures.run(args.outdir, args.only)
+    report = figures.run(args.outdir, args.only, strict=bool(args.only))
     print(report)
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     path = Path(args.outdir) / "REPORT.md"
+    if args.only and not args.regenerate:
+        raise ValueError(
+            "--only names the figure jobs to rerun, so it needs --regenerate (without it, "
+            "report prints the existing report whole)"
+        )
     if args.regenerate:
         from . import figures
 
-        path = figures.run(args.outdir, args.only)
+        path = figures.run(args.outdir, args.only, strict=bool(args.only))
     elif not path.exists():
         print(
             f"precision-lab: error: {path} does not exist; run `precision-lab figures` "
@@ -739,7 +754,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--rounding",
         default="nearest_even",
-        help=f"one of {', '.join(ROUNDING_MODES)} or rne rna rtz rup rdn rto sr rnz sre "
+        help=f"one of {', '.join(ROUNDING_MODES)}, or an alias: {' '.join(MODE_ALIASES)} "
         "(default nearest_even)",
     )
     p.add_argument(
@@ -956,8 +971,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args([" " + a if _NEGATIVE_VALUE.match(a) else a for a in raw])
     try:
         return int(args.func(args))
-    except (ValueError, TypeError) as err:
-        print(f"precision-lab {args.command}: error: {err}", file=sys.stderr)
+    except (ValueError, TypeError, ImportError, OSError) as err:
+        # bad input, a missing optional package (torch, dask, scikit-learn), a file that is not
+        # there, a scheduler that does not answer: one line, never a traceback
+        what = str(err) or type(err).__name__
+        if isinstance(err, OSError) and not isinstance(err, FileNotFoundError) and err.strerror:
+            what = f"{type(err).__name__}: {what}"
+        print(f"precision-lab {args.command}: error: {what}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # output piped into `head` and the like: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -14,13 +14,18 @@ Rules.
   Indexing, slicing, reshape, transpose, concatenate, where, copy and friends pass through
   (the values stay on the grid); assignment rounds the assigned values to the format.
 * **Supported ufuncs**: ``+ - * /`` (``add subtract multiply true_divide``), ``sqrt``,
-  ``square``, ``reciprocal``, ``power`` with exponent 2, 0.5 or -1, ``negative positive
+  ``square``, ``reciprocal``, ``power`` with exponent 0.5 or an integer (``x ** 3`` is
+  ``(x * x) * x``: repeated correctly rounded multiplications from the left, then a
+  reciprocal for negative exponents; ``|n| <= 1024``), ``negative positive
   absolute``, ``minimum maximum fmin fmax``,
   the comparisons, ``exp log tanh``, ``matmul``, ``isnan isinf isfinite signbit``;
   ``add.reduce``/``add.accumulate`` (``sum``/``cumsum``), ``maximum.reduce``,
   ``minimum.reduce``. Correctly rounded where :mod:`precision_lab.ops` is; ``exp log tanh`` are
   faithful. Anything else raises TypeError naming the function (it would compute in float64),
-  for example ``np.linalg.solve`` or ``np.sin``. ``np.asarray(e)`` is the explicit way out.
+  for example ``np.linalg.solve`` or ``np.sin``. ``np.asarray(e)`` is the explicit way out;
+  ``np.array([e1, e2])`` of a *list* of Emulated arrays is one too (numpy converts each element
+  through ``__array__`` and no override can tell it from ``np.asarray``): ``np.stack`` and
+  ``np.concatenate`` keep the format.
 * **Reductions** take numpy's arguments: ``sum`` (``axis`` an int, a tuple or None,
   ``keepdims``, ``initial``: the accumulator's starting value, rounded to the format;
   ``where``: the masked-out terms are zeros, so the summation order and the stochastic event
@@ -56,8 +61,8 @@ Rules.
 * **Accumulator** (``matmul``, ``dot``, ``sum``, ``cumsum``): by default a sequential sum in the
   array's format and rounding mode. ``sum`` and ``cumsum`` then round exactly as a loop of
   ``s = s + x[k]`` does (stochastic modes draw their random words per event of the model).
-  ``@`` and ``dot`` keep each product exact and round once per step,
-  ``s = round(s + a[k] * b[k])``: a chain of fused multiply-adds (IEEE 754-2019
+  ``@`` and ``dot`` keep each product exact and round once per step, ``s = round(s + a[k] *
+  b[k])``: a chain of fused multiply-adds (IEEE 754-2019
   fusedMultiplyAdd, what BLAS kernels and GPU dot products use); ``emulate(..., fma=False)``
   rounds each product to the format first, which is exactly a loop of ``s = s + a[k] * b[k]``.
   Any :class:`~precision_lab.Accumulator` may be given instead (fp32 accumulation, pairwise,
@@ -751,6 +756,8 @@ def _call_ufunc(ufunc: Any, inputs: tuple[Any, ...], ctx: EmulationContext) -> E
         p = float(vals[1])
         fn = {2.0: np.square, 0.5: np.sqrt, -1.0: np.reciprocal}[p]
         return _call_ufunc(fn, (inputs[0],), ctx)
+    if ufunc is np.power and isinstance(inputs[0], Emulated) and _int_power(vals[1]) is not None:
+        return _integer_power(inputs[0], int(_int_power(vals[1])), ctx)  # type: ignore[arg-type]
     if ufunc is np.square:
         return Emulated(ops.mul(vals[0], vals[0], ctx.fmt, **ctx.opts()), ctx)
     if ufunc is np.positive:
@@ -762,6 +769,37 @@ def _call_ufunc(ufunc: Any, inputs: tuple[Any, ...], ctx: EmulationContext) -> E
     raise TypeError(
         f"numpy.{ufunc.__name__} is not supported by Emulated arrays (it would compute in float64)"
     )
+
+
+#: the largest |n| of ``x ** n`` done as a chain of multiplications
+MAX_INTEGER_POWER = 1024
+
+
+def _int_power(p: Any) -> int | None:
+    """``p`` as an int when it is a scalar with an integer value of at most
+    :data:`MAX_INTEGER_POWER` in magnitude, else None."""
+    if np.ndim(p) != 0 or isinstance(p, bool | np.bool_):
+        return None
+    try:
+        v = float(p)
+    except (TypeError, ValueError):
+        return None
+    if not math.isfinite(v) or v != int(v) or abs(v) > MAX_INTEGER_POWER:
+        return None
+    return int(v)
+
+
+def _integer_power(x: Emulated, n: int, ctx: EmulationContext) -> Emulated:
+    """``x ** n`` for an integer ``n``: ``((x * x) * x) * ...``, ``|n| - 1`` correctly rounded
+    multiplications from the left (what a loop of ``*`` in the format gives; not one correctly
+    rounded power), then one correctly rounded reciprocal for ``n < 0``; ``x ** 0`` is 1
+    (also for NaN, as IEEE 754's pown and numpy)."""
+    if n == 0:
+        return Emulated(_plain_to_grid(np.ones(np.shape(x._v)), ctx), ctx)
+    r = x
+    for _ in range(abs(n) - 1):
+        r = _call_ufunc(np.multiply, (r, x), ctx)
+    return _call_ufunc(np.reciprocal, (r,), ctx) if n < 0 else r
 
 
 def _acc_input_format(ctx: EmulationContext, what: str) -> FloatFormat:

@@ -46,6 +46,7 @@ from .pool import CHUNK, for_chunks
 from .random_words import check_seed, random_words
 
 __all__ = [
+    "MODE_ALIASES",
     "OVERFLOW_MODES",
     "ROUNDING_MODES",
     "STOCHASTIC_MODES",
@@ -83,6 +84,8 @@ _MODE_ALIASES = {
     "rnz": "nearest_zero",
     "sre": "stochastic_equal",
 }
+#: short and alternative names of the rounding modes (``rne`` -> ``nearest_even`` ...)
+MODE_ALIASES = _MODE_ALIASES
 #: modes that overflow to inf under overflow="ieee" whatever the sign (round-to-nearest family);
 #: in P3109 formats "odd" too (follows_p3109)
 _TO_INF_MODES = ("nearest_even", "nearest_away", "nearest_zero", *STOCHASTIC_MODES)

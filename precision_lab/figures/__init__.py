@@ -38,10 +38,19 @@ def jobs() -> dict[str, ModuleType]:
     return {name: mod for _, name, mod in sorted(found, key=lambda t: (t[0], t[1]))}
 
 
-def run(outdir: str | Path = "figures", only: list[str] | None = None, quiet: bool = False) -> Path:
+def run(
+    outdir: str | Path = "figures",
+    only: list[str] | None = None,
+    quiet: bool = False,
+    *,
+    strict: bool = False,
+) -> Path:
     """Run the figure jobs (all, or those named in ``only``) and write ``outdir/REPORT.md``.
 
-    With ``only``, the report keeps the other sections from the previous report.
+    With ``only``, the report keeps the other sections from the previous report. A job whose
+    optional package is missing is skipped with one line saying so; with ``strict`` (the command
+    line sets it when jobs are named) that is an ImportError once the report is written, so a
+    figure that was asked for and not made never passes for made.
     """
     import matplotlib
 
@@ -99,6 +108,12 @@ def run(outdir: str | Path = "figures", only: list[str] | None = None, quiet: bo
     if not quiet:
         took = time.perf_counter() - t_all
         print(f"wrote {len(selected)} figure job(s) and {report} in {took:.1f} s")
+    if strict and skipped:
+        raise ImportError(
+            f"figure job(s) {', '.join(skipped)} did not run: they need "
+            f"{', '.join(sorted(set(skipped.values())))} "
+            '(pip install "precision_lab[figures]")'
+        )
     return report
 
 

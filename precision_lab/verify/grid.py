@@ -61,6 +61,8 @@ address or a ``dask.distributed.Client``. A run that raises is reported in
 from __future__ import annotations
 
 import csv
+import dataclasses
+import difflib
 import hashlib
 import itertools
 import json
@@ -79,6 +81,7 @@ from ..core.rounding import round_to
 from ..core.version import __version__
 from ..gemm import Accumulator, gemm
 from ..training import RUNS, TrainConfig, train
+from .progress import is_terminal, local_progress
 
 INSTALL = 'pip install "precision_lab[dask]"'
 try:
@@ -97,6 +100,8 @@ __all__ = [
 ]
 
 KINDS = ("train", "gemm")
+#: how long connecting to a scheduler address may take before it is an error
+CONNECT_TIMEOUT = "10s"
 _LOCAL = ("processes", "threads", "sync")
 _GEMM_DEFAULTS: dict[str, Any] = {
     "m": 32,
@@ -142,8 +147,28 @@ def expand_spec(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
     if not configs:
         configs.append(base)
     for c in configs:
-        _check_kind(c)
+        _check_fields(c)
     return configs
+
+
+def _known_fields(kind: str) -> set[str]:
+    if kind == "train":
+        return {f.name for f in dataclasses.fields(TrainConfig)} | {"kind", "run"}
+    return set(_GEMM_DEFAULTS) | {"kind"}
+
+
+def _check_fields(config: Mapping[str, Any]) -> None:
+    """Refuse a configuration whose kind or field names are unknown, before anything runs (a
+    misspelled field would otherwise fail in every task), with the nearest known names."""
+    kind = _check_kind(config)
+    known = _known_fields(kind)
+    for name in config:
+        if name not in known:
+            near = difflib.get_close_matches(str(name), sorted(known), n=2)
+            hint = f"; did you mean {' or '.join(map(repr, near))}?" if near else ""
+            raise ValueError(
+                f"{kind} config: unknown field {name!r}{hint} (known: {', '.join(sorted(known))})"
+            )
 
 
 def load_spec(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -208,9 +233,7 @@ def _train(config: Mapping[str, Any]) -> dict[str, Any]:
 
 def _gemm(config: Mapping[str, Any]) -> dict[str, Any]:
     c = {**_GEMM_DEFAULTS, **config}
-    unknown = sorted(set(c) - set(_GEMM_DEFAULTS) - {"kind"})
-    if unknown:
-        raise ValueError(f"gemm config: unknown fields {unknown}; known: {sorted(_GEMM_DEFAULTS)}")
+    _check_fields(config)
     rng = np.random.default_rng(c["seed"])
     shapes = ((c["m"], c["k"]), (c["k"], c["n"]))
     dist = c["distribution"]
@@ -244,8 +267,8 @@ def run_config(config: Mapping[str, Any]) -> dict[str, Any]:
     >>> sorted(m)
     ['max_rel', 'max_ulp', 'mean_rel', 'mean_ulp', 'normwise', 'snr_db']
     """
-    kind = _check_kind(config)
-    return _train(config) if kind == "train" else _gemm(config)
+    _check_fields(config)
+    return _train(config) if config["kind"] == "train" else _gemm(config)
 
 
 def _task(config: dict[str, Any]) -> dict[str, Any]:
@@ -319,13 +342,31 @@ def _with_defaults(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
+#: the metric columns of each kind, in table order (whatever order a cache file stored them in)
+METRICS = {
+    "train": (
+        "final_test_acc",
+        "final_train_acc",
+        "final_loss",
+        "steps",
+        "skipped_steps",
+        "final_scale",
+    ),
+    "gemm": ("max_rel", "mean_rel", "normwise", "max_ulp", "mean_ulp", "snr_db"),
+}
+
+
 def _columns(rows: Iterable[Mapping[str, Any]], metrics: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Configuration columns in order of first appearance, then the metric columns in the
+    canonical order of :data:`METRICS` (fresh and cached runs give the same table)."""
     cols: dict[str, None] = {"kind": None}
     for r in rows:
         cols.update(dict.fromkeys(r))
+    seen: set[str] = set()
     for m in metrics:
-        cols.update(dict.fromkeys(m))
-    return list(cols)
+        seen.update(m)
+    order = [k for kind in METRICS.values() for k in kind]
+    return list(cols) + [k for k in order if k in seen] + sorted(seen - set(order) - set(cols))
 
 
 def run_grid(
@@ -439,8 +480,6 @@ def _write_json(path: Path, obj: Any) -> None:
 def _compute(cfgs: list[dict[str, Any]], client: Any, quiet: bool) -> list[dict[str, Any]]:
     keys = [f"pl-grid-{config_hash(c)}" for c in cfgs]
     if client is None or client in _LOCAL:
-        from dask.diagnostics import ProgressBar
-
         tasks = [
             dask.delayed(_task, pure=True)(c, dask_key_name=k)
             for c, k in zip(cfgs, keys, strict=True)
@@ -448,12 +487,12 @@ def _compute(cfgs: list[dict[str, Any]], client: Any, quiet: bool) -> list[dict[
         scheduler = client or "processes"
         if quiet:
             return list(dask.compute(*tasks, scheduler=scheduler))
-        with ProgressBar():
+        with local_progress(len(tasks)):
             return list(dask.compute(*tasks, scheduler=scheduler))
     from distributed import Client, progress
 
     if isinstance(client, str):
-        with Client(client) as own:
+        with Client(client, timeout=CONNECT_TIMEOUT) as own:
             return _compute(cfgs, own, quiet)
     if not isinstance(client, Client):
         raise ValueError(
@@ -461,7 +500,7 @@ def _compute(cfgs: list[dict[str, Any]], client: Any, quiet: bool) -> list[dict[
             f"got {client!r}"
         )
     futures = client.map(_task, cfgs, key=keys)
-    if not quiet:
+    if not quiet and is_terminal():
         progress(futures)
     out = []
     for fut in futures:

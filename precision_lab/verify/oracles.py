@@ -171,10 +171,19 @@ def _p3109_layout(f: FloatFormat, k: int, p: int, signed: bool, extended: bool) 
 
 
 def _layout(f: FloatFormat) -> _Layout:
+    """A P3109 format by name (refused if its layout is not the name's), or by layout: formats
+    compare by layout whatever their names, so a format laid out exactly as K``k``P``p`` of
+    the specification (``e4m3fnuz`` is K8P4 in the finite domain) follows P3109's rules too."""
     match = _P3109_NAME.fullmatch(f.name or "")
     if match:
         k, p, s, d = match.groups()
         return _p3109_layout(f, int(k), int(p), s == "s", d == "e")
+    k = f.exponent_bits + f.mantissa_bits + int(f.signed)
+    if f.nan in ("fn", "fnuz") and f.exponent_bits >= 1:
+        try:
+            return _p3109_layout(f, k, f.mantissa_bits + 1, f.signed, f.has_inf)
+        except ValueError:
+            pass  # not laid out as P3109: the IEEE-style rules below
     if not (f.has_zero and f.has_subnormals):
         raise ValueError(
             f"the referee oracle needs a format with zero and subnormals, got {f} "

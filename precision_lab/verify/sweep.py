@@ -69,6 +69,7 @@ from ..core.pool import use_workers
 from ..core.rounding import check_choice, check_rounding, round_to
 from ..core.version import __version__
 from .oracles import ORACLES, nan_codes
+from .progress import is_terminal, local_progress
 
 INSTALL = 'pip install "precision_lab[dask]"'
 try:
@@ -93,6 +94,8 @@ INPUTS: dict[str, tuple[int, Any]] = {
 }
 _UINT = {32: np.uint32, 16: np.uint16}
 #: Dask's local schedulers, accepted as ``client``
+#: how long connecting to a scheduler address may take before it is an error
+CONNECT_TIMEOUT = "10s"
 _LOCAL = ("threads", "processes", "sync")
 
 
@@ -742,8 +745,6 @@ def _compute(
 ) -> list[dict[str, Any]]:
     """Run the chunks of ``todo`` as Dask tasks; return their records."""
     if client is None or client in _LOCAL:
-        from dask.diagnostics import ProgressBar
-
         where = None if folder is None else str(folder)
         tasks = [
             dask.delayed(_run_chunk, pure=True)(spec, lo, hi, where, dask_key_name=f"chunk-{lo:x}")
@@ -752,12 +753,12 @@ def _compute(
         scheduler = client or "threads"
         if quiet:
             return list(dask.compute(*tasks, scheduler=scheduler))
-        with ProgressBar():
+        with local_progress(len(tasks)):
             return list(dask.compute(*tasks, scheduler=scheduler))
     from distributed import Client
 
     if isinstance(client, str):
-        with Client(client) as own:
+        with Client(client, timeout=CONNECT_TIMEOUT) as own:
             return _on_client(own, spec, todo, folder, quiet)
     if not isinstance(client, Client):
         raise ValueError(
@@ -798,7 +799,7 @@ def _on_client(
 
     for fut in futures:
         fut.add_done_callback(save)
-    if not quiet:
+    if not quiet and is_terminal():
         progress(futures)
     records: list[dict[str, Any]] = client.gather(futures)
     for event in saved.values():  # let the last callbacks finish their files

@@ -471,3 +471,55 @@ def test_tuple_axes_out_only_target_and_none() -> None:  # item 16
     assert (e[0, 0, :3] != None).tolist() == [True] * 3  # noqa: E711
     with pytest.raises(TypeError):
         e < None  # noqa: B015
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16", "e4m3"])
+@pytest.mark.parametrize("n", [3, 4, 7, -2, -3, 0, 1])
+def test_integer_powers_are_repeated_correctly_rounded_products(fmt, n):
+    """Issue 22 item 12: v**3 was refused while **2, **0.5, **-1 worked. x**n is (x*x)*x...,
+    each product rounded once to nearest even from its exact value (Fractions), then one
+    rounded reciprocal for n < 0; x**0 is 1 everywhere, NaN included."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(abs(n) + 7)
+    x = pl.round_to(rng.uniform(0.5, 2.0, 40), fmt).astype(np.float64)
+    got = np.asarray(pl.emulate(x, fmt) ** n)
+
+    for xi, gi in zip(x, got, strict=True):
+        if n == 0:
+            assert gi == 1.0
+            continue
+        r = Fraction(xi)
+        for _ in range(abs(n) - 1):
+            r = Fraction(_exact_rn(r * Fraction(xi), fmt))
+        if n < 0:
+            r = Fraction(_exact_rn(1 / r, fmt))
+        assert gi == float(r), (xi, n)
+    nan = np.asarray(pl.emulate(np.array([np.nan]), fmt) ** 0)
+    assert nan.tolist() == [1.0]
+    with pytest.raises(TypeError, match="power"):
+        pl.emulate(x, fmt) ** 2.5
+
+
+def _exact_rn(q, fmt):
+    """q (a Fraction) rounded to nearest even in fmt: the neighbours from the format's sorted
+    values, ties by the even code."""
+    from fractions import Fraction
+
+    f = pl.get_format(fmt)
+    vals = f.values()
+    pos = vals[vals > 0]
+    a = abs(q)
+    i = int(np.searchsorted(pos, float(a), side="right")) - 1
+    lo, hi = Fraction(float(pos[i])), Fraction(float(pos[i + 1]))
+    while Fraction(float(pos[i])) > a:  # float(a) rounded up past a
+        i -= 1
+        lo, hi = Fraction(float(pos[i])), Fraction(float(pos[i + 1]))
+    if a == lo:
+        r = lo
+    elif a - lo != hi - a:
+        r = lo if a - lo < hi - a else hi
+    else:
+        code = int(pl.encode(np.float64(float(lo)), fmt))
+        r = lo if code % 2 == 0 else hi
+    return float(r) if q > 0 else -float(r)

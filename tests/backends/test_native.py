@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import os
 import shutil
@@ -720,3 +721,31 @@ def test_blocks_ignore_the_callers_flush_to_zero(block_format):
         got = pl.round_to_blocks(x, block_format)
     assert np.array_equal(want.view(np.uint32), got.view(np.uint32))
     assert np.count_nonzero(want) > 1000
+
+
+@pytest.mark.parametrize("name", ["_native", "_native_kernels"])
+def test_type_stubs_name_what_the_extension_exports(name) -> None:
+    """The .pyi stubs of the compiled extensions (mypy's view of them) list exactly the
+    functions and constants the built module has, and each stub function takes the number of
+    required positional arguments the module's own docstring names."""
+    mod = importlib.import_module(f"precision_lab.backends.{name}")
+    stub = Path(pl.__file__).parent / "backends" / f"{name}.pyi"
+    tree = ast.parse(stub.read_text())
+    funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    consts = {
+        n.target.id
+        for n in tree.body
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+    }
+    exported = {k for k in dir(mod) if not k.startswith("__")}
+    assert set(funcs) | consts == exported
+    for fname, node in funcs.items():
+        assert callable(getattr(mod, fname))
+        required = len(node.args.posonlyargs) - len(node.args.defaults)
+        doc = getattr(mod, fname).__doc__ or ""
+        if doc.startswith(f"{fname}(") and "..." not in doc.split(")")[0]:
+            listed = [a for a in doc[len(fname) + 1 : doc.index(")")].split(",") if a.strip()]
+            assert len(node.args.posonlyargs) == len(listed), (fname, listed)
+        if required:  # one argument fewer than the stub requires: refused by the module
+            with pytest.raises(TypeError):
+                getattr(mod, fname)(*([0] * (required - 1)))

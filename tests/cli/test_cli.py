@@ -494,11 +494,14 @@ def test_figures_without_scikit_learn_skip_with_one_clear_line(capsys, tmp_path,
         import sklearn.datasets  # noqa: F401
     argv = ["figures", "--only", "formats", "--only", "training", "--outdir", str(tmp_path)]
     rc, out, err = run(capsys, *argv)
-    assert rc == 0 and "Traceback" not in out + err
+    # the jobs that can run still run; a job that was asked for and skipped fails the command
+    # (issue 22 item 13: it exited 0), with the skip line and one error line
+    assert rc == 1 and "Traceback" not in out + err
     lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert len(lines) == 1, err
+    assert len(lines) == 2, err
     assert "training" in lines[0] and "scikit-learn" in lines[0]
     assert 'pip install "precision_lab[figures]"' in lines[0]
+    assert lines[1].startswith("precision-lab figures: error: figure job(s) training did not run")
     report = (tmp_path / "REPORT.md").read_text()
     assert "<!-- section: formats -->" in report and "<!-- section: training -->" not in report
     assert (tmp_path / "format_table.png").exists()
@@ -618,3 +621,57 @@ def test_use_backend_is_case_insensitive_like_the_environment_variable(monkeypat
     with pytest.raises(ValueError, match=r"backend must be one of .*got 'GPU'"):
         with pl.use_backend("GPU"):
             pass
+
+
+@pytest.mark.parametrize(
+    ("argv", "want"),
+    [
+        (("grid", "/nonexistent/spec.json"), "No such file or directory"),
+        (("report", "--only", "formats"), "--only names the figure jobs to rerun"),
+        (("cast", "1", "e4m3", "--rounding", "bogus"), "rounding must be one of"),
+    ],
+)
+def test_cli_errors_are_one_line(capsys, argv, want):
+    """Issue 22 item 13: a missing file, --only without --regenerate: one error line, exit 1."""
+    rc, _, err = run(capsys, *argv)
+    assert rc == 1 and want in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_cli_missing_torch_and_dead_scheduler_are_one_line(capsys, monkeypatch):
+    """verify --against torch without torch, and a scheduler address nobody answers (after the
+    connect timeout, not a traceback after 30 s)."""
+    import importlib.util
+
+    from precision_lab.verify import sweep
+
+    if importlib.util.find_spec("torch") is None:
+        rc, _, err = run(capsys, "verify", "e4m3", "--against", "torch", "--input", "float16")
+        assert rc == 1 and "needs torch" in err and len(err.strip().splitlines()) == 1
+    pytest.importorskip("distributed")
+    monkeypatch.setattr(sweep, "CONNECT_TIMEOUT", "1s")
+    rc, _, err = run(
+        capsys, "verify", "e4m3", "--input", "float16", "--scheduler", "tcp://127.0.0.1:1"
+    )
+    assert rc == 1 and "127.0.0.1:1" in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_figures_fails_when_a_requested_job_cannot_run(capsys, monkeypatch, tmp_path):
+    """figures --only training without scikit-learn exited 0: a job that was asked for and
+    skipped is now an error (a plain `make figures` on a base install still skips it)."""
+    from precision_lab import figures
+
+    def no_sklearn(out):
+        raise ModuleNotFoundError("No module named 'sklearn'", name="sklearn")
+
+    monkeypatch.setattr(figures.jobs()["training"], "make", no_sklearn)
+    rc, _, err = run(capsys, "figures", "--only", "training", "--outdir", str(tmp_path))
+    assert rc == 1 and "did not run" in err and "scikit-learn" in err
+    assert figures.run(tmp_path, ["training"], quiet=True) == tmp_path / "REPORT.md"
+
+
+def test_cli_cast_says_when_an_integer_format_saturates(capsys):
+    rc, out, _ = run(capsys, "cast", "1e5", "int8")
+    assert rc == 0 and "127" in out and "saturated" in out and "[-128, 127]" in out
+    rc, out, _ = run(capsys, "cast", "100", "int8")
+    assert "saturated" not in out

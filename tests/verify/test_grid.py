@@ -122,7 +122,7 @@ def test_specs():
         expand_spec({"kind": "gemm", "product": {"seed": 3}})
     with pytest.raises(ValueError, match="kind must be one of"):
         expand_spec({"kind": "bench"})
-    with pytest.raises(ValueError, match="unknown fields"):
+    with pytest.raises(ValueError, match="unknown field"):
         run_config({"kind": "gemm", "size": 3})
 
 
@@ -183,3 +183,55 @@ def test_out_naming_a_file_is_a_clear_error(tmp_path, capsys):
     afile.write_text("x")
     with pytest.raises(ValueError, match="out must be a folder"):
         run_grid(expand_spec(SPEC)[:1], client="sync", out=afile, quiet=True)
+
+
+def test_results_csv_columns_do_not_depend_on_the_cache(tmp_path):
+    """Issue 22 item 14: a fresh table listed max_rel, mean_rel, max_ulp ... and a cached one
+    max_rel, max_ulp, mean_rel ...: the metric columns now have one order."""
+    cfgs = expand_spec(SPEC)
+    fresh = run_grid(cfgs, client="sync", out=tmp_path, quiet=True)
+    head_fresh = (tmp_path / "results.csv").read_text().splitlines()[0]
+    cached = run_grid(cfgs, client="sync", out=tmp_path, quiet=True)
+    assert cached.reused == fresh.computed - 1  # the failing run runs again
+    assert (tmp_path / "results.csv").read_text().splitlines()[0] == head_fresh
+    assert fresh.columns == cached.columns
+    metrics = [c for c in fresh.columns if c in grid.METRICS["gemm"]]
+    assert metrics == list(grid.METRICS["gemm"])
+
+
+@pytest.mark.parametrize(
+    ("spec", "want"),
+    [
+        ({"kind": "gemm", "product": {"input_formats": ["bf16"]}}, "did you mean 'input_format'"),
+        ({"kind": "train", "base": {"epoch": 2}}, "did you mean 'epochs'"),
+        ({"kind": "gemm", "runs": [{"zzz": 1}]}, "unknown field 'zzz' (known: "),
+    ],
+)
+def test_misspelled_fields_are_refused_up_front(spec, want):
+    """A misspelled field used to run and fail in every task; now the SPEC is refused before
+    anything runs, with the nearest known names."""
+    with pytest.raises(ValueError, match=want.replace("(", r"\(")):
+        expand_spec(spec)
+    with pytest.raises(ValueError, match="unknown field"):
+        run_config({"kind": "gemm", "input_formats": "bf16"})
+
+
+def test_progress_in_a_log_is_plain_lines(tmp_path, capsys):
+    """Issue 22 item 15: where stdout is not a terminal (captured here), progress is a few plain
+    lines, never carriage-return updates."""
+    run_grid(expand_spec(SPEC)[:4], client="threads", quiet=False)
+    out = capsys.readouterr().out
+    assert "\r" not in out
+    assert "done 4 of 4 tasks" in out
+
+
+def test_example_training_grid_trains_long_enough():
+    """examples/grid_training.json trained 10 steps, too few to compare formats (fp16 without
+    loss scaling beat fp32 on a seed): it now runs the report's training setting, 80 optimizer
+    steps, where FP16 without scaling and FP8 with delayed scaling measurably lose."""
+    from precision_lab.training import RUNS
+
+    for c in load_spec(EXAMPLES / "grid_training.json"):
+        cfg = RUNS[c["run"]].replace(**{k: v for k, v in c.items() if k not in ("kind", "run")})
+        steps = (1347 // cfg.batch_size) * cfg.epochs  # 1347 training images in the split
+        assert steps >= 80, c

@@ -266,12 +266,15 @@ def test_referee_p3109_cases_of_the_issue():
     assert referee(np.array([np.inf], dtype=f32), "p3109_k8p3ue")[1].tolist() == [0xFE]
     v, _ = referee(np.array([1.5 * 2.0**-62], dtype=f32), "p3109_k8p1se")
     assert v.tolist() == [2.0**-62]
-    # round to odd overflows to inf in P3109 (224.1, 232, 240 in k8p4se), to max elsewhere
+    # round to odd overflows to inf in P3109 (224.1, 232, 240 in k8p4se), to max elsewhere;
+    # e4m3fnuz is laid out as P3109 K8P4 in the finite domain (NaN), e4m3 is not (max)
     x = np.array([224.1, 232.0, -240.0, 224.0], dtype=f32)
     assert referee(x, "p3109_k8p4se", mode="odd")[0].tolist() == [np.inf, np.inf, -np.inf, 224.0]
     assert referee(np.array([2.01], dtype=f32), "p3109_k4p2se", mode="odd")[0].tolist() == [np.inf]
     assert referee(np.array([8.0], dtype=f32), "p3109_k4p2ue", mode="odd")[0].tolist() == [np.inf]
-    assert referee(np.array([500.0], dtype=f32), "e4m3fnuz", mode="odd")[0].tolist() == [240.0]
+    assert np.isnan(referee(np.array([500.0], dtype=f32), "e4m3fnuz", mode="odd")[0]).all()
+    assert referee(np.array([500.0], dtype=f32), "e4m3", mode="odd")[0].tolist() == [448.0]
+    assert referee(np.array([500.0], dtype=f32), "e4m3b11fnuz", mode="odd")[0].tolist() == [30.0]
 
 
 def _gfloat_info(name: str):

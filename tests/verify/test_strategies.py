@@ -83,9 +83,26 @@ def lower_is_even(f: FloatFormat, lo_code: int, lo: Fraction, hi: Fraction) -> b
     return k.numerator % 2 == 0
 
 
+def is_p3109(f: FloatFormat) -> bool:
+    """Laid out as P3109's K``k``P``p`` (interim report, "Binary formats"): signed with bias
+    2**(k-p-1) and NaN on the negative-zero code, or unsigned with bias 2**(k-p) and NaN on the
+    all-ones code; zero and subnormals; infinities in the extended domain only."""
+    m, e = f.mantissa_bits, f.exponent_bits
+    k = e + m + int(f.signed)
+    if f.signed:
+        ok = e == k - m - 1 and f.bias == (1 << (k - m - 2) if k - m - 2 >= 0 else 0)
+        ok = ok and f.nan == "fnuz"
+    else:
+        ok = f.bias == 1 << (k - m - 1) and f.nan == "fn"
+    return ok and f.has_zero and f.has_subnormals
+
+
 def overflowed(f: FloatFormat, mode: str, neg: bool, overflow: str) -> float:
-    """Result of a finite input whose rounding went beyond max (sign applied by the caller)."""
+    """Result of a finite input whose rounding went beyond max (sign applied by the caller).
+    Round to odd overflows like the nearest modes in P3109 formats (P3109's projection: round
+    with an unbounded exponent, then everything beyond max is inf), and gives max elsewhere."""
     outward = mode in ("nearest_even", "nearest_away") or mode == ("down" if neg else "up")
+    outward = outward or (mode == "odd" and is_p3109(f))
     if overflow == "saturate" or not outward or f.nan == "none":
         return float(code_value(f, max_code(f)))
     return math.inf if f.has_inf else math.nan
@@ -123,11 +140,14 @@ def ref_round(x: float, f: FloatFormat, mode: str, overflow: str, subnormals: st
                 away = mode == "nearest_away" or not lower_is_even(f, lo_code, lo, hi)
         elif mode == "odd":
             away = lower_is_even(f, lo_code, lo, hi)
+            # P3109 rounds with an unbounded exponent first: at or past the value after max the
+            # result lies beyond max whatever max's parity (then overflows)
+            away = away or (is_p3109(f) and lo_code == max_code(f) and a >= hi)
         else:
             away = {"toward_zero": False, "up": not neg, "down": neg}[mode]
         exact = hi if away else lo
-        if exact > fmax:  # overflow; round-to-odd gives max (round_to's docstring)
-            r = float(fmax) if mode == "odd" else overflowed(f, mode, neg, overflow)
+        if exact > fmax:  # overflow (round to odd: max, or inf in P3109 formats)
+            r = overflowed(f, mode, neg, overflow)
             all_sub = f.has_zero and max_code(f) < 1 << f.mantissa_bits
             if subnormals == "flush" and all_sub and 0 < r < math.inf:
                 r = 0.0  # a format whose every value is subnormal: a saturated max flushes too
