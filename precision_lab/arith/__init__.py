@@ -7,9 +7,10 @@ a format through NEP 18).
 May import: :mod:`precision_lab.core`, :mod:`precision_lab.backends`, :mod:`precision_lab.quant`
 and :mod:`precision_lab.gemm` (reductions and ``@`` are inner products under an accumulator).
 
-Where a new thing goes: a new elementwise operation is one entry in :mod:`.ops.elementwise`
-(its exact result rounded once by the core) plus its numpy function in the ``Emulated`` table
-of :mod:`.emulated`; a new reduction goes into :mod:`.ops.reductions`.
+Where a new thing goes: a new elementwise operation is a compute function and one factory
+call in :mod:`.ops.correctly_rounded`, :mod:`.ops.exact_ops` or :mod:`.ops.faithful` (see
+:mod:`.ops.call`; its exact result rounded once by the core), plus its numpy function in the
+``Emulated`` table of :mod:`.emulated`; a new reduction goes into :mod:`.ops.reductions`.
 
 >>> import precision_lab as pl
 >>> float(pl.ops.mul(3.0, 1.0 / 3.0, "bf16"))
