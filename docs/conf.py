@@ -38,6 +38,12 @@ extensions = [
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
 exclude_patterns = ["_build", "README.md", "**.ipynb_checkpoints"]
+# a copy left in docs/notebooks/ by a notebook since renamed or removed is not rendered
+exclude_patterns += [
+    f"notebooks/{p.name}"
+    for p in (DOCS / "notebooks").glob("*.ipynb")
+    if not (ROOT / "notebooks" / p.name).exists()
+]
 templates_path = ["_templates"]
 html_theme = "alabaster"
 html_title = f"precision_lab {release}"
