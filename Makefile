@@ -39,6 +39,7 @@ figures: $(NATIVE)
 # the documentation site: executes the notebooks once into docs/notebooks/ (ignored), then Sphinx
 # with warnings as errors; open docs/_build/html/index.html
 docs: $(NATIVE)
+	rm -rf docs/_build/html
 	$(PY) docs/execute_notebooks.py
 	$(PY) -m sphinx -W --keep-going -b html docs docs/_build/html
 
