@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 
-.PHONY: test figures lint bench clean native
+.PHONY: test figures docs lint bench clean native
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,9 +36,16 @@ test: $(NATIVE)
 figures: $(NATIVE)
 	$(PY) -m precision_lab.figures
 
+# the documentation site: executes the notebooks once into docs/notebooks/ (ignored), then Sphinx
+# with warnings as errors; open docs/_build/html/index.html
+docs: $(NATIVE)
+	rm -rf docs/_build/html
+	$(PY) docs/execute_notebooks.py
+	$(PY) -m sphinx -W --keep-going -b html docs docs/_build/html
+
 bench: $(NATIVE)
 	$(PY) benchmarks/bench_cast.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .mypy_cache docs/_build docs/notebooks docs/api
 	rm -f precision_lab/backends/*.so precision_lab/backends/*.pyd

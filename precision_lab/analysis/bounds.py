@@ -317,6 +317,7 @@ class TrialStats:
         return float(np.mean(self.errors <= bound))
 
     def summary(self) -> str:
+        """One line for reports: the mean, median, 90% and 99% quantiles and max error."""
         return (
             f"{self.errors.size} trials: mean {self.mean:.3g}, median {self.median:.3g}, "
             f"90% {self.quantile(0.9):.3g}, 99% {self.quantile(0.99):.3g}, max {self.max:.3g}"

@@ -162,8 +162,8 @@ class UnderflowStats:
     zero_fraction: float  #: became ±0
     subnormal_fraction: float  #: became a non-zero subnormal of fmt
     overflow_fraction: float  #: overflowed (to inf/NaN, or to ±max when saturating)
-    rel_l1_error: float  #: sum|q/scale - g| / sum|g| over inputs that did not overflow
-    rel_l2_error: float  #: ||q/scale - g||_2 / ||g||_2 over inputs that did not overflow
+    rel_l1_error: float  #: ``sum|q/scale - g| / sum|g|`` over inputs that did not overflow
+    rel_l2_error: float  #: ``||q/scale - g||_2 / ||g||_2`` over inputs that did not overflow
     hist_log2: np.ndarray = field(repr=False)
     hist_counts: np.ndarray = field(repr=False)
     hist_zero: np.ndarray = field(repr=False)
@@ -538,8 +538,8 @@ class LossScaleChoice:
     log2_scale: int
     rule: str  #: "max" (Micikevicius et al.) or "underflow" (target met) or "underflow-unmet"
     reason: str
-    max_abs: float  #: max |g| of the (finite) gradients
-    headroom_log2: float  #: log2(fmt.max / (max|g| * scale)): binades left before overflow
+    max_abs: float  #: ``max |g|`` of the (finite) gradients
+    headroom_log2: float  #: binades left before overflow, ``log2(fmt.max / (max|g| * scale))``
     zero_fraction: float
     subnormal_fraction: float
     overflow_fraction: float
@@ -699,9 +699,9 @@ class ErrorStats:
     mean_abs: float
     max_rel: float  #: over reference != 0
     mean_rel: float  #: over reference != 0
-    max_ulp: float  #: |approx - ref| / ulp_fmt(ref)
+    max_ulp: float  #: ``|approx - ref| / ulp_fmt(ref)``
     mean_ulp: float
-    normwise: float  #: ||approx - ref||_2 / ||ref||_2
+    normwise: float  #: ``||approx - ref||_2 / ||ref||_2``
     snr_db: float  #: 10 log10(sum ref^2 / sum (approx - ref)^2); inf when exact
     fmt: str  #: the format of the ULPs
 

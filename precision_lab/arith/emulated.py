@@ -483,6 +483,7 @@ class Emulated(np.lib.mixins.NDArrayOperatorsMixin):
         return f"Emulated({body!r}, fmt={self.fmt})"
 
     def tolist(self) -> Any:
+        """The values as (nested) Python floats, like :meth:`numpy.ndarray.tolist`."""
         return self._v.tolist()
 
     def _wrap(self, v: Any) -> Emulated:
@@ -501,15 +502,19 @@ class Emulated(np.lib.mixins.NDArrayOperatorsMixin):
         )
 
     def copy(self) -> Emulated:
+        """A copy, in the same format and context."""
         return self._wrap(self._v.copy())
 
     def reshape(self, *shape: Any) -> Emulated:
+        """Like :meth:`numpy.ndarray.reshape`, in the same format and context."""
         return self._wrap(self._v.reshape(*shape))
 
     def transpose(self, *axes: Any) -> Emulated:
+        """Like :meth:`numpy.ndarray.transpose`, in the same format and context."""
         return self._wrap(self._v.transpose(*axes))
 
     def ravel(self) -> Emulated:
+        """Like :meth:`numpy.ndarray.ravel`, in the same format and context."""
         return self._wrap(self._v.ravel())
 
     def sum(

@@ -250,6 +250,7 @@ class DelayedScaling:
         return out
 
     def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume (plain Python types), for :meth:`load_state_dict`."""
         if callable(self.amax_compute_algo):
             raise ValueError("state_dict() needs amax_compute_algo 'max' or 'most_recent'")
         return {

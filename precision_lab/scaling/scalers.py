@@ -169,12 +169,15 @@ class LossScaler:
     skipped: int
 
     def update(self, found_inf: bool) -> bool:  # pragma: no cover - abstract
+        """Record one step; returns whether the optimizer step is taken."""
         raise NotImplementedError
 
     def state_dict(self) -> dict[str, Any]:  # pragma: no cover - abstract
+        """Everything needed to resume (plain Python types), for :meth:`load_state_dict`."""
         raise NotImplementedError
 
     def load_state_dict(self, state: dict[str, Any]) -> None:  # pragma: no cover - abstract
+        """Restore from :meth:`state_dict`."""
         raise NotImplementedError
 
     @property
@@ -233,6 +236,7 @@ class StaticLossScaler(LossScaler):
         return taken
 
     def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume (plain Python types), for :meth:`load_state_dict`."""
         return {"kind": "static", **self._common_state(), "skip_on_inf": self.skip_on_inf}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

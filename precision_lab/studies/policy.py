@@ -8,8 +8,8 @@
 2. **normalisation**: the MLP with a layer norm after each hidden GEMM, FP32 policy, and under
    ``mixed_float16`` with the statistics in FP32 (the rule) or in FP16;
 3. **INT8 PTQ** of the FP32-trained network (:mod:`precision_lab.training.ptq`): activations
-calibrated with each method of the core (max, percentile, mse, entropy) on a held-out calibration
-slice of the training split (never trained on), weights per tensor or per channel;
+   calibrated with each method of the core (max, percentile, mse, entropy) on a held-out
+   calibration slice of the training split (never trained on), weights per tensor or per channel;
 4. **INT8 QAT** (:mod:`precision_lab.training.qat`): fine-tuning from the FP32 network with fake
    quantization and the straight-through estimator, starting from the per-channel PTQ network
    whose calibration method has the smallest loss on the calibration slice (chosen without the

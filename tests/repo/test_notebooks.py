@@ -7,19 +7,27 @@ hang.
 Executing needs nbclient and ipykernel (the ``test`` extras); without them the execution tests
 skip and say so. The kernel is the Python running the tests (its ``sys.executable``), so the
 notebooks see the same precision_lab as the test suite.
+
+Each executed notebook is saved to docs/notebooks/ (ignored by git), and the last test builds the
+documentation site from those copies with ``sphinx-build -W``: the notebooks run once per suite,
+for both. pytest-xdist's ``--dist loadfile`` keeps this module in one worker, in order.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-NOTEBOOK_DIR = Path(__file__).resolve().parents[2] / "notebooks"
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOK_DIR = ROOT / "notebooks"
+#: the executed copies the documentation renders (docs/conf.py; ignored by git)
+EXECUTED_DIR = ROOT / "docs" / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 #: per-cell timeout: only there to end a hung kernel, never a measure of speed
 HANG_TIMEOUT_S = 1800
@@ -96,6 +104,8 @@ def test_notebook_runs(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
+    executed = EXECUTED_DIR / path.name
+    executed.unlink(missing_ok=True)  # a notebook that fails leaves no copy for the docs
     monkeypatch.setenv("JUPYTER_PATH", str(_kernel_spec_dir(tmp_path / "jupyter")))
     # hypothesis (notebook 02) keeps a cache next to the notebook otherwise
     monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(tmp_path / "hypothesis"))
@@ -111,3 +121,33 @@ def test_notebook_runs(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
         client.execute()
     except CellExecutionError as e:
         pytest.fail(f"{path.name}: a cell raised\n{e}", pytrace=False)
+    EXECUTED_DIR.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, executed)
+
+
+_DOCS_MISSING = [
+    m for m in ("sphinx", "myst_nb", "sphinxarg") if importlib.util.find_spec(m) is None
+]
+
+
+@pytest.mark.slow  # reuses the notebooks executed above: about 30 s on 2 cores
+@pytest.mark.skipif(
+    bool(_DOCS_MISSING),
+    reason=f"the docs build needs {', '.join(_DOCS_MISSING)} (pip install -e '.[test]')",
+)
+def test_docs_build_without_warnings(tmp_path: Path) -> None:
+    """``sphinx-build -W`` of docs/: a broken cross-reference in a page, a public function, class
+    or module without a docstring, a docstring docutils cannot parse, or a notebook without an
+    executed copy (a failed notebook above) is an error. The notebooks are not executed again
+    (``nb_execution_mode = "off"``); no link check."""
+    cmd = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-b", "html", "-j", "1", "-q"]
+    cmd += ["-d", str(tmp_path / "doctrees"), str(ROOT / "docs"), str(tmp_path / "html")]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, (
+        f"sphinx-build -W failed (exit {proc.returncode}):\n"
+        f"{proc.stderr[-6000:]}{proc.stdout[-2000:]}"
+    )
+    assert (tmp_path / "html" / "index.html").exists()
+    for nb in EXPECTED:
+        page = tmp_path / "html" / "notebooks" / nb.replace(".ipynb", ".html")
+        assert page.exists(), f"{page.name}: notebook page missing from the site"

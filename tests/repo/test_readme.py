@@ -20,9 +20,9 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.S | re.M)
 
 
-def examples() -> list[tuple[str, str, int]]:
+def examples(path: Path = README) -> list[tuple[str, str, int]]:
     """(code, expected output, line number) of each python block followed by an output block."""
-    text = README.read_text()
+    text = path.read_text()
     blocks = [(m.group(1), m.group(2), m.start(), m.end()) for m in _FENCE.finditer(text)]
     found = []
     for (lang, code, start, end), (lang2, out, start2, _) in itertools.pairwise(blocks):
@@ -78,3 +78,14 @@ def test_package_docstring_names_every_module():
     for info in pkgutil.iter_modules(pl.__path__):
         if not info.name.startswith("_"):
             assert f"precision_lab.{info.name}`" in (pl.__doc__ or ""), info.name
+
+
+def test_docs_examples_are_readme_examples():
+    """The guide pages of docs/ show README examples with their output; the README tests above
+    run them, so a page must show exactly a README pair (update both together)."""
+    readme = {(code, out) for code, out, _ in EXAMPLES}
+    pages = sorted((README.parent / "docs").glob("*.md"))
+    shown = [(page.name, line, code, out) for page in pages for code, out, line in examples(page)]
+    assert len(shown) >= 8, [(name, line) for name, line, _, _ in shown]
+    stale = [f"{name}:{line}" for name, line, code, out in shown if (code, out) not in readme]
+    assert not stale, f"examples that are not README examples (or differ from them): {stale}"
