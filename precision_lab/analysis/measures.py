@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 import threading
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -716,8 +715,8 @@ def _fmt_of(a: np.ndarray) -> FloatFormat:
     """The ULP unit of ``a``: its dtype's format, or the narrower format of :data:`_GRIDS` whose
     grid holds every finite value of a float32/float64 ``a`` (with at least
     :data:`_GRID_MIN_VALUES` distinct non-zero ones, the narrowest format alone at its width);
-    where two formats of the narrowest width both hold them, a warning says so and the dtype's
-    format is kept."""
+    where two formats of the narrowest width both hold them, the dtype's format is kept (the
+    result's ``.fmt`` says which unit was used)."""
     name = a.dtype.name
     try:
         own = _float_format(name)
@@ -737,16 +736,7 @@ def _fmt_of(a: np.ndarray) -> FloatFormat:
             on = bool(np.array_equal(round_to(v, f, overflow="saturate"), v))
         if on:
             holding.append(f)
-    if len(holding) == 1:
-        return holding[0]
-    if holding:
-        warnings.warn(
-            f"approx's values all lie on the grids of {', '.join(map(str, holding))}: ULPs are "
-            f"counted in {own}, approx's dtype; pass fmt= to count them in one of those",
-            UserWarning,
-            stacklevel=3,
-        )
-    return own
+    return holding[0] if len(holding) == 1 else own
 
 
 def error_stats(approx: Any, reference: Any, *, fmt: str | FloatFormat | None = None) -> ErrorStats:
@@ -757,8 +747,8 @@ def error_stats(approx: Any, reference: Any, *, fmt: str | FloatFormat | None = 
     values that all lie on a narrower format's grid (``round_to(x, "e4m3")`` is float32) are
     counted in that format: the narrowest of e3m2, e2m3, e4m3, e5m2, bf16, fp16, tf32 that holds
     every finite value, when at least 8 distinct non-zero values pin it down (never FP4, whose 7
-    magnitudes cannot) and no other format of the same width holds them too (then a warning asks
-    for ``fmt=``). The ULP of a
+    magnitudes cannot) and no other format of the same width holds them too (else the dtype's
+    format: pass ``fmt=``). The ULP of a
     reference value is the spacing of ``fmt`` at it (:meth:`FloatFormat.ulp`); ``.fmt`` of the
     result names the unit used. Sums of squares are kept scaled, so
     ``normwise`` and ``snr_db`` are right for any finite magnitudes (1e-160 or 1e300 included).
