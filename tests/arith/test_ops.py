@@ -530,3 +530,28 @@ def test_cumsum_under_every_order_is_the_sum_of_each_prefix(acc) -> None:
         want = ops.sum(x[:, : i + 1], accumulator=acc, axis=1)
         assert np.array_equal(got[i], want), i
     assert ops.cumsum(np.zeros((2, 0)), accumulator=acc, axis=1).shape == (2, 0)
+
+
+def test_reductions_round_inputs_like_gemm():
+    """Issue 22 item 9: dot told the user to pass input_rounding=, which it did not take, and
+    refused off-grid inputs that gemm rounds. Now sum, dot and cumsum take gemm's
+    input_rounding (default nearest_even) with input_format, and 'exact' refuses."""
+    rng = np.random.default_rng(5)
+    x, y = rng.standard_normal(64), rng.standard_normal(64)
+    acc = pl.Accumulator("fp32")
+    want = pl.gemm(x[None], y[:, None], input_format="bf16", accumulator=acc)[0, 0]
+    got = pl.ops.dot(x, y, input_format="bf16", accumulator=acc)
+    assert got.view(np.uint32) == np.float32(want).view(np.uint32)
+    xr, yr = pl.round_to(x, "bf16"), pl.round_to(y, "bf16")  # rounded first: the same bits
+    assert pl.ops.dot(xr, yr, accumulator=acc) == got
+    down = pl.ops.dot(x, y, input_format="bf16", accumulator=acc, input_rounding="down")
+    xd, yd = pl.round_to(x, "bf16", rounding="down"), pl.round_to(y, "bf16", rounding="down")
+    assert down == pl.ops.dot(xd, yd, accumulator=acc)
+    for fn, args in ((pl.ops.dot, (x, y)), (pl.ops.sum, (x,)), (pl.ops.cumsum, (x,))):
+        with pytest.raises(ValueError, match="not on the bf16 grid"):
+            fn(*args, input_format="bf16", input_rounding="exact")
+    s = pl.ops.sum(x, input_format="bf16", accumulator="bf16")
+    assert s == pl.ops.sum(pl.round_to(x, "bf16"), accumulator="bf16")
+    c = pl.ops.cumsum(x, input_format="bf16", accumulator="bf16")
+    assert np.array_equal(c, pl.ops.cumsum(pl.round_to(x, "bf16"), accumulator="bf16"))
+    assert c[-1] == s

@@ -45,6 +45,7 @@ from ...core.inputs import as_numpy
 from ...core.rounding import STOCHASTIC_MODES, _fits_float32, as_float_array, round_to
 from ...gemm.accumulator import Accumulator, _float_format
 from ...gemm.reference import _as_accumulator, gemm
+from ...gemm.reference import _on_grid as _put_on_grid
 
 __all__ = ["cumsum", "dot", "sum"]
 
@@ -70,6 +71,17 @@ def _input_format(values: list[np.ndarray], acc: Accumulator, given: Any) -> Flo
         "the values are not on the grid of the accumulator's format or of fp32: pass "
         "input_format=, or round them first (e.g. pl.round_to(x, 'fp32'))"
     )
+
+
+def _input_rounding(input_format: Any, input_rounding: str) -> str:
+    """How the reductions put their inputs on the input grid, as :func:`precision_lab.gemm`
+    does: ``input_rounding`` when ``input_format`` is given; values already on an inferred grid
+    otherwise ("exact")."""
+    if not isinstance(input_rounding, str):
+        raise TypeError(
+            f"input_rounding must be a rounding mode or 'exact', got {input_rounding!r}"
+        )
+    return "exact" if input_format is None else input_rounding
 
 
 def _on_grid(v: np.ndarray, f: FloatFormat) -> bool:
@@ -134,11 +146,17 @@ def sum(
     axis: int | None = None,
     input_format: str | FloatFormat | None = None,
     out_format: str | FloatFormat | None = None,
+    input_rounding: str = "nearest_even",
 ) -> np.ndarray:
     """Sum of ``x`` along ``axis`` (``None``: all elements) under ``accumulator``.
 
     ``accumulator``: an :class:`~precision_lab.Accumulator` or a format name (sequential,
     round-to-nearest-even); default fp32. The result has ``x``'s shape without ``axis``.
+
+    Inputs, as in :func:`precision_lab.gemm`: with ``input_format`` given, values off its grid
+    are rounded onto it once with ``input_rounding`` (default ``nearest_even``; ``"exact"``
+    refuses them); without it, the values must lie on the accumulator's format's grid or
+    fp32's, which is then the input format.
 
     >>> import numpy as np, precision_lab as pl
     >>> h = pl.round_to(1.0 / np.arange(1, 601), "fp16")
@@ -149,6 +167,7 @@ def sum(
     v = _axis_last(_values(x, "x"), axis)
     fin = _input_format([v], acc, input_format)
     out_fmt = _out_format(acc, out_format)
+    mode = _input_rounding(input_format, input_rounding)
     # the inner products of the rows with one column of ones: what dot(v, ones) computes (the
     # same order, events and words), without a broadcast copy of the ones
     k = v.shape[-1]
@@ -163,7 +182,7 @@ def sum(
             input_format=fin,
             accumulator=acc,
             out_format=out_fmt,
-            input_rounding="exact",
+            input_rounding=mode,
             backend="numpy",
         )
         return np.asarray(d).reshape(-1)
@@ -187,8 +206,14 @@ def dot(
     axis: int = -1,
     input_format: str | FloatFormat | None = None,
     out_format: str | FloatFormat | None = None,
+    input_rounding: str = "nearest_even",
 ) -> np.ndarray:
     """Inner products ``sum_k x[..., k] * y[..., k]`` along ``axis`` (x and y broadcast).
+
+    Defaults as :func:`precision_lab.gemm`'s: the accumulator is fp32 (sequential, nearest
+    even); with ``input_format`` given, x and y are rounded onto its grid once with
+    ``input_rounding`` (default ``nearest_even``; ``"exact"`` refuses values off the grid);
+    without it they must lie on the accumulator's format's grid or fp32's.
 
     >>> import numpy as np, precision_lab as pl
     >>> x = np.full(1024, 0.1015625)   # on the bf16 grid
@@ -206,6 +231,7 @@ def dot(
         ) from None
     fin = _input_format([xa, ya], acc, input_format)
     out_fmt = _out_format(acc, out_format)
+    mode = _input_rounding(input_format, input_rounding)
     xb = np.broadcast_to(xa, shape)
     yb = np.broadcast_to(ya, shape)
     d = gemm(
@@ -215,7 +241,7 @@ def dot(
         input_format=fin,
         accumulator=acc,
         out_format=out_fmt,
-        input_rounding="exact",
+        input_rounding=mode,
         backend="numpy",
     )
     return np.asarray(d).reshape(shape[:-1])
@@ -227,9 +253,11 @@ def cumsum(
     accumulator: Accumulator | str | FloatFormat | None = None,
     axis: int | None = None,
     input_format: str | FloatFormat | None = None,
+    input_rounding: str = "nearest_even",
 ) -> np.ndarray:
     """Running sums of ``x`` along ``axis`` (``None``: the flattened array), each partial sum
-    rounded to the accumulator's format.
+    rounded to the accumulator's format. Inputs as in :func:`sum` (``input_format``,
+    ``input_rounding``).
 
     ``sequential`` and ``compensated`` orders run one pass (each partial sum is the running
     state). Under every other order (pairwise, blocked, block_fma, promotion, product formats)
@@ -254,13 +282,22 @@ def cumsum(
         return empty if axis is None else np.moveaxis(empty, -1, axis)
     if not one_pass or acc.promote_every is not None or acc.product_format is not None:
         parts = [
-            sum(v[..., : i + 1], accumulator=acc, axis=-1, input_format=input_format)
+            sum(
+                v[..., : i + 1],
+                accumulator=acc,
+                axis=-1,
+                input_format=input_format,
+                input_rounding=input_rounding,
+            )
             for i in range(v.shape[-1])
         ]
         res = np.stack(parts, axis=-1)
         return res if axis is None else np.moveaxis(res, -1, axis)
     v = np.ascontiguousarray(v).astype(np.float64)
-    _input_format([v], acc, input_format)  # values on a <= 26-bit grid (as sum and dot)
+    fin = _input_format([v], acc, input_format)  # values on a <= 26-bit grid (as sum and dot)
+    mode = _input_rounding(input_format, input_rounding)
+    seed_in = 0 if acc.seed is None else acc.seed  # stochastic input rounding: as gemm does
+    v = np.ascontiguousarray(_put_on_grid(v, fin, "x", mode, seed_in))
     rows = v.reshape(-1, v.shape[-1]) if v.ndim else v.reshape(1, 1)
     n_rows, K = rows.shape
     fmt = acc.format
