@@ -87,7 +87,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.formats import FloatFormat, get_format
+from ..core.formats import FloatFormat
 from ..core.inputs import as_numpy
 from ..core.random_words import check_seed
 from ..core.rounding import (
@@ -100,10 +100,9 @@ from ..core.rounding import (
 from ..gemm.accumulator import Accumulator
 from ..gemm.reference import gemm
 from . import ops
+from .ops.call import float_format
 
 __all__ = ["Emulated", "EmulationContext", "emulate"]
-
-_FP64 = get_format("fp64")
 
 
 @dataclass
@@ -141,19 +140,6 @@ class EmulationContext:
         return acc
 
 
-def _float_format(fmt: Any) -> FloatFormat:
-    """``fmt`` as a FloatFormat of at most 51 significant bits, or fp64 (ValueError otherwise)."""
-    f = get_format(fmt)
-    if not isinstance(f, FloatFormat):
-        raise ValueError(f"fmt must be a floating-point format, got integer format {f}")
-    if f.precision > 51 and f != _FP64:
-        raise ValueError(
-            f"fmt {f} has {f.precision} significant bits: Emulated arrays support at most 51 "
-            "(exact single rounding via round-to-odd in float64), or fp64 itself"
-        )
-    return f
-
-
 def emulate(
     x: Any,
     fmt: Any,
@@ -184,7 +170,7 @@ def emulate(
     >>> float(pl.emulate(a, "bf16") @ b), float(pl.emulate(a, "bf16", fma=False) @ b)
     (1.7578125, 1.765625)
     """
-    f = _float_format(fmt)
+    f = float_format(fmt, user="Emulated arrays")
     o = check_options(rounding, overflow, subnormals, seed, None)
     if not isinstance(fma, bool):
         raise TypeError(f"fma must be True or False, got {fma!r}")
@@ -253,6 +239,7 @@ def _holds(big: FloatFormat, small: FloatFormat) -> bool:
     quantum there, which must be a multiple of ``big``'s quantum there (and ``big`` must have
     values in that binade and up to ``small.max``).
 
+    >>> from precision_lab import get_format
     >>> bf16, fp16, e4m3 = (get_format(n) for n in ("bf16", "fp16", "e4m3"))
     >>> _holds(bf16, e4m3), _holds(e4m3, bf16), _holds(bf16, fp16), _holds(fp16, bf16)
     (True, False, False, False)

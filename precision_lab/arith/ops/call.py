@@ -47,14 +47,15 @@ __all__ = ["BinaryOp", "Call", "UnaryOp", "binary_op", "float_format", "unary_op
 _FP64 = get_format("fp64")
 
 
-def float_format(fmt: Any, name: str = "fmt") -> FloatFormat:
-    """``fmt`` as a FloatFormat of at most 51 significant bits or fp64 (ValueError otherwise)."""
+def float_format(fmt: Any, name: str = "fmt", user: str = "the ops") -> FloatFormat:
+    """``fmt`` as a FloatFormat of at most 51 significant bits or fp64 (ValueError otherwise,
+    saying that ``user``, the ops or Emulated arrays, supports no more)."""
     f = get_format(fmt)
     if not isinstance(f, FloatFormat):
         raise ValueError(f"{name} must be a floating-point format, got integer format {f}")
     if f.precision > 51 and f != _FP64:
         raise ValueError(
-            f"{name} {f} has {f.precision} significant bits: the ops support at most 51 "
+            f"{name} {f} has {f.precision} significant bits: {user} support at most 51 "
             "(exact single rounding via round-to-odd in float64), or fp64 itself"
         )
     return f
