@@ -149,6 +149,7 @@ MOVED = {
     "gpu": "backends.gpu",
     "quantization": "quant.integer",
     "blocks": "quant.blocks",
+    "ops": "arith.ops",
     "emulated": "arith.emulated",
     "bounds": "analysis.bounds",
     "gradients": "scaling.gradients",
@@ -192,7 +193,9 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module.__spec__ = self._specs.pop(module.__name__, module.__spec__)
 
 
-sys.meta_path.append(_MovedModules())
+# first: a moved package's submodules must resolve at their new path, not be found again by the
+# path finder under the parent alias's __path__ (which would run them a second time)
+sys.meta_path.insert(0, _MovedModules())
 
 
 def __getattr__(name: str) -> ModuleType:
