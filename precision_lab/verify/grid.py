@@ -81,6 +81,7 @@ from ..core.rounding import round_to
 from ..core.version import __version__
 from ..gemm import Accumulator, gemm
 from ..training import RUNS, TrainConfig, train
+from . import progress as _progress
 from .progress import is_terminal, local_progress
 
 INSTALL = 'pip install "precision_lab[dask]"'
@@ -100,8 +101,6 @@ __all__ = [
 ]
 
 KINDS = ("train", "gemm")
-#: how long connecting to a scheduler address may take before it is an error
-CONNECT_TIMEOUT = "10s"
 _LOCAL = ("processes", "threads", "sync")
 _GEMM_DEFAULTS: dict[str, Any] = {
     "m": 32,
@@ -492,7 +491,7 @@ def _compute(cfgs: list[dict[str, Any]], client: Any, quiet: bool) -> list[dict[
     from distributed import Client, progress
 
     if isinstance(client, str):
-        with Client(client, timeout=CONNECT_TIMEOUT) as own:
+        with Client(client, timeout=_progress.CONNECT_TIMEOUT) as own:
             return _compute(cfgs, own, quiet)
     if not isinstance(client, Client):
         raise ValueError(

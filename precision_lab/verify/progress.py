@@ -1,4 +1,5 @@
-"""Progress of a sweep or grid on Dask: a live bar on a terminal, plain lines in a log.
+"""Running a sweep or grid on Dask: the scheduler connection's timeout, and progress (a live bar
+on a terminal, plain lines in a log).
 
 A ``\\r``-updated bar written into a captured log (CI, ``nohup``, a notebook's stored output)
 becomes one long garbled line; so where stdout is not a terminal, progress is a few plain lines
@@ -20,7 +21,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-__all__ = ["is_terminal", "local_progress"]
+__all__ = ["CONNECT_TIMEOUT", "is_terminal", "local_progress"]
+
+#: how long connecting to a scheduler address may take before it is an error (dask's default,
+#: 30 s, left a mistyped address hanging that long)
+CONNECT_TIMEOUT = "10s"
 
 
 def is_terminal(stream: TextIO | None = None) -> bool:

@@ -68,6 +68,7 @@ from ..core.formats import FloatFormat, get_format
 from ..core.pool import use_workers
 from ..core.rounding import check_choice, check_rounding, round_to
 from ..core.version import __version__
+from . import progress as _progress
 from .oracles import ORACLES, nan_codes
 from .progress import is_terminal, local_progress
 
@@ -94,8 +95,6 @@ INPUTS: dict[str, tuple[int, Any]] = {
 }
 _UINT = {32: np.uint32, 16: np.uint16}
 #: Dask's local schedulers, accepted as ``client``
-#: how long connecting to a scheduler address may take before it is an error
-CONNECT_TIMEOUT = "10s"
 _LOCAL = ("threads", "processes", "sync")
 
 
@@ -758,7 +757,7 @@ def _compute(
     from distributed import Client
 
     if isinstance(client, str):
-        with Client(client, timeout=CONNECT_TIMEOUT) as own:
+        with Client(client, timeout=_progress.CONNECT_TIMEOUT) as own:
             return _on_client(own, spec, todo, folder, quiet)
     if not isinstance(client, Client):
         raise ValueError(

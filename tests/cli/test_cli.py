@@ -643,13 +643,13 @@ def test_cli_missing_torch_and_dead_scheduler_are_one_line(capsys, monkeypatch):
     connect timeout, not a traceback after 30 s)."""
     import importlib.util
 
-    from precision_lab.verify import sweep
+    from precision_lab.verify import progress
 
     if importlib.util.find_spec("torch") is None:
         rc, _, err = run(capsys, "verify", "e4m3", "--against", "torch", "--input", "float16")
         assert rc == 1 and "needs torch" in err and len(err.strip().splitlines()) == 1
     pytest.importorskip("distributed")
-    monkeypatch.setattr(sweep, "CONNECT_TIMEOUT", "1s")
+    monkeypatch.setattr(progress, "CONNECT_TIMEOUT", "1s")
     rc, _, err = run(
         capsys, "verify", "e4m3", "--input", "float16", "--scheduler", "tcp://127.0.0.1:1"
     )
