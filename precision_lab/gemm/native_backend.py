@@ -56,7 +56,7 @@ from ..core.rounding import (
     is_stochastic,
     round_to,
 )
-from .accumulator import Accumulator
+from .accumulator import ZERO_EXPONENT, Accumulator
 from .shapes import gemm_shapes
 
 __all__ = ["available", "covers", "fma32_applies", "gemm", "isa"]
@@ -93,12 +93,6 @@ def covers(accumulator: Accumulator, **_: Any) -> bool:
         return False
     if accumulator.order in ("blas", "compensated"):
         return False
-    if (
-        accumulator.overflow == "infinity"
-        or accumulator.zeros_in_anchor
-        or accumulator.zero_sign != "ieee"
-    ):
-        return False  # special-value rules of the spec not compiled yet: numpy computes them
     return not (accumulator.order == "block_fma" and (accumulator.block or 1) > _MAX_BLOCK)
 
 
@@ -188,6 +182,9 @@ def _run_generic(
         EB = np.empty(B.shape, np.int16)
         _ext.align_exponents(A, int(params[17]), EA)
         _ext.align_exponents(B, int(params[18]), EB)
+        if params[28]:  # zeros_in_anchor: a zero aligns with exponent ZERO_EXPONENT
+            EA[A == 0] = ZERO_EXPONENT
+            EB[B == 0] = ZERO_EXPONENT
         if flags & 4:
             B32 = B.astype(np.float32)  # exact: B is on a grid that float32 holds
     else:
@@ -268,6 +265,7 @@ def fma32_applies(acc: Accumulator, fa: FloatFormat, fb: FloatFormat, out_fmt: F
         and acc.format == _FP32
         and acc.rounding == "nearest_even"
         and acc.subnormals == "keep"
+        and acc.zero_sign == "ieee"
         and acc.product_format is None
         and acc.promote_every is None
         and _fits_float32(fa)
