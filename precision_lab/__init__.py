@@ -8,7 +8,8 @@ Main entry points (all at the top level, ``import precision_lab as pl``):
 * casts: ``pl.round_to(x, fmt, rounding=..., overflow=..., subnormals=..., seed=...)``,
   ``pl.encode`` / ``pl.decode`` (values <-> codes)
 * quantization: ``pl.quantize`` / ``pl.dequantize`` / ``pl.calibrate`` (INT8 ...),
-  ``pl.round_to_blocks`` / ``pl.quantize_blocks`` / ``pl.dequantize_blocks`` (MX, NVFP4 ...)
+  ``pl.round_to_blocks`` / ``pl.quantize_blocks`` / ``pl.dequantize_blocks`` (MX, NVFP4 ...),
+  ``pl.hadamard`` (blockwise random Hadamard rotations)
 * GEMM: ``pl.gemm(a, b, input_format=..., accumulator=...)``, ``pl.Accumulator``,
   ``pl.tensor_core("h100", "e4m3")``
 * analysis: ``pl.underflow_stats``, ``pl.pick_loss_scale``, ``pl.error_stats``,
@@ -83,6 +84,7 @@ from .quant import (
     dequantize,
     dequantize_blocks,
     get_block_format,
+    hadamard,
     quantize,
     quantize_blocks,
     round_to_blocks,
@@ -119,6 +121,7 @@ __all__ = [
     "get_format",
     "get_policy",
     "gradients",
+    "hadamard",
     "known_formats",
     "ops",
     "p3109",
