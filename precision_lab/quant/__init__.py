@@ -6,7 +6,8 @@ registry of MX, NVFP4 and 1x128/128x128 tiles), :mod:`.block_layout` (how a tens
 blocks, block maxima and scales), :mod:`.block_passes` (the chunked passes over the data, numpy
 and native) and :mod:`.blocks` (``quantize_blocks``, ``dequantize_blocks``, ``round_to_blocks``);
 the FP4-era recipe pieces: :mod:`.hadamard` (``hadamard``: blockwise random Hadamard rotations,
-exact or in a format's arithmetic).
+exact or in a format's arithmetic), :mod:`.recipes` (training recipes as frozen dataclasses: the
+formats, scale rules, rounding and rotations of each GEMM of a linear layer).
 
 May import: :mod:`precision_lab.core` and :mod:`precision_lab.backends`.
 
@@ -34,18 +35,24 @@ from .blocks import (
 )
 from .hadamard import hadamard, hadamard_matrix, random_signs
 from .integer import CALIBRATION_METHODS, Calibration, calibrate, dequantize, quantize
+from .recipes import RECIPES, GemmRole, Operand, Recipe, get_recipe
 
 __all__ = [
     "BLOCK_FORMATS",
     "CALIBRATION_METHODS",
+    "RECIPES",
     "SCALE_RULES",
     "BlockFormat",
     "Calibration",
+    "GemmRole",
+    "Operand",
     "QuantizedBlocks",
+    "Recipe",
     "calibrate",
     "dequantize",
     "dequantize_blocks",
     "get_block_format",
+    "get_recipe",
     "hadamard",
     "hadamard_matrix",
     "known_block_formats",
