@@ -231,7 +231,9 @@ def quantize_operand(
     """One GEMM operand as the recipe quantizes it, blocks along the contraction ``axis``.
 
     The optional random Hadamard rotation (signs of ``hadamard_seed``, default ``seed``; exact
-    arithmetic, float32 result) comes first, along ``axis``; then a block format gives
+    arithmetic, float32 result) comes first, along ``axis``, which is zero-padded to a multiple
+    of the rotation's size (the result is then longer along ``axis``; rotate the other operand
+    of the GEMM alike and the padding adds nothing to the product); then a block format gives
     :class:`QuantizedBlocks` (``pad=True`` where the axis is not a multiple of the block), an
     element format the rounded values (float32 or float64). Stochastic rounding uses ``seed`` too.
 
@@ -242,6 +244,12 @@ def quantize_operand(
     """
     a = np.asarray(x)
     if operand.hadamard is not None:
+        n = operand.hadamard
+        length = a.shape[axis]
+        if length % n:  # zeros to a multiple of the rotation: they add nothing to the product
+            width = [(0, 0)] * a.ndim
+            width[axis] = (0, -length % n)
+            a = np.pad(a, width)
         hs = seed if hadamard_seed is None else hadamard_seed
         a = hadamard(a, block=operand.hadamard, axis=axis, seed=hs).astype(np.float32)
     fmt = _resolve(operand.format)

@@ -4,6 +4,8 @@
   (Panferov et al., arXiv 2601.22813) on standard normal data: NVFP4 with round to nearest,
   Four Over Six, 16x16 blocks, and after a 128-point random Hadamard rotation with round to
   nearest and with stochastic rounding.
+* :func:`recipe_training`: the digits MLP trained under each recipe (FP32, BF16, MXFP8, NVFP4,
+  MXFP4 ...) on the same seeds: final test accuracy and loss per seed.
 * :func:`mx_scale_rule_numbers`: the MX scale rules (OCP floor, ceil, torchao's EVEN and RCEIL) on
   standard normal blocks of 32: the fraction of blocks each clips and the QSNR each gives, for
   MXFP4 and MXFP8 (E4M3).
@@ -28,6 +30,8 @@ import numpy as np
 from ..analysis.measures import quant_error
 from ..quant.blocks import clipped_fraction, get_block_format, round_to_blocks
 from ..quant.hadamard import hadamard
+from ..training import RUNS, train_seeds
+from ..training.recipe_model import recipe_model
 
 __all__ = [
     "MX_RULES",
@@ -36,6 +40,7 @@ __all__ = [
     "markdown",
     "mx_scale_rule_numbers",
     "quartet2_numbers",
+    "recipe_training",
 ]
 
 #: Quartet II's Table (arXiv 2601.22813): relative quadratic error on N(0, 1) and its effective
@@ -154,3 +159,31 @@ def markdown(
 def _isclose_published(value: float, published: float, digits: int, stderr: float) -> bool:
     """Within half a unit of the published last digit plus three standard errors."""
     return abs(value - published) <= 0.5 * 10.0**-digits + 3 * stderr + 1e-15 * math.fabs(value)
+
+
+def recipe_training(
+    recipes: tuple[str, ...] = (
+        "fp32",
+        "bf16",
+        "te_mxfp8",
+        "te_nvfp4",
+        "fp4_all_the_way",
+        "quartet",
+    ),
+    *,
+    seeds: tuple[int, ...] = (0, 1),
+    epochs: int = 10,
+) -> dict[str, dict[str, list[float]]]:
+    """Final test accuracy and training loss per seed of the digits MLP (``RUNS["fp32"]``: fp32
+    storage, SGD with momentum) trained ``epochs`` epochs with each recipe's GEMMs
+    (:class:`~precision_lab.training.recipe_model.RecipeMLP`); the same seeds (data split,
+    initial weights, batch order) for every recipe."""
+    cfg = RUNS["fp32"].replace(epochs=epochs)
+    out: dict[str, dict[str, list[float]]] = {}
+    for name in recipes:
+        runs = train_seeds(cfg, list(seeds), model=recipe_model(name))
+        out[name] = {
+            "test_acc": [float(r.test_acc[-1]) for r in runs],
+            "train_loss": [float(r.train_loss[-1]) for r in runs],
+        }
+    return out

@@ -68,14 +68,13 @@ class RecipeMLP(MLP):
         self, a: np.ndarray, b: np.ndarray, oa: Operand, ob: Operand, layer: int, role: int
     ) -> np.ndarray:
         """Per replica: ``a[r] @ b[r]`` with the operands quantized along the contraction."""
-        qa = np.empty(a.shape, dtype=np.float32)
-        qb = np.empty(b.shape, dtype=np.float32)
+        pa, pb = [], []
         for r in range(self.R):
             s = self._seed(r, layer, role)
-            qa[r] = self._q(a[r], oa, -1, s, s)
-            qb[r] = self._q(b[r], ob, 0, (s + 1) & _M64, s)
-        with np.errstate(over="ignore", invalid="ignore"):
-            return fixed_order_sum(qa, qb).astype(np.float32)
+            pa.append(self._q(a[r], oa, -1, s, s))
+            pb.append(self._q(b[r], ob, 0, (s + 1) & _M64, s))
+        with np.errstate(over="ignore", invalid="ignore"):  # (rotations may pad K alike)
+            return fixed_order_sum(np.stack(pa), np.stack(pb)).astype(np.float32)
 
     def forward(self, x: np.ndarray, *, train: bool = False) -> np.ndarray:
         """Logits (R, B, C) of batches ``x`` (R, B, D), the forward GEMMs as the recipe says."""

@@ -131,3 +131,16 @@ def test_with_rounding_and_bad_shapes() -> None:
         pl.apply_recipe(x, w[:, :32], dy, "fp32")
     with pytest.raises(ValueError, match="2-D"):
         pl.apply_recipe(x[0], w, dy, "fp32")
+
+
+def test_rotation_pads_the_contraction_axis() -> None:
+    """K = 40 is no multiple of the 32-point rotation: both operands are zero-padded alike."""
+    x, w, dy = data(m=40, k=40, n=24)
+    fp32 = Operand("fp32")
+    rot = Operand("fp32", hadamard=32)
+    r = Recipe("rot", GemmRole(rot, rot), GemmRole(fp32, fp32), GemmRole(rot, rot))
+    out = pl.apply_recipe(x, w, dy, r, seed=2)
+    exact = x.astype(np.float64) @ w.T.astype(np.float64)
+    assert np.allclose(out.y, exact, rtol=0, atol=1e-4 * np.abs(exact).max())
+    q = pl.apply_recipe(x, w, dy, "quartet", seed=2)  # MXFP4 blocks of 32 after padding
+    assert q.y.shape == (40, 24) and q.dw.shape == (24, 40)

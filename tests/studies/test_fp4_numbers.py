@@ -71,3 +71,10 @@ def test_mx_scale_rules_on_normal_blocks() -> None:
     assert f8["ceil"]["qsnr_db"] > f8["nearest_even"]["qsnr_db"] > f8["floor"]["qsnr_db"]
     text = fp4.markdown({k: fp4.Number(1e-3, 5.0, 0.0) for k in fp4.QUARTET2_PUBLISHED}, r)
     assert "| mxfp4_e2m1 | floor |" in text and "| nvfp4_rtn |" in text
+
+
+def test_recipe_training_compares_recipes_on_the_same_seeds() -> None:
+    r = fp4.recipe_training(("fp32", "te_nvfp4"), seeds=(0,), epochs=1)
+    assert set(r) == {"fp32", "te_nvfp4"}
+    assert len(r["fp32"]["test_acc"]) == 1 and 0 <= r["te_nvfp4"]["test_acc"][0] <= 1
+    assert r["fp32"]["train_loss"] != r["te_nvfp4"]["train_loss"]
