@@ -74,7 +74,7 @@ from .core import (
     round_to,
 )
 from .core.version import __version__
-from .gemm import Accumulator, gemm, gemm_blocks, tensor_core
+from .gemm import Accumulator, ProbeResult, gemm, gemm_blocks, probe_gemm, tensor_core
 from .quant import (
     BlockFormat,
     Calibration,
@@ -101,6 +101,7 @@ __all__ = [
     "FloatFormat",
     "IntFormat",
     "Policy",
+    "ProbeResult",
     "QuantizedBlocks",
     "__version__",
     "analysis",
@@ -123,6 +124,7 @@ __all__ = [
     "ops",
     "p3109",
     "pick_loss_scale",
+    "probe_gemm",
     "quantize",
     "quantize_blocks",
     "round_to",

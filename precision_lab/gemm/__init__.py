@@ -6,6 +6,7 @@ models of real tensor cores.
 * :func:`gemm` (:mod:`.reference`): ``c + a @ b`` under a model; numpy on the CPU, CuPy on the GPU.
 * :func:`tensor_core` (:mod:`.tensor_core`): models of NVIDIA tensor cores, checked bit for bit
   against measurements (:mod:`.validation` reads the measured data sets).
+* :func:`probe_gemm` (:mod:`.probe`): recover the accumulation model of a black-box matmul.
 * :func:`gemm_blocks` (:mod:`.blocks`): GEMM on block-quantized operands (MX, NVFP4, FP8 tiles).
 * :mod:`.native_backend` and :mod:`.cupy_backend`: the same models on the C++ kernels and on CUDA.
 
@@ -27,6 +28,7 @@ and native) and the test matrix; a new tensor-core preset is an entry of the tab
 
 from .accumulator import ORDERS, Accumulator
 from .blocks import gemm_blocks
+from .probe import ProbeResult, probe_gemm
 from .reference import gemm
 from .tensor_core import GPUS, tensor_core, tensor_core_formats
 
@@ -34,8 +36,10 @@ __all__ = [
     "GPUS",
     "ORDERS",
     "Accumulator",
+    "ProbeResult",
     "gemm",
     "gemm_blocks",
+    "probe_gemm",
     "tensor_core",
     "tensor_core_formats",
 ]

@@ -1,0 +1,1076 @@
+"""Why does my GEMM differ? Recover the accumulation model of a black-box matmul: :func:`probe_gemm`.
+
+Given a callable ``fn(a, b) -> d`` (numpy/BLAS, torch, a CuPy/cuBLAS call, or an emulation),
+:func:`probe_gemm` looks for an :class:`~precision_lab.gemm.accumulator.Accumulator` that
+reproduces ``fn`` bit for bit, with targeted inputs first and random inputs last:
+
+1. **Summation tree** (FPRev, Xie et al., USENIX ATC 2025). For every pair of leaves ``(i, j)``
+   (the ``K`` products, and ``c`` when ``fn`` takes one) the inputs put ``+M`` at ``i``, ``-M`` at
+   ``j`` and a small unit ``u`` everywhere else, with ``M / u`` so large that a unit meeting
+   ``M`` is absorbed. ``M`` and ``-M`` cancel exactly where their paths meet, so the result
+   counts the units added outside that meeting point: ``K - result / u`` is the number of leaves
+   under the lowest common ancestor of ``i`` and ``j``. That matrix determines the tree (a
+   multi-term fused node, as in a tensor core's block FMA, shows up as one node with many
+   children). The probe compares it with the tree of every order the Accumulator family has
+   (sequential, pairwise, blocked with each block length, block FMA with each block length
+   with the running sum aligned in the block or added after it, chained inner blocks) and of
+   where ``c`` enters. Units of both signs are tried, so directed rounding does not defeat it.
+2. **Accumulator precision** (Fasi et al. 2021, "Numerical behavior of NVIDIA tensor cores"):
+   ``1 + 2**-j`` summed in one step and ``-1`` in a later one gives ``2**-j`` exactly while
+   ``j`` is below the accumulator's precision (the output format's does not limit it: the
+   result is small).
+3. **Alignment bits** (block FMA): ``1 + 2**-j - 1`` inside one block gives ``2**-j`` exactly
+   while ``j`` is at most the number of fraction bits kept after alignment.
+4. **Exact products**: ``(1 + 2**-h)**2 - (1 + 2**-(h-1))`` is ``2**-2h`` only when the product
+   is not rounded before the addition (``h`` the input format's fraction bits).
+5. **Rounding mode, exponent range, overflow, rounding of a block sum**: the candidates left
+   (every rounding mode but stochastic; exponent widths; ``ieee``/``saturate`` overflow) are run
+   on the targeted cases and on random inputs of moderate and of extreme exponent spread, in
+   order of plausibility; the first that reproduces every case is the model.
+6. **Confirmation**: the model is run on ``cases`` fresh random inputs (``K`` from 1 to
+   ``max_k``, varied distributions); the confidence is the fraction reproduced bit for bit.
+
+What the family cannot express is reported, not forced: when the tree is none of the family's,
+or no candidate reproduces the targeted cases, ``accumulator`` is ``None``, ``failed`` names the
+property, and ``closest`` is the best candidate with its confidence. numpy's float32 reduction
+(``np.sum`` over a contiguous axis, ``pairwise_sum`` in ``numpy/_core/src/umath/loops_utils.h``)
+is such a case: below 8 terms it is a plain sequential loop (which the probe recovers exactly
+with ``max_k <= 7``); from 8 terms on it keeps 8 interleaved partial sums (every 8th term),
+combines them pairwise and adds the remainder sequentially, blocks of 128 are split in halves.
+An :class:`Accumulator` has no strided order, so the probe reports it as "summation tree not in
+the family" with the closest model and its confidence (decision: an honest "no" with the
+numbers beats a model that is wrong in a fraction of cases).
+
+A model found is valid for the shape and the ``K <= max_k`` it was probed with: BLAS libraries
+pick kernels by shape, and a block longer than ``max_k`` cannot be told from one block.
+Stochastic rounding is not probed (a seeded stochastic ``fn`` is deterministic but its random
+words are not the counter-based ones of :mod:`precision_lab.core.random_words`).
+
+>>> import precision_lab as pl
+>>> hidden = pl.tensor_core("a100", "fp16")
+>>> fn = lambda a, b: pl.gemm(a, b, input_format="fp16", accumulator=hidden)
+>>> res = pl.probe_gemm(fn, input_format="fp16", max_k=20, cases=256)
+>>> res.accumulator == hidden, res.confidence
+(True, 1.0)
+>>> print(res.accumulator.describe())
+block FMA of 8 products, 24 fraction bits kept after alignment, normalised into fp32 (toward_zero)
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..core.formats import FloatFormat, get_format
+from .accumulator import Accumulator, _float_format
+from .reference import gemm
+from .tensor_core import FP8_ACCUMULATOR
+
+__all__ = ["ProbeResult", "probe_gemm"]
+
+#: rounding modes the probe tells apart (stochastic ones are not probed)
+PROBE_MODES = ("nearest_even", "toward_zero", "nearest_away", "up", "down", "odd")
+
+_NAMED_ACCUMULATORS = ("fp32", "tf32", "fp16", "bf16")
+
+Case = tuple[np.ndarray, np.ndarray, float]  # (a_k, b_k, c) of one inner product
+Tree = Any  # a leaf index (int) or a tuple of subtrees
+
+
+@dataclass
+class ProbeResult:
+    """What :func:`probe_gemm` found.
+
+    Attributes
+    ----------
+    accumulator:
+        The model that reproduced every targeted and random case bit for bit, or ``None``.
+    closest:
+        The best candidate (the ``accumulator`` when one was found); ``None`` when the probe
+        stopped before any candidate (no usable tree).
+    confidence:
+        ``reproduced / tried`` of ``closest`` on the fresh random confirmation cases.
+    reproduced, tried:
+        Output elements reproduced bit for bit, and elements compared.
+    evidence:
+        Per property (``tree``, ``products``, ``precision``, ``alignment``, ``rounding``,
+        ``confirmation`` ...), what was measured.
+    failed:
+        ``None``, or the property no model of the family fits (``"summation tree"``,
+        ``"format and rounding"``, ``"confirmation"``).
+    tree:
+        The recovered summation tree: leaves are the product indices ``0 .. K-1`` and ``c``,
+        a parenthesised group is one addition (a fused node when it has more than two
+        children).
+    verdict:
+        One plain-language paragraph.
+    """
+
+    accumulator: Accumulator | None
+    closest: Accumulator | None
+    confidence: float
+    reproduced: int
+    tried: int
+    evidence: dict[str, str] = field(default_factory=dict)
+    failed: str | None = None
+    tree: str = ""
+    verdict: str = ""
+
+    def __str__(self) -> str:
+        lines = [self.verdict, ""]
+        lines += [f"  {key}: {text}" for key, text in self.evidence.items()]
+        return "\n".join(lines)
+
+
+# ----- the black box -----------------------------------------------------------------------------
+def _dtype_for(fmt: FloatFormat) -> np.dtype:
+    """The numpy (or ml_dtypes) dtype inputs on ``fmt``'s grid are handed to ``fn`` in."""
+    import ml_dtypes
+
+    table: dict[str, Any] = {
+        "fp64": np.float64,
+        "fp32": np.float32,
+        "tf32": np.float32,
+        "fp16": np.float16,
+        "bf16": ml_dtypes.bfloat16,
+        "e4m3": ml_dtypes.float8_e4m3fn,
+        "e5m2": ml_dtypes.float8_e5m2,
+        "e4m3fnuz": ml_dtypes.float8_e4m3fnuz,
+        "e5m2fnuz": ml_dtypes.float8_e5m2fnuz,
+    }
+    name = str(fmt)
+    if name in table and get_format(name) == fmt:
+        return np.dtype(table[name])
+    fits32 = fmt.precision <= 24 and fmt.emax <= 127 and fmt.emin - fmt.mantissa_bits >= -149
+    return np.dtype(np.float32 if fits32 else np.float64)
+
+
+def _same(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Bitwise equality of float64 arrays (any NaN equals any NaN; the sign of zero counts)."""
+    return (x.view(np.int64) == y.view(np.int64)) | (np.isnan(x) & np.isnan(y))
+
+
+class _Box:
+    """Calls ``fn`` with inputs of the right dtype and checks what comes back."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        fin: FloatFormat,
+        fout: FloatFormat | None,
+        in_dtype: np.dtype,
+        shape: tuple[int, int],
+        with_c: bool,
+        max_calls: int,
+    ) -> None:
+        self.fn, self.fin, self.fout = fn, fin, fout
+        self.in_dtype, self.shape, self.with_c = in_dtype, shape, with_c
+        self.out_dtype: np.dtype | None = None
+        self.calls, self.max_calls = 0, max_calls
+
+    def c_array(self, c: np.ndarray) -> np.ndarray:
+        dt = self.out_dtype if self.out_dtype is not None else np.dtype(np.float32)
+        return c.astype(dt)
+
+    def __call__(self, a: np.ndarray, b: np.ndarray, c: np.ndarray | None) -> np.ndarray:
+        if self.calls >= self.max_calls:
+            raise RuntimeError(
+                f"probe_gemm: more than {self.max_calls} calls of fn (max_calls); "
+                "raise max_calls or lower max_k"
+            )
+        self.calls += 1
+        m, k = a.shape
+        n = b.shape[1]
+        args = [a.astype(self.in_dtype), b.astype(self.in_dtype)]
+        if self.with_c:
+            assert c is not None
+            args.append(self.c_array(c))
+        try:
+            out = self.fn(*args)
+        except Exception as exc:
+            raise RuntimeError(
+                f"fn raised {type(exc).__name__} on a of shape ({m}, {k}) and b of shape "
+                f"({k}, {n}) (dtype {self.in_dtype}): {exc}"
+            ) from exc
+        try:
+            d = np.asarray(out)
+        except Exception as exc:
+            raise TypeError(
+                f"fn must return an array numpy.asarray accepts, got {type(out).__name__}: {exc}"
+            ) from None
+        if d.shape != (m, n):
+            raise ValueError(
+                f"fn returned shape {d.shape} for a of shape ({m}, {k}) and b of shape "
+                f"({k}, {n}); expected ({m}, {n})"
+            )
+        if self.out_dtype is None:
+            self.out_dtype = d.dtype
+        elif d.dtype != self.out_dtype:
+            raise ValueError(
+                f"fn returned dtype {d.dtype} after returning {self.out_dtype}: the output "
+                "type must not change between calls"
+            )
+        try:
+            d64 = d.astype(np.float64)
+        except (TypeError, ValueError):
+            raise TypeError(f"fn must return floating-point values, got dtype {d.dtype}") from None
+        if d.dtype.kind in "iub":
+            raise TypeError(f"fn must return floating-point values, got dtype {d.dtype}")
+        return d64
+
+
+# ----- inputs -------------------------------------------------------------------------------------
+def _split(x: float, fin: FloatFormat) -> tuple[float, float] | None:
+    """``(a, b)`` on ``fin``'s grid with ``a * b == x`` (x a short-significand number), or None."""
+    if x == 0:
+        return 0.0, 1.0
+    mant, e = math.frexp(abs(x))
+    sig, ex = mant * 2, e - 1  # x = sig * 2**ex, 1 <= sig < 2
+    if (sig * 2**fin.mantissa_bits) % 1:
+        return None
+    sign = -1.0 if x < 0 else 1.0
+    lo_b = fin.emin - fin.mantissa_bits  # b is a power of two: subnormal powers are on the grid
+    best = None
+    for ea in sorted(range(fin.emin, fin.emax + 1), key=lambda t: abs(t - ex / 2)):
+        eb = ex - ea
+        a = sig * 2.0**ea
+        if lo_b <= eb <= fin.emax and a <= fin.max:
+            best = (sign * a, 2.0**eb)
+            break
+    return best
+
+
+def _vectors(values: Sequence[float], fin: FloatFormat) -> tuple[np.ndarray, np.ndarray] | None:
+    """Factor each term ``values[k]`` into ``a_k * b_k`` (None if one cannot be factored)."""
+    a = np.zeros(len(values))
+    b = np.ones(len(values))
+    for k, v in enumerate(values):
+        ab = _split(v, fin)
+        if ab is None:
+            return None
+        a[k], b[k] = ab
+    return a, b
+
+
+class _Lab:
+    """Packs inner products into calls of ``fn`` (one per diagonal element) and runs models."""
+
+    def __init__(self, box: _Box, fin: FloatFormat, shape: tuple[int, int]) -> None:
+        self.box, self.fin = box, fin
+        self.m, self.n = shape
+        self.calls: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]] = []
+        self.fout: FloatFormat = get_format("fp32")
+        self._masks: dict[int, np.ndarray] = {}
+
+    def run_cases(self, label: str, cases: Sequence[Case], k: int) -> np.ndarray:
+        """Results of ``fn`` on each case (its own a row and b column), in order."""
+        per = min(self.m, self.n)
+        out = np.empty(len(cases))
+        for start in range(0, len(cases), per):
+            chunk = cases[start : start + per]
+            a = np.zeros((self.m, k))
+            b = np.zeros((k, self.n))
+            c = np.zeros((self.m, self.n))
+            for i, (av, bv, cv) in enumerate(chunk):
+                a[i, : len(av)] = av
+                b[: len(bv), i] = bv
+                c[i, i] = cv
+            d = self.box(a, b, c)
+            idx = np.arange(len(chunk))
+            out[start : start + len(chunk)] = d[idx, idx]
+            mask = np.zeros((self.m, self.n), dtype=bool)
+            mask[idx, idx] = True
+            self.calls.append((label, a, b, c, d, False))
+            self._masks[len(self.calls) - 1] = mask
+        return out
+
+    def run_random(self, label: str, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+        d = self.box(a, b, c)
+        self.calls.append((label, a, b, c, d, True))
+        return d
+
+    def model(self, acc: Accumulator, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            d = gemm(
+                a,
+                b,
+                c if self.box.with_c else None,
+                input_format=self.fin,
+                accumulator=acc,
+                out_format=self.fout,
+            )
+        return np.asarray(d, dtype=np.float64)
+
+    def score(self, acc: Accumulator, calls: Sequence[int]) -> tuple[bool, float, str]:
+        """(reproduces every call?, calls reproduced (fractional), label of the first miss)."""
+        done = 0.0
+        for i in calls:
+            label, a, b, c, d, full = self.calls[i]
+            try:
+                got = self.model(acc, a, b, c)
+            except (ValueError, TypeError, NotImplementedError):
+                return False, done, label
+            same = _same(got, d)
+            if not full:
+                same = same[self._masks[i]]
+            if not same.all():
+                return False, done + float(same.mean()), label
+            done += 1
+        return True, done, ""
+
+
+def _grid(x: np.ndarray, fmt: FloatFormat) -> np.ndarray:
+    from ..core.rounding import round_to
+
+    with np.errstate(all="ignore"):
+        return np.asarray(round_to(x, fmt, overflow="saturate"), dtype=np.float64)
+
+
+def _random_inputs(
+    rng: np.random.Generator, fin: FloatFormat, fout: FloatFormat, m: int, k: int, n: int, kind: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Random a, b (on ``fin``'s grid) and c (on ``fout``'s) of one of several distributions."""
+    span = {"moderate": 3, "wide": None, "cancel": 3, "ints": 0}[kind]
+    if span is None:  # exponents over most of the input range (products over and under flow)
+        lo, hi = max(fin.emin - 2, -60), min(fin.emax, 60)
+        ea = rng.integers(lo, hi + 1, size=(m, k))
+        eb = rng.integers(lo, hi + 1, size=(k, n))
+    else:
+        ea = rng.integers(-span, span + 1, size=(m, k))
+        eb = rng.integers(-span, span + 1, size=(k, n))
+    if kind == "ints":
+        a = rng.integers(-8, 9, size=(m, k)).astype(np.float64)
+        b = rng.integers(-8, 9, size=(k, n)).astype(np.float64)
+    else:
+        a = rng.choice([-1.0, 1.0], size=(m, k)) * rng.uniform(1, 2, size=(m, k)) * 2.0**ea
+        b = rng.choice([-1.0, 1.0], size=(k, n)) * rng.uniform(1, 2, size=(k, n)) * 2.0**eb
+    if kind == "cancel" and k > 1:  # a large first term and its near-negative further on
+        a[:, 0] *= 2.0**10
+        j = rng.integers(1, k, size=m)
+        a[np.arange(m), j] = -a[:, 0] * rng.uniform(0.98, 1.02, size=m)
+        b[j, :] = b[0, :]
+    a, b = _grid(a, fin), _grid(b, fin)
+    c = _grid(rng.standard_normal((m, n)) * 2.0 ** rng.integers(-3, 4, size=(m, n)), fout)
+    if kind == "cancel":
+        c = _grid(c * 2.0**8, fout)
+    return a, b, c
+
+
+# ----- summation trees ---------------------------------------------------------------------------
+def _chain(start: Tree | None, items: Sequence[Tree]) -> Tree | None:
+    node = start
+    for it in items:
+        node = it if node is None else (node, it)
+    return node
+
+
+def _fused(start: Tree | None, items: Sequence[Tree]) -> Tree | None:
+    kids = ([start] if start is not None else []) + list(items)
+    if not kids:
+        return start
+    return kids[0] if len(kids) == 1 else tuple(kids)
+
+
+def _family_tree(spec: dict[str, Any], k: int, with_c: bool) -> Tree:
+    """The summation tree of an Accumulator order (spec of its structural fields)."""
+    c = k if with_c else None
+    prods = list(range(k))
+    order = spec["order"]
+    if order == "sequential":
+        return _chain(c, prods)
+    if order == "pairwise":
+        level: list[Tree] = list(prods)
+        while len(level) > 1:
+            nxt = [(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
+            if len(level) % 2:
+                nxt.append(level[-1])
+            level = nxt
+        return _chain(c, level)
+    blk = spec["block"]
+    starts = range(0, k, blk)
+    if order == "blocked":
+        return _chain(c, [_chain(None, prods[s : s + blk]) for s in starts])
+    if spec.get("addend", "in_block") == "in_block":
+        node: Tree | None = c
+        for s in starts:
+            node = _fused(node, prods[s : s + blk])
+        return node
+    inner, runs = spec.get("inner_block"), spec.get("inner_interleave")
+    sums = []
+    for s in starts:
+        members = prods[s : s + blk]
+        if inner is None:
+            sums.append(_fused(None, members))
+            continue
+        parts = blk // inner
+        q = runs or inner
+        t: Tree | None = None
+        for i in range(parts):
+            t = _fused(t, [p for p in members if ((p - s) // q) % parts == i])
+        sums.append(t)
+    return _chain(c, sums)
+
+
+def _lca_sizes(tree: Tree, n: int) -> np.ndarray:
+    """Matrix of leaf counts under the lowest common ancestor of each pair of leaves."""
+    out = np.zeros((n, n), dtype=np.int64)
+
+    def walk(node: Tree) -> list[int]:
+        if not isinstance(node, tuple):
+            return [node]
+        kids = [walk(ch) for ch in node]
+        size = sum(len(x) for x in kids)
+        for x, y in itertools.combinations(kids, 2):
+            out[np.ix_(x, y)] = size
+            out[np.ix_(y, x)] = size
+        return [leaf for x in kids for leaf in x]
+
+    if n:
+        walk(tree)
+    return out
+
+
+def _structures(k: int) -> Iterator[dict[str, Any]]:
+    """Every structure of the family, simplest first."""
+    yield {"order": "sequential"}
+    yield {"order": "pairwise"}
+    for b in range(2, k):
+        yield {"order": "blocked", "block": b}
+    for b in range(1, k + 1):
+        yield {"order": "block_fma", "block": b, "addend": "in_block"}
+    for b in range(2, k + 1):
+        yield {"order": "block_fma", "block": b, "addend": "after_block"}
+    for b in (2**i for i in range(2, 8)):
+        if b > k:
+            break
+        for inner in (2**i for i in range(1, 7)):
+            if inner >= b:
+                break
+            for runs in (2**i for i in range(0, 7)):
+                if runs > inner:
+                    break
+                if runs == inner:
+                    runs_field = None
+                else:
+                    runs_field = runs
+                yield {
+                    "order": "block_fma",
+                    "block": b,
+                    "addend": "after_block",
+                    "inner_block": inner,
+                    "inner_interleave": runs_field,
+                }
+
+
+def _tree_from_sizes(sizes: np.ndarray) -> Tree | None:
+    """Rebuild a tree from its LCA leaf counts (None when they are not those of a tree)."""
+    n = len(sizes)
+    clusters = {frozenset(range(n))}
+    for i in range(n):
+        for s in sorted(set(sizes[i].tolist()) - {0}):
+            group = frozenset([i] + [j for j in range(n) if j != i and sizes[i, j] <= s])
+            if len(group) != s:
+                return None
+            clusters.add(group)
+    ordered = sorted(clusters, key=len)
+    for x, y in itertools.combinations(ordered, 2):
+        if x & y and not x <= y:
+            return None
+
+    def build(group: frozenset[int]) -> Tree:
+        inside = [g for g in ordered if g < group]
+        maximal = [g for g in inside if not any(g < h for h in inside)]
+        covered = set().union(*maximal) if maximal else set()
+        kids = [build(g) for g in maximal] + [j for j in group if j not in covered]
+        kids.sort(key=lambda t: min(_leaves(t)))
+        return tuple(kids)
+
+    return build(frozenset(range(n))) if n > 1 else 0
+
+
+def _leaves(t: Tree) -> list[int]:
+    return [t] if not isinstance(t, tuple) else [x for ch in t for x in _leaves(ch)]
+
+
+def _render(t: Tree, k: int) -> str:
+    if not isinstance(t, tuple):
+        return "c" if t == k else str(t)
+    return "(" + " ".join(_render(ch, k) for ch in t) + ")"
+
+
+def _spec_text(spec: dict[str, Any]) -> str:
+    if spec["order"] in ("sequential", "pairwise"):
+        return spec["order"]
+    if spec["order"] == "blocked":
+        return f"blocked, block {spec['block']}"
+    txt = f"block FMA of {spec['block']} products, accumulator {spec['addend'].replace('_', ' ')}"
+    if spec.get("inner_block"):
+        txt += f", {spec['block'] // spec['inner_block']} chained inner blocks"
+        txt += f" of {spec['inner_block']} (runs of {spec.get('inner_interleave') or 'all'})"
+    return txt
+
+
+# ----- the probe ---------------------------------------------------------------------------------
+def probe_gemm(
+    fn: Callable[..., Any],
+    *,
+    input_format: str | FloatFormat = "fp32",
+    out_format: str | FloatFormat | None = None,
+    max_k: int = 64,
+    seed: int = 0,
+    with_c: bool = False,
+    cases: int = 2048,
+    shape: tuple[int, int] = (8, 8),
+    max_calls: int = 20000,
+) -> ProbeResult:
+    """Find an :class:`Accumulator` that reproduces the matmul ``fn`` bit for bit.
+
+    Parameters
+    ----------
+    fn:
+        ``fn(a, b) -> d`` with ``a`` of shape ``(M, K)``, ``b`` of shape ``(K, N)`` and ``d`` of
+        shape ``(M, N)`` (``fn(a, b, c)`` with ``with_c=True``: ``d = c + a @ b``, ``c`` of shape
+        ``(M, N)`` in ``d``'s dtype). ``a`` and ``b`` come in the dtype of ``input_format``
+        (float32 for fp32/tf32, float16, ml_dtypes bfloat16/float8 types). ``d`` may be any
+        float array ``numpy.asarray`` accepts. ``fn`` must be deterministic.
+    input_format:
+        The format of ``a`` and ``b`` (every input lies on its grid), at most 26 significant
+        bits (``fp32``, ``tf32``, ``fp16``, ``bf16``, FP8 ...).
+    out_format:
+        The format of ``d`` (and ``c``); ``None``: that of the dtype ``fn`` returns. Give it when
+        ``fn`` returns, say, fp16 values in float32 arrays.
+    max_k:
+        The longest reduction probed (2 to 256); the model is valid for ``K <= max_k``. The tree
+        probe costs ``max_k**2 / 2`` inner products.
+    seed:
+        Seed of the random confirmation inputs.
+    with_c:
+        Call ``fn(a, b, c)`` and find where ``c`` enters.
+    cases:
+        Output elements compared on fresh random inputs to confirm the model (the confidence).
+    shape:
+        ``(M, N)`` of every call (BLAS libraries choose kernels by shape: probe the shape you
+        care about).
+    max_calls:
+        Upper bound on calls of ``fn``.
+
+    Returns
+    -------
+    ProbeResult
+        ``accumulator`` (or ``None``), ``closest``, ``confidence``, ``evidence`` per property,
+        ``failed`` and a plain-language ``verdict``.
+
+    Raises
+    ------
+    ValueError
+        A bad argument, ``fn`` returning the wrong shape or not deterministic.
+    TypeError
+        ``fn`` returning something that is not a float array.
+    RuntimeError
+        ``fn`` raised (the message names the shapes it was called with), or more than
+        ``max_calls`` calls.
+
+    >>> import numpy as np, precision_lab as pl
+    >>> def loop(a, b):   # a plain float32 loop: products rounded to float32, then added
+    ...     d = np.zeros((a.shape[0], b.shape[1]), np.float32)
+    ...     for k in range(a.shape[1]):
+    ...         d += a[:, k : k + 1] * b[k : k + 1, :]
+    ...     return d
+    >>> res = pl.probe_gemm(loop, input_format="fp32", max_k=12, cases=256)
+    >>> print(res.accumulator.describe())
+    sequential sum in fp32 (nearest_even), products rounded to fp32 (nearest_even)
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    fin = _float_format(input_format, "input_format")
+    if fin.precision > 26:
+        raise ValueError(
+            f"input_format must have at most 26 significant bits (products exact in float64), "
+            f"got {fin} with {fin.precision}"
+        )
+    if isinstance(max_k, bool) or not isinstance(max_k, int) or not 2 <= max_k <= 256:
+        raise ValueError(f"max_k must be an int in 2..256, got {max_k!r}")
+    if isinstance(cases, bool) or not isinstance(cases, int) or cases < 1:
+        raise ValueError(f"cases must be a positive int, got {cases!r}")
+    if (
+        not isinstance(shape, tuple)
+        or len(shape) != 2
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in shape)
+    ):
+        raise ValueError(f"shape must be a pair of positive ints (M, N), got {shape!r}")
+    if isinstance(max_calls, bool) or not isinstance(max_calls, int) or max_calls < 1:
+        raise ValueError(f"max_calls must be a positive int, got {max_calls!r}")
+    if not isinstance(with_c, bool):
+        raise TypeError(f"with_c must be a bool, got {with_c!r}")
+    rng = np.random.default_rng(seed)
+    fout_given = None if out_format is None else _float_format(out_format, "out_format")
+    box = _Box(fn, fin, fout_given, _dtype_for(fin), shape, with_c, max_calls)
+    lab = _Lab(box, fin, shape)
+    m, n = shape
+    evidence: dict[str, str] = {}
+
+    # 0. what fn returns, and whether it is deterministic
+    a0, b0, _ = _random_inputs(rng, fin, get_format("fp32"), m, max_k, n, "moderate")
+    c0 = np.zeros((m, n))
+    first = box(a0, b0, c0)
+    assert box.out_dtype is not None
+    if fout_given is None:
+        try:
+            fout = _float_format(box.out_dtype.name, "out_format")
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"out_format: fn returns dtype {box.out_dtype}, not a float format; pass "
+                "out_format"
+            ) from None
+    else:
+        fout = fout_given
+    lab.fout = fout
+    if not _same(first, box(a0, b0, c0)).all() or not _same(first, box(a0, b0, c0)).all():
+        raise ValueError(
+            "fn is not deterministic: two calls on the same a and b gave different results "
+            "(run-to-run variation, e.g. atomics or split-K); probe_gemm needs a "
+            "deterministic fn"
+        )
+    if not np.isfinite(first).all():
+        raise ValueError(
+            "fn returned inf or NaN on small random inputs: is input_format right? "
+            f"(got {fin}, inputs in {box.in_dtype})"
+        )
+
+    # 1. the summation tree (FPRev)
+    kp = max_k
+    nleaves = kp + (1 if with_c else 0)
+    sizes, scale_txt = _probe_tree(lab, fin, fout, kp, with_c)
+    if sizes is None:
+        evidence["tree"] = scale_txt
+        return _result(None, None, 0, 0, evidence, "summation tree", "", lab, fin, fout)
+    measured = _tree_from_sizes(sizes)
+    tree_txt = _render(measured, kp) if measured is not None else "(not a tree)"
+    specs = [s for s in _structures(kp) if np.array_equal(_lca_sizes(_family_tree(s, kp, with_c), nleaves), sizes)]
+    failed: str | None = None
+    if specs:
+        evidence["tree"] = (
+            f"{nleaves * (nleaves - 1) // 2} pairs of +-M among units ({scale_txt}) at K={kp}: "
+            f"{_spec_text(specs[0])}"
+            + (f" (or {len(specs) - 1} equivalent)" if len(specs) > 1 else "")
+        )
+    else:
+        dist = [
+            (int((_lca_sizes(_family_tree(s, kp, with_c), nleaves) != sizes).sum()), i, s)
+            for i, s in enumerate(_structures(kp))
+        ]
+        dist.sort(key=lambda t: (t[0], t[1]))
+        specs = [dist[0][2]]
+        failed = "summation tree"
+        evidence["tree"] = (
+            f"{nleaves * (nleaves - 1) // 2} pairs of +-M among units ({scale_txt}) at K={kp}: "
+            f"the tree is none of the family's; nearest: {_spec_text(specs[0])} "
+            f"({dist[0][0] // 2} of {nleaves * (nleaves - 1) // 2} pairs differ); "
+            f"tree: {_shorten(tree_txt)}"
+        )
+
+    # 2-5. per structure: targeted measurements, then candidates
+    rand_calls = _random_battery(lab, rng, fin, fout, kp)
+    best: tuple[float, Accumulator | None, str] = (-1.0, None, "")
+    found: Accumulator | None = None
+    for spec in specs[:6]:
+        measures = _measure(lab, fin, fout, spec, kp, with_c)
+        targeted = measures.pop("_calls")
+        order = list(targeted) + rand_calls
+        tried = 0
+        for acc in _candidates(spec, measures, fin):
+            tried += 1
+            if tried > 600:
+                break
+            ok, score, _ = lab.score(acc, order)
+            if ok:
+                found = acc
+                break
+            if score > best[0]:
+                best = (score, acc, lab.calls[order[int(score)]][0])
+        evidence.update(measures.get("_evidence", {}))
+        if found is not None:
+            break
+    for key in list(evidence):
+        if key.startswith("_"):
+            del evidence[key]
+    chosen = found if found is not None else best[1]
+    if found is not None and failed is None:
+        evidence["rounding"] = (
+            f"{found.rounding} (of {', '.join(PROBE_MODES)}), format {found.format}, "
+            f"overflow {found.overflow}: the first candidate reproducing every targeted and "
+            f"random case ({sum(lab.calls[i][4].size for i in rand_calls)} random elements)"
+        )
+    elif failed is None:
+        failed = "format and rounding"
+        evidence["rounding"] = (
+            f"no candidate reproduced every case; the best failed on the '{best[2]}' cases"
+        )
+
+    # 6. confirmation on fresh random inputs
+    reproduced = tried_n = 0
+    if chosen is not None:
+        reproduced, tried_n = _confirm(lab, chosen, rng, fin, fout, max_k, cases)
+        evidence["confirmation"] = (
+            f"{reproduced}/{tried_n} output elements of fresh random inputs (K = 1..{max_k}, "
+            "moderate, wide-exponent, cancelling and integer values) reproduced bit for bit"
+        )
+        if failed is None and reproduced != tried_n:
+            failed = "confirmation"
+    return _result(
+        chosen if failed is None else None,
+        chosen,
+        reproduced,
+        tried_n,
+        evidence,
+        failed,
+        tree_txt,
+        lab,
+        fin,
+        fout,
+    )
+
+
+def _shorten(txt: str, limit: int = 400) -> str:
+    return txt if len(txt) <= limit else txt[: limit - 5] + " ...)"
+
+
+def _result(
+    acc: Accumulator | None,
+    closest: Accumulator | None,
+    reproduced: int,
+    tried: int,
+    evidence: dict[str, str],
+    failed: str | None,
+    tree: str,
+    lab: _Lab,
+    fin: FloatFormat,
+    fout: FloatFormat,
+) -> ProbeResult:
+    conf = reproduced / tried if tried else 0.0
+    io = f"({fin} inputs, {fout} output)"
+    if acc is not None:
+        verdict = (
+            f"fn {io} is reproduced bit for bit by Accumulator: {acc.describe()}; "
+            f"{reproduced}/{tried} fresh random cases reproduced (confidence {conf:.4f})."
+        )
+    else:
+        verdict = f"No model of the Accumulator family reproduces fn {io}: {failed} failed"
+        if failed == "summation tree":
+            verdict += " (fn sums in an order the family cannot express)"
+        elif failed == "format and rounding":
+            verdict += " (no accumulator format, rounding mode, alignment or product rounding "
+            verdict += "reproduces the targeted cases)"
+        elif failed == "confirmation":
+            verdict += " (a model reproduced the targeted cases but not every random one)"
+        verdict += "."
+        if closest is not None:
+            verdict += (
+                f" Closest: {closest.describe()}, reproducing {reproduced}/{tried} fresh random "
+                f"cases ({100 * conf:.1f}%)."
+            )
+    return ProbeResult(
+        accumulator=acc,
+        closest=closest,
+        confidence=conf,
+        reproduced=reproduced,
+        tried=tried,
+        evidence=dict(evidence, calls=f"{lab.box.calls} calls of fn"),
+        failed=failed,
+        tree=tree,
+        verdict=verdict,
+    )
+
+
+def _probe_tree(
+    lab: _Lab, fin: FloatFormat, fout: FloatFormat, k: int, with_c: bool
+) -> tuple[np.ndarray | None, str]:
+    """FPRev: the LCA leaf counts of every pair, trying scales and unit signs until consistent."""
+    n = k + (1 if with_c else 0)
+    hmax = 2 * fin.emax
+    if with_c:
+        hmax = min(hmax, fout.emax)
+    lo_min = max(2 * (fin.emin - fin.mantissa_bits), fout.emin - fout.mantissa_bits)
+    tries: list[tuple[int, int]] = []
+    for hi in (min(hmax, 40), min(hmax, 14)):
+        for lo in (hi - 44, hi - 32, hi - 22):
+            lo = max(lo, lo_min)
+            if hi - lo >= 8 and (hi, lo) not in tries:
+                tries.append((hi, lo))
+    pairs = list(itertools.combinations(range(n), 2))
+    why = "no scale (M, unit) fits the input and output formats"
+    for hi, lo in tries:
+        for sign in (1.0, -1.0):
+            unit = sign * 2.0**lo
+            big = 2.0**hi
+
+            def case(vals: list[float]) -> Case | None:
+                prods, c = (vals[:k], vals[k]) if with_c else (vals, 0.0)
+                ab = _vectors(prods, fin)
+                return None if ab is None else (ab[0], ab[1], c)
+
+            base = case([unit] * n)
+            probe = [case([big if t == i else -big if t == j else unit for t in range(n)]) for i, j in pairs[:1]]
+            if base is None or None in probe:
+                continue
+            label = "tree"
+            # cheap screen: all units, and one pair
+            res = lab.run_cases(label, [base] + [p for p in probe if p is not None], k)
+            if res[0] != n * unit or not _count_ok(res[1:], unit, n):
+                why = f"units of {unit:g} with M = 2**{hi} do not count (last: {res.tolist()})"
+                continue
+            all_cases = [case([big if t == i else -big if t == j else unit for t in range(n)]) for i, j in pairs]
+            if any(cc is None for cc in all_cases):
+                continue
+            vals = lab.run_cases(label, [cc for cc in all_cases if cc is not None], k)
+            if not _count_ok(vals, unit, n):
+                why = f"units of {unit:g} with M = 2**{hi}: counts out of range"
+                continue
+            sizes = np.zeros((n, n), dtype=np.int64)
+            for (i, j), v in zip(pairs, vals, strict=True):
+                sizes[i, j] = sizes[j, i] = n - round(v / unit)
+            if _tree_from_sizes(sizes) is None and sign > 0:
+                why = f"units of {unit:g} with M = 2**{hi}: counts are not those of a tree"
+                continue
+            return sizes, f"M = 2**{hi}, unit = {'-' if sign < 0 else ''}2**{lo}"
+    return None, why
+
+
+def _count_ok(vals: np.ndarray, unit: float, n: int) -> bool:
+    cnt = vals / unit
+    return bool(np.all(np.isfinite(cnt)) and np.all(cnt == np.round(cnt)) and np.all(cnt >= 0) and np.all(cnt <= n - 2))
+
+
+def _positions(spec: dict[str, Any], k: int) -> tuple[list[int], list[int] | None]:
+    """Positions for 'x, y in one step, z in a later step' and for 'x, y, z in one fused step'."""
+    if spec["order"] != "block_fma":
+        return [0, 1, 2], None
+    blk = spec["block"]
+    cross = [0, 1, blk] if blk >= 2 else [0, 1, 2]
+    if cross[2] >= k:
+        cross = []
+    inner = spec.get("inner_block")
+    if inner is not None:
+        parts, q = blk // inner, spec.get("inner_interleave") or inner
+        same = [p for p in range(min(blk, k)) if (p // q) % parts == 0][:3]
+    else:
+        same = list(range(min(blk, k)))[:3]
+    return cross, (same if len(same) == 3 else None)
+
+
+def _measure(
+    lab: _Lab, fin: FloatFormat, fout: FloatFormat, spec: dict[str, Any], k: int, with_c: bool
+) -> dict[str, Any]:
+    """Targeted measurements for one structure: precision, alignment bits, exact products."""
+    ev: dict[str, str] = {}
+    calls_before = len(lab.calls)
+    s = max(0, min(2 * fin.emax, 14, fout.emax - 1))  # the 'one' of the tests: 2**s
+    lo_prod = 2 * (fin.emin - fin.mantissa_bits)
+    lo_out = fout.emin - fout.mantissa_bits
+    jmax = max(0, min(60, s - lo_prod, s - lo_out))
+
+    def threshold(pos: list[int], label: str) -> int | None:
+        """Largest j with 2**s + 2**(s-j) - 2**s exact for every smaller j."""
+        cases: list[Case] = []
+        for j in range(1, jmax + 1):
+            vals = [0.0] * k
+            vals[pos[0]], vals[pos[1]], vals[pos[2]] = 2.0**s, 2.0 ** (s - j), -(2.0**s)
+            ab = _vectors(vals, fin)
+            if ab is None:
+                break
+            cases.append((ab[0], ab[1], 0.0))
+        if not cases:
+            return None
+        res = lab.run_cases(label, cases, k)
+        t = 0
+        for j, v in enumerate(res, start=1):
+            if v != 2.0 ** (s - j):
+                break
+            t = j
+        return t
+
+    cross, same = _positions(spec, k)
+    fused = spec["order"] == "block_fma"
+    t_cross = threshold(cross, "precision") if cross else None
+    t_same = threshold(same, "alignment") if fused and same else None
+    out: dict[str, Any] = {}
+    if t_cross is not None:
+        ev["precision"] = (
+            f"2**{s} + 2**({s}-j) then -2**{s} in a later step is exact up to j = {t_cross}"
+            + (" (the most the formats let the probe test)" if t_cross >= jmax else "")
+            + (
+                f": {t_cross + 1} significant bits"
+                if not fused
+                else f": min(precision - 1, alignment bits) = {t_cross}"
+            )
+        )
+    if fused:
+        if t_same is not None:
+            ev["alignment"] = (
+                f"2**{s} + 2**({s}-j) - 2**{s} inside one block is exact up to j = {t_same}: "
+                f"{t_same} fraction bits kept after alignment"
+            )
+        else:
+            ev["alignment"] = "block too short for the in-block test: alignment bits searched"
+    out["t_cross"], out["t_same"], out["jmax"] = t_cross, t_same, jmax
+
+    # exact products: (1 + 2**-h)**2 - (1 + 2**-(h-1)) = 2**-2h
+    limit = [fin.mantissa_bits]
+    if t_cross is not None:
+        limit.append(t_cross if not fused else t_cross + 1)
+    if fused:
+        limit.append((t_same if t_same is not None else (t_cross or 0)) // 2)
+    h = min(limit)
+    prod_exact: bool | None = None
+    if h >= 1 and 2 * h <= jmax + s:
+        cases = []
+        for hh in range(1, h + 1):
+            av = np.zeros(k)
+            bv = np.zeros(k)
+            av[0], bv[0] = -(1 + 2.0 ** -(hh - 1)), 1.0
+            av[1] = bv[1] = 1 + 2.0**-hh
+            cases.append((av, bv, 0.0))
+        res = lab.run_cases("products", cases, k)
+        exact = [bool(v == 2.0 ** (-2 * hh)) for hh, v in enumerate(res, start=1)]
+        prod_exact = all(exact)
+        first_bad = exact.index(False) + 1 if not prod_exact else None
+        ev["products"] = (
+            f"(1 + 2**-h)**2 - (1 + 2**-(h-1)) gives 2**-2h for h = 1..{h}: products exact"
+            if prod_exact
+            else f"(1 + 2**-h)**2 - (1 + 2**-(h-1)) loses 2**-2h from h = {first_bad}: "
+            "products are rounded before they are added"
+        )
+    else:
+        ev["products"] = "not testable with these formats: exact products assumed"
+    out["prod_exact"] = prod_exact
+    out["_calls"] = list(range(calls_before, len(lab.calls)))
+    out["_evidence"] = ev
+    return out
+
+
+def _random_battery(
+    lab: _Lab, rng: np.random.Generator, fin: FloatFormat, fout: FloatFormat, k: int
+) -> list[int]:
+    """Random calls the candidates must reproduce (moderate first: the most telling)."""
+    start = len(lab.calls)
+    for kind, kk in (
+        ("moderate", k),
+        ("moderate", max(1, k - 3)),
+        ("cancel", k),
+        ("moderate", max(1, k // 2 + 1)),
+        ("wide", k),
+        ("ints", k),
+        ("wide", max(1, k - 1)),
+    ):
+        a, b, c = _random_inputs(rng, fin, fout, lab.m, kk, lab.n, kind)
+        lab.run_random(f"random {kind} K={kk}", a, b, c)
+    return list(range(start, len(lab.calls)))
+
+
+def _formats(precision: int) -> list[FloatFormat]:
+    """Accumulator formats of a given precision, named ones first."""
+    out: list[FloatFormat] = []
+    for name in _NAMED_ACCUMULATORS:
+        f = get_format(name)
+        if f.precision == precision:
+            out.append(f)
+    if FP8_ACCUMULATOR.precision == precision:
+        out.append(FP8_ACCUMULATOR)
+    for e in (8, 5, 11, 6, 7, 4, 10):
+        f = FloatFormat(e, precision - 1)
+        if f not in out:
+            out.append(f)
+    return out
+
+
+def _candidates(spec: dict[str, Any], meas: dict[str, Any], fin: FloatFormat) -> Iterator[Accumulator]:
+    """Accumulators with this structure consistent with the measurements, likeliest first."""
+    fused = spec["order"] == "block_fma"
+    t_cross, t_same, jmax = meas["t_cross"], meas["t_same"], meas["jmax"]
+    # precision - 1 candidates
+    if t_cross is None:
+        precs = list(range(3, 52))
+    elif not fused:
+        precs = [t_cross] if t_cross < jmax else list(range(t_cross, 51))
+    elif t_same is not None and t_cross < t_same:
+        precs = [t_cross]
+    else:
+        base = t_cross
+        precs = sorted(range(base, min(base + 9, 51)), key=lambda p: (p != 23, p != 13, p))
+    if fused:
+        nb = spec["block"].bit_length()
+        if t_same is not None:
+            aligns = [t_same]
+        else:
+            lo = t_cross if t_cross is not None else 0
+            aligns = list(range(lo, min(lo + 14, 50 - nb) + 1))
+    else:
+        aligns = [None]
+    products: list[tuple[Any, str]] = [(None, "nearest_even")]
+    if meas["prod_exact"] is False:
+        products = [
+            (f, r)
+            for f in ("fp32", fin, "bf16", "fp16", "tf32")
+            for r in ("nearest_even", "toward_zero")
+        ]
+    addend = spec.get("addend", "in_block")
+    block_modes = PROBE_MODES if fused and addend == "after_block" else ("toward_zero",)
+    extra = {k: v for k, v in spec.items() if k != "order"}
+    seen: set[Accumulator] = set()
+    for p in precs:
+        fmts = _formats(p + 1) if p + 1 <= 51 else [get_format("fp64")]
+        for fmt in fmts:
+            for align in aligns:
+                for mode in PROBE_MODES:
+                    for bmode in block_modes:
+                        for pf, pr in products:
+                            for ovf in ("ieee", "saturate"):
+                                kw = dict(extra)
+                                if fused:
+                                    kw["align_bits"] = align
+                                    if addend == "after_block":
+                                        kw["block_rounding"] = bmode
+                                try:
+                                    acc = Accumulator(
+                                        fmt,
+                                        mode,
+                                        order=spec["order"],
+                                        product_format=pf,
+                                        product_rounding=pr,
+                                        overflow=ovf,
+                                        **kw,
+                                    )
+                                except ValueError:
+                                    continue
+                                if acc in seen:
+                                    continue
+                                seen.add(acc)
+                                yield acc
+
+
+def _confirm(
+    lab: _Lab,
+    acc: Accumulator,
+    rng: np.random.Generator,
+    fin: FloatFormat,
+    fout: FloatFormat,
+    max_k: int,
+    cases: int,
+) -> tuple[int, int]:
+    kinds = ("moderate", "wide", "cancel", "moderate", "ints")
+    done = same = 0
+    i = 0
+    while done < cases:
+        kk = max_k if i == 0 else int(rng.integers(1, max_k + 1))
+        a, b, c = _random_inputs(rng, fin, fout, lab.m, kk, lab.n, kinds[i % len(kinds)])
+        d = lab.box(a, b, c)
+        got = lab.model(acc, a, b, c)
+        same += int(_same(got, d).sum())
+        done += d.size
+        i += 1
+    return same, done
