@@ -1,4 +1,4 @@
-"""Why does my GEMM differ? Recover the accumulation model of a black-box matmul: :func:`probe_gemm`.
+"""Why does my GEMM differ? Recover the accumulation model of a black-box matmul.
 
 Given a callable ``fn(a, b) -> d`` (numpy/BLAS, torch, a CuPy/cuBLAS call, or an emulation),
 :func:`probe_gemm` looks for an :class:`~precision_lab.gemm.accumulator.Accumulator` that
@@ -79,6 +79,8 @@ __all__ = ["ProbeResult", "probe_gemm"]
 PROBE_MODES = ("nearest_even", "toward_zero", "nearest_away", "up", "down", "odd")
 
 _NAMED_ACCUMULATORS = ("fp32", "tf32", "fp16", "bf16")
+_FP32 = _float_format("fp32", "format")
+_FP64 = _float_format("fp64", "format")
 
 Case = tuple[np.ndarray, np.ndarray, float]  # (a_k, b_k, c) of one inner product
 Tree = Any  # a leaf index (int) or a tuple of subtrees
@@ -269,7 +271,7 @@ class _Lab:
         self.box, self.fin = box, fin
         self.m, self.n = shape
         self.calls: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]] = []
-        self.fout: FloatFormat = get_format("fp32")
+        self.fout: FloatFormat = _FP32
         self._masks: dict[int, np.ndarray] = {}
 
     def run_cases(self, label: str, cases: Sequence[Case], k: int) -> np.ndarray:
@@ -631,7 +633,7 @@ def probe_gemm(
     evidence: dict[str, str] = {}
 
     # 0. what fn returns, and whether it is deterministic
-    a0, b0, _ = _random_inputs(rng, fin, get_format("fp32"), m, max_k, n, "moderate")
+    a0, b0, _ = _random_inputs(rng, fin, _FP32, m, max_k, n, "moderate")
     c0 = np.zeros((m, n))
     first = box(a0, b0, c0)
     assert box.out_dtype is not None
@@ -640,8 +642,7 @@ def probe_gemm(
             fout = _float_format(box.out_dtype.name, "out_format")
         except (TypeError, ValueError):
             raise TypeError(
-                f"out_format: fn returns dtype {box.out_dtype}, not a float format; pass "
-                "out_format"
+                f"out_format: fn returns dtype {box.out_dtype}, not a float format; pass out_format"
             ) from None
     else:
         fout = fout_given
@@ -1059,7 +1060,7 @@ def _formats(precision: int) -> list[FloatFormat]:
     """Accumulator formats of a given precision, named ones first."""
     out: list[FloatFormat] = []
     for name in _NAMED_ACCUMULATORS:
-        f = get_format(name)
+        f = _float_format(name, "format")
         if f.precision == precision:
             out.append(f)
     if FP8_ACCUMULATOR.precision == precision:
@@ -1074,7 +1075,9 @@ def _formats(precision: int) -> list[FloatFormat]:
     return out
 
 
-def _candidates(spec: dict[str, Any], meas: dict[str, Any], fin: FloatFormat) -> Iterator[Accumulator]:
+def _candidates(
+    spec: dict[str, Any], meas: dict[str, Any], fin: FloatFormat
+) -> Iterator[Accumulator]:
     """Accumulators with this structure consistent with the measurements, likeliest first."""
     fused = spec["order"] == "block_fma"
     t_cross, t_same, jmax = meas["t_cross"], meas["t_same"], meas["jmax"]
@@ -1109,7 +1112,7 @@ def _candidates(spec: dict[str, Any], meas: dict[str, Any], fin: FloatFormat) ->
     extra = {k: v for k, v in spec.items() if k != "order"}
     seen: set[Accumulator] = set()
     for p in precs:
-        fmts = _formats(p + 1) if p + 1 <= 51 else [get_format("fp64")]
+        fmts = _formats(p + 1) if p + 1 <= 51 else [_FP64]
         for fmt in fmts:
             for align in aligns:
                 for mode in PROBE_MODES:
@@ -1140,8 +1143,8 @@ def _candidates(spec: dict[str, Any], meas: dict[str, Any], fin: FloatFormat) ->
                                 if spec["order"] == "blocked":
                                     # the same tree: a sequential sum promoted every block
                                     # into a wider accumulator (DeepSeek-V3's FP8 GEMM)
-                                    for wide in ("fp32", "fp64"):
-                                        if get_format(wide).precision > fmt.precision:
+                                    for wide in (_FP32, _FP64):
+                                        if wide.precision > fmt.precision:
                                             yield Accumulator(
                                                 fmt,
                                                 mode,
