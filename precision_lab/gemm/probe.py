@@ -594,6 +594,8 @@ def probe_gemm(
         ``fn`` raised (the message names the shapes it was called with), or more than
         ``max_calls`` calls.
 
+    Examples
+    --------
     >>> import numpy as np, precision_lab as pl
     >>> def loop(a, b):   # a plain float32 loop: products rounded to float32, then added
     ...     d = np.zeros((a.shape[0], b.shape[1]), np.float32)
