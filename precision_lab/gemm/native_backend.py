@@ -93,6 +93,12 @@ def covers(accumulator: Accumulator, **_: Any) -> bool:
         return False
     if accumulator.order in ("blas", "compensated"):
         return False
+    if (
+        accumulator.overflow == "infinity"
+        or accumulator.zeros_in_anchor
+        or accumulator.zero_sign != "ieee"
+    ):
+        return False  # special-value rules of the spec not compiled yet: numpy computes them
     return not (accumulator.order == "block_fma" and (accumulator.block or 1) > _MAX_BLOCK)
 
 
