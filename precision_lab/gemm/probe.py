@@ -27,7 +27,14 @@ reproduces ``fn`` bit for bit, with targeted inputs first and random inputs last
    (every rounding mode but stochastic; exponent widths; ``ieee``/``saturate`` overflow) are run
    on the targeted cases and on random inputs of moderate and of extreme exponent spread, in
    order of plausibility; the first that reproduces every case is the model.
-6. **Confirmation**: the model is run on ``cases`` fresh random inputs (``K`` from 1 to
+6. **Special values** (the fields of the Accumulator spec, section 5): overflowing sums,
+   exact cancellation and sums that round to zero (the sign of zero), ``-0`` products, ``inf *
+   0`` and opposite infinities (the NaN's encoding), and zero products beside a huge partner
+   next to terms with low bits (whether a zero takes part in a block FMA's anchor). The
+   model's ``overflow``, exponent width, ``zero_sign``, ``zeros_in_anchor`` and
+   ``nan_encoding`` are chosen to reproduce them (the search of step 5 compares only finite,
+   non-zero results, so that these rules are decided here, on inputs made for them).
+7. **Confirmation**: the model is run on ``cases`` fresh random inputs (``K`` from 1 to
    ``max_k``, varied distributions); the confidence is the fraction reproduced bit for bit.
 
 What the family cannot express is reported, not forced: when the tree is none of the family's,
@@ -58,6 +65,7 @@ block FMA of 8 products, 24 fraction bits kept after alignment, normalised into 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -106,7 +114,7 @@ class ProbeResult:
         ``confirmation`` ...), what was measured.
     failed:
         ``None``, or the property no model of the family fits (``"summation tree"``,
-        ``"format and rounding"``, ``"confirmation"``).
+        ``"format and rounding"``, ``"special values"``, ``"confirmation"``).
     tree:
         The recovered summation tree: leaves are the product indices ``0 .. K-1`` and ``c``,
         a parenthesised group is one addition (a fused node when it has more than two
@@ -325,8 +333,14 @@ class _Lab:
                 pass
         return total
 
-    def score(self, acc: Accumulator, calls: Sequence[int]) -> tuple[bool, float, str]:
-        """(reproduces every call?, calls reproduced (fractional), label of the first miss)."""
+    def score(
+        self, acc: Accumulator, calls: Sequence[int], *, finite_only: bool = False
+    ) -> tuple[bool, float, str]:
+        """(reproduces every call?, calls reproduced (fractional), label of the first miss).
+
+        ``finite_only``: compare only where ``fn`` gave a finite non-zero number (zeros,
+        infinities and NaNs are the special-value rules' business, decided afterwards).
+        """
         done = 0.0
         for i in calls:
             label, a, b, c, d, full = self.calls[i]
@@ -335,6 +349,8 @@ class _Lab:
             except (ValueError, TypeError, NotImplementedError):
                 return False, done, label
             same = _same(got, d)
+            if finite_only:
+                same |= ~np.isfinite(d) | (d == 0)
             if not full:
                 same = same[self._masks[i]]
             if not same.all():
@@ -707,7 +723,7 @@ def probe_gemm(
             targeted = measures.pop("_calls")
             order = rand_calls[:1] + list(targeted) + rand_calls[1:]
             for acc in itertools.islice(_candidates(spec, measures, fin), 600):
-                ok, score, _ = lab.score(acc, order)
+                ok, score, _ = lab.score(acc, order, finite_only=True)
                 if ok:
                     found = acc
                     break
@@ -735,7 +751,6 @@ def probe_gemm(
     for key in list(evidence):
         if key.startswith("_"):
             del evidence[key]
-    chosen = found if found is not None else best[1]
     if found is not None and failed is None:
         evidence["rounding"] = (
             f"{found.rounding} (of {', '.join(PROBE_MODES)}), format {found.format}, "
@@ -747,6 +762,14 @@ def probe_gemm(
         evidence["rounding"] = (
             f"no candidate reproduced every case; the best failed on the '{best[2]}' cases"
         )
+    if found is not None and failed is None:  # the special-value rules, on special inputs
+        refined, text = _special_values(lab, found, fin, fout, kp, with_c, rand_calls)
+        evidence["special values"] = text
+        if refined is None:
+            failed = "special values"
+        else:
+            found = refined
+    chosen = found if found is not None else best[1]
 
     if not _same(first, box(a0, b0, c0)).all():
         raise ValueError(
@@ -1157,6 +1180,147 @@ def _candidates(
                                                 product_rounding=pr,
                                                 overflow=ovf,
                                             )
+
+
+def _special_cases(fin: FloatFormat, fout: FloatFormat, k: int, with_c: bool) -> list[Case]:
+    """Inputs that tell the special-value rules apart: overflow of the accumulator, signed
+    zeros (exact cancellation, underflow, negative zeros), NaN and infinities, and zero
+    products whose partner is huge (a zero in a block FMA's alignment anchor)."""
+    cases: list[Case] = []
+
+    def add(vals: Sequence[float], c: float = 0.0) -> None:
+        if len(vals) > k:
+            return
+        ab = _vectors(list(vals) + [0.0] * (k - len(vals)), fin)
+        if ab is not None:
+            cases.append((ab[0], ab[1], c))
+
+    top = 2 * fin.emax
+    for e in sorted({top, min(top, 15), min(top, 127)}):
+        big = 2.0**e
+        add([big, big])
+        add([big, big, -big])
+        add([big, big, -big, -big])
+        add([-big, -big, big])
+        add([1.5 * big, 1.5 * big] if fin.mantissa_bits else [big, big])
+    tiny = 2.0 ** (2 * (fin.emin - fin.mantissa_bits))
+    # sums that round to zero (a negative one: -0 or +0?), at the output's and at fp16's
+    # smallest subnormal
+    near_zero = [
+        m * 2.0 ** (e - d)
+        for e in {fout.emin - fout.mantissa_bits, -24}
+        for d, m in ((1, 1.0), (1, 1.5), (2, 1.0))
+    ]
+    for x in (1.0, 2.0**-20, tiny, *sorted(near_zero)):
+        add([x, -x])
+        add([-x, x])
+        add([-x])
+    add([-tiny, -tiny])
+    # negative zeros: a = -0, b = 1
+    zeros = np.zeros(k)
+    cases.append((-zeros, np.ones(k), 0.0))
+    cases.append((zeros, np.ones(k), 0.0))
+    # NaN and infinities (formats without inf: their NaN)
+    special = math.inf if fin.has_inf else math.nan
+    one = np.zeros(k)
+    cases.append((np.r_[special, one[1:]], np.r_[0.0, one[1:]], 0.0))  # inf * 0
+    if k >= 2:
+        cases.append((np.r_[special, -special, one[2:]], np.r_[1.0, 1.0, one[2:]], 0.0))
+        cases.append((np.r_[special, 1.0, one[2:]], np.r_[1.0, 1.0, one[2:]], 0.0))
+    # zero products with a huge partner, next to terms with low bits (zeros_in_anchor)
+    ea = fin.emax
+    h = min(fin.mantissa_bits, 3)
+    for shift in range(2, 60, 3):
+        low = (1 + 2.0**-h) ** 2 * 2.0 ** (ea - 126 - shift)
+        ab = _vectors([low], fin)
+        if ab is not None and k >= 2:
+            a = np.zeros(k)
+            b = np.zeros(k)
+            a[0], a[1], b[1] = 2.0**ea, ab[0][0], ab[1][0]
+            cases.append((a, b, 0.0))
+        if with_c:
+            c = (1 + 2.0**-20) * 2.0 ** (ea - 126 - shift)
+            c = float(_grid(np.array([c]), fout)[0])
+            cases.append((np.r_[2.0**ea, np.zeros(k - 1)], np.zeros(k), c))
+    return cases
+
+
+def _special_values(
+    lab: _Lab,
+    base: Accumulator,
+    fin: FloatFormat,
+    fout: FloatFormat,
+    k: int,
+    with_c: bool,
+    rand_calls: Sequence[int],
+) -> tuple[Accumulator | None, str]:
+    """The special-value fields of ``base`` that reproduce ``fn`` on special inputs (and on
+    the zeros, infinities and NaNs of the random ones)."""
+    cases = _special_cases(fin, fout, k, with_c)
+    start = len(lab.calls)
+    got = lab.run_cases("special values", cases, k)
+    # single products without padding (zeros beside them can change a block's anchor)
+    singles = [x for x in _special_cases(fin, fout, 1, False) if x[0].size == 1]
+    got = np.concatenate([got, lab.run_cases("special values K=1", singles, 1)])
+    special_calls = list(range(start, len(lab.calls)))
+    calls = special_calls + list(rand_calls)
+    fields = {f.name for f in dataclasses.fields(Accumulator)}
+    assert isinstance(base.format, FloatFormat)
+    options: dict[str, tuple[Any, ...]] = {
+        # the exponent range shows where sums overflow or underflow: formats of the precision
+        "format": (base.format, *_formats(base.format.precision)),
+        "overflow": (base.overflow, "ieee", "saturate"),
+    }
+    if "zero_sign" in fields:
+        options["overflow"] += ("infinity",)
+        options["zero_sign"] = ("ieee", "positive")
+        if base.order == "block_fma":
+            options["zeros_in_anchor"] = (False, True)
+    names = list(options)
+    tried: set[Accumulator] = set()
+    for combo in itertools.islice(
+        itertools.product(*(dict.fromkeys(options[n]) for n in names)), 400
+    ):
+        try:
+            acc = dataclasses.replace(base, **dict(zip(names, combo, strict=True)))
+        except ValueError:
+            continue
+        if acc in tried:
+            continue
+        tried.add(acc)
+        ok, _, _ = lab.score(acc, calls)
+        if not ok:
+            continue
+        # NaN encoding: the bits of the NaNs fn returns
+        nans = got[np.isnan(got)]
+        nan_txt = "no NaN results"
+        if nans.size:
+            bits = sorted({f"0x{int(v):016x}" for v in nans.view(np.uint64)})
+            nan_txt = f"NaN results {', '.join(bits)} (float64 bits)"
+            if "nan_encoding" in fields:
+                for enc in ("quiet", "nvidia"):
+                    trial = dataclasses.replace(acc, nan_encoding=enc)
+                    model = np.concatenate(
+                        [lab.model(trial, *lab.calls[i][1:4])[lab._masks[i]] for i in special_calls]
+                    )
+                    if np.array_equal(model[np.isnan(model)].view(np.uint64), nans.view(np.uint64)):
+                        acc = trial
+                        nan_txt += f": nan_encoding {enc!r}"
+                        break
+                else:
+                    nan_txt += ": payload matches no nan_encoding (NaN compared as NaN)"
+        rules = ", ".join(
+            f"{n} {getattr(acc, n)!r}" if n != "format" else f"format {acc.format}" for n in names
+        )
+        return acc, (
+            f"{len(cases)} special inputs (accumulator overflow, exact cancellation, "
+            f"underflow, -0, inf and NaN, zero products beside huge partners) reproduced with "
+            f"{rules}; {nan_txt}"
+        )
+    return None, (
+        f"{len(cases)} special inputs (overflow, signed zeros, inf and NaN, zeros beside "
+        f"huge partners): no combination of {', '.join(names)} reproduces them"
+    )
 
 
 def _confirm(

@@ -159,6 +159,55 @@ def test_finds_where_c_enters(acc, fin, max_k):
     fresh_check(fn, res.accumulator, fin, "fp32", max_k, with_c=True)
 
 
+SPECIAL = [
+    (
+        "a100 bf16, every rule",
+        pl.tensor_core("a100", "bf16").replace(
+            overflow="infinity", zeros_in_anchor=True, zero_sign="positive", nan_encoding="nvidia"
+        ),
+        "bf16",
+        20,
+        False,
+    ),
+    (
+        "h100 bf16 infinity",
+        pl.tensor_core("h100", "bf16").replace(overflow="infinity"),
+        "bf16",
+        20,
+        False,
+    ),
+    (
+        "h100 bf16 zeros",
+        pl.tensor_core("h100", "bf16").replace(zeros_in_anchor=True),
+        "bf16",
+        20,
+        False,
+    ),
+    (
+        "v100 zeros, c",
+        pl.tensor_core("v100", "fp16").replace(zeros_in_anchor=True),
+        "fp16",
+        12,
+        True,
+    ),
+    ("fp16 saturate", A("fp16", overflow="saturate"), "fp16", 12, False),
+    ("fp32 down, +0", A("fp32", "down", zero_sign="positive"), "bf16", 12, False),
+    ("fp16 rtz infinity", A("fp16", "toward_zero", overflow="infinity"), "fp16", 12, False),
+]
+
+
+@pytest.mark.parametrize(
+    ("acc", "fin", "max_k", "with_c"), [p[1:] for p in SPECIAL], ids=[p[0] for p in SPECIAL]
+)
+def test_recovers_special_value_rules(acc, fin, max_k, with_c):
+    fn = hidden(acc, fin, with_c=with_c)
+    res = probe(fn, input_format=fin, max_k=max_k, with_c=with_c)
+    assert res.accumulator == acc, str(res)
+    for rule in ("overflow", "zeros_in_anchor", "zero_sign", "nan_encoding"):
+        assert getattr(res.accumulator, rule) == getattr(acc, rule)
+    assert "special inputs" in res.evidence["special values"]
+
+
 def test_evidence_names_each_property():
     res = probe(hidden(pl.tensor_core("a100", "fp16"), "fp16"), input_format="fp16", max_k=20)
     ev = res.evidence
