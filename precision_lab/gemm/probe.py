@@ -712,7 +712,7 @@ def probe_gemm(
             f"tree: {_shorten(tree_txt)}"
         )
 
-    # 2-5. per structure: targeted measurements, then candidates
+    # 2-5. per structure: targeted measurements, then candidates (6: special values below)
     rand_calls = _random_battery(lab, rng, fin, fout, kp)
     best: tuple[float, Accumulator | None, str] = (-1.0, None, "")
     found: Accumulator | None = None
@@ -752,10 +752,12 @@ def probe_gemm(
         if key.startswith("_"):
             del evidence[key]
     if found is not None and failed is None:
+        assert isinstance(found.format, FloatFormat)
         evidence["rounding"] = (
-            f"{found.rounding} (of {', '.join(PROBE_MODES)}), format {found.format}, "
-            f"overflow {found.overflow}: the first candidate reproducing every targeted and "
-            f"random case ({sum(lab.calls[i][4].size for i in rand_calls)} random elements)"
+            f"{found.rounding} (of {', '.join(PROBE_MODES)}), {found.format.precision} "
+            f"significant bits: the first candidate reproducing every targeted case and the "
+            f"finite non-zero results of {sum(lab.calls[i][4].size for i in rand_calls)} "
+            "random ones"
         )
     elif failed is None:
         failed = "format and rounding"
@@ -777,7 +779,7 @@ def probe_gemm(
             "the probe; probe_gemm needs a deterministic fn"
         )
 
-    # 6. confirmation on fresh random inputs
+    # 7. confirmation on fresh random inputs
     reproduced = tried_n = 0
     if chosen is not None:
         reproduced, tried_n = _confirm(lab, chosen, rng, fin, fout, max_k, cases)
