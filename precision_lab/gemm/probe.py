@@ -1315,13 +1315,14 @@ def _special_values(
             f"{n} {getattr(acc, n)!r}" if n != "format" else f"format {acc.format}" for n in names
         )
         return acc, (
-            f"{len(cases)} special inputs (accumulator overflow, exact cancellation, "
-            f"underflow, -0, inf and NaN, zero products beside huge partners) reproduced with "
+            f"{len(cases) + len(singles)} special inputs (accumulator overflow, exact "
+            "cancellation, underflow, -0, inf and NaN, zero products beside huge partners) "
+            "reproduced with "
             f"{rules}; {nan_txt}"
         )
     return None, (
-        f"{len(cases)} special inputs (overflow, signed zeros, inf and NaN, zeros beside "
-        f"huge partners): no combination of {', '.join(names)} reproduces them"
+        f"{len(cases) + len(singles)} special inputs (overflow, signed zeros, inf and NaN, "
+        f"zeros beside huge partners): no combination of {', '.join(names)} reproduces them"
     )
 
 
