@@ -76,7 +76,15 @@ from .core import (
     round_to,
 )
 from .core.version import __version__
-from .gemm import Accumulator, apply_recipe, gemm, gemm_blocks, tensor_core
+from .gemm import (
+    Accumulator,
+    ProbeResult,
+    apply_recipe,
+    gemm,
+    gemm_blocks,
+    probe_gemm,
+    tensor_core,
+)
 from .quant import (
     BlockFormat,
     Calibration,
@@ -106,6 +114,7 @@ __all__ = [
     "FloatFormat",
     "IntFormat",
     "Policy",
+    "ProbeResult",
     "QuantizedBlocks",
     "Recipe",
     "__version__",
@@ -132,6 +141,7 @@ __all__ = [
     "ops",
     "p3109",
     "pick_loss_scale",
+    "probe_gemm",
     "quantize",
     "quantize_blocks",
     "round_to",

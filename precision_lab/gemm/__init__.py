@@ -6,6 +6,7 @@ models of real tensor cores.
 * :func:`gemm` (:mod:`.reference`): ``c + a @ b`` under a model; numpy on the CPU, CuPy on the GPU.
 * :func:`tensor_core` (:mod:`.tensor_core`): models of NVIDIA tensor cores, checked bit for bit
   against measurements (:mod:`.validation` reads the measured data sets).
+* :func:`probe_gemm` (:mod:`.probe`): recover the accumulation model of a black-box matmul.
 * :func:`gemm_blocks` (:mod:`.blocks`): GEMM on block-quantized operands (MX, NVFP4, FP8 tiles).
 * :func:`apply_recipe` (:mod:`.recipes`): the three GEMMs of a linear layer under a training
   recipe (:mod:`precision_lab.quant.recipes`).
@@ -29,6 +30,7 @@ and native) and the test matrix; a new tensor-core preset is an entry of the tab
 
 from .accumulator import ORDERS, Accumulator
 from .blocks import gemm_blocks
+from .probe import ProbeResult, probe_gemm
 from .recipes import LinearGemms, apply_recipe
 from .reference import gemm
 from .tensor_core import GPUS, tensor_core, tensor_core_formats
@@ -38,9 +40,11 @@ __all__ = [
     "ORDERS",
     "Accumulator",
     "LinearGemms",
+    "ProbeResult",
     "apply_recipe",
     "gemm",
     "gemm_blocks",
+    "probe_gemm",
     "tensor_core",
     "tensor_core_formats",
 ]
