@@ -1,4 +1,4 @@
-"""Gradient capture: what a real training step's gradients look like, and what a format does to them.
+"""Gradient capture: a real training step's gradients, and what a format does to them.
 
 :class:`GradientCapture` (or :func:`capture_gradients`) hooks a ``torch.nn.Module``:
 
@@ -101,7 +101,7 @@ def _counts(a: np.ndarray, formats: Sequence[FloatFormat], n_kept: int) -> Tenso
         name = str(f)
         zero[name] = int(st.hist_zero.sum())
         sub[name] = int(st.hist_subnormal.sum())
-        over[name] = int(round(st.overflow_fraction * st.n_nonzero))
+        over[name] = round(st.overflow_fraction * st.n_nonzero)
     return TensorCounts(int(flat.size), n_zero, n_nonfinite, n_kept, zero, sub, over)
 
 
@@ -175,9 +175,7 @@ class CapturedStep:
     def save(self, path: str | Path) -> Path:
         """Write the kept values with :func:`precision_lab.gradients.save_gradients` (names as
         identifiers, see the module); returns the path. ``load_gradients`` reads it back."""
-        return _gradients.save_gradients(
-            path, {_identifier(n): self.grads[n] for n in self.grads}
-        )
+        return _gradients.save_gradients(path, {_identifier(n): self.grads[n] for n in self.grads})
 
     def analyze(
         self,
@@ -304,9 +302,7 @@ class GradientCapture:
         a = t.cpu().numpy().reshape(-1).copy()
         kept = a
         if self.sample is not None and a.size > self.sample:
-            rng = np.random.default_rng(
-                [self.seed, len(self.steps), *name.encode("utf-8")]
-            )
+            rng = np.random.default_rng([self.seed, len(self.steps), *name.encode("utf-8")])
             idx = np.sort(rng.choice(a.size, size=self.sample, replace=False))
             kept = a[idx]
         counts = _counts(a, self.formats, int(kept.size))
@@ -341,9 +337,7 @@ class GradientCapture:
         self.end_step()
         return _simulate(scaler, [s.grads for s in self.steps], fmt, **kw)
 
-    def diagnose(
-        self, scaler: LossScaler, fmt: str | FloatFormat = "fp16", **kw: Any
-    ) -> Diagnosis:
+    def diagnose(self, scaler: LossScaler, fmt: str | FloatFormat = "fp16", **kw: Any) -> Diagnosis:
         """:func:`precision_lab.scaling.diagnose` of :meth:`simulate`'s run."""
         return diagnose(self.simulate(scaler, fmt), **kw)
 

@@ -179,9 +179,7 @@ def _clip_bounds(
 ) -> tuple[np.ndarray, np.ndarray]:
     """``clip_min``, ``clip_max`` (float64) shaped to broadcast against an ``ndim`` tensor, as
     :class:`~precision_lab.Calibration` computes them."""
-    f = get_format(fmt) if isinstance(fmt, str) else fmt
-    qmin = int(f.min) + (1 if narrow_range and f.signed else 0)  # type: ignore[union-attr]
-    qmax = int(f.max)  # type: ignore[union-attr]
+    qmin, qmax = _integer.qrange(fmt, narrow_range)
     s = np.asarray(_np(scale), dtype=np.float32).astype(np.float64)
     z = np.asarray(_np(zero_point)).astype(np.int64)
     lo, hi = (qmin - z) * s, (qmax - z) * s

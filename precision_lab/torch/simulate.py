@@ -21,7 +21,8 @@ the model inside a ``torch.overrides.TorchFunctionMode`` that sends every GEMM t
   format), stored in the gradient format. (For a convolution, torch's ``fold`` then adds the
   overlapping patches of ``dA`` in float32 before the gradient-format store.)
 
-Other operations follow the policy's FP32 rule list (:data:`precision_lab.training.policy.KNOWN_OPS`):
+Other operations follow the policy's FP32 rule list
+(:data:`precision_lab.training.policy.KNOWN_OPS`):
 ``softmax`` / ``log_softmax`` (rule ``softmax``) and ``cross_entropy`` / ``nll_loss`` (rule
 ``cross_entropy``) run in float32 and keep a float32 result when their rule is on; otherwise the
 result is stored in the activation format (its gradient in the gradient format). Normalisations
@@ -196,12 +197,14 @@ class _GemmFn(torch.autograd.Function):
         sa_shape, sb_shape, c_shape = ctx.shapes
         da = db = dc = None
         if ctx.needs_input_grad[0]:
-            da = _pl_gemm(qg, qb.transpose(-1, -2), spec.backward, spec.fb, spec.accumulator,
-                          sa=sg, sb=sb)
+            da = _pl_gemm(
+                qg, qb.transpose(-1, -2), spec.backward, spec.fb, spec.accumulator, sa=sg, sb=sb
+            )
             da = _store(_sum_to_shape(da, sa_shape), spec.gradient).to(ctx.dtypes[0])
         if ctx.needs_input_grad[1]:
-            db = _pl_gemm(qa.transpose(-1, -2), qg, spec.fa, spec.backward, spec.accumulator,
-                          sa=sa, sb=sg)
+            db = _pl_gemm(
+                qa.transpose(-1, -2), qg, spec.fa, spec.backward, spec.accumulator, sa=sa, sb=sg
+            )
             db = _store(_sum_to_shape(db, sb_shape), spec.gradient).to(ctx.dtypes[1])
         if c_shape is not None and ctx.needs_input_grad[2]:
             dc = _bias_grad(gs, c_shape, spec).to(ctx.dtypes[2])
@@ -358,10 +361,10 @@ class Simulated(torch.nn.Module):
         """The formats of GEMM layer ``layer`` (None: the policy's defaults)."""
         if layer is None or not self.gemm_layers:
             p = self.policy
-            return LayerPrecision(
-                *(get_format(getattr(p, n)) for n in  # type: ignore[misc]
-                  ("compute_format", "backward_format", "activation_format", "gradient_format"))
-            )  # fmt: skip
+            names = ("compute_format", "backward_format", "activation_format", "gradient_format")
+            fs = [get_format(getattr(p, n)) for n in names]
+            assert all(isinstance(f, FloatFormat) for f in fs)  # Policy checks its formats
+            return LayerPrecision(*fs)  # type: ignore[arg-type]
         return self.policy.layer(layer, len(self.gemm_layers))
 
     def spec(self, layer: int | None) -> GemmSpec:
@@ -385,9 +388,7 @@ class Simulated(torch.nn.Module):
 
     def _record(self, kind: str, spec: GemmSpec) -> None:
         if self.trace is not None:
-            self.trace.append(
-                (kind, self._layer(), str(spec.fa), spec.accumulator.describe())
-            )
+            self.trace.append((kind, self._layer(), str(spec.fa), spec.accumulator.describe()))
 
     # ----- the emulated operations --------------------------------------------------------------
     def _linear(
@@ -541,7 +542,7 @@ def _pair(v: Any) -> tuple[int, int]:
 
 
 def _one(v: Any) -> int:
-    return int(v) if isinstance(v, int) else int(tuple(v)[0])
+    return int(v) if isinstance(v, int) else int(next(iter(v)))
 
 
 def simulate(
@@ -556,4 +557,3 @@ def simulate(
     if isinstance(policy, str | Policy):
         return Simulated(model, policy, accumulator=accumulator)
     raise TypeError(f"policy must be a Policy or a policy name, got {type(policy).__name__}")
-
