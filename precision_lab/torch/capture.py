@@ -219,7 +219,9 @@ class GradientCapture:
         Formats whose zero / subnormal / overflow counts are taken over all values.
 
     Use it as a context manager (the hooks are removed on exit) or call :meth:`close`. Each
-    backward pass while it is open is a step: :attr:`steps`.
+    backward pass while it is open is a step: :attr:`steps`. Set :attr:`enabled` to False to let
+    passes go by unrecorded (e.g. record every 20th step of a training run: the forward and the
+    backward of a step see the same setting).
     """
 
     def __init__(
@@ -246,6 +248,8 @@ class GradientCapture:
                 raise ValueError(f"formats: {ff} is not a floating-point format")
             fl.append(ff)
         self.model = model
+        #: record the passes (False: the hooks do nothing)
+        self.enabled = True
         self.sample = sample
         self.seed = int(seed)
         self.formats: tuple[FloatFormat, ...] = tuple(fl)
@@ -275,6 +279,8 @@ class GradientCapture:
     # ----- hooks -------------------------------------------------------------------------------
     def _forward_hook(self, name: str) -> Any:
         def hook(module: torch.nn.Module, inputs: Any, output: Any) -> None:
+            if not self.enabled:
+                return
             outs = output if isinstance(output, tuple | list) else (output,)
             for j, o in enumerate(outs):
                 if isinstance(o, torch.Tensor) and o.requires_grad and o.is_floating_point():
@@ -289,7 +295,8 @@ class GradientCapture:
 
     def _record_hook(self, name: str) -> Any:
         def hook(g: torch.Tensor) -> None:
-            self._record(name, g)
+            if self.enabled:
+                self._record(name, g)
 
         return hook
 
@@ -329,6 +336,18 @@ class GradientCapture:
         self._pending = {}
         self._calls.clear()
         return step
+
+    def values(self, kind: str | None = None) -> np.ndarray:
+        """The kept values of every captured step (of ``kind``), concatenated (float64)."""
+        self.end_step()
+        parts = [s.values(kind) for s in self.steps]
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    def pick_loss_scale(
+        self, fmt: str | FloatFormat = "fp16", *, kind: str | None = None, **kw: Any
+    ) -> LossScaleChoice:
+        """:func:`precision_lab.pick_loss_scale` over the kept values of every captured step."""
+        return pick_loss_scale(self.values(kind), fmt, **kw)
 
     def simulate(
         self, scaler: LossScaler, fmt: str | FloatFormat = "fp16", **kw: Any

@@ -167,3 +167,24 @@ def test_each_backward_is_a_step_and_repeated_modules_get_numbered():
         plt.GradientCapture(model, modules=["nope"])
     with pytest.raises(ValueError, match="sample must be None or an int >= 1"):
         plt.GradientCapture(model, sample=0)
+
+
+def test_enabled_records_only_the_chosen_steps_and_pools_them():
+    torch.manual_seed(0)
+    net = Net()
+    x, y = _data(2)
+    hand = []
+    with plt.capture_gradients(net, formats=("fp16",)) as cap:
+        for i in range(5):
+            cap.enabled = i % 2 == 0
+            net.zero_grad()
+            torch.nn.functional.cross_entropy(net(x * (i + 1)), y).backward()
+            if cap.enabled:
+                hand.append({n: p.grad.numpy().copy() for n, p in net.named_parameters()})
+    assert len(cap.steps) == 3
+    for step, h in zip(cap.steps, hand, strict=True):
+        for n, v in h.items():
+            assert np.array_equal(step.grads[f"param:{n}"], v.reshape(-1))
+    pooled = np.concatenate([s.values() for s in cap.steps])
+    assert np.array_equal(cap.values(), pooled)
+    assert cap.pick_loss_scale("fp16") == pl.pick_loss_scale(pooled, "fp16")
