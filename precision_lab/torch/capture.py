@@ -203,6 +203,11 @@ class CapturedStep:
 class GradientCapture:
     """Hooks on ``model`` recording the gradients of each backward pass (see the module).
 
+    Use it as a context manager (the hooks are removed on exit) or call :meth:`close`. Each
+    backward pass while it is open is a step: ``steps``. Set ``enabled`` to False to let
+    passes go by unrecorded (e.g. record every 20th step of a training run: the forward and the
+    backward of a step see the same setting).
+
     Parameters
     ----------
     model:
@@ -217,11 +222,6 @@ class GradientCapture:
         Seed of the sample positions (with the step index and the tensor's name).
     formats:
         Formats whose zero / subnormal / overflow counts are taken over all values.
-
-    Use it as a context manager (the hooks are removed on exit) or call :meth:`close`. Each
-    backward pass while it is open is a step: :attr:`steps`. Set :attr:`enabled` to False to let
-    passes go by unrecorded (e.g. record every 20th step of a training run: the forward and the
-    backward of a step see the same setting).
     """
 
     def __init__(

@@ -19,7 +19,8 @@ whether the step is taken, so ``update()`` only checks it was called after ``ste
 ``torch.amp.GradScaler``'s on the same run (tests/torch/test_scaler.py).
 
 ``history`` keeps one row per step: the scale used, ``found_inf``, whether the step was skipped,
-and the scale after the update (:attr:`scales`, :attr:`skipped`, :attr:`found_inf`).
+and the scale after the update (:attr:`LossScaling.scales`, :attr:`LossScaling.skipped`,
+:attr:`LossScaling.found_inf`).
 
 >>> import torch, precision_lab.torch as plt
 >>> w = torch.nn.Parameter(torch.tensor([1.0]))
