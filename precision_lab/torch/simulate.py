@@ -6,7 +6,11 @@ the model inside a ``torch.overrides.TorchFunctionMode`` that sends every GEMM t
 
 * ``F.linear`` (``nn.Linear``), ``F.conv1d`` / ``F.conv2d`` (``nn.Conv1d`` / ``nn.Conv2d``, as
   im2col GEMMs: ``torch.nn.functional.unfold`` then one GEMM; ``groups=1``), ``torch.matmul`` /
-  ``@`` / ``mm`` / ``bmm`` (attention's ``q @ k^T`` ...);
+  ``@`` / ``mm`` / ``bmm`` / ``addmm`` (attention's ``q @ k^T`` ...), and
+  ``F.scaled_dot_product_attention`` as its math definition (two GEMMs and a softmax). Operations
+  whose GEMMs are not emulated (``nn.MultiheadAttention``'s functional form, ``einsum``,
+  ``baddbmm``, 3-D and transposed convolutions ...) raise NotImplementedError naming the
+  rewrite, rather than run silently in FP32;
 * forward: ``y = c + a @ b`` with ``a`` and ``b`` rounded to the layer's compute format (8-bit
   formats per-tensor scaled as the policy's ``tensor_scaling`` says: Transformer Engine's delayed
   scaling, or current scaling; the decode scales go to ``pl.gemm``'s ``scale_a`` / ``scale_b``),
@@ -279,6 +283,21 @@ if hasattr(F, "rms_norm"):
     _NORMS.add(F.rms_norm)
 _MATMULS = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.mm,
             torch.Tensor.mm, torch.bmm, torch.Tensor.bmm}  # fmt: skip
+_ADDMM = {torch.addmm, torch.Tensor.addmm}
+#: operations that run GEMMs this module does not emulate: refused, never run silently in FP32
+_NOT_EMULATED = {
+    F.multi_head_attention_forward: "use explicit q @ k.transpose(-2, -1) / softmax / @ v, or "
+    "F.scaled_dot_product_attention, in the model",
+    torch.einsum: "write it as matmul / bmm",
+    torch.tensordot: "write it as matmul",
+    F.bilinear: "write it as matmuls",
+    torch.baddbmm: "write it as bmm plus an add",
+    torch.addbmm: "write it as bmm, a sum and an add",
+    F.conv3d: "3-D convolutions are not emulated",
+    F.conv_transpose1d: "transposed convolutions are not emulated",
+    F.conv_transpose2d: "transposed convolutions are not emulated",
+    F.conv_transpose3d: "transposed convolutions are not emulated",
+}
 
 
 class _Mode(TorchFunctionMode):
@@ -299,6 +318,13 @@ class _Mode(TorchFunctionMode):
             return sim._matmul(args[1], args[0])
         if func in _MATMULS:
             return sim._matmul(*args, **kwargs)
+        if func in _ADDMM:
+            return sim._addmm(*args, **kwargs)
+        if func in _NOT_EMULATED:
+            name = getattr(func, "__name__", str(func))
+            raise NotImplementedError(
+                f"simulate: {name} runs a GEMM that is not emulated: {_NOT_EMULATED[func]}"
+            )
         if func is F.scaled_dot_product_attention:
             return sim._sdpa(*args, **kwargs)
         out = func(*args, **kwargs)
@@ -406,13 +432,32 @@ class Simulated(torch.nn.Module):
         )  # fmt: skip
         return out.reshape(*lead, weight.shape[0]) if input.dim() != 2 else out
 
-    def _matmul(self, a: torch.Tensor, b: torch.Tensor, **kw: Any) -> torch.Tensor:
+    def _matmul(
+        self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = None, **kw: Any
+    ) -> torch.Tensor:
         if kw.get("out") is not None:
             raise NotImplementedError("simulate: matmul with out= is not emulated")
         spec = self.spec(self._layer())
         self._record("matmul", spec)
-        return emulated_matmul(a, b, spec=spec, operands=self.operands,
-                               key=("matmul", self._layer()), update=self._update())  # fmt: skip
+        # each functional matmul of a forward pass has its own per-tensor scaling state
+        self._matmul_calls += 1
+        key = ("matmul", self._layer(), self._matmul_calls)
+        return emulated_matmul(a, b, c, spec=spec, operands=self.operands, key=key,
+                               update=self._update())  # fmt: skip
+
+    def _addmm(
+        self,
+        c: torch.Tensor,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        *,
+        beta: float = 1,
+        alpha: float = 1,
+        out: Any = None,
+    ) -> torch.Tensor:
+        if beta != 1 or alpha != 1 or out is not None:
+            raise NotImplementedError("simulate: addmm with beta, alpha or out= is not emulated")
+        return self._matmul(a, b, c)
 
     def _conv(
         self,
@@ -520,6 +565,7 @@ class Simulated(torch.nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """The wrapped model's forward, with the emulated operations."""
         self._current = []
+        self._matmul_calls = 0
         with _Mode(self):
             return self.module(*args, **kwargs)
 

@@ -196,3 +196,44 @@ def test_softmax_rule_and_bad_arguments():
         plt.simulate(torch.nn.Linear(2, 2), 3)
     with pytest.raises(NotImplementedError, match="grouped"):
         plt.simulate(torch.nn.Conv2d(2, 2, 1, groups=2), "float32")(torch.randn(1, 2, 2, 2))
+
+
+def test_addmm_is_emulated_and_unemulated_gemms_are_refused():
+    torch.manual_seed(6)
+    a, b, c = torch.randn(3, 8), torch.randn(8, 2), torch.randn(2)
+
+    class AddMM(torch.nn.Module):
+        def forward(self, a, b, c):
+            return torch.addmm(c, a, b)
+
+    got = plt.simulate(AddMM(), "mixed_bfloat16")(a, b, c)
+    want = _store(pl.gemm(_np(a), _np(b), _np(c), input_format="bf16",
+                          accumulator=pl.Accumulator()), "bf16")  # fmt: skip
+    assert _bits_equal(got, want)
+    mha = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+    q = torch.randn(1, 3, 8)
+    with pytest.raises(NotImplementedError, match="multi_head_attention_forward runs a GEMM"):
+        plt.simulate(mha, "float32")(q, q, q)
+
+    class Ein(torch.nn.Module):
+        def forward(self, a, b):
+            return torch.einsum("ik,kj->ij", a, b)
+
+    with pytest.raises(NotImplementedError, match="einsum"):
+        plt.simulate(Ein(), "float32")(a, b)
+
+
+def test_each_functional_matmul_has_its_own_delayed_scaling_state():
+    class Two(torch.nn.Module):
+        def forward(self, a, b):
+            return (a @ b) @ (b.t() * 1000.0)
+
+    sim = plt.simulate(Two(), pl.get_policy("fp8_hybrid"))
+    sim.train()
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    for _ in range(2):
+        sim(a, b)
+    keys = sorted(k for k in sim.operands.delayed if k[0][0] == "matmul")
+    assert len(keys) == 4  # (call 1, call 2) x (a, b)
+    scales = {k: sim.operands.delayed[k].scale for k in keys}
+    assert len(set(scales.values())) == 4  # four different amax histories
