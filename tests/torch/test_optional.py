@@ -12,7 +12,7 @@ import sys
 class _NoTorch:
     def find_spec(self, name, path=None, target=None):
         if name == "torch" or name.startswith("torch."):
-            raise ImportError("No module named 'torch' (hidden by the test)")
+            raise ModuleNotFoundError("No module named 'torch' (hidden by the test)", name="torch")
         return None
 sys.meta_path.insert(0, _NoTorch())
 """
