@@ -188,3 +188,17 @@ def test_enabled_records_only_the_chosen_steps_and_pools_them():
     pooled = np.concatenate([s.values() for s in cap.steps])
     assert np.array_equal(cap.values(), pooled)
     assert cap.pick_loss_scale("fp16") == pl.pick_loss_scale(pooled, "fp16")
+
+
+def test_capture_of_an_emulated_model_sees_the_stored_gradients():
+    """Under simulate(mixed_float16) every gradient a GEMM returns is stored in fp16: the
+    captured weight gradients are on the fp16 grid (round_to is the identity on them)."""
+    net, (x, y) = _model(2.0**-10), _data(3)
+    sim = plt.simulate(net, "mixed_float16")
+    with plt.capture_gradients(net, formats=("fp16",)) as cap:
+        torch.nn.functional.cross_entropy(sim(x), y).backward()
+    (step,) = cap.steps
+    for n in ("param:fc1.weight", "param:fc2.weight", "act:fc1"):
+        v = step.grads[n]
+        assert np.array_equal(pl.round_to(v, "fp16"), v), n
+        assert step.counts[n].zero["fp16"] == 0  # nothing left to lose: already stored in fp16
