@@ -10,9 +10,13 @@ torch = pytest.importorskip(
     "torch", reason="precision_lab.torch needs PyTorch: pip install 'precision_lab[torch]'"
 )
 import torch.nn.functional as F  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from hypothesis.extra.numpy import arrays  # noqa: E402
 
 import precision_lab as pl  # noqa: E402
 import precision_lab.torch as plt  # noqa: E402
+from precision_lab.torch.simulate import GemmSpec  # noqa: E402
 from precision_lab.training.policy import LossScaleSpec, Policy, TensorScaleSpec  # noqa: E402
 
 
@@ -237,3 +241,34 @@ def test_each_functional_matmul_has_its_own_delayed_scaling_state():
     assert len(keys) == 4  # (call 1, call 2) x (a, b)
     scales = {k: sim.operands.delayed[k].scale for k in keys}
     assert len(set(scales.values())) == 4  # four different amax histories
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    m=st.integers(1, 5),
+    k=st.integers(1, 40),
+    n=st.integers(1, 4),
+    fmt=st.sampled_from(["fp16", "bf16", "e5m2"]),
+    acc=st.sampled_from(list(ACCUMULATORS)),
+    data=st.data(),
+)
+def test_emulated_matmul_equals_pl_gemm_on_any_operands(m, k, n, fmt, acc, data):
+    floats = st.floats(-1e3, 1e3, width=32)
+    a = data.draw(arrays(np.float32, (m, k), elements=floats))
+    b = data.draw(arrays(np.float32, (k, n), elements=floats))
+    g = data.draw(arrays(np.float32, (m, n), elements=st.floats(-1, 1, width=32)))
+    f = pl.get_format(fmt)
+    accumulator = ACCUMULATORS[acc]
+    spec = GemmSpec(f, f, f, f, f, accumulator)
+    ta = torch.from_numpy(a.copy()).requires_grad_(True)
+    tb = torch.from_numpy(b.copy()).requires_grad_(True)
+    y = plt.emulated_matmul(ta, tb, spec=spec)
+    y.backward(torch.from_numpy(g.copy()))
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = _store(pl.gemm(a, b, input_format=f, accumulator=accumulator), f)
+        gs = _store(g, f)
+        da = _store(pl.gemm(gs, b.T, input_format=f, accumulator=accumulator), f)
+        db = _store(pl.gemm(a.T, gs, input_format=f, accumulator=accumulator), f)
+    assert _bits_equal(y, want)
+    assert _bits_equal(ta.grad, da)
+    assert _bits_equal(tb.grad, db)
