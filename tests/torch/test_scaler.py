@@ -89,3 +89,23 @@ def test_fmt_counts_overflow_in_the_emulated_gradient_format():
         ls.update()
     with pytest.raises(TypeError, match="overrides are for a preset name"):
         plt.LossScaling(pl.scaling.StaticLossScaler(2.0), growth_interval=3)
+
+
+def test_emulated_fp16_gradients_overflow_and_the_step_is_skipped():
+    """Under simulate(mixed_float16) the gradients are stored in fp16: a loss scale that takes
+    them past 65504 gives inf there (not in float32), and LossScaling skips the step."""
+    torch.manual_seed(0)
+    net = torch.nn.Linear(4, 3)
+    sim = plt.simulate(net, "mixed_float16")
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    x, y = torch.randn(8, 4) * 100, torch.randint(0, 3, (8,))
+    before = net.weight.detach().clone()
+    for scale, skipped in ((2.0**20, True), (1.0, False)):
+        ls = plt.LossScaling(pl.scaling.StaticLossScaler(scale))
+        opt.zero_grad()
+        ls.scale(torch.nn.functional.cross_entropy(sim(x), y)).backward()
+        assert bool(torch.isinf(net.weight.grad).any()) == skipped
+        ls.step(opt)
+        ls.update()
+        assert ls.skipped.tolist() == [skipped]
+        assert torch.equal(net.weight, before) == skipped
