@@ -39,6 +39,8 @@ goes:
   gradient populations (``pl.gradients``)
 * :mod:`~precision_lab.training`: the digits MLP under emulated precision, precision policies,
   INT8 post-training quantization and quantization-aware training
+* :mod:`~precision_lab.torch`: real PyTorch models (optional extra ``[torch]``): autograd-aware
+  casts, gradient capture, ``simulate(model, policy)``, loss scalers driving a torch optimizer
 * :mod:`~precision_lab.verify`: hypothesis strategies, oracles, exhaustive sweeps and experiment
   grids on Dask
 * :mod:`~precision_lab.studies`: the experiments behind the figures and the report
