@@ -154,15 +154,16 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
    (MMA-Sim returns 0x7fffffff / 0x7fff for every NaN result; the PTX ISA documents the
    canonical NaN 0x7fffffff for float32 results).
 
-6. Stochastic rounding. Every rounding event of an output element has an event number ``e``;
-   the element with flat index ``i`` (C order over the broadcast batch shape x M x N, ``T``
-   elements in all) uses the 64-bit word number ``e * T + i`` of the counter-based generator of
-   :mod:`precision_lab.core.random_words` keyed by :attr:`seed` (low ``64 - random_bits`` bits
-   cleared). ``stochastic`` rounds away from zero iff ``floor(f * 2**64) + R >= 2**64``, ``f``
-   the exact discarded fraction in units of the result's quantum; ``stochastic_equal`` rounds
-   away from zero iff ``f != 0`` and the top bit of ``R`` is set (probability 1/2 whatever the
-   distance); both are the rules of :func:`~precision_lab.round_to`, here applied to the exact
-   intermediate, and every backend (numpy, native, CUDA) draws the same words. Event numbers:
+6. Stochastic rounding. Every rounding event of an output element has an event number ``e``; the
+   element with flat index ``i`` (C order over the broadcast batch shape x M x N, ``T`` elements in
+   all) uses the 64-bit word number ``e * T + i`` of the counter-based generator of
+   :mod:`precision_lab.core.random_words` keyed by :attr:`Accumulator.seed` (low ``64 -
+   random_bits`` bits cleared). ``stochastic`` rounds away from zero iff ``floor(f * 2**64) + R >=
+   2**64``, ``f`` the exact discarded fraction in units of the result's quantum;
+   ``stochastic_equal`` rounds away from zero iff ``f != 0`` and the top bit of ``R`` is set
+   (probability 1/2 whatever the distance); both are the rules of :func:`~precision_lab.round_to`,
+   here applied to the exact intermediate, and every backend (numpy, native, CUDA) draws the same
+   words. Event numbers:
 
    * sequential: the addition of ``p_k`` is event ``k``;
    * blocked: the in-block addition of ``p_k`` is event ``k``; the addition of the block sum of
@@ -330,6 +331,8 @@ class Accumulator:
     name:
         A label (not part of equality), e.g. the preset's name.
 
+    Examples
+    --------
     >>> Accumulator("fp16", rounding="rtz", order="blocked", block=32).block
     32
     >>> Accumulator(order="blocked")
