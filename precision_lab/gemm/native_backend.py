@@ -56,7 +56,7 @@ from ..core.rounding import (
     is_stochastic,
     round_to,
 )
-from .accumulator import Accumulator
+from .accumulator import ZERO_EXPONENT, Accumulator
 from .shapes import gemm_shapes
 
 __all__ = ["available", "blockfma_applies", "covers", "fma32_applies", "gemm", "isa"]
@@ -93,12 +93,10 @@ def covers(accumulator: Accumulator, **_: Any) -> bool:
         return False
     if accumulator.order in ("blas", "compensated"):
         return False
-    if (
-        accumulator.overflow == "infinity"
-        or accumulator.zeros_in_anchor
-        or accumulator.zero_sign != "ieee"
-    ):
-        return False  # special-value rules of the spec not compiled yet: numpy computes them
+    if _special_rules(accumulator):
+        # the special-value rules of the spec: the block-FMA fast path computes them (where
+        # it does not apply to a call, gemm hands the call to the numpy reference)
+        return _blockfma_accepts(accumulator)
     return not (accumulator.order == "block_fma" and (accumulator.block or 1) > _MAX_BLOCK)
 
 
@@ -231,6 +229,22 @@ def gemm(
         out = _blockfma_gemm(a, b, c, fa, fb, accumulator, out_format, input_rounding)
         if out is not None:
             return out
+    if _special_rules(accumulator):  # (the general kernels do not compute them yet)
+        from .reference import _gemm_numpy
+
+        return _gemm_numpy(
+            a,
+            b,
+            c,
+            fa,
+            fb,
+            accumulator,
+            out_format,
+            input_rounding,
+            scale_a,
+            scale_b,
+            scale_block,
+        )
     flags = (
         int(sum_is_exact(accumulator, fa, fb))
         | int(sum_bound(accumulator, fa, fb) < 2.0**1022) << 1
@@ -461,25 +475,39 @@ _BLOCKFMA_MAX_ALIGN = 28
 _BLOCKFMA_SPAN = 120
 
 
-def blockfma_applies(
-    acc: Accumulator, fa: FloatFormat, fb: FloatFormat, out_fmt: FloatFormat
-) -> bool:
-    """Whether the block-FMA fast path (``blockfma_fast.inc``) computes ``acc``'s model (without
-    scales): ``order="block_fma"`` with deterministic roundings, exact products, inputs whose
-    products are exact float32 numbers (precisions adding up to <= 24 bits), at most
-    ``_BLOCKFMA_MAX_ALIGN`` fraction bits kept, and an output format that float32 holds. Every
-    tensor-core preset qualifies. The call may still hand back to the general kernels (inf/NaN
-    inputs, exponents spread too wide within a block).
+def _special_rules(acc: Accumulator) -> bool:
+    """Whether ``acc`` sets a special-value rule of the spec that the general kernels do not
+    compute (``overflow="infinity"``, ``zeros_in_anchor``, ``zero_sign="positive"``; the NaN
+    encoding is applied to every backend's output by :func:`precision_lab.gemm`)."""
+    return acc.overflow == "infinity" or acc.zeros_in_anchor or acc.zero_sign != "ieee"
 
-    >>> from precision_lab.gemm.tensor_core import tensor_core
-    >>> e4m3, fp32 = get_format("e4m3"), get_format("fp32")
-    >>> blockfma_applies(tensor_core("h100", "e4m3"), e4m3, e4m3, fp32)
+
+_NEAREST = ("nearest_even", "nearest_away", "nearest_zero")
+
+
+def _blockfma_accepts(acc: Accumulator) -> bool:
+    """The part of :func:`blockfma_applies` that does not depend on the formats of a call.
+
+    With ``overflow="infinity"`` the roundings outside a block FMA (the addition of an
+    ``after_block`` block sum, promotion, the output) must round to nearest, where the rule
+    changes nothing (the fast path applies it only to its block-FMA and general roundings).
+
+    >>> _blockfma_accepts(Accumulator(order="block_fma", block=16, align_bits=25))
     True
-    >>> blockfma_applies(tensor_core("h100", "e4m3").replace(rounding="sr"), e4m3, e4m3, fp32)
+    >>> _blockfma_accepts(Accumulator(order="block_fma", block=16, align_bits=25,
+    ...                               rounding="sr"))
     False
     """
-    fmt = acc.format
-    assert isinstance(fmt, FloatFormat)
+    fmt, pfmt = acc.format, acc.promote_format
+    assert isinstance(fmt, FloatFormat) and isinstance(pfmt, FloatFormat)
+    if acc.overflow == "infinity":
+        modes = [acc.out_rounding]
+        if acc.addend == "after_block":
+            modes.append(acc.rounding)
+        if acc.promote_every is not None:
+            modes.append(acc.promote_rounding)
+        if any(check_rounding(m) not in _NEAREST for m in modes):
+            return False
     return (
         _ext is not None
         and acc.order == "block_fma"
@@ -489,30 +517,58 @@ def blockfma_applies(
         and 0 <= acc.align_bits <= _BLOCKFMA_MAX_ALIGN
         and not acc.stochastic
         and acc.product_format is None
+        and fmt.precision <= 51
+        and pfmt.precision <= 51
+        and fmt.emin >= -1022
+    )
+
+
+def blockfma_applies(
+    acc: Accumulator, fa: FloatFormat, fb: FloatFormat, out_fmt: FloatFormat
+) -> bool:
+    """Whether the block-FMA fast path (``blockfma_fast.inc``) computes ``acc``'s model (without
+    scales): ``order="block_fma"`` with deterministic roundings, exact products, inputs whose
+    products are exact float32 numbers (precisions adding up to <= 24 bits), at most
+    ``_BLOCKFMA_MAX_ALIGN`` fraction bits kept, and an output format that float32 holds; every
+    special-value rule of the spec (``zeros_in_anchor``, ``overflow="infinity"`` where the
+    roundings outside the block FMAs are to nearest, ``zero_sign``). Every tensor-core preset
+    qualifies. The call may still hand back to the general kernels (inf/NaN inputs, exponents
+    spread too wide within a block).
+
+    >>> from precision_lab.gemm.tensor_core import tensor_core
+    >>> e4m3, fp32 = get_format("e4m3"), get_format("fp32")
+    >>> blockfma_applies(tensor_core("h100", "e4m3"), e4m3, e4m3, fp32)
+    True
+    >>> blockfma_applies(tensor_core("h100", "e4m3").replace(rounding="sr"), e4m3, e4m3, fp32)
+    False
+    """
+    return (
+        _blockfma_accepts(acc)
         and fa.precision + fb.precision <= 24
         and _fits_float32(fa)
         and _fits_float32(fb)
         and _fits_float32(out_fmt)
-        and fmt.emin >= -1022
     )
 
 
 def _blockfma_opts(acc: Accumulator, fa: FloatFormat, fb: FloatFormat) -> np.ndarray:
     """The int32 options of the fast path: products per int32 run (the most whose truncated
     terms, each at most ``(2 - 2**-ma) * (2 - 2**-mb) * 2**F``, sum below 2**31), the alignment
-    exponents of zero operands and of a zero running value (no part in the anchor), the
+    exponents of zero operands and of a zero running value (no part in the anchor, or
+    ``ZERO_EXPONENT`` with ``zeros_in_anchor``), the
     largest exponent span of a unit's inputs (``2**(F + span)`` stays a float32 normal), and
     whether a block's int32 sum plus the running value's term (below ``2**(F + 1)``) stays
-    below 2**31."""
+    below 2**31, and the special-value rules (bit 0 ``overflow="infinity"``, bit 1
+    ``zero_sign="positive"``)."""
     F = int(acc.align_bits or 0)
     sig_a = 2.0 - 2.0**-fa.mantissa_bits
     sig_b = 2.0 - 2.0**-fb.mantissa_bits
     term = math.floor(sig_a * sig_b * 2.0**F)
     run = max(1, (2**31 - 1) // max(term, 1))
     safe = int((acc.block or 1) * term + 2 ** (F + 1) <= 2**31 - 1)
-    return np.array(
-        [run, _NO_TERM, _NO_TERM, _NO_TERM, _BLOCKFMA_SPAN - F, safe], dtype=np.int32
-    )
+    zero = ZERO_EXPONENT if acc.zeros_in_anchor else _NO_TERM
+    rules = int(acc.overflow == "infinity") | int(acc.zero_sign == "positive") << 1
+    return np.array([run, zero, zero, zero, _BLOCKFMA_SPAN - F, safe, rules], dtype=np.int32)
 
 
 @functools.lru_cache(maxsize=64)
@@ -585,9 +641,7 @@ def _blockfma_gemm(
     per = panels if panels * k * nr <= _PACKED_B else max(1, panels // (4 * workers))
     for_chunks(
         panels,
-        lambda lo, hi: packed.append(
-            _ext.bfma_pack_b(params, opts, B, Bs, Be, OB, lo, hi, grid_b)
-        ),
+        lambda lo, hi: packed.append(_ext.bfma_pack_b(params, opts, B, Bs, Be, OB, lo, hi, grid_b)),
         per,
     )
     if any(bad for bad, _ in packed):
@@ -607,9 +661,7 @@ def _blockfma_gemm(
                 if stop.is_set() or count:
                     break
                 hi = min(r + per * mr, rows)
-                count += _ext.bfma_rows(
-                    params, opts, A, Bs, Be, OB, C, D, r, hi, grid_a, spread_b
-                )
+                count += _ext.bfma_rows(params, opts, A, Bs, Be, OB, C, D, r, hi, grid_a, spread_b)
         except BaseException:
             stop.set()
             raise

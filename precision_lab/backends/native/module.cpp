@@ -346,8 +346,8 @@ PyObject* py_block_amax(PyObject*, PyObject* args) {
 // The int32 options of the block-FMA fast path (blockfma_fast.inc, BF_O_SIZE entries).
 bool get_bfma_opts(PyObject* o, buf* b) {
   if (!get_buf(o, b, 'i', 4, false, "opts", false)) return false;
-  if (b->n < 6) {
-    PyErr_Format(PyExc_ValueError, "opts must hold 6 int32, got %zd values", b->n);
+  if (b->n < 7) {
+    PyErr_Format(PyExc_ValueError, "opts must hold 7 int32, got %zd values", b->n);
     return false;
   }
   return true;
@@ -500,7 +500,7 @@ PyMODINIT_FUNC PyInit__native_kernels(void) {
       KT.bfma_info = pl_avx512::k_bfma_info;
       KT.bfma_pack_b = pl_avx512::k_bfma_pack_b;
       KT.bfma_rows = pl_avx512::k_bfma_rows;
-      KT.isa = "avx2+fma, avx512f fp32 gemm and block fma";
+      KT.isa = "avx2+fma, avx512f gemm";
     }
   }
 #endif
