@@ -565,7 +565,8 @@ def _blockfma_opts(acc: Accumulator, fa: FloatFormat, fb: FloatFormat) -> np.nda
     sig_b = 2.0 - 2.0**-fb.mantissa_bits
     term = math.floor(sig_a * sig_b * 2.0**F)
     run = max(1, (2**31 - 1) // max(term, 1))
-    safe = int((acc.block or 1) * term + 2 ** (F + 1) <= 2**31 - 1)
+    unit = acc.inner_block if acc.addend == "after_block" and acc.inner_block else acc.block
+    safe = int((unit or 1) * term + 2 ** (F + 1) <= 2**31 - 1)
     zero = ZERO_EXPONENT if acc.zeros_in_anchor else _NO_TERM
     rules = int(acc.overflow == "infinity") | int(acc.zero_sign == "positive") << 1
     return np.array([run, zero, zero, zero, _BLOCKFMA_SPAN - F, safe, rules], dtype=np.int32)
