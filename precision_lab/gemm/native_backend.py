@@ -6,7 +6,7 @@ built by ``setup.py`` from the same ``__host__ __device__`` header as the CUDA k
 arithmetic; they equal the numpy reference bit for bit. The Python side is the CuPy backend's
 :func:`~precision_lab.gemm.cupy_backend.run` over numpy with a launcher that runs the kernels on
 the CPU: output rows are split over :func:`precision_lab.core.pool.for_chunks` (the GIL is
-released inside the kernels). Three kernels:
+released inside the kernels). Four kernels:
 
 * fp32 sequential round-to-nearest-even with exact products (:func:`fma32_applies`; the CUDA
   ``pl_gemm_fma_rn`` kernel's model): ``s = fmaf(a, b, s)`` in increasing ``k`` on float32
@@ -14,9 +14,22 @@ released inside the kernels). Three kernels:
   range of rows per worker; float32 inputs are put on their grids by the packs themselves (the
   header's rounding, see ``_packed_input``); an output that is not finite sends the whole
   call to the general kernels;
+* the block-FMA fast path for ``block_fma`` without scales (every tensor-core preset;
+  :func:`blockfma_applies`, ``backends/native/blockfma_fast.inc``): A and B are decoded once
+  while they are packed (per block FMA, each input as its alignment exponent and its value
+  scaled by a power of two), the anchors are a max-plus register tile of int32 exponents, the
+  aligned, truncated products (exact fixed-point numbers) are summed in int32 SIMD lanes, and
+  on AVX-512 the running value and the rounding of each block stay in registers (toward zero
+  into float32-range accumulators, the tensor cores' datapath); anything else, a result that
+  is not a normal number or int32 overflow, runs the float64 unit for that tile; inf/NaN
+  inputs, and bf16/tf32 exponents spread beyond float32's range within a block, hand the
+  call to the general kernels. It computes the special-value rules of the spec
+  (``zeros_in_anchor``, ``overflow="infinity"``, ``zero_sign``), which the general kernels do
+  not yet: such calls that it does not take go to the numpy reference;
 * tile kernels for ``sequential`` (any format and deterministic mode, promotion, scales) and
-  ``block_fma`` (every tensor-core preset): a tile of outputs of one row, ``k`` outermost so the
-  compiler vectorises across columns, rounding by bit operations in the format's normal range,
+  ``block_fma`` (what the fast path does not take): a tile of outputs of one row, ``k``
+  outermost so the compiler vectorises across columns, rounding by bit operations in the
+  format's normal range,
   every other element (zero, subnormal, overflow) by the header's exact routine;
 * the header's per-element state machine for everything else (pairwise, blocked, rounded
   products, stochastic rounding, inf/NaN inputs).
