@@ -55,6 +55,7 @@ from .core.rounding import (
     SUBNORMAL_MODES,
     check_choice,
     check_rounding,
+    sr_mode,
     is_stochastic,
     round_to,
 )
@@ -273,7 +274,7 @@ def round_exact(
     0.1015625
     """
     f = get_format(fmt)
-    mode = check_rounding(rounding)
+    mode = sr_mode(check_rounding(rounding), 64)  # the SR variants with 64 bits: stochastic
     overflow = check_choice("overflow", overflow, OVERFLOW_MODES)
     subnormals = check_choice("subnormals", subnormals, SUBNORMAL_MODES)
     x = _odd_float64(v)
