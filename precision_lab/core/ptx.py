@@ -175,7 +175,9 @@ def cvt_rs(
             f"broadcast to it, got {np.shape(rbits)}"
         ) from None
     if name == "e2m1" and np.isnan(a).any():
-        raise ValueError("x contains NaN: the PTX ISA does not say what cvt.rs gives for NaN in e2m1")
+        raise ValueError(
+            "x contains NaN: the PTX ISA does not say what cvt.rs gives for NaN in e2m1"
+        )
     n_op = cvt_rs_bits(r, name).reshape(-1).astype(np.uint64)
     words = n_op << np.uint64(64 - nbits)  # the operand's N bits at the top of the random word
     src = np.ascontiguousarray(a).reshape(-1)

@@ -57,6 +57,7 @@ __all__ = [
     "follows_p3109",
     "is_stochastic",
     "round_to",
+    "round_with_words",
 ]
 
 #: rounding modes; their positions are the mode numbers of the C++/CUDA header (append only)
@@ -894,3 +895,58 @@ def round_to(
             where, res = repair(p, src, flagged)
         flat[where] = res
     return restore(out)  # type: ignore[no-any-return]
+
+
+def round_with_words(
+    x: Any,
+    fmt: str | FloatFormat,
+    words: Any,
+    *,
+    rounding: str = "stochastic",
+    overflow: str = "ieee",
+    subnormals: str = "keep",
+    random_bits: int | None = None,
+) -> np.ndarray:
+    """:func:`round_to` in a stochastic mode with the caller's random words instead of seeded ones.
+
+    ``words`` (uint64, broadcast to x's shape) stand for the elements' 64-bit counter-based words:
+    they are masked to their top ``random_bits`` bits (and carry the SR variants' marker bit)
+    exactly as seeded words are, so ``round_with_words(x, f, random_words(s, x.size))`` is
+    ``round_to(x, f, seed=s)``. It is how every outcome of a few-bit rounding is enumerated:
+    the words ``n << (64 - N)`` for ``n`` in ``0 .. 2**N - 1``. The numpy reference computes it
+    (float inputs; a float format).
+
+    >>> import numpy as np
+    >>> n = np.arange(4, dtype=np.uint64) << np.uint64(62)   # all four 2-bit words
+    >>> x = np.full(4, 1.0 + 3 * 2**-10)                     # 3/8 of a bf16 quantum above 1
+    >>> round_with_words(x, "bf16", n, random_bits=2).tolist()  # SRFF: floor(3/8 * 4) = 1 of 4
+    [1.0, 1.0, 1.0, 1.0078125]
+    >>> round_with_words(x, "bf16", n, rounding="src", random_bits=2).tolist()  # round(1.5) = 2
+    [1.0, 1.0, 1.0078125, 1.0078125]
+    """
+    f = get_format(fmt)
+    if not isinstance(f, FloatFormat):
+        raise TypeError(f"fmt must be a float format, got {f}")
+    o = check_options(rounding, overflow, subnormals, 0, random_bits)
+    if o.mode not in STOCHASTIC_MODES:
+        raise ValueError(
+            f"rounding must be a stochastic mode ({', '.join(STOCHASTIC_MODES)}), got {rounding!r}"
+        )
+    a = as_float_array(x)
+    w = np.asarray(words)
+    if w.dtype.kind not in "ui":
+        raise TypeError(f"words must hold unsigned 64-bit integers, got {w.dtype}")
+    rw = np.ascontiguousarray(np.broadcast_to(w.astype(np.uint64), a.shape)).reshape(-1)
+    n_bits = o.random_bits
+    if n_bits < 64:
+        rw = rw & np.uint64(((1 << 64) - 1) ^ ((1 << (64 - n_bits)) - 1))
+    coded = word_bits(o.mode, n_bits)
+    if coded > 64:
+        rw = rw | np.uint64(1 << (63 - n_bits))
+    wdt = working_dtype(a.dtype, f)
+    src = np.ascontiguousarray(a).reshape(-1)
+    out = np.empty(a.shape, dtype=wdt)
+    p = _plan(f, wdt.name, o.mode, o.overflow, o.subnormals == "flush")
+    with np.errstate(all="ignore"):
+        _round_float_chunk(p, src, out.reshape(-1), rw)
+    return out

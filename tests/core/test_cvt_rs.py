@@ -167,9 +167,9 @@ def test_fields_follow_the_isa_sentences() -> None:
 
 def test_bad_arguments() -> None:
     x = np.ones(4, dtype=np.float32)
-    with pytest.raises(ValueError, match="fmt must be a cvt.rs destination type"):
+    with pytest.raises(ValueError, match=r"fmt must be a cvt\.rs destination type"):
         pl.cvt_rs(x, "e3m2", np.uint32(0))
-    with pytest.raises(ValueError, match="requires .satfinite"):
+    with pytest.raises(ValueError, match=r"requires \.satfinite"):
         pl.cvt_rs(x, "e4m3", np.uint32(0), satfinite=False)
     with pytest.raises(ValueError, match="multiple of 4"):
         pl.cvt_rs(x[:3], "e2m1", np.uint32(0))
