@@ -44,7 +44,7 @@ are all float32 (anything else would need a rounding the instruction never does:
 >>> x = np.array([1.25, 1.25, 1.25, 1.25], dtype=np.float32)   # halfway between 1 and 1.5
 >>> cvt_rs(x, "e2m1", np.uint32(0x80_7F_00_FF), output="values")  # bytes a=80 e=7F b=00 f=FF
 array([1.5, 1. , 1. , 1.5], dtype=float32)
->>> hex(int(cvt_rs(x, "e2m1", np.uint32(0x80_7F_00_FF), output="packed")))
+>>> hex(int(cvt_rs(x, "e2m1", np.uint32(0x80_7F_00_FF), output="packed")[0]))
 '0x3223'
 """
 
