@@ -741,6 +741,8 @@ def cmd_conform(args: argparse.Namespace) -> int:
         rounding=args.rounding or case.rounding,
         seed=args.seed if args.seed is not None else case.seed,
         random_bits=args.random_bits if args.random_bits is not None else case.random_bits,
+        hadamard=case.hadamard,
+        **({"hadamard_seed": case.hadamard_seed} if case.hadamard_seed is not None else {}),
         show=args.show,
     )
     if args.json:

@@ -36,6 +36,7 @@ True
 from __future__ import annotations
 
 import csv
+import importlib
 import io
 import math
 import sys
@@ -49,6 +50,7 @@ import numpy as np
 from ..core.codec import decode
 from ..core.random_words import random_words
 from ..core.rounding import check_rounding, is_stochastic
+from ..quant import block_formats
 from ..quant.block_formats import SCALE_RULES, BlockFormat, get_block_format
 from ..quant.blocks import quantize_blocks
 
@@ -73,23 +75,49 @@ VECTOR_FORMATS = ("nvfp4", "mxfp4_e2m1", "mxfp8_e4m3", "mxfp8_e5m2")
 VECTOR_MODES = ("nearest_even", "nearest_away", "toward_zero", "stochastic")
 _SR_SEED, _SR_BITS = 21, 8
 _SHAPE = (16, 128)
+#: seed of the random sign vector of the rotated vectors, and the rotation size per format
+_HADAMARD_SEED = 7
+_HADAMARD_SIZES = {"nvfp4": 16, "mxfp4_e2m1": 32, "mxfp8_e4m3": 32}
+
+
+def _hadamard_fn() -> Any:
+    """``precision_lab.quant.hadamard.hadamard``, or None in a build without it."""
+    try:
+        return importlib.import_module("..quant.hadamard", __package__).hadamard
+    except (ImportError, AttributeError):
+        return None
+
+
+def rotate(x: np.ndarray, size: int, seed: int | None = _HADAMARD_SEED) -> np.ndarray:
+    """The random Hadamard rotation of the rotated vectors: blocks of ``size`` along the last
+    axis, sign vector from ``seed``, exact arithmetic (``pl.hadamard``)."""
+    fn = _hadamard_fn()
+    if fn is None:
+        raise ValueError("this vector uses a Hadamard rotation, which this build lacks")
+    return np.asarray(fn(x, block=size, seed=seed))
 
 
 def _rules_for(bf: BlockFormat) -> list[str]:
-    """The scale rules that apply to a block format: the power-of-two rules for MX, the
-    non-power-of-two ones for NVFP4 (SCALE_RULES as it stands: other rules added there appear
-    here by their kind)."""
+    """The scale rules of :data:`SCALE_RULES` that apply to a block format: the power-of-two
+    rules (``block_formats.POW2_RULES`` where it exists) for E8M0 scales (MX), the others for
+    NVFP4 (``block_formats.TENSOR_RULES``) and the FP32-scaled tiles; each one a valid
+    ``get_block_format(bf, scale_rule=rule)``.
+
+    >>> _rules_for(get_block_format("mxfp4_e2m1"))[:2], _rules_for(get_block_format("nvfp4"))[0]
+    (['floor', 'ceil'], 'amax')
+    """
+    pow2_rules = tuple(getattr(block_formats, "POW2_RULES", ("floor", "ceil")))
+    tensor_rules = tuple(getattr(block_formats, "TENSOR_RULES", ("amax",)))
     pow2 = bf.scale.exponent_bits > 0 and bf.scale.mantissa_bits == 0  # E8M0 scales
     out = []
     for rule in SCALE_RULES:
+        if pow2 != (rule in pow2_rules) or (bf.tensor_scale and rule not in tensor_rules):
+            continue
         try:
-            cand = get_block_format(bf, scale_rule=rule)
+            get_block_format(bf, scale_rule=rule)
         except (ValueError, TypeError):
             continue
-        if pow2 and rule != "amax" and not cand.tensor_scale:
-            out.append(rule)
-        elif not pow2 and (rule == "amax" or rule.startswith(("nv", "amax"))):
-            out.append(rule)
+        out.append(rule)
     return out
 
 
@@ -105,6 +133,13 @@ def vector_cases() -> list[dict[str, Any]]:
         for rule in _rules_for(bf):
             for mode in VECTOR_MODES:
                 cases.append({"format": name, "scale_rule": rule, "rounding": mode, "hadamard": 0})
+    if _hadamard_fn() is not None:  # rotated inputs: the formats' default rules, RN and SR
+        for name, size in _HADAMARD_SIZES.items():
+            rule = get_block_format(name).scale_rule
+            for mode in ("nearest_even", "stochastic"):
+                cases.append(
+                    {"format": name, "scale_rule": rule, "rounding": mode, "hadamard": size}
+                )
     return cases
 
 
@@ -152,8 +187,6 @@ def make_vector(
     >>> v["inputs"].shape, v["codes"].dtype, v["scale_codes"].shape, str(v["format"])
     ((16, 128), dtype('uint8'), (16, 4), 'mxfp8_e4m3')
     """
-    if hadamard:
-        raise ValueError("vectors with a Hadamard rotation need pl.hadamard (not in this build)")
     bf = get_block_format(block_format, scale_rule=scale_rule)
     mode = check_rounding(rounding)
     x = _inputs(bf, seed + VECTOR_FORMATS.index(block_format))
@@ -166,7 +199,10 @@ def make_vector(
             "random_bits": np.array(_SR_BITS),
             "random_words": random_words(_SR_SEED, x.size).reshape(x.shape),
         }
-    q = quantize_blocks(x, bf, **kw)
+    if hadamard:
+        extra["hadamard_seed"] = np.array(_HADAMARD_SEED)
+        extra["rotated"] = rotate(x, hadamard)
+    q = quantize_blocks(rotate(x, hadamard) if hadamard else x, bf, **kw)
     return {
         "inputs": x,
         "codes": q.element_codes(),
@@ -217,6 +253,8 @@ class ConformanceCase:
     tensor_scale: float | None = None
     seed: int | None = None
     random_bits: int | None = None
+    hadamard: int = 0
+    hadamard_seed: int | None = None
     source: str = ""
 
 
@@ -253,6 +291,8 @@ def load_vector(path: str | Path) -> ConformanceCase:
             tensor_scale=float(data["tensor_scale"]) if "tensor_scale" in data else None,
             seed=int(data["seed"]) if "seed" in data else None,
             random_bits=int(data["random_bits"]) if "random_bits" in data else None,
+            hadamard=int(data["hadamard"]) if "hadamard" in data else 0,
+            hadamard_seed=int(data["hadamard_seed"]) if "hadamard_seed" in data else None,
             source=str(p),
         )
     if p.suffix.lower() == ".csv":
@@ -318,6 +358,8 @@ def _load_csv(p: Path) -> ConformanceCase:
         tensor_scale=float(meta["tensor_scale"]) if "tensor_scale" in meta else None,
         seed=int(meta["seed"]) if "seed" in meta else None,
         random_bits=int(meta["random_bits"]) if "random_bits" in meta else None,
+        hadamard=int(meta.get("hadamard", 0)),
+        hadamard_seed=int(meta["hadamard_seed"]) if "hadamard_seed" in meta else None,
         source=str(p),
     )
 
@@ -379,13 +421,17 @@ def check_conformance(
     rounding: str = "nearest_even",
     seed: int | None = None,
     random_bits: int | None = None,
+    hadamard: int = 0,
+    hadamard_seed: int | None = _HADAMARD_SEED,
     show: int = 5,
 ) -> ConformanceReport:
     """Compare a quantizer's element ``codes`` (one per input, or 4-bit codes packed two per byte
     along the last axis, even index in the low nibble) and block ``scale_codes`` with
     precision_lab's for the same ``inputs`` (blocks along the last axis), under ``block_format``
-    with ``scale_rule`` (default: the format's) and the elements' ``rounding``. Reports the first
-    ``show`` differences and a likely cause per differing block (see the module docstring).
+    with ``scale_rule`` (default: the format's) and the elements' ``rounding``; ``hadamard``
+    (a size, 0: none) rotates the inputs first (:func:`rotate` with ``hadamard_seed``). Reports
+    the first ``show`` differences and a likely cause per differing block (see the module
+    docstring).
     """
     bf = get_block_format(block_format, scale_rule=scale_rule)
     mode = check_rounding(rounding)
@@ -409,6 +455,8 @@ def check_conformance(
         raise ValueError(
             f"inputs' last axis ({x.shape[-1]}) must hold whole blocks of {bs} ({bf.name})"
         )
+    if hadamard:  # the differences then show the rotated inputs
+        x = rotate(x, hadamard, hadamard_seed)
     want_c, want_s, _ = _codes_and_scales(x, bf, mode, seed, random_bits)
     got_s = np.asarray(scale_codes)
     if got_s.size != want_s.size:

@@ -145,3 +145,16 @@ def test_bad_files_give_one_line_errors(tmp_path: Path, capsys) -> None:
         assert main(["conform", str(path)]) == 1
         err = capsys.readouterr().err.strip()
         assert msg in err and "\n" not in err, err
+
+
+def test_rotated_vectors_need_and_use_the_hadamard_transform() -> None:
+    if cf._hadamard_fn() is None:
+        with pytest.raises(ValueError, match="Hadamard rotation"):
+            cf.make_vector("nvfp4", "amax", "nearest_even", hadamard=16)
+        assert all(c["hadamard"] == 0 for c in cf.vector_cases())
+        return
+    v = cf.make_vector("nvfp4", "amax", "nearest_even", hadamard=16)
+    rep = cf.check_conformance(v["inputs"], v["codes"], v["scale_codes"], "nvfp4", hadamard=16)
+    assert rep.ok
+    plain = cf.check_conformance(v["inputs"], v["codes"], v["scale_codes"], "nvfp4")
+    assert not plain.ok  # the codes are those of the rotated inputs
