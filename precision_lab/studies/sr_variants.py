@@ -206,3 +206,38 @@ def summation_error(
         "error": out,
         "r_star": math.ceil(math.log2(n) / 2),
     }
+
+
+def markdown(*, draws: int = 2**22, n: int = 2**12, reps: int = 16) -> str:
+    """The two tables of the report: biases (measured vs closed form) and summation errors.
+
+    ``python -m precision_lab.studies.sr_variants`` prints them (about a minute).
+    """
+    lines = [
+        "| variant | N | D | measured bias | closed form | difference |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in bias_table(draws=draws):
+        d = "inf" if r["D"] is None else r["D"]
+        lines.append(
+            f"| {r['variant']} | {r['N']} | {d} | {r['measured']:+.6f} | "
+            f"{r['closed_form']:+.6f} | {r['diff']:+.6f} |"
+        )
+    res = summation_error(n, reps=reps)
+    keys = list(next(iter(res["error"].values())))
+    lines += [
+        "",
+        f"Recursive summation of n = {res['n']} summands U[0, 1) in {res['fmt']}, mean relative "
+        f"error over {res['reps']} repetitions; round to nearest: {res['nearest_even']:.4f}; "
+        f"ceil(log2(n) / 2) = {res['r_star']}.",
+        "",
+        "| mode | " + " | ".join(f"r = {k}" for k in keys) + " |",
+        "|---|" + "---|" * len(keys),
+    ]
+    for mode, errs in res["error"].items():
+        lines.append(f"| {mode} | " + " | ".join(f"{errs[k]:.4f}" for k in keys) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(markdown())
