@@ -59,7 +59,7 @@ accumulator across instructions at about 14 bits. A block sum added to a full fp
 after each instruction would give 1.3e-6 on E4M3 inputs uniform on [0, 1) at K = 4096 (2.6e-5
 normwise for Gaussian inputs), far from 2%. Their input distribution and error measure are not
 published, so "nearly 2%" does not separate in-block alignment (6.9e-2 on the uniform inputs,
-7.4e-2 on |N(0, 1)|, 1.7e-3 normwise on N(0, 1)) from a 14-bit accumulator that takes the
+7.4e-2 on ``|N(0, 1)|``, 1.7e-3 normwise on N(0, 1)) from a 14-bit accumulator that takes the
 block sum after the block (3.1e-3, 3.6e-3, 3.2e-3): both err by the right order and grow with
 K; (1) decides.
 
@@ -171,6 +171,8 @@ def tensor_core(
         ``"fp32"`` (default) or ``"fp16"`` (fp16 and FP8 inputs): the type of C and D; pass the
         same ``out_format`` to :func:`~precision_lab.gemm`.
 
+    Examples
+    --------
     >>> print(tensor_core("a100", "fp16", out_format="fp16").describe())
     block FMA of 8 products, 24 fraction bits kept after alignment, normalised into fp16
     (nearest_even)
