@@ -142,6 +142,8 @@ def cvt_rs(
         (the results as float32) or ``"packed"`` (the destination registers ``d``, shape
         ``(..., G)``: uint16 for e2m1x4, uint32 otherwise, ``a`` in the high bits).
 
+    Examples
+    --------
     >>> x = np.array([1.0 + 2**-11, 1.0 + 2**-11], dtype=np.float32)  # 1/16 of a bf16 quantum
     >>> cvt_rs(x, "bf16x2", np.uint32(0xF000_EFFF), output="values")  # up iff r >= 0xF000
     array([1.0078125, 1.       ], dtype=float32)

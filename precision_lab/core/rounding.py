@@ -237,7 +237,7 @@ def sr_mode(mode: str, random_bits: int) -> str:
 def word_bits(mode: str, random_bits: int) -> int:
     """The ``random_bits`` code the random-word generators take: ``random_bits`` (1..64), or
     ``random_bits + 64`` for an SR variant with fewer than 64 bits, whose words then carry the
-    marker bit ``2**(63 - random_bits)`` (:func:`_random_for`; the C++/CUDA header's
+    marker bit ``2**(63 - random_bits)`` (``_random_for``; the C++/CUDA header's
     ``pl_random_group`` does the same).
 
     >>> word_bits("stochastic", 4), word_bits("stochastic_offset", 4)
