@@ -6,7 +6,10 @@ models of real tensor cores.
 * :func:`gemm` (:mod:`.reference`): ``c + a @ b`` under a model; numpy on the CPU, CuPy on the GPU.
 * :func:`tensor_core` (:mod:`.tensor_core`): models of NVIDIA tensor cores, checked bit for bit
   against measurements (:mod:`.validation` reads the measured data sets).
+* :func:`probe_gemm` (:mod:`.probe`): recover the accumulation model of a black-box matmul.
 * :func:`gemm_blocks` (:mod:`.blocks`): GEMM on block-quantized operands (MX, NVFP4, FP8 tiles).
+* :func:`apply_recipe` (:mod:`.recipes`): the three GEMMs of a linear layer under a training
+  recipe (:mod:`precision_lab.quant.recipes`).
 * :mod:`.native_backend` and :mod:`.cupy_backend`: the same models on the C++ kernels and on CUDA.
 
 May import: :mod:`precision_lab.core`, :mod:`precision_lab.backends` and
@@ -27,6 +30,8 @@ and native) and the test matrix; a new tensor-core preset is an entry of the tab
 
 from .accumulator import ORDERS, Accumulator
 from .blocks import gemm_blocks
+from .probe import ProbeResult, probe_gemm
+from .recipes import LinearGemms, apply_recipe
 from .reference import gemm
 from .tensor_core import GPUS, tensor_core, tensor_core_formats
 
@@ -34,8 +39,12 @@ __all__ = [
     "GPUS",
     "ORDERS",
     "Accumulator",
+    "LinearGemms",
+    "ProbeResult",
+    "apply_recipe",
     "gemm",
     "gemm_blocks",
+    "probe_gemm",
     "tensor_core",
     "tensor_core_formats",
 ]
