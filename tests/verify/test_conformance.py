@@ -15,6 +15,9 @@ from precision_lab.cli import main
 from precision_lab.quant.block_formats import get_block_format
 from precision_lab.verify import conformance as cf
 
+#: RCEIL (the round-up E8M0 conversion of TE/cuBLAS) where the build has it, else the exact ceil
+RCEIL = "rceil" if "rceil" in pl.quant.block_formats.SCALE_RULES else "ceil"
+
 
 def test_shipped_vectors_are_what_the_generator_writes(tmp_path: Path) -> None:
     shipped = cf.vector_paths()
@@ -35,6 +38,13 @@ def test_vectors_cover_formats_rules_and_modes() -> None:
     assert "mxfp4_e2m1_floor_nearest_even.npz" in names
     assert "mxfp4_e2m1_ceil_stochastic.npz" in names
     assert "nvfp4_amax_nearest_away.npz" in names
+    if cf._hadamard_fn() is not None:  # the FP4-era rules and rotated vectors
+        assert {
+            "mxfp4_e2m1_rceil_nearest_even.npz",
+            "nvfp4_4over6_mse_stochastic.npz",
+            "nvfp4_amax_nearest_even_h16.npz",
+            "mxfp8_e4m3_floor_stochastic_h32.npz",
+        } <= names
 
 
 @pytest.mark.parametrize("path", cf.vector_paths(), ids=lambda p: p.stem)
@@ -44,13 +54,15 @@ def test_each_vector_passes_and_decodes_to_round_to_blocks(path: Path) -> None:
     rep = cf.check_conformance(
         case.inputs, case.codes, case.scale_codes, case.block_format,
         scale_rule=case.scale_rule, rounding=case.rounding, seed=case.seed,
-        random_bits=case.random_bits,
+        random_bits=case.random_bits, hadamard=case.hadamard,
+        **({"hadamard_seed": case.hadamard_seed} if case.hadamard_seed is not None else {}),
     )  # fmt: skip
     assert rep.ok, rep.summary()
     # the codes and scales decode to round_to_blocks' values (an independent path)
     bf = get_block_format(case.block_format, scale_rule=case.scale_rule)
     kw = {"seed": case.seed, "random_bits": case.random_bits} if case.seed is not None else {}
-    want = pl.round_to_blocks(case.inputs, bf, rounding=case.rounding, **kw)
+    x = cf.rotate(case.inputs, case.hadamard, case.hadamard_seed) if case.hadamard else case.inputs
+    want = pl.round_to_blocks(x, bf, rounding=case.rounding, **kw)
     scales = pl.decode(case.scale_codes, bf.scale).astype(np.float64)
     elems = pl.decode(case.codes, bf.element).astype(np.float64)
     ts = case.tensor_scale if bf.tensor_scale else 1.0
@@ -59,13 +71,13 @@ def test_each_vector_passes_and_decodes_to_round_to_blocks(path: Path) -> None:
     np.testing.assert_array_equal(np.asarray(got, dtype=np.float32), want)
 
 
-def _floor_for_ceil(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _floor_for_rceil(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     q = pl.quantize_blocks(x, "mxfp8_e4m3")  # OCP floor
     return q.element_codes(), q.scale_codes
 
 
 def _ties_away(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    q = pl.quantize_blocks(x, get_block_format("mxfp8_e4m3", scale_rule="ceil"),
+    q = pl.quantize_blocks(x, get_block_format("mxfp8_e4m3", scale_rule=RCEIL),
                            rounding="nearest_away")  # fmt: skip
     return q.element_codes(), q.scale_codes
 
@@ -80,8 +92,8 @@ def _no_saturation(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 @pytest.mark.parametrize(
     ("quantizer", "rule", "cause"),
     [
-        (_floor_for_ceil, "ceil", "scale rule: the block's scale follows rule 'floor'"),
-        (_ties_away, "ceil", "tie rule: the elements follow nearest_away"),
+        (_floor_for_rceil, RCEIL, "scale rule: the block's scale follows rule 'floor'"),
+        (_ties_away, RCEIL, "tie rule: the elements follow nearest_away"),
         (_no_saturation, "floor", "saturation"),
     ],
 )
