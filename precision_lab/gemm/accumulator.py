@@ -581,6 +581,8 @@ class Accumulator:
             txt += f", products rounded to {self.product_format} ({self.product_rounding})"
         if self.promote_every is not None:
             txt += f", promoted every {self.promote_every} products into {self.promote_format}"
+        if self.name:
+            txt += f" [{self.name}]"
         return txt
 
 
