@@ -390,6 +390,8 @@ def instruction_name(instruction: str, kind: str) -> str:
     """``"tcgen05.mma kind::f8f6f4"``, ``"mma.m16n8k16"``, ``"wgmma.m64nNk32"``,
     ``"mfma bf16_1k"``."""
     base = {"mma": "mma", "wgmma": "wgmma", "tcgen05": "tcgen05.mma", "mfma": "v_mfma"}
+    if instruction == "mma" and kind.startswith("kind::mx"):
+        return f"mma.block_scale {kind}"
     sep = " " if kind.startswith("kind") or instruction == "mfma" else "."
     return f"{base[instruction]}{sep}{kind}"
 
