@@ -244,10 +244,10 @@ def _check_wide_inputs(acc: Accumulator, fa: FloatFormat, fb: FloatFormat) -> No
         and acc.promote_every is None
     ):
         raise ValueError(
-            f"input_format {fa} x {fb}: inputs of more than {_EXACT_PRODUCT_BITS} significant "
-            "bits are taken only by a chain of fused multiply-adds in fp64 (accumulator "
-            "Accumulator('fp64'): order='sequential', nearest_even, no product_format or "
-            f"promotion), got {acc.describe()}"
+            f"input_format {fa} x {fb}: at most {_EXACT_PRODUCT_BITS} significant bits are "
+            "supported (products exact in float64), except in a chain of fused multiply-adds "
+            "in fp64 (FP64 DMMA: accumulator Accumulator('fp64'), order='sequential', "
+            f"nearest_even, no product_format or promotion); got {acc.describe()}"
         )
 
 
@@ -994,7 +994,10 @@ def sum_is_exact(acc: Accumulator, fa: FloatFormat, fb: FloatFormat) -> bool:
     fmt = acc.format
     assert isinstance(fmt, FloatFormat)
     pq = _products(acc, fa, fb)[0]
-    span = math.log2(sum_bound(acc, fa, fb)) - math.log2(min(fmt.smallest_subnormal, pq))
+    bound = sum_bound(acc, fa, fb)
+    if pq == 0 or not math.isfinite(bound):  # fp64 operands: products beyond float64
+        return False
+    span = math.log2(bound) - math.log2(min(fmt.smallest_subnormal, pq))
     return span < 52
 
 

@@ -322,6 +322,10 @@ def _block_scaled(group: int | None, bits: int, scale: str) -> Accumulator:
     )
 
 
+def _fp4_kind(out: str, *, scale: str) -> Accumulator:
+    return _block_scaled(16, 35, scale)
+
+
 def _cdna3(block: int, fp8: bool) -> Accumulator:
     return Accumulator(
         "fp32",
@@ -587,7 +591,7 @@ def _block_scaled_rows(arch: str, instruction: str, evidence: str, *, tcgen05: b
         ("nvfp4", "e4m3"),
     ):
         _add(arch, instruction, "kind::mxf4nvf4", [name], ("fp32",),
-             lambda o, s=scale: _block_scaled(16, 35, s), gst, block_scaled=True)  # fmt: skip
+             functools.partial(_fp4_kind, scale=scale), gst, block_scaled=True)  # fmt: skip
     if not tcgen05:  # sm_120 takes UE4M3 scales on blocks of 32 too (MMA-Sim)
         _add(arch, instruction, "kind::mxf4nvf4", ["nvfp4_b32"], ("fp32",),
              lambda o: _block_scaled(16, 35, "e4m3"), gst, block_scaled=True)  # fmt: skip
