@@ -111,11 +111,15 @@ def _public(mod: types.ModuleType) -> list[str]:
     return [n for n in names if not n.startswith("__")]
 
 
+#: id(object) -> the path it is documented at (filled by :func:`_generate_api`)
+DOCUMENTED: dict[int, str] = {}
+
+
 def _generate_api() -> int:
     """Write docs/api/*.rst; return how many objects get a page."""
     out = DOCS / "api"
     out.mkdir(exist_ok=True)
-    seen: dict[int, str] = {}  # id(object) -> its documented path
+    seen = DOCUMENTED
     module_pages = {m: _page(m) for m, _ in API_MODULES}
     entries = 0
 
@@ -162,7 +166,8 @@ def _generate_api() -> int:
     for modname, title in API_MODULES:
         mod = importlib.import_module(modname)
         _write(out / f"{module_pages[modname]}.rst", block(modname, title, _public(mod)))
-    toc = "\n".join(f"   {module_pages[m]}" for m, _ in API_MODULES)
+    _write(out / "modules.rst", _modules_page(set(module_pages) | {"precision_lab"}))
+    toc = "\n".join(f"   {module_pages[m]}" for m, _ in API_MODULES) + "\n   modules"
     _write(
         out / "index.rst",
         _heading("API reference")
@@ -173,6 +178,62 @@ def _generate_api() -> int:
         + "\n",
     )
     return entries
+
+
+def _own_members(mod: types.ModuleType) -> list[str]:
+    """Public-looking names a module defines: functions and classes defined there, and constants
+    with a ``#:`` comment."""
+    from sphinx.pycode import ModuleAnalyzer
+
+    attr_docs = {attr for (_, attr) in ModuleAnalyzer.for_module(mod.__name__).find_attr_docs()}
+    return [
+        n
+        for n, o in vars(mod).items()
+        if not n.startswith("_")
+        and (n in attr_docs or getattr(o, "__module__", None) == mod.__name__)
+    ]
+
+
+def _modules_page(documented: set[str]) -> str:
+    """Every other module of the package, by its docstring only (what it holds; the accumulator
+    and tensor-core specifications live there), so that ``:mod:`` references to the layout
+    resolve. Its public names are documented at their public paths."""
+    import pkgutil
+
+    text = _heading("Modules") + (
+        "\nThe package layout: every module not already documented above, with its docstring. "
+        "Names are documented at their public paths (``precision_lab.*`` and the "
+        "subpackages).\n\n"
+    )
+    for info in sorted(pkgutil.walk_packages(pl.__path__, "precision_lab."), key=lambda m: m.name):
+        name = info.name
+        if name in documented or any(p.startswith("_") for p in name.split(".")[1:]):
+            continue
+        try:
+            importlib.import_module(name)
+        except ImportError:  # an optional extra (precision_lab.torch) that is not installed
+            continue
+        mod = importlib.import_module(name)
+        public = [n for n, o in vars(mod).items() if id(o) in DOCUMENTED]
+        exclude = f"   :exclude-members: {', '.join(sorted(public))}\n" if public else ""
+        parent, _, leaf = name.rpartition(".")
+        if getattr(importlib.import_module(parent), leaf, mod) is mod:
+            text += f".. automodule:: {name}\n   :members:\n   :ignore-module-all:\n{exclude}\n"
+            continue
+        # a module shadowed by the public function of its name (precision_lab.scaling.simulate):
+        # its docstring without a module target (the name means the function), its other
+        # members indexed one by one
+        text += f".. automodule:: {name}\n   :no-index:\n\n.. currentmodule:: {name}\n\n"
+        for member in _own_members(mod):
+            if member not in public:
+                kind = (
+                    "autoclass"
+                    if inspect.isclass(getattr(mod, member))
+                    else ("autofunction" if callable(getattr(mod, member)) else "autodata")
+                )
+                members = "   :members:\n" if kind == "autoclass" else ""
+                text += f".. {kind}:: {member}\n{members}\n"
+    return text
 
 
 API_ENTRIES = _generate_api()
@@ -197,6 +258,17 @@ def _whole_first_paragraph_if_cut(extract: Any) -> Any:
 
 
 import sphinx.ext.autosummary as _autosummary  # noqa: E402
+from sphinx.ext.napoleon import docstring as _napoleon  # noqa: E402
+
+
+def _prose_attribute(self: Any) -> tuple[str, list[str]]:
+    """A constant's or property's docstring is prose (``#: x range of the panel: ...``); its type
+    is the annotation, never the text before a colon (napoleon's inline-type rule)."""
+    lines = [self._lines.next(), *self._dedent(self._consume_to_end())]
+    return "", self.__class__(lines, self._config).lines()
+
+
+_napoleon.GoogleDocstring._consume_inline_attribute = _prose_attribute  # type: ignore[method-assign]
 
 _autosummary.extract_summary = _whole_first_paragraph_if_cut(_autosummary.extract_summary)
 
@@ -246,22 +318,98 @@ def _check_notebooks(app: Any) -> None:
             log.warning(f"docs/notebooks/{src.name} is not executed (a code cell has no count)")
 
 
-def _check_guide_reference(app: Any, env: Any, node: Any, contnode: Any) -> None:
-    """A Python cross-reference in a hand-written page (the guide, not the generated API pages)
-    that resolves to nothing is a warning. (The docstrings also name private modules and
-    external types that this site does not document, so ``nitpicky`` stays off for them.)"""
-    from sphinx.util import logging
+#: targets outside the package: no inventory of theirs is loaded (the build is offline), so they
+#: render as plain names; everything else must resolve
+nitpicky = True
+nitpick_ignore_regex = [
+    (
+        r"py:.*",
+        r"(numpy|np|collections|pathlib|os|math|fractions|typing|json|hypothesis|dask"
+        r"|distributed|torch|cupy|ml_dtypes|matplotlib|sklearn|argparse|concurrent|io|types"
+        r"|dataclasses|contextvars)(\..*)?",
+    ),
+    (r"py:class", r"(.*\.)?_\w+"),  # type variables and private types in annotations
+    (
+        r"py:class",
+        r"(int|float|str|bool|bytes|dict|list|tuple|object|type|callable|None"
+        r"|Callable|Any|Sequence|Iterable|Iterator|Mapping|ArrayLike|DTypeLike|Path)",
+    ),
+]
 
-    doc = node.get("refdoc", "")
-    if node.get("refdomain") == "py" and not doc.startswith("api/"):
-        logging.getLogger("precision_lab.docs").warning(
-            f"{doc}: broken cross-reference {node.get('reftype')} {node.get('reftarget')!r}",
-            location=node,
+
+def _object_at(path: str) -> Any:
+    """What the dotted path names once the package is imported (an attribute before a submodule
+    of the same name: ``precision_lab.gemm.tensor_core`` is the function), or None."""
+    head, *rest = path.split(".")
+    try:
+        obj: Any = importlib.import_module(head)
+    except ImportError:
+        return None
+    for i, part in enumerate(rest):
+        if not hasattr(obj, part) and not isinstance(obj, types.ModuleType):
+            # a function shadowing its package (precision_lab.gemm): go on in the package
+            obj = sys.modules.get(".".join([head, *rest[:i]]), obj)
+        if hasattr(obj, part):
+            obj = getattr(obj, part)
+            continue
+        try:
+            obj = importlib.import_module(".".join([head, *rest[: i + 1]]))
+        except ImportError:
+            return None
+    return obj
+
+
+def _resolve_any_path(app: Any, env: Any, node: Any, contnode: Any) -> Any:
+    """A reference to a documented object by another of its paths (``round_to`` inside
+    ``precision_lab.core.rounding``, ``precision_lab.core.rounding.round_to``) goes to the page
+    where it is documented (its public path)."""
+    if node.get("refdomain") != "py":
+        return None
+    target = node.get("reftarget", "").lstrip("~")
+    context = node.get("py:module") or ""
+    candidates = [target.lstrip(".")]
+    if context:
+        pkg = context
+        while pkg:
+            candidates.append(f"{pkg}.{target.lstrip('.')}")
+            pkg = pkg.rpartition(".")[0]
+    domain = env.get_domain("py")
+    for cand in candidates:
+        if not cand.startswith("precision_lab"):
+            continue
+        obj = _object_at(cand)
+        if obj is None:
+            continue
+        if isinstance(obj, types.ModuleType):
+            where, typ = obj.__name__, "mod"
+        else:
+            parts = cand.split(".")
+            for cut in range(len(parts), 0, -1):  # the longest prefix documented elsewhere
+                head = _object_at(".".join(parts[:cut]))
+                if head is not None and id(head) in DOCUMENTED:
+                    where = ".".join([DOCUMENTED[id(head)], *parts[cut:]])
+                    break
+            else:
+                continue
+            typ = "obj"
+        if where == cand and typ == node.get("reftype"):
+            continue  # the domain looked for it already
+        return domain.resolve_xref(
+            env, node.get("refdoc", ""), app.builder, typ, where, node, contnode
         )
+    # a name documented once in the package (the modules page), wherever the reference is made
+    name = target.lstrip(".")
+    matches = domain.find_obj(env, None, None, name, node.get("reftype"), 1)
+    found = {full for full, _ in matches if full.startswith("precision_lab")}
+    if len(found) == 1:
+        return domain.resolve_xref(
+            env, node.get("refdoc", ""), app.builder, "obj", found.pop(), node, contnode
+        )
+    return None
 
 
 def setup(app: Any) -> dict[str, Any]:
-    app.connect("missing-reference", _check_guide_reference)
+    app.connect("missing-reference", _resolve_any_path)
     app.connect("autodoc-process-docstring", _check_docstring)
     app.connect("builder-inited", _check_notebooks)
     return {"parallel_read_safe": True}

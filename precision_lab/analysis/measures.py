@@ -217,16 +217,20 @@ def underflow_stats(
         The loss scale ``S`` (positive, finite). ``scale * grads`` is rounded once, from its
         exact value: for a power-of-two ``S`` it is exact (in float32 for float32 input when
         the format cannot see below float32's normal range), for another ``S`` it is formed as
-        its float64 round-to-odd (:func:`_odd_product`), which every format of at most 51
+        its float64 round-to-odd (``_odd_product``), which every format of at most 51
         significant bits rounds as it would the exact product. Products beyond float64's range
         count as overflow.
     rounding, overflow, subnormals, seed:
         As in :func:`~precision_lab.round_to`.
 
+    Notes
+    -----
     Overflow means that the result with an unbounded exponent would exceed ``fmt.max`` (IEEE
     754's definition): the value became inf/NaN, or ±max under ``overflow="saturate"``, the
     inward directed modes and ``toward_zero``; for stochastic rounding, ``|S g| > fmt.max``.
 
+    Examples
+    --------
     >>> g = np.array([2.0**-26, 2.0**-25, 2.0**-24, 0.0, 1.0], dtype=np.float32)
     >>> st = underflow_stats(g, "fp16")
     >>> st.n_nonzero, st.zero_fraction, st.subnormal_fraction

@@ -763,7 +763,7 @@ def _call_ufunc(ufunc: Any, inputs: tuple[Any, ...], ctx: EmulationContext) -> E
     )
 
 
-#: the largest |n| of ``x ** n`` done as a chain of multiplications
+#: the largest ``|n|`` of ``x ** n`` done as a chain of multiplications
 MAX_INTEGER_POWER = 1024
 
 

@@ -100,7 +100,20 @@ def odd_collapse(s: np.ndarray, t: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Rounder:
-    """One rounding step of a model: format, mode, overflow/subnormal switches, random words."""
+    """One rounding step of a model: format, mode, overflow/subnormal switches, random words.
+
+    ``overflow`` takes :func:`~precision_lab.round_to`'s ``"ieee"`` and ``"saturate"``, and
+    ``"infinity"``: as ``"ieee"``, and a value at or beyond ``max + ulp(max)`` (the next point
+    of the grid without an exponent bound) gives ±inf (NaN in a format without inf) in every
+    rounding mode, as a truncating datapath does. ``zero_sign="positive"`` makes every zero
+    result ``+0`` (``"ieee"``: the sign IEEE 754 gives it).
+
+    >>> r = Rounder("fp16", "toward_zero", overflow="infinity")
+    >>> r.round(np.array([65519.0, 65536.0, -1e6])).tolist()
+    [65504.0, inf, -inf]
+    >>> Rounder("fp16", zero_sign="positive").round(np.array([-1e-9])).tolist()
+    [0.0]
+    """
 
     fmt: FloatFormat | str
     mode: str = "nearest_even"
@@ -108,23 +121,63 @@ class Rounder:
     subnormals: str = "keep"
     seed: int = 0
     random_bits: int | None = None
+    zero_sign: str = "ieee"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fmt", get_format(self.fmt))
+        if self.overflow not in ("ieee", "saturate", "infinity"):
+            raise ValueError(
+                f"overflow must be one of ieee, saturate, infinity, got {self.overflow!r}"
+            )
+        if self.zero_sign not in ("ieee", "positive"):
+            raise ValueError(f"zero_sign must be one of ieee, positive, got {self.zero_sign!r}")
 
     @cached_property
     def fp64_native(self) -> bool:
         """float64 RN is the answer (fp64 with nearest_even)."""
         return self.fmt == get_format("fp64") and self.mode == "nearest_even"
 
+    @property
+    def core_overflow(self) -> str:
+        """The overflow switch handed to :func:`~precision_lab.round_to`."""
+        return "ieee" if self.overflow == "infinity" else self.overflow
+
+    @cached_property
+    def overflow_threshold(self) -> float:
+        """``max + ulp(max)``: from there on every rounding overflows with ``"infinity"``
+        (float64 inf for fp64)."""
+        fmt = self.fmt
+        assert isinstance(fmt, FloatFormat)
+        with np.errstate(over="ignore"):
+            return float(np.float64(fmt.max) + np.float64(2.0 ** (fmt.emax - fmt.mantissa_bits)))
+
+    def finish(self, z: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """The rounding ``out`` of the exact (or 53-bit round-to-odd) ``z`` with this
+        rounder's ``"infinity"`` overflow and zero sign applied."""
+        if self.overflow == "infinity":
+            with np.errstate(invalid="ignore"):
+                big = np.abs(z) >= self.overflow_threshold
+            if big.any():
+                over = round_to(np.where(big, z, 0.0), self.fmt, overflow="ieee")
+                out = np.where(big, over, out)
+        if self.zero_sign == "positive":
+            out = out + 0.0
+        return out
+
     def round(self, x: np.ndarray, words: np.ndarray | None = None) -> np.ndarray:
         """Round float64 ``x`` (exact values) onto the format (float64 result)."""
         if self.mode in STOCHASTIC_MODES:
             return round_sum(x, np.zeros_like(x), self, words)
         r = round_to(
-            x, self.fmt, rounding=self.mode, overflow=self.overflow, subnormals=self.subnormals
+            x,
+            self.fmt,
+            rounding=self.mode,
+            overflow=self.core_overflow,
+            subnormals=self.subnormals,
         )
-        return r
+        if self.overflow == "ieee" and self.zero_sign == "ieee":
+            return r
+        return self.finish(np.asarray(x, dtype=np.float64), np.asarray(r, dtype=np.float64))
 
 
 def stochastic_words(
@@ -172,7 +225,7 @@ def _round_sum_fp64(s: np.ndarray, t: np.ndarray, r: Rounder) -> np.ndarray:
         else:
             z = s
     # z is on the float64 grid: this applies the mode's overflow rule and the subnormal switch
-    return round_to(z, r.fmt, rounding=mode, overflow=r.overflow, subnormals=r.subnormals)
+    return round_to(z, r.fmt, rounding=mode, overflow=r.core_overflow, subnormals=r.subnormals)
 
 
 def round_sum(
@@ -183,23 +236,34 @@ def round_sum(
     ``s`` need only be a float64 neighbour of the exact value (``|t|`` below one ulp of ``s``)
     for formats of at most 51 significant bits; for fp64 itself ``s`` must be ``RN(s + t)``.
     """
+    out = _round_sum(s, t, r, words)
+    if r.overflow == "ieee" and r.zero_sign == "ieee":
+        return out
+    return r.finish(odd_collapse(s, t), out)
+
+
+def _round_sum(
+    s: np.ndarray, t: np.ndarray, r: Rounder, words: np.ndarray | None = None
+) -> np.ndarray:
+    """:func:`round_sum` with round_to's overflow switch (``"infinity"`` as ``"ieee"``)."""
     fmt = r.fmt
+    ov = r.core_overflow
     assert isinstance(fmt, FloatFormat)
     if r.fp64_native:
-        return round_to(s, fmt, overflow=r.overflow, subnormals=r.subnormals)
+        return round_to(s, fmt, overflow=ov, subnormals=r.subnormals)
     wide = fmt.precision > 51
     if r.mode not in STOCHASTIC_MODES:
         if wide:
             return _round_sum_fp64(s, t, r)
         z = odd_collapse(s, t)
-        return round_to(z, fmt, rounding=r.mode, overflow=r.overflow, subnormals=r.subnormals)
+        return round_to(z, fmt, rounding=r.mode, overflow=ov, subnormals=r.subnormals)
     if words is None:
         raise ValueError("stochastic rounding needs random words")
     z = odd_collapse(s, t)
     if wide:
         trunc = _toward_zero_pair(s, t)
     else:
-        trunc = round_to(z, fmt, rounding="toward_zero", overflow=r.overflow).astype(np.float64)
+        trunc = round_to(z, fmt, rounding="toward_zero", overflow=ov).astype(np.float64)
     finite = np.isfinite(s) & np.isfinite(trunc)
     qexp = quantum_exponent(np.where(finite, trunc, 0.0), fmt)
     # exact discarded fraction: d = |s + t| - |trunc| = (|s| - |trunc|) + sign(s) * t
@@ -223,12 +287,12 @@ def round_sum(
     beyond = finite & ((np.abs(s) > top) | ((np.abs(s) == top) & (st >= 0)))
     step = np.ldexp(np.where(np.signbit(z), -1.0, 1.0), qexp)
     with np.errstate(over="ignore"):  # trunc + step may pass the float64 range (fp64 itself)
-        up = round_to(np.where(away, trunc + step, trunc), fmt, overflow=r.overflow)
-    out = np.where(finite, up, round_to(s, fmt, overflow=r.overflow))
+        up = round_to(np.where(away, trunc + step, trunc), fmt, overflow=ov)
+    out = np.where(finite, up, round_to(s, fmt, overflow=ov))
     if beyond.any():
-        out = np.where(beyond, round_to(np.where(beyond, z, 0.0), fmt, overflow=r.overflow), out)
+        out = np.where(beyond, round_to(np.where(beyond, z, 0.0), fmt, overflow=ov), out)
     if r.subnormals == "flush":
-        out = round_to(out, fmt, subnormals="flush", overflow=r.overflow)
+        out = round_to(out, fmt, subnormals="flush", overflow=ov)
     return out.astype(np.float64)
 
 
@@ -356,7 +420,7 @@ def round_scaled(
     part(mid, r, 0, None)
 
     def shifted_rounder(f: FloatFormat) -> Rounder:
-        return Rounder(f, r.mode, r.overflow, r.subnormals, r.seed, r.random_bits)
+        return Rounder(f, r.mode, r.overflow, r.subnormals, r.seed, r.random_bits, r.zero_sign)
 
     top = E > 1024
     if top.any():  # beyond max + one quantum in every format: 2**1010 in one whose top <= 2**960

@@ -84,6 +84,8 @@ class FloatFormat:
     name:
         Display name (not part of equality).
 
+    Examples
+    --------
     >>> half = FloatFormat(5, 10, name="my_fp16")
     >>> half.max, half.emin, half.emax, half.eps
     (65504.0, -14, 15, 0.0009765625)

@@ -60,9 +60,20 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
    * exponents: ``e(a) = max(floor(log2|a|), emin_A)`` for a non-zero input (subnormal inputs
      take the format's ``emin``; significands then lie in [0, 2)); a product's alignment
      exponent is ``e(a_k) + e(b_k)`` (its significand lies in [0, 4)); the running value's is
-     ``max(floor(log2|r|), acc.emin)``. Zero products and a zero ``r`` take no part.
-   * anchor ``E`` = the largest alignment exponent among the block's non-zero products and
-     (with ``addend="in_block"``) ``r``.
+     ``max(floor(log2|r|), acc.emin)``. Zero products and a zero ``r`` take no part, unless
+     :attr:`zeros_in_anchor` is set: then a zero input takes the exponent ``ZERO_EXPONENT``
+     (-126, fp32's ``emin``, whatever the input's format), so a zero product's alignment
+     exponent is ``e(partner) - 126`` (``-252`` for two zeros), and a zero ``r`` (or ``t``
+     below) takes -126; they take part in the anchor like any other term. Evidence: MMA-Sim
+     (Xie et al., arXiv 2511.10909; ``extract_significand_exponent`` gives a zero the
+     exponent -126 for every operand type), e.g. Volta fp16: ``a = [2, 0, 0, 0]``, ``b =
+     [-0, 0, 0, 0]``, ``c = -1847 * 2**-149`` (0x80000737) gives 0x80000736 (anchor
+     1 - 126 = -125, 23 fraction bits: ``c`` loses its last bit), Hopper bf16 ``a0 = 2**127``,
+     ``b0 = 0``, ``c = 0x3e800001`` gives 0x3e800000 (anchor 127 - 126 = 1, 25 bits).
+     A zero's exponent of its own format's ``emin`` (fp16: -14) would give +0 in the Volta
+     example: it is not the rule.
+   * anchor ``E`` = the largest alignment exponent among the block's products and (with
+     ``addend="in_block"``) ``r`` that take part.
    * each term ``x`` (product, and ``r`` when in block) becomes ``sign(x) * floor(|x| /
      2**(E - align_bits)) * 2**(E - align_bits)``: bits of weight below ``2**(E - align_bits)``
      are truncated (toward zero, on the magnitude).
@@ -129,28 +140,62 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
    input formats) and c (in ``out_format``) that are subnormal become ``+0`` before anything
    else.
 
-4. Output: ``d = round(W, out_format, out_rounding)``. Signs of zero: an exact zero sum takes
-   the sign float64 addition gives it under round-to-nearest (``+0`` unless both addends are
-   ``-0``), in every rounding mode (IEEE would give ``-0`` under ``down``); block_fma zero
-   results are ``+0``.
+4. Output: ``d = round(W, out_format, out_rounding)``. Signs of zero (:attr:`zero_sign`):
 
-5. Special values: if any product or ``c`` is NaN, or an infinite product meets the opposite
-   infinity or ``inf * 0`` occurs, the result is NaN; otherwise an infinite product or ``c``
-   gives that infinity (IEEE). Finite overflow in the accumulator follows ``overflow``: under
-   ``"ieee"`` round-to-nearest (and stochastic) overflow to inf (NaN in formats without inf),
-   toward_zero stays at ``max``; ``"saturate"`` clamps. Once a partial sum is infinite it stays
-   infinite (or becomes NaN on meeting the opposite infinity), as in IEEE arithmetic. A NaN
-   result is the positive quiet NaN on every backend (IEEE 754 leaves its sign unspecified).
+   * ``"ieee"`` (default): IEEE 754-2019 section 6.3 for every addition: an exact zero sum
+     is ``+0`` (``-0`` when both addends are ``-0``), and ``-0`` under ``down`` unless both
+     addends are ``+0``; a non-zero value that rounds to zero (underflow, or a flush) keeps
+     its sign. A block FMA's exact sum ``X`` that is zero is ``+0`` (its terms are summed as
+     one fixed-point number, which has no signed zero); a non-zero ``X`` that rounds to zero
+     keeps its sign.
+   * ``"positive"``: every rounding of the model (accumulation steps, promotion, the output)
+     gives ``+0`` for a zero result: a fixed-point datapath has no ``-0``. This is what the
+     hardware model of NVIDIA tensor cores gives (MMA-Sim truncates the aligned sum to an
+     integer, whose zero is unsigned: a negative sum that truncates to zero is ``+0``); no
+     measured data set has the case.
 
-6. Stochastic rounding. Every rounding event of an output element has an event number ``e``;
-   the element with flat index ``i`` (C order over the broadcast batch shape x M x N, ``T``
-   elements in all) uses the 64-bit word number ``e * T + i`` of the counter-based generator of
-   :mod:`precision_lab.core.random_words` keyed by :attr:`seed` (low ``64 - random_bits`` bits
-   cleared). ``stochastic`` rounds away from zero iff ``floor(f * 2**64) + R >= 2**64``, ``f``
-   the exact discarded fraction in units of the result's quantum; ``stochastic_equal`` rounds
-   away from zero iff ``f != 0`` and the top bit of ``R`` is set (probability 1/2 whatever the
-   distance); both are the rules of :func:`~precision_lab.round_to`, here applied to the exact
-   intermediate, and every backend (numpy, native, CUDA) draws the same words. Event numbers:
+5. Special values. Products are IEEE products (``inf * 0`` is NaN). Finite overflow in a
+   rounding follows :attr:`overflow`: under ``"ieee"`` round-to-nearest (and stochastic)
+   overflow to inf (NaN in formats without inf), toward_zero and the directed mode pointing
+   inward stay at ``max``; ``"saturate"`` clamps to ``max``; ``"infinity"``: as ``"ieee"``,
+   and moreover a value at or beyond ``max + ulp(max)`` (the next point of the grid without
+   an exponent bound, ``2**(emax + 1)`` in IEEE formats) gives ±inf (NaN in formats without
+   inf) in every rounding mode. ``"infinity"`` models a truncating datapath: NVIDIA tensor
+   cores normalise the block sum and truncate its significand, and a sum whose exponent
+   exceeds ``emax`` is inf, not ``max`` (MMA-Sim: the truncated significand times ``2**e``
+   is converted to float32, which overflows to inf; e.g. Hopper wgmma bf16 ``a0 = 2**127``,
+   ``b0 = 2``, ``c = 0`` gives 0x7f800000, and Ampere m16n8k16 bf16 with ``a0 = 2**127, b0 =
+   2, a8 = -2**127, b8 = 4`` gives +inf where saturation then pulled the sum back to -max).
+
+   Infinities and NaNs, from the inputs or from an overflow, are never rounded: they combine
+   in IEEE float64 arithmetic, in the model's order of operations. Every step of the model
+   (one addition of sequential, blocked, pairwise or compensated orders, one block FMA, one
+   inner block, one promotion) whose running value or terms include a special value gives
+   the IEEE sum of those special values (finite terms do not change an infinity): a NaN
+   gives NaN, opposite infinities give NaN, otherwise the infinity. Once a partial sum is
+   infinite it stays infinite, or becomes NaN on meeting the opposite infinity, as in IEEE
+   arithmetic; so ``[65504, inf] @ [-2, 1]`` with an fp16 accumulator is NaN (the first step
+   overflows to -inf, which then meets +inf), and ``[inf, 65504] @ [1, -2]`` is +inf. The
+   output rounding of an infinity follows :attr:`overflow` (``"saturate"`` gives ``max``).
+   ``order="blas"`` takes the special values of the IEEE float64 sum of the raw products.
+
+   NaN results (:attr:`nan_encoding`): ``"quiet"`` (default) gives the positive quiet NaN on
+   every backend (IEEE 754 leaves the sign and payload unspecified); ``"nvidia"`` gives
+   NVIDIA's canonical NaN, all payload bits set: 0x7fffffff in float32 output arrays (which
+   ``astype(np.float16)`` turns into fp16's 0x7fff), 0x7fffffffffffffff in float64 ones
+   (MMA-Sim returns 0x7fffffff / 0x7fff for every NaN result; the PTX ISA documents the
+   canonical NaN 0x7fffffff for float32 results).
+
+6. Stochastic rounding. Every rounding event of an output element has an event number ``e``; the
+   element with flat index ``i`` (C order over the broadcast batch shape x M x N, ``T`` elements in
+   all) uses the 64-bit word number ``e * T + i`` of the counter-based generator of
+   :mod:`precision_lab.core.random_words` keyed by :attr:`Accumulator.seed` (low ``64 -
+   random_bits`` bits cleared). ``stochastic`` rounds away from zero iff ``floor(f * 2**64) + R >=
+   2**64``, ``f`` the exact discarded fraction in units of the result's quantum;
+   ``stochastic_equal`` rounds away from zero iff ``f != 0`` and the top bit of ``R`` is set
+   (probability 1/2 whatever the distance); both are the rules of :func:`~precision_lab.round_to`,
+   here applied to the exact intermediate, and every backend (numpy, native, CUDA) draws the same
+   words. Event numbers:
 
    * sequential: the addition of ``p_k`` is event ``k``;
    * blocked: the in-block addition of ``p_k`` is event ``k``; the addition of the block sum of
@@ -192,7 +237,17 @@ from ..core.rounding import (
     check_rounding,
 )
 
-__all__ = ["ADDENDS", "ORDERS", "SCALE_PLACEMENTS", "Accumulator", "reference_only"]
+__all__ = [
+    "ACC_OVERFLOW_MODES",
+    "ADDENDS",
+    "NAN_ENCODINGS",
+    "ORDERS",
+    "SCALE_PLACEMENTS",
+    "ZERO_EXPONENT",
+    "ZERO_SIGNS",
+    "Accumulator",
+    "reference_only",
+]
 
 #: summation orders of :class:`Accumulator`
 ORDERS = (
@@ -208,6 +263,16 @@ ORDERS = (
 ADDENDS = ("in_block", "after_block", "separate")
 #: where scales of block-quantized operands enter (see the spec, 3b)
 SCALE_PLACEMENTS = ("promote", "in_block")
+#: values of :attr:`Accumulator.overflow`: round_to's switches and a truncating datapath's
+#: ``"infinity"`` (spec section 5)
+ACC_OVERFLOW_MODES = (*OVERFLOW_MODES, "infinity")
+#: values of :attr:`Accumulator.zero_sign` (spec section 4)
+ZERO_SIGNS = ("ieee", "positive")
+#: values of :attr:`Accumulator.nan_encoding` (spec section 5)
+NAN_ENCODINGS = ("quiet", "nvidia")
+#: alignment exponent of a zero operand with ``zeros_in_anchor`` (fp32's ``emin``: the
+#: tensor core's datapath exponent of a zero, whatever the operand's format; spec section 3)
+ZERO_EXPONENT = -126
 
 _FP32 = get_format("fp32")
 _FP64 = get_format("fp64")
@@ -299,14 +364,35 @@ class Accumulator:
         ``"keep"`` or ``"flush"`` (subnormal inputs a, b and c become +0 first: AMD CDNA2).
     out_rounding:
         Rounding of the final conversion to the output format.
-    overflow, subnormals:
-        Switches of :func:`~precision_lab.round_to` for every rounding of the model.
+    overflow:
+        Overflow of every rounding of the model: ``"ieee"`` and ``"saturate"`` as in
+        :func:`~precision_lab.round_to`, or ``"infinity"``: a finite value beyond the format's
+        range gives ±inf whatever the rounding mode (a truncating datapath, not IEEE's
+        directed rounding: toward_zero of a value at or above ``max + ulp(max)`` gives inf, not
+        ``max``; spec section 5).
+    subnormals:
+        Switch of :func:`~precision_lab.round_to` for every rounding of the model.
+    zeros_in_anchor:
+        ``block_fma`` only: a zero operand takes part in the block's alignment anchor with the
+        exponent ``ZERO_EXPONENT`` (-126) (NVIDIA tensor cores, spec section 3); ``False``:
+        zeros take no part.
+    zero_sign:
+        Sign of a zero result of a rounding (an exact cancellation or an underflow):
+        ``"ieee"`` (IEEE 754 section 6.3: a tiny negative value rounds to -0, an exact zero
+        sum is +0, -0 under ``down`` or when both addends are -0; a block FMA's exact zero sum
+        is +0) or ``"positive"`` (always +0, as a fixed-point datapath gives; spec section 4).
+    nan_encoding:
+        Bits of a NaN result: ``"quiet"`` (the positive quiet NaN, 0x7fc00000 in float32) or
+        ``"nvidia"`` (NVIDIA's canonical NaN, 0x7fffffff in float32, 0x7fff in fp16,
+        all payload bits set in float64; spec section 5).
     seed, random_bits:
         Stochastic rounding: seed of the counter-based random words (``None``: 0, so results
         are reproducible by default) and the number of random bits (``None``: exact).
     name:
         A label (not part of equality), e.g. the preset's name.
 
+    Examples
+    --------
     >>> Accumulator("fp16", rounding="rtz", order="blocked", block=32).block
     32
     >>> Accumulator(order="blocked")
@@ -340,6 +426,9 @@ class Accumulator:
     group: int | None = None
     scale_format: str | FloatFormat | None = None
     input_subnormals: str = "keep"
+    zeros_in_anchor: bool = False
+    zero_sign: str = "ieee"
+    nan_encoding: str = "quiet"
     name: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -361,8 +450,25 @@ class Accumulator:
             raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {self.order!r}")
         if self.addend not in ADDENDS:
             raise ValueError(f"addend must be one of {', '.join(ADDENDS)}, got {self.addend!r}")
-        if self.overflow not in OVERFLOW_MODES:
-            raise ValueError(f"overflow must be one of {OVERFLOW_MODES}, got {self.overflow!r}")
+        if self.overflow not in ACC_OVERFLOW_MODES:
+            raise ValueError(
+                f"overflow must be one of {', '.join(ACC_OVERFLOW_MODES)}, got {self.overflow!r}"
+            )
+        if self.zero_sign not in ZERO_SIGNS:
+            raise ValueError(
+                f"zero_sign must be one of {', '.join(ZERO_SIGNS)}, got {self.zero_sign!r}"
+            )
+        if self.nan_encoding not in NAN_ENCODINGS:
+            raise ValueError(
+                f"nan_encoding must be one of {', '.join(NAN_ENCODINGS)}, got {self.nan_encoding!r}"
+            )
+        if not isinstance(self.zeros_in_anchor, bool):
+            raise ValueError(f"zeros_in_anchor must be True or False, got {self.zeros_in_anchor!r}")
+        if self.zeros_in_anchor and self.order != "block_fma":
+            raise ValueError(
+                f"zeros_in_anchor=True needs order='block_fma' (zeros in a block's alignment "
+                f"anchor), got order={self.order!r}"
+            )
         if self.subnormals not in SUBNORMAL_MODES:
             raise ValueError(
                 f"subnormals must be one of {SUBNORMAL_MODES}, got {self.subnormals!r}"
@@ -581,9 +687,31 @@ class Accumulator:
             txt += f", products rounded to {self.product_format} ({self.product_rounding})"
         if self.promote_every is not None:
             txt += f", promoted every {self.promote_every} products into {self.promote_format}"
+        txt += self._special_rules()
         if self.name:
             txt += f" [{self.name}]"
         return txt
+
+    def _special_rules(self) -> str:
+        """The non-default special-value rules, as a suffix of :meth:`describe`.
+
+        >>> Accumulator(overflow="infinity", zero_sign="positive")._special_rules()
+        '; overflow gives ±inf in every rounding mode, zero results are +0'
+        """
+        rules = []
+        if self.overflow == "infinity":
+            rules.append("overflow gives ±inf in every rounding mode")
+        elif self.overflow == "saturate":
+            rules.append("overflow saturates to ±max")
+        if self.zeros_in_anchor:
+            rules.append(f"zeros align with exponent {ZERO_EXPONENT}")
+        if self.zero_sign == "positive":
+            rules.append("zero results are +0")
+        if self.nan_encoding == "nvidia":
+            rules.append("NaN is 0x7fffffff")
+        if self.subnormals == "flush":
+            rules.append("subnormal results flushed to zero")
+        return "; " + ", ".join(rules) if rules else ""
 
 
 def reference_only(acc: Accumulator) -> str | None:

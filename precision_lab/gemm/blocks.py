@@ -130,6 +130,8 @@ def gemm_blocks(
         As :func:`precision_lab.gemm` (default: FP32 sequential accumulation, promoted to FP32
         at every block of K).
 
+    Examples
+    --------
     >>> import numpy as np, precision_lab as pl
     >>> x = np.array([[1.0, -2.0, 0.5, 4.0] * 8, [3.0, 0.25, -1.5, 2.0] * 8])
     >>> w = np.ones((32, 3))

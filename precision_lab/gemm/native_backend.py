@@ -5,14 +5,14 @@ built by ``setup.py`` from the same ``__host__ __device__`` header as the CUDA k
 (``precision_lab/cuda/pl_gemm.cuh``, which uses ``pl_round.cuh``), so CPU and GPU share the
 arithmetic; they equal the numpy reference bit for bit. The Python side is the CuPy backend's
 :func:`~precision_lab.gemm.cupy_backend.run` over numpy with a launcher that runs the kernels on
-the CPU: output rows are split over :func:`precision_lab.core.rounding.for_chunks` (the GIL is
+the CPU: output rows are split over :func:`precision_lab.core.pool.for_chunks` (the GIL is
 released inside the kernels). Three kernels:
 
 * fp32 sequential round-to-nearest-even with exact products (:func:`fma32_applies`; the CUDA
   ``pl_gemm_fma_rn`` kernel's model): ``s = fmaf(a, b, s)`` in increasing ``k`` on float32
   inputs, register tiles of 12 x 32 (AVX-512) or 6 x 16 (AVX2) outputs over packed panels, one
   range of rows per worker; float32 inputs are put on their grids by the packs themselves (the
-  header's rounding, see :func:`_packed_input`); an output that is not finite sends the whole
+  header's rounding, see ``_packed_input``); an output that is not finite sends the whole
   call to the general kernels;
 * tile kernels for ``sequential`` (any format and deterministic mode, promotion, scales) and
   ``block_fma`` (every tensor-core preset): a tile of outputs of one row, ``k`` outermost so the
@@ -93,6 +93,12 @@ def covers(accumulator: Accumulator, **_: Any) -> bool:
         return False
     if accumulator.order in ("blas", "compensated") or reference_only(accumulator):
         return False
+    if (
+        accumulator.overflow == "infinity"
+        or accumulator.zeros_in_anchor
+        or accumulator.zero_sign != "ieee"
+    ):
+        return False  # special-value rules of the spec not compiled yet: numpy computes them
     return not (accumulator.order == "block_fma" and (accumulator.block or 1) > _MAX_BLOCK)
 
 
@@ -369,7 +375,7 @@ def _fma32_gemm(
     """The GEMM on the fp32 FMA kernel (:func:`fma32_applies`), or None: use the general path.
 
     Inputs are put on their formats' grids as float32 (exact, as the formats fit in float32)
-    while the kernel packs them (:func:`_packed_input`), ``c`` on ``out_fmt``'s grid: the values
+    while the kernel packs them (``_packed_input``), ``c`` on ``out_fmt``'s grid: the values
     of the general path, without its float64 copies. With ``"exact"`` an input off its grid
     (or NaN) hands the call to the general path, which raises. An output is finite only if every
     input of its row of ``a``, column of ``b`` and ``c`` is (inf and NaN propagate through every

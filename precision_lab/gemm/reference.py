@@ -45,7 +45,7 @@ from ..core.rounding import (
     is_stochastic,
     round_to,
 )
-from .accumulator import Accumulator, _float_format, reference_only
+from .accumulator import ZERO_EXPONENT, Accumulator, _float_format, reference_only
 from .scales import expand_scales
 from .shapes import gemm_shapes
 
@@ -160,7 +160,7 @@ def gemm(
             out_format=out_fmt,
             **extra,
         )
-        return restore(_canonical_nan(out))
+        return restore(_canonical_nan(out, acc.nan_encoding))
     if on_device:
         raise TypeError(f"backend={backend!r} got CuPy arrays: use backend='cupy' or 'auto'")
     auto_native = backend == "auto" and _AUTO_CPU == "native" and native_kernels.active()
@@ -185,9 +185,9 @@ def gemm(
                 scale_b=scale_b,
                 scale_block=scale_block,
             )
-            return restore(_canonical_nan(out))
+            return restore(_canonical_nan(out, acc.nan_encoding))
     out = _gemm_numpy(a, b, c, fa, fb, acc, out_fmt, input_rounding, scale_a, scale_b, scale_block)
-    return restore(_canonical_nan(out))
+    return restore(_canonical_nan(out, acc.nan_encoding))
 
 
 @functools.cache
@@ -201,15 +201,29 @@ def _float64_or_float(x: np.ndarray) -> np.ndarray:
     return x if x.dtype.kind == "f" else x.astype(np.float64)
 
 
-def _canonical_nan(out: Any) -> Any:
-    """NaN results become the positive quiet NaN on both backends.
+#: NVIDIA's canonical NaN (all payload bits set, positive) by itemsize of the output array
+_NVIDIA_NAN = {2: 0x7FFF, 4: 0x7FFF_FFFF, 8: 0x7FFF_FFFF_FFFF_FFFF}
+
+
+def _canonical_nan(out: Any, encoding: str = "quiet") -> Any:
+    """NaN results become one bit pattern on every backend (:attr:`Accumulator.nan_encoding`):
+    the positive quiet NaN (``"quiet"``) or NVIDIA's canonical NaN (``"nvidia"``: 0x7fffffff
+    in float32, which ``astype(np.float16)`` keeps as fp16's 0x7fff).
 
     IEEE 754 leaves the sign of a NaN result unspecified, and numpy's own choice depends on the
     vector length (SIMD versus scalar loops), so a NaN's sign carries no information here.
+
+    >>> x = _canonical_nan(np.array([np.nan, 1.0], np.float32), "nvidia")
+    >>> hex(int(x.view(np.uint32)[0])), hex(int(x.astype(np.float16).view(np.uint16)[0]))
+    ('0x7fffffff', '0x7fff')
     """
     nan = out != out
     if nan.any():
-        out[nan] = float("nan")
+        if encoding == "nvidia":
+            size = out.dtype.itemsize
+            out.view(f"u{size}")[nan] = _NVIDIA_NAN[size]
+        else:
+            out[nan] = float("nan")
     return out
 
 
@@ -413,9 +427,9 @@ def _gemm_blas32(
         if c is not None:
             c32 = round_to(_broadcast_c(c, out_shape), out_fmt).astype(np.float32, copy=False)
             p = p + c32
-    out = round_to(
-        p, out_fmt, rounding=acc.out_rounding, overflow=acc.overflow, subnormals=acc.subnormals
-    )
+    out = Rounder(
+        out_fmt, acc.out_rounding, acc.overflow, acc.subnormals, zero_sign=acc.zero_sign
+    ).round(p.astype(np.float64))
     return np.ascontiguousarray(out.astype(np.float32, copy=False)).reshape(out_shape)
 
 
@@ -428,6 +442,9 @@ class _Chunk:
     C: np.ndarray  # (b, m, N)
     sa: np.ndarray | None  # (b, m or 1, nk)
     sb: np.ndarray | None  # (b, nk, N or 1)
+    #: the raw A and B with their infinities and NaNs (A and B hold zeros there), or None
+    Araw: np.ndarray | None = None
+    Braw: np.ndarray | None = None
 
 
 class _Model:
@@ -455,7 +472,15 @@ class _Model:
         ov, sub, rb = acc.overflow, acc.subnormals, acc.random_bits
 
         def rounder(f: FloatFormat | str, mode: str) -> Rounder:
-            return Rounder(f, mode, overflow=ov, subnormals=sub, seed=seed, random_bits=rb)
+            return Rounder(
+                f,
+                mode,
+                overflow=ov,
+                subnormals=sub,
+                seed=seed,
+                random_bits=rb,
+                zero_sign=acc.zero_sign,
+            )
 
         self.r_acc = rounder(fmt, acc.rounding)
         self.r_block = rounder(fmt, acc.block_rounding)
@@ -484,7 +509,8 @@ class _Model:
         self.fp32_native = (
             fmt == _FP32
             and acc.rounding == "nearest_even"
-            and acc.overflow == "ieee"
+            and acc.overflow in ("ieee", "infinity")  # (the same under nearest_even)
+            and acc.zero_sign == "ieee"
             and acc.subnormals == "keep"
             and pprec <= 24
             and pq >= 2.0**-149
@@ -505,6 +531,10 @@ class _Model:
                     f"group={acc.group}: sums of {acc.group} products of {fa} x {fb} are not "
                     "exact in float64 (MMA-Sim's GST-FDPA takes FP4 operands)"
                 )
+        #: alignment exponent of a zero operand (block_fma)
+        self.zero_exp = ZERO_EXPONENT if acc.zeros_in_anchor else _NO_TERM
+        #: the inputs hold infinities or NaNs (set by run_all): additions combine them (spec 5)
+        self.special = False
 
     # ----- random words -----------------------------------------------------------------
     def words(self, event: int, shape: tuple[int, ...]) -> np.ndarray | None:
@@ -525,11 +555,18 @@ class _Model:
         nb, m, _ = A.shape
         n = B.shape[2]
         special = not (np.isfinite(A).all() and np.isfinite(B).all() and np.isfinite(C).all())
-        if special:
+        blas_special = special and self.acc.order == "blas"
+        Araw = Braw = None
+        if blas_special:  # the IEEE float64 sum's special values (spec section 5)
             shadow = self._shadow(A, B, C)
+            C = np.where(np.isfinite(C), C, 0.0)
+        if special:
+            # the model's arithmetic runs on zeros in their place; the special values enter
+            # each step in order (_product, _add, _special_step)
+            Araw, Braw = A, B
             A = np.where(np.isfinite(A), A, 0.0)
             B = np.where(np.isfinite(B), B, 0.0)
-            C = np.where(np.isfinite(C), C, 0.0)
+            self.special = not blas_special
 
         def one(item: tuple[slice, slice]) -> None:
             bs, rs = item
@@ -539,6 +576,8 @@ class _Model:
                 C[bs, rs],
                 None if sa is None else sa[bs, rs if sa.shape[1] > 1 else slice(None)],
                 None if sb is None else sb[bs],
+                None if not self.special or Araw is None else Araw[bs, rs],
+                None if not self.special or Braw is None else Braw[bs],
             )
             W[bs, rs] = self.run(ch)
 
@@ -562,7 +601,7 @@ class _Model:
             else:
                 for it in items:
                     one(it)
-        if special:
+        if blas_special:
             bad = ~np.isfinite(shadow)
             W[bad] = shadow[bad]
 
@@ -616,7 +655,38 @@ class _Model:
         p = ch.A[:, :, k, None] * ch.B[:, None, k, :]
         if self.r_product is not None:
             p = self.r_product.round(p, self.words(4 * self.K + k, p.shape))
+        if ch.Araw is not None and ch.Braw is not None:  # IEEE products of inf/NaN inputs
+            with np.errstate(invalid="ignore"):
+                raw = ch.Araw[:, :, k, None] * ch.Braw[:, None, k, :]
+            p = np.where(np.isfinite(raw), p, raw)
         return p
+
+    def _specials(self, ch: _Chunk, ks: range | list[int]) -> tuple[np.ndarray, np.ndarray] | None:
+        """(IEEE sum of the non-finite products ``ks``, where there is one), or None."""
+        if ch.Araw is None or ch.Braw is None:
+            return None
+        q = has = None
+        with np.errstate(invalid="ignore"):
+            for k in ks:
+                raw = ch.Araw[:, :, k, None] * ch.Braw[:, None, k, :]
+                bad = ~np.isfinite(raw)
+                if bad.any():
+                    part = np.where(bad, raw, 0.0)
+                    q = part if q is None else q + part
+                    has = bad if has is None else has | bad
+        return None if q is None or has is None else (q, has)
+
+    @staticmethod
+    def _special_step(
+        r: np.ndarray, new: np.ndarray, sp: tuple[np.ndarray, np.ndarray] | None
+    ) -> np.ndarray:
+        """The running value after a block step: ``new``, unless the running value ``r`` or
+        the step's products ``sp`` hold special values: then their IEEE sum (spec 5)."""
+        if sp is None:
+            return np.where(np.isfinite(r), new, r)
+        q, has = sp
+        with np.errstate(invalid="ignore"):
+            return np.where(has | ~np.isfinite(r), r + q, new)
 
     def _add(
         self, x: np.ndarray, y: np.ndarray, r: Rounder, event: int, exact_hint: bool
@@ -628,9 +698,16 @@ class _Model:
         if exact_hint:
             with np.errstate(invalid="ignore", over="ignore"):
                 z = -((-x) + (-y)) if down else x + y
-            return r.round(z, w)
-        s, t = two_sum(x, y, down=down)
-        return round_sum(s, t, r, w)
+            out = r.round(z, w)
+        else:
+            s, t = two_sum(x, y, down=down)
+            out = round_sum(s, t, r, w)
+        if self.special:  # infinities and NaNs are added unrounded (spec section 5)
+            with np.errstate(invalid="ignore"):
+                bad = ~(np.isfinite(x) & np.isfinite(y))
+                if bad.any():
+                    out = np.where(bad, x + y, out)
+        return out
 
     def _sequential(self, ch: _Chunk, k0: int, k1: int, s0: np.ndarray | None) -> np.ndarray:
         shape = (ch.A.shape[0], ch.A.shape[1], ch.B.shape[2])
@@ -640,8 +717,9 @@ class _Model:
             and (s0 is None or bool((s0.astype(np.float32) == s0).all()))
         ):
             acc32 = np.zeros(shape, np.float32) if s0 is None else s0.astype(np.float32)
-            a32 = ch.A[:, :, k0:k1].astype(np.float32)
-            b32 = ch.B[:, k0:k1, :].astype(np.float32)
+            # (float32 arithmetic is IEEE: the raw inputs' infinities and NaNs follow spec 5)
+            a32 = (ch.A if ch.Araw is None else ch.Araw)[:, :, k0:k1].astype(np.float32)
+            b32 = (ch.B if ch.Braw is None else ch.Braw)[:, k0:k1, :].astype(np.float32)
             tmp = np.empty(shape, np.float32)
             with np.errstate(over="ignore", invalid="ignore"):
                 for j in range(k1 - k0):
@@ -651,8 +729,8 @@ class _Model:
         acc = np.zeros(shape) if s0 is None else s0
         if self.fma64:  # fp64 inputs: a chain of fused multiply-adds in fp64
             for k in range(k0, k1):
-                fused = _fma64(ch.A[:, :, k, None], ch.B[:, None, k, :], acc)
-                acc = self.r_acc.round(fused)
+                fused = self.r_acc.round(_fma64(ch.A[:, :, k, None], ch.B[:, None, k, :], acc))
+                acc = self._special_step(acc, fused, self._specials(ch, [k]))
             return acc
         for k in range(k0, k1):
             first_c = s0 is not None and k == k0  # c may be off the accumulator's grid
@@ -720,10 +798,18 @@ class _Model:
         s = np.zeros(shape) if s0 is None else s0
         comp = np.zeros(shape)
         for k in range(k0, k1):
-            y = self._add(self._product(ch, k), -comp, r, 5 * K + k, exact_hint=False)
+            p = self._product(ch, k)
+            y = self._add(p, -comp, r, 5 * K + k, exact_hint=False)
             t = self._add(s, y, r, k, exact_hint=False)
             d = self._add(t, -s, r, 6 * K + k, exact_hint=False)
             comp = self._add(d, -y, r, 7 * K + k, exact_hint=False)
+            # a special value (an inf/NaN product, or a sum that overflowed) is added as it
+            # is and the compensation dropped: IEEE Kahan would turn inf into NaN (spec 5)
+            with np.errstate(invalid="ignore"):
+                bad = ~(np.isfinite(p) & np.isfinite(s))
+                if bad.any():
+                    t = np.where(bad, s + p, t)
+                    comp = np.where(bad, 0.0, comp)
             s = t
         return s
 
@@ -735,24 +821,25 @@ class _Model:
         r = np.zeros(shape) if s0 is None else s0
         if acc.scales == "in_block" and acc.group is not None:
             return self._block_fma_grouped(ch, k0, k1, r)
-        ea_all = _exponents(ch.A[:, :, k0:k1], self.emin_a)
-        eb_all = _exponents(ch.B[:, k0:k1, :], self.emin_b)
+        ea_all = _exponents(ch.A[:, :, k0:k1], self.emin_a, self.zero_exp)
+        eb_all = _exponents(ch.B[:, k0:k1, :], self.emin_b, self.zero_exp)
         if acc.scales == "in_block" and ch.sa is not None and ch.sb is not None:
             ch, ea_all, eb_all = self._scaled_terms(ch, k0, k1, ea_all, eb_all)
         for j0 in range(k0, k1, n):
             j1 = min(j0 + n, k1)
             if acc.addend == "separate":
                 new = self._separate(ch, j0, j1, r, ea_all, eb_all, k0)
-                r = np.where(np.isfinite(r), new, r)
+                r = self._special_step(r, new, self._specials(ch, range(j0, j1)))
                 continue
             if acc.addend == "in_block":
                 X = self._fma_sum(ch, range(j0, j1), r, ea_all, eb_all, k0)
                 new = self.r_acc.round(X, self.words(j0, shape))
-                r = np.where(np.isfinite(r), new, r)
+                r = self._special_step(r, new, self._specials(ch, range(j0, j1)))
                 continue
             if acc.inner_block is None:
                 X = self._fma_sum(ch, range(j0, j1), None, ea_all, eb_all, k0)
                 t = self.r_block.round(X, self.words(j0, shape))
+                t = self._special_step(np.zeros(shape), t, self._specials(ch, range(j0, j1)))
             else:  # a chain of inner block FMAs from 0 (FP8 emulated on fp16 tensor cores)
                 groups = n // acc.inner_block
                 q = acc.inner_interleave or acc.inner_block
@@ -761,7 +848,7 @@ class _Model:
                     ks = [k for k in range(j0, j1) if ((k - j0) // q) % groups == i]
                     X = self._fma_sum(ch, ks, t, ea_all, eb_all, k0)
                     new = self.r_block.round(X, self.words(j0 + i, shape))
-                    t = np.where(np.isfinite(t), new, t)
+                    t = self._special_step(t, new, self._specials(ch, ks))
             new = self._add(r, t, self.r_acc, self.K + j0, exact_hint=False)
             r = np.where(np.isfinite(r), new, r)
         return r
@@ -785,7 +872,7 @@ class _Model:
             np.maximum(E, ea_all[:, :, k - k0, None] + eb_all[:, None, k - k0, :], out=E)
         if r is not None:
             rr = np.where(np.isfinite(r), r, 0.0)
-            np.maximum(E, _exponents(rr, self.emin_acc), out=E)
+            np.maximum(E, _exponents(rr, self.emin_acc, self.zero_exp), out=E)
         scale = np.ldexp(1.0, np.clip(F - E, -1000, 1000))
         S = np.zeros(shape)
         tmp = np.empty(shape)
@@ -831,9 +918,9 @@ class _Model:
         B[:, k0:k1, :] *= sb
         ea = ea + (np.frexp(sa)[1] - 1).astype(np.int32)
         eb = eb + (np.frexp(sb)[1] - 1).astype(np.int32)
-        ea[ch.A[:, :, k0:k1] == 0] = _NO_TERM
-        eb[ch.B[:, k0:k1, :] == 0] = _NO_TERM
-        return _Chunk(A, B, ch.C, ch.sa, ch.sb), ea, eb
+        ea[ch.A[:, :, k0:k1] == 0] = self.zero_exp  # a zero's exponent is not scaled
+        eb[ch.B[:, k0:k1, :] == 0] = self.zero_exp
+        return _Chunk(A, B, ch.C, ch.sa, ch.sb, ch.Araw, ch.Braw), ea, eb
 
     def _block_fma_grouped(self, ch: _Chunk, k0: int, k1: int, r: np.ndarray) -> np.ndarray:
         """Spec 3b with groups (``kind::mxf4nvf4``): exact group sums times their scales, each
@@ -858,11 +945,10 @@ class _Model:
                 s_b = sb[:, None, g0 - k0, :]
                 e = _exponents(s_a, self.scale_emin) + _exponents(s_b, self.scale_emin)
                 e = np.broadcast_to(e, shape).copy()
-                e[val == 0] = _NO_TERM
+                e[val == 0] = self.zero_exp
                 terms.append((val * s_a * s_b, e))
             rr = np.where(np.isfinite(r), r, 0.0)
-            er = _exponents(rr, self.emin_acc)
-            E = er.copy()
+            E = _exponents(rr, self.emin_acc, self.zero_exp)
             for _, e in terms:
                 np.maximum(E, e, out=E)
             scale = np.ldexp(1.0, np.clip(F - E, -1000, 1000))
@@ -873,7 +959,7 @@ class _Model:
             X[E == _NO_TERM] = 0.0
             X += 0.0
             new = self.r_acc.round(X, self.words(j0, shape))
-            r = np.where(np.isfinite(r), new, r)
+            r = self._special_step(r, new, self._specials(ch, range(j0, j1)))
         return r
 
     def _aligned(
@@ -924,7 +1010,7 @@ class _Model:
             for Xi, _ in parts:
                 X += _cut(Xi, ep - F, "toward_zero")
         rr = np.where(np.isfinite(r), r, 0.0)
-        E = np.maximum(ep, _exponents(rr, self.emin_acc))
+        E = np.maximum(ep, _exponents(rr, self.emin_acc, self.zero_exp))
         total = _cut(X, E - F2, acc.align_rounding) + _cut(rr, E - F, acc.align_rounding)
         total[E == _NO_TERM] = 0.0
         total += 0.0
@@ -948,7 +1034,7 @@ class _Model:
                 [math.fsum([*row, -v]) for row, v in zip(rows.tolist(), s.tolist(), strict=True)]
             )
             new = round_sum(s.reshape(shape), t.reshape(shape), self.r_acc)
-            r = np.where(ok, new, r)
+            r = self._special_step(r, new, self._specials(ch, range(j0, j1)))
         return r
 
     def _blas(self, ch: _Chunk, k0: int, k1: int, s0: np.ndarray | None) -> np.ndarray:
@@ -1001,11 +1087,12 @@ def sum_is_exact(acc: Accumulator, fa: FloatFormat, fb: FloatFormat) -> bool:
     return span < 52
 
 
-def _exponents(x: np.ndarray, emin: int) -> np.ndarray:
-    """Alignment exponents ``max(floor(log2|x|), emin)`` (int32); zeros get ``_NO_TERM``."""
+def _exponents(x: np.ndarray, emin: int, zero: int = _NO_TERM) -> np.ndarray:
+    """Alignment exponents ``max(floor(log2|x|), emin)`` (int32); zeros get ``zero``
+    (``_NO_TERM``: they take no part; ``ZERO_EXPONENT`` with ``zeros_in_anchor``)."""
     e = np.frexp(x)[1].astype(np.int32) - 1
     np.maximum(e, emin, out=e)
-    e[x == 0] = _NO_TERM
+    e[x == 0] = zero
     return e
 
 

@@ -51,13 +51,30 @@ not tell the split apart (fp32 hides it); the emulation model is used there too.
 ``tcgen05.mma kind::f8f6f4``: one 32-product block, 25 fraction bits, the default.
 
 How the running accumulator enters a native block is measured only where the data has a
-non-zero c: aligned in the block for Ada FP8 (``addend="in_block"``: 5000/5000, against about
-2800 with ``"after_block"``) and for every fp16, bf16 and tf32 set of every GPU. The Hopper FP8
-fp32 data (``wgmma``) ran with c = 0, so its chaining across the 32-product blocks of a long K
-is published (MMA-Sim aligns c in the block), not measured. DeepSeek-V3 (section 3.3.2)
-reports that FP8 GEMM on H800 "is limited to retaining around 14 bits" and grows with K, fixed
-by promoting to FP32 every 128 products: consistent with a 14-bit accumulator carried across
-instructions.
+non-zero c: it is aligned in the block for Ada FP8 (``addend="in_block"``: 5000/5000, against
+about 2800 with ``"after_block"``) and for every fp16, bf16 and tf32 set of every GPU. The Hopper
+FP8 fp32 data (``wgmma``) ran with c = 0, so its chaining across the 32-product blocks of a long
+K is inferred, not measured. Decision: the running sum is aligned in each block
+(``addend="in_block"``), the published model. Evidence: (1) every native data set with a non-zero
+c aligns it in the block (Ada FP8, and the fp16, bf16 and tf32 sets of every GPU); the one
+apparent exception, B200 FP8, is the ``mma.sync`` emulation above, so no native instruction is
+known to add c after its block. (2) DeepSeek-V3 (section 3.3.2) reports that FP8 GEMM on H800
+"is limited to retaining around 14 bits", that the problem grows with K, and "a maximum relative
+error of nearly 2%" for "two random matrices with K = 4096", fixed by copying partial sums to
+FP32 every N_C = 128 products (4 ``wgmma``): that fix only helps if ``wgmma`` carries its
+accumulator across instructions at about 14 bits. A block sum added to a full fp32 accumulator
+after each instruction would give 1.3e-6 on E4M3 inputs uniform on [0, 1) at K = 4096 (2.6e-5
+normwise for Gaussian inputs), far from 2%. Their input distribution and error measure are not
+published, so "nearly 2%" does not separate in-block alignment (6.9e-2 on the uniform inputs,
+7.4e-2 on ``|N(0, 1)|``, 1.7e-3 normwise on N(0, 1)) from a 14-bit accumulator that takes the
+block sum after the block (3.1e-3, 3.6e-3, 3.2e-3): both err by the right order and grow with
+K; (1) decides.
+
+fp16 output (``out_format="fp16"``) exists for fp16 and FP8/FP6/FP4 inputs: the accumulator is
+then fp16, rounded to nearest even. The measured fp16-output FP8 sets of Hopper and Blackwell
+are ``mma.sync`` (``instruction="mma"``); Hopper's default, ``wgmma`` with an f16 accumulator
+(32 products, 13 bits, then fp16 to nearest), is MMA-Sim's published model, not measured.
+:data:`APPROXIMATE` lists presets that do not reproduce their data: none.
 
 >>> import precision_lab as pl
 >>> acc = pl.tensor_core("h100", "e4m3")
@@ -189,12 +206,20 @@ MEASURED: dict[tuple[str, str, str], tuple[str, str]] = {
     ("blackwell", "e5m2", "fp16"): ("B200_E5M2", "mma"),
 }
 
-#: special-value rules per vendor (fields of the Accumulator spec, where it has them), with
-#: their evidence: MMA-Sim's NVIDIA models return NaN as 0x7fffffff / 0x7fff and take a finite
-#: overflow of the truncating fp32 datapath to inf; its AMD models return IEEE results
-SPECIAL_RULES: dict[str, dict[str, Any]] = {
-    "nvidia": {"overflow": "infinity", "zeros_in_anchor": True, "nan_encoding": "nvidia"},
-    "amd": {"nan_encoding": "quiet"},
+#: special-value rules (fields of the Accumulator spec) of NVIDIA's block-FMA datapaths, with
+#: their evidence. A zero operand takes the exponent -126 in the alignment anchor
+#: (``zeros_in_anchor``); NaN results are 0x7fffffff / 0x7fff (``nan_encoding="nvidia"``);
+#: where the datapath truncates (fp32 output), a sum whose exponent passes ``emax`` is inf
+#: (``overflow="infinity"``) and a zero result is +0 (``zero_sign="positive"``: the aligned
+#: sum is a fixed-point integer). fp16 outputs round to nearest with IEEE signs of zero.
+NVIDIA_SPECIALS = {"zeros_in_anchor": True, "nan_encoding": "nvidia"}
+NVIDIA_TRUNCATING = {"overflow": "infinity", "zero_sign": "positive"}
+_SPECIAL_EVIDENCE = {
+    "nvidia": f"{_MMASIM}: zero exponent -126, NaN 0x7fffffff/0x7fff, truncated significand "
+    "times 2**e (inf past emax), the aligned sum a fixed-point integer (no -0)",
+    "fma": f"{_MMASIM}: libm fma, IEEE 754 results",
+    "amd": f"{_MMASIM} MFMA: IEEE results of the fp64 sum for inf/NaN, round to nearest",
+    "cdna2": f"{_MMASIM} MFMA CDNA2: subnormal inputs flushed to +0, results to signed zero",
 }
 
 
@@ -239,7 +264,8 @@ class Preset:
             "products_per_block": acc.block if acc.order != "sequential" else 1,
             "fraction_bits": acc.align_bits if acc.order == "block_fma" else None,
             "rounding": _rounding_text(acc),
-            "special_values": _special_text(acc, self.vendor),
+            "special_values": _special_text(acc),
+            "special_evidence": _special_evidence(self),
             "evidence": self.evidence,
             "model": acc.describe(),
         }
@@ -252,31 +278,42 @@ def _rounding_text(acc: Accumulator) -> str:
     return f"{acc.rounding} into {fmt}"
 
 
-def _special_text(acc: Accumulator, vendor: str) -> str:
-    parts = []
-    for name in ("overflow", "zeros_in_anchor", "zero_sign", "nan_encoding", "subnormals"):
-        if name in _ACC_FIELDS:
-            parts.append(f"{name}={getattr(acc, name)}")
+def _special_text(acc: Accumulator) -> str:
+    parts = [
+        f"overflow={acc.overflow}",
+        f"zero_sign={acc.zero_sign}",
+        f"nan_encoding={acc.nan_encoding}",
+    ]
+    if acc.order == "block_fma":
+        parts.append(f"zeros_in_anchor={acc.zeros_in_anchor}")
+    if acc.subnormals == "flush":
+        parts.append("subnormals=flush")
     if acc.input_subnormals == "flush":
         parts.append("input_subnormals=flush")
     return ", ".join(parts)
 
 
-_ACC_FIELDS = {f.name for f in dataclasses.fields(Accumulator)}
-
-
 def _with_specials(acc: Accumulator, vendor: str) -> Accumulator:
-    """The vendor's special-value rules, for the fields the Accumulator spec has (the
-    ``overflow`` rule only for a truncating datapath: one rounding toward zero)."""
-    out = acc
-    for k, v in SPECIAL_RULES[vendor].items():
-        if k not in _ACC_FIELDS or (k == "overflow" and acc.rounding != "toward_zero"):
-            continue
-        try:
-            out = dataclasses.replace(out, **{k: v})
-        except ValueError:  # a value this version of the spec does not have
-            continue
-    return out
+    """NVIDIA's special-value rules on a block-FMA preset (:data:`NVIDIA_SPECIALS`; with
+    :data:`NVIDIA_TRUNCATING` where a rounding truncates); AMD's models and FMA chains keep
+    IEEE rules."""
+    if vendor != "nvidia" or acc.order != "block_fma":
+        return acc
+    changes: dict[str, Any] = dict(NVIDIA_SPECIALS)
+    if acc.rounding == "toward_zero" or (
+        acc.addend == "after_block" and acc.block_rounding == "toward_zero"
+    ):
+        changes.update(NVIDIA_TRUNCATING)
+    return dataclasses.replace(acc, **changes)
+
+
+def _special_evidence(p: Preset) -> str:
+    acc = p.accumulator
+    if acc.input_subnormals == "flush":
+        return _SPECIAL_EVIDENCE["cdna2"]
+    if acc.order == "sequential":
+        return _SPECIAL_EVIDENCE["fma"]
+    return _SPECIAL_EVIDENCE[p.vendor]
 
 
 # ----- the builders -----------------------------------------------------------------------
@@ -758,6 +795,8 @@ def _tensor_core(
     :func:`tensor_core_list` (``pl.tensor_core.list()``) is the table of every preset with its
     evidence.
 
+    Examples
+    --------
     >>> print(tensor_core("a100", "fp16", out_format="fp16").describe())
     block FMA of 8 products, 24 fraction bits kept after alignment, normalised into fp16
     (nearest_even) [a100 fp16 -> fp16 (mma.m16n8k16)]

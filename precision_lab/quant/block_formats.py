@@ -2,7 +2,7 @@
 
 A :class:`BlockFormat` names an element format, a scale format, a block shape and a scale rule
 (:data:`SCALE_RULES`); :data:`BLOCK_FORMATS` holds OCP MX (FP8, FP6, FP4, INT8), NVFP4 and the
-DeepSeek-V3 FP8 tiles. The arithmetic that uses them is in :mod:`.blocks`.
+DeepSeek-V3 FP8 tiles. The arithmetic that uses them is in :mod:`precision_lab.quant.blocks`.
 
 >>> get_block_format("nvfp4").block_shape
 (16,)
@@ -48,6 +48,8 @@ class BlockFormat:
     tensor_scale:
         NVFP4's second-level per-tensor FP32 scale (only with ``scale_rule="amax"``).
 
+    Examples
+    --------
     >>> f = get_block_format("mxfp4_e2m1")
     >>> f.element_max, f.element_emax, f.block_size, f.bits_per_element
     (6.0, 2, 32, 4.25)

@@ -1,9 +1,9 @@
 """How a tensor is cut into blocks, and each block's amax and scale.
 
-:func:`_layout` maps a shape, a block format and an axis to a view in which every block is
+``_layout`` maps a shape, a block format and an axis to a view in which every block is
 contiguous (padding where the axis is not a multiple of the block); the amax of each block and
-the scale rules of :mod:`.blocks` (floor, ceil, amax; NVFP4's per-tensor scale) are computed
-here, in exact arithmetic.
+the scale rules of :mod:`precision_lab.quant.blocks` (floor, ceil, amax; NVFP4's per-tensor
+scale) are computed here, in exact arithmetic.
 
 >>> from precision_lab.quant.block_formats import get_block_format
 >>> _layout((4, 64), get_block_format("mxfp8_e4m3"), -1, pad=False).dims

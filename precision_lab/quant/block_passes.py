@@ -1,8 +1,8 @@
 """The passes over the data of a block-scaled cast: chunked numpy passes and the native kernel.
 
 One fused pass per chunk of blocks: amax, scale, exact scaling, the core's rounding kernel, and
-scaling back (see :mod:`.blocks` for the semantics). ``_elements`` runs it on the native
-backend where it covers the case and on numpy otherwise; both give the same bits.
+scaling back (see :mod:`precision_lab.quant.blocks` for the semantics). ``_elements`` runs it on
+the native backend where it covers the case and on numpy otherwise; both give the same bits.
 """
 
 from __future__ import annotations

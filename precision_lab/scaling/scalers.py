@@ -216,6 +216,8 @@ class StaticLossScaler(LossScaler):
         Whether a step whose gradients hold inf/NaN is skipped (default True). Apex and DeepSpeed
         static scalers do not skip (``skip_on_inf=False``): the non-finite update is applied.
 
+    Examples
+    --------
     >>> s = StaticLossScaler(128.0)
     >>> s.update(False), s.update(True), s.scale, s.skipped
     (True, False, 128.0, 1)
@@ -343,6 +345,8 @@ class DynamicLossScaler(LossScaler):
         :class:`LossScaleCollapseWarning`), ``"raise"`` (:class:`LossScaleError`) or ``"ignore"``.
         ``collapsed`` tells afterwards.
 
+    Examples
+    --------
     >>> s = DynamicLossScaler(growth_interval=3)
     >>> [s.update(f) for f in (False, True, False, False, False)], s.scale
     ([True, False, True, True, True], 65536.0)

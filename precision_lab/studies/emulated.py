@@ -1,6 +1,7 @@
 """Numerical-analysis experiments run in emulated arithmetic (the figures of
-:mod:`precision_lab.figures.fig_emulated_sums` and :mod:`~precision_lab.figures.fig_emulated_ir`,
-the notebook ``06_emulated_algorithms`` and the tests).
+:mod:`precision_lab.figures.fig_emulated_sums` and
+:mod:`~precision_lab.figures.fig_emulated_algorithms`, the notebook ``06_emulated_algorithms``
+and the tests).
 
 Everything here is bit-reproducible on any machine: every operation is a :mod:`precision_lab.ops`
 call or an :class:`~precision_lab.Emulated` array operation (each result rounded from its exact
@@ -29,6 +30,7 @@ from ..training import RUNS, train_seeds
 
 __all__ = [
     "HARMONIC_FORMATS",
+    "WEIGHT_UPDATE_RULES",
     "IRResult",
     "harmonic_stagnation",
     "harmonic_sums",

@@ -42,8 +42,10 @@ from ..training.qat import qat_finetune
 from .text import signed
 
 __all__ = [
+    "QAT_SETTINGS",
     "SEEDS",
     "SETTINGS",
+    "Fp8Row",
     "Study",
     "Variant",
     "markdown",
@@ -57,6 +59,7 @@ SEEDS = (0, 1, 2)
 #: time); init_std stays the package's 0.002, which makes FP16 gradients underflow
 SETTINGS: dict[str, Any] = {"hidden": (64, 64, 64), "batch_size": 128, "epochs": 30}
 CALIB_SIZE = 200
+#: quantization-aware fine-tuning of every QAT variant
 QAT_SETTINGS: dict[str, Any] = {"epochs": 3, "lr": 1e-3, "lr_schedule": "cosine"}
 PARTS = ("policies", "norm", "int8", "fp8")
 

@@ -81,6 +81,7 @@ except ImportError as err:  # pragma: no cover - depends on the environment
 __all__ = [
     "INPUTS",
     "SweepResult",
+    "SweepSpec",
     "UntrustedOracle",
     "check_chunk",
     "oracle_fingerprint",

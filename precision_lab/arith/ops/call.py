@@ -176,6 +176,7 @@ class Call:
         operands: dict[str, Any],
         offset: int = 0,
     ) -> Call:
+        """Validate the options and put the operands on ``fmt``'s grid, broadcast together."""
         f = float_format(fmt)
         o = check_options(rounding, overflow, subnormals, seed, None)
         arrs = [as_operand(v, name) for name, v in operands.items()]
@@ -191,6 +192,7 @@ class Call:
         return Rounder(self.fmt, o.mode, o.overflow, o.subnormals, o.seed, o.random_bits)
 
     def words(self) -> np.ndarray | None:
+        """The stochastic-rounding words of this call's elements (None when not stochastic)."""
         n = int(np.prod(self.shape, dtype=np.int64))
         return self.opts.words(n, self.offset)
 
@@ -226,7 +228,7 @@ class Call:
 
         ``zero_pair``: the two addends of a sum (for the sign of an exact zero under ``down``).
         ``exact_fraction``: for stochastic rounding of quotients and square roots (whose ``t``
-        is not exact), see :meth:`_fraction_pairs`.
+        is not exact), see ``_fraction_pairs``.
         """
         o = self.opts
         res = np.empty(s.shape)

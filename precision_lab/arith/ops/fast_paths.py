@@ -1,6 +1,6 @@
 """The fast paths of ``add``, ``sub``, ``mul`` and ``fma``: the compiled extension
-(:func:`_native_path`) and, for narrow formats, float32 arithmetic where it is exact
-(:func:`_float32_path`). Each returns None when it does not apply, and the op then runs its
+(``_native_path``) and, for narrow formats, float32 arithmetic where it is exact
+(``_float32_path``). Each returns None when it does not apply, and the op then runs its
 general numpy path (:mod:`.correctly_rounded`); where it applies, its results are those of the
 general path bit for bit.
 """
