@@ -4,8 +4,10 @@ models of real tensor cores.
 * :class:`Accumulator` (:mod:`.accumulator`): the model of one inner product, and the exact
   specification every backend follows.
 * :func:`gemm` (:mod:`.reference`): ``c + a @ b`` under a model; numpy on the CPU, CuPy on the GPU.
-* :func:`tensor_core` (:mod:`.tensor_core`): models of NVIDIA tensor cores, checked bit for bit
-  against measurements (:mod:`.validation` reads the measured data sets).
+* :func:`tensor_core` (:mod:`.tensor_core`): models of NVIDIA tensor cores and AMD matrix cores
+  per instruction, checked bit for bit against measurements (:mod:`.validation` reads the
+  measured data sets) or taken from published bit-accurate models; ``tensor_core.list()`` is
+  the table of presets and their evidence.
 * :func:`gemm_blocks` (:mod:`.blocks`): GEMM on block-quantized operands (MX, NVFP4, FP8 tiles).
 * :mod:`.native_backend` and :mod:`.cupy_backend`: the same models on the C++ kernels and on CUDA.
 
@@ -28,7 +30,7 @@ and native) and the test matrix; a new tensor-core preset is an entry of the tab
 from .accumulator import ORDERS, Accumulator
 from .blocks import gemm_blocks
 from .reference import gemm
-from .tensor_core import GPUS, tensor_core, tensor_core_formats
+from .tensor_core import GPUS, tensor_core, tensor_core_formats, tensor_core_list
 
 __all__ = [
     "GPUS",
@@ -38,4 +40,5 @@ __all__ = [
     "gemm_blocks",
     "tensor_core",
     "tensor_core_formats",
+    "tensor_core_list",
 ]

@@ -1,6 +1,6 @@
 """Models of real matrix cores (NVIDIA tensor cores, AMD matrix cores): :func:`tensor_core`.
 
-Every preset is a record of :data:`PRESETS`: the GPU architecture, the instruction
+Every preset is a record of ``PRESETS``: the GPU architecture, the instruction
 (``"mma"``, ``"wgmma"``, ``"tcgen05"`` or ``"mfma"``, with its kind or shape), the operand
 formats, the output format, the :class:`~precision_lab.gemm.accumulator.Accumulator` that
 computes it, and the evidence: ``measured`` (reproduces a data set of
@@ -768,6 +768,9 @@ def _tensor_core(
 ) -> Accumulator:
     """The accumulator model of ``gpu``'s matrix cores for ``input_format`` operands.
 
+    :func:`tensor_core_list` (``pl.tensor_core.list()``) is the table of every preset with its
+    evidence.
+
     Parameters
     ----------
     gpu:
@@ -792,14 +795,12 @@ def _tensor_core(
         dot (``"tcgen05.kind::mxf8f6f4"``, ``"mfma.bf16"`` for CDNA2's pre-``_1k`` bf16);
         ``None``: what GEMM libraries issue on that GPU (wgmma on Hopper, tcgen05 on B200).
 
-    :func:`tensor_core_list` (``pl.tensor_core.list()``) is the table of every preset with its
-    evidence.
-
     Examples
     --------
     >>> print(tensor_core("a100", "fp16", out_format="fp16").describe())
     block FMA of 8 products, 24 fraction bits kept after alignment, normalised into fp16
-    (nearest_even) [a100 fp16 -> fp16 (mma.m16n8k16)]
+    (nearest_even); zeros align with exponent -126, NaN is 0x7fffffff [a100 fp16 -> fp16
+    (mma.m16n8k16)]
     >>> tensor_core("b200", "nvfp4", instruction="tcgen05").group
     16
     """
@@ -969,7 +970,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 
 class TensorCore:
-    """``pl.tensor_core``: call it for a preset (see :func:`_tensor_core`'s parameters, which
+    """``pl.tensor_core``: call it for a preset (see ``_tensor_core``'s parameters, which
     it has); ``pl.tensor_core.list()`` is the table (:func:`tensor_core_list`)."""
 
     def __init__(self) -> None:

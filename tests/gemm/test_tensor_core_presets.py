@@ -635,3 +635,65 @@ def test_reference_only_models_fall_back_to_numpy(gpu, fmt, out):
     a = np.ones((2, 16))
     d = pl.gemm(a, a.T, input_format=fmt, accumulator=acc, out_format=out, backend="native")
     np.testing.assert_array_equal(d, np.full((2, 2), 16.0))
+
+
+# ----- special-value rules of the presets (issue 20, item 1's cases through the presets) ------
+def _bits(x: float, dtype=np.float32) -> int:
+    return int(np.array([x], dtype).view(np.uint32 if dtype == np.float32 else np.uint16)[0])
+
+
+def _from_bits(h: int, kind: str) -> float:
+    if kind == "bf16":
+        return float(np.array([h << 16], np.uint32).view(np.float32)[0])
+    if kind == "fp16":
+        return float(np.array([h], np.uint16).view(np.float16)[0])
+    return float(np.array([h], np.uint32).view(np.float32)[0])
+
+
+def _one(gpu, fmt, pairs, c=0.0, out="fp32", k=16, instruction=None):
+    a, b = np.zeros((1, k)), np.zeros((1, k))
+    for i, (x, y) in pairs.items():
+        a[0, i], b[0, i] = x, y
+    acc = pl.tensor_core(gpu, fmt, out_format=out, instruction=instruction)
+    return float(_row_gemm(a, b, [c], fmt, acc, out)[0])
+
+
+def test_nvidia_presets_carry_the_hardware_special_value_rules():
+    for gpu, fmt, out in (
+        ("h100", "bf16", "fp32"),
+        ("b200", "e4m3", "fp32"),
+        ("t4", "fp16", "fp32"),
+    ):
+        acc = pl.tensor_core(gpu, fmt, out_format=out)
+        assert (acc.overflow, acc.zero_sign) == ("infinity", "positive")
+        assert acc.zeros_in_anchor and acc.nan_encoding == "nvidia"
+    fp16 = pl.tensor_core("a100", "fp16", out_format="fp16")  # rounds to nearest: IEEE signs
+    assert fp16.zeros_in_anchor and fp16.zero_sign == "ieee" and fp16.overflow == "ieee"
+    amd = pl.tensor_core("mi300x", "bf16")
+    assert not amd.zeros_in_anchor and amd.nan_encoding == "quiet" and amd.overflow == "ieee"
+    rows = {r["special_evidence"].split(":")[0] for r in pl.tensor_core.list()}
+    assert rows <= {"published"}
+
+
+def test_truncating_overflow_gives_inf():
+    big, two = _from_bits(0x7F00, "bf16"), _from_bits(0x4000, "bf16")
+    assert _one("h100", "bf16", {0: (big, two)}) == np.inf  # wgmma bf16: 0x7f800000
+    # Ampere: the later block's -2**129 cannot pull the overflowed sum back
+    four = _from_bits(0x4080, "bf16")
+    assert _one("a100", "bf16", {0: (big, two), 8: (-big, four)}) == np.inf
+
+
+def test_zeros_take_part_in_the_anchor():
+    big = _from_bits(0x7F00, "bf16")
+    c = _from_bits(0x3E800001, "fp32")
+    assert _bits(_one("h100", "bf16", {0: (big, 0.0)}, c=c)) == 0x3E800000
+    c = _from_bits(0x80000737, "fp32")
+    assert _bits(_one("v100", "fp16", {0: (2.0, -0.0)}, c=c, k=4)) == 0x80000736
+
+
+def test_infinity_after_an_overflow_is_nan_and_nvidia_nan_encoding():
+    m, t = _from_bits(0x7BFF, "fp16"), _from_bits(0xC000, "fp16")
+    d = _one("a100", "fp16", {0: (m, t), 8: (np.inf, 1.0)}, out="fp16")
+    assert _bits(d, np.float16) == 0x7FFF
+    d = _one("b200", "fp16", {0: (np.inf, 1.0), 1: (-np.inf, 1.0)})
+    assert _bits(d) == 0x7FFFFFFF
