@@ -33,6 +33,10 @@ xf32 (4) and fp8/bf8 FNUZ (16: even and odd products as two blocks) align the pr
 themselves (24 fraction bits), then the block sum (31 bits) and the accumulator (24 bits) at
 their common exponent, and round to nearest (TR-FDPA, GTR-FDPA).
 
+Operands are taken on their format's grid: tf32 (NVIDIA) and xf32 (AMD) matrix cores truncate
+fp32 data to tf32 (MMA-Sim), so pass ``input_rounding="toward_zero"`` to
+:func:`~precision_lab.gemm` for fp32 data that is not on the tf32 grid yet.
+
 FP8 ``mma.sync`` on Hopper and Blackwell (every measured FP8 set with fp16 output, and B200
 FP8 with fp32 output) is not native: the GPUs have no FP8 ``mma.sync`` unit, and the compiler
 converts the FP8 operands to fp16 (exact) and issues two fp16 tensor-core MMAs of k = 16
@@ -98,7 +102,7 @@ from typing import Any
 
 from ..core.formats import FloatFormat, get_format
 from ..quant.block_formats import BlockFormat, get_block_format
-from .accumulator import Accumulator
+from .accumulator import Accumulator, reference_only
 
 __all__ = [
     "APPROXIMATE",
@@ -261,13 +265,13 @@ class Preset:
             "input_format": fa if fa == fb else f"{fa} x {fb}",
             "out_format": self.out_format,
             "default": self.default,
-            "products_per_block": acc.block if acc.order != "sequential" else 1,
+            "products_per_block": acc.block or acc.promote_every or 1,
             "fraction_bits": acc.align_bits if acc.order == "block_fma" else None,
             "rounding": _rounding_text(acc),
             "special_values": _special_text(acc),
             "special_evidence": _special_evidence(self),
             "evidence": self.evidence,
-            "model": acc.describe(),
+            "model": acc.describe().replace("{gpu}", "/".join(self.gpus)),
         }
 
 
@@ -664,13 +668,13 @@ def _default_of(arch: str, pair: tuple[str, str], out: str) -> Preset | None:
 
 
 #: architecture -> input format -> (products per block FMA, fraction bits kept) of the default
-#: instruction's fp32-output preset (the old table, kept for callers)
+#: instruction's fp32-output block-FMA preset that every backend computes (the old table)
 ARCHITECTURES: dict[str, dict[str, tuple[int, int]]] = {}
 for _p in PRESETS.values():
     _fa, _fb = _p.input_format
-    if _fa == _fb and _p.out_format in ("fp32", "fp64") and not _p.block_scaled:
-        _acc = _p.accumulator
-        if _p.default:
+    _acc = _p.accumulator
+    if _fa == _fb and _p.out_format == "fp32" and not _p.block_scaled:
+        if _p.default and _acc.order == "block_fma" and reference_only(_acc) is None:
             ARCHITECTURES.setdefault(_p.arch, {})[_fa] = (_acc.block or 1, _acc.align_bits or 0)
 
 
@@ -966,6 +970,8 @@ def format_table(rows: list[dict[str, Any]]) -> str:
             "  ".join(x.ljust(w) for x, w in zip(c[:-1], widths, strict=True)) + "  " + c[-1]
         )
     out.append("* the default instruction (what GEMM libraries issue on that GPU)")
+    notes = sorted({r["special_evidence"] for r in rows})
+    out += [f"special values: {n}" for n in notes]
     return "\n".join(out)
 
 
