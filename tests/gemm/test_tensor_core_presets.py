@@ -567,13 +567,16 @@ def test_list_has_every_preset_with_evidence():
     assert set(seen.values()) == {1}
 
 
-def test_list_of_one_gpu_and_every_row_builds():
-    for r in pl.tensor_core.list("mi300x"):
+def test_every_row_builds_with_its_instruction_and_kind():
+    for r in pl.tensor_core.list():
+        gpus = r["gpus"].split()
         fmts = r["input_format"].split(" x ")
         fmt = fmts[0] if len(fmts) == 1 else tuple(fmts)
-        acc = pl.tensor_core("mi300x", fmt, out_format=r["out_format"],
+        acc = pl.tensor_core(gpus[-1], fmt, out_format=r["out_format"],
                              instruction=f"{r['instruction']}.{r['kind']}")  # fmt: skip
-        assert acc.describe() == r["model"].replace("mi300a/mi300x/mi325x", "mi300x")
+        assert acc.describe() == r["model"].replace("/".join(gpus), gpus[-1])
+        assert (acc.block or acc.promote_every or 1) == r["products_per_block"]
+    assert len(pl.tensor_core.list("mi300x")) == len(pl.tensor_core.list("mi325x")) == 9
 
 
 def test_cli_prints_the_table(capsys):
