@@ -77,6 +77,7 @@ API_MODULES = [
     ("precision_lab.scaling", "scaling: loss scalers and FP8 recipes"),
     ("precision_lab.scaling.gradients", "scaling.gradients: gradient populations"),
     ("precision_lab.training", "training: the digits MLP, policies, INT8"),
+    ("precision_lab.torch", "torch: real PyTorch models (optional extra)"),
     ("precision_lab.verify", "verify: strategies, oracles, sweeps, grids"),
     ("precision_lab.verify.strategies", "verify.strategies"),
     ("precision_lab.verify.oracles", "verify.oracles"),

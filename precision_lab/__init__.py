@@ -8,7 +8,9 @@ Main entry points (all at the top level, ``import precision_lab as pl``):
 * casts: ``pl.round_to(x, fmt, rounding=..., overflow=..., subnormals=..., seed=...)``,
   ``pl.encode`` / ``pl.decode`` (values <-> codes)
 * quantization: ``pl.quantize`` / ``pl.dequantize`` / ``pl.calibrate`` (INT8 ...),
-  ``pl.round_to_blocks`` / ``pl.quantize_blocks`` / ``pl.dequantize_blocks`` (MX, NVFP4 ...)
+  ``pl.round_to_blocks`` / ``pl.quantize_blocks`` / ``pl.dequantize_blocks`` (MX, NVFP4 ...),
+  ``pl.hadamard`` (blockwise random Hadamard rotations), ``pl.get_recipe`` / ``pl.Recipe`` and
+  ``pl.apply_recipe`` (FP4/FP8 training recipes per GEMM role)
 * GEMM: ``pl.gemm(a, b, input_format=..., accumulator=...)``, ``pl.Accumulator``,
   ``pl.tensor_core("h100", "e4m3")``
 * analysis: ``pl.underflow_stats``, ``pl.pick_loss_scale``, ``pl.error_stats``,
@@ -37,6 +39,8 @@ goes:
   gradient populations (``pl.gradients``)
 * :mod:`~precision_lab.training`: the digits MLP under emulated precision, precision policies,
   INT8 post-training quantization and quantization-aware training
+* :mod:`~precision_lab.torch`: real PyTorch models (optional extra ``[torch]``): autograd-aware
+  casts, gradient capture, ``simulate(model, policy)``, loss scalers driving a torch optimizer
 * :mod:`~precision_lab.verify`: hypothesis strategies, oracles, exhaustive sweeps and experiment
   grids on Dask
 * :mod:`~precision_lab.studies`: the experiments behind the figures and the report
@@ -74,15 +78,26 @@ from .core import (
     round_to,
 )
 from .core.version import __version__
-from .gemm import Accumulator, gemm, gemm_blocks, tensor_core
+from .gemm import (
+    Accumulator,
+    ProbeResult,
+    apply_recipe,
+    gemm,
+    gemm_blocks,
+    probe_gemm,
+    tensor_core,
+)
 from .quant import (
     BlockFormat,
     Calibration,
     QuantizedBlocks,
+    Recipe,
     calibrate,
     dequantize,
     dequantize_blocks,
     get_block_format,
+    get_recipe,
+    hadamard,
     quantize,
     quantize_blocks,
     round_to_blocks,
@@ -101,9 +116,12 @@ __all__ = [
     "FloatFormat",
     "IntFormat",
     "Policy",
+    "ProbeResult",
     "QuantizedBlocks",
+    "Recipe",
     "__version__",
     "analysis",
+    "apply_recipe",
     "backend_info",
     "calibrate",
     "decode",
@@ -118,11 +136,14 @@ __all__ = [
     "get_block_format",
     "get_format",
     "get_policy",
+    "get_recipe",
     "gradients",
+    "hadamard",
     "known_formats",
     "ops",
     "p3109",
     "pick_loss_scale",
+    "probe_gemm",
     "quantize",
     "quantize_blocks",
     "round_to",

@@ -837,6 +837,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_info)
 
     add_scaleout_commands(sub)
+    add_probe_command(sub)
     return parser
 
 
@@ -984,6 +985,116 @@ def cmd_tensor_cores(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     print(format_table(rows))
+    return 0
+
+
+# ----- probe: which accumulator model does a library's matmul follow? ----------------------------
+def add_probe_command(sub: Any) -> None:
+    """The ``probe`` subcommand: :func:`precision_lab.probe_gemm` on numpy, torch or CuPy."""
+    p = sub.add_parser(
+        "probe",
+        help="recover the accumulation model of numpy's, torch's or CuPy's matmul",
+        description="Run probe_gemm on LIBRARY's matmul (numpy: numpy.matmul on the CPU; torch: "
+        "torch.matmul on the CPU; cupy: cupy.matmul, cuBLAS, on the GPU) and print the "
+        "Accumulator that reproduces it bit for bit, or why none of the family does.",
+    )
+    p.add_argument(
+        "library",
+        choices=("numpy", "torch", "cupy"),
+        metavar="LIBRARY",
+        help="numpy, torch or cupy",
+    )
+    p.add_argument(
+        "--input-format",
+        default="fp32",
+        help="fp32 (default), fp16 or bf16 (torch): the operands' dtype",
+    )
+    p.add_argument(
+        "--max-k",
+        type=int,
+        default=32,
+        help="longest reduction probed (default 32; the tree probe costs K**2/2 products)",
+    )
+    p.add_argument(
+        "--cases",
+        type=int,
+        default=2048,
+        help="random output elements that confirm the model (default 2048)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument(
+        "--shape",
+        type=int,
+        nargs=2,
+        default=(8, 8),
+        metavar=("M", "N"),
+        help="M and N of every call (default 8 8)",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_probe)
+
+
+def _library_matmul(library: str, input_format: str) -> tuple[Any, str | None]:
+    """``fn(a, b)`` calling LIBRARY's matmul on numpy inputs, and the output format to probe."""
+    fmt = str(get_format(input_format))
+    if library == "numpy":
+        return (lambda a, b: np.matmul(a, b)), None
+    if library == "torch":
+        import torch
+
+        def torch_mm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            if fmt == "bf16":
+                ta = torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16)
+                tb = torch.from_numpy(b.astype(np.float32)).to(torch.bfloat16)
+                return torch.matmul(ta, tb).float().numpy()
+            return torch.matmul(torch.from_numpy(a), torch.from_numpy(b)).numpy()
+
+        return torch_mm, ("bf16" if fmt == "bf16" else None)
+    import cupy
+
+    def cupy_mm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return cupy.asnumpy(cupy.matmul(cupy.asarray(a), cupy.asarray(b)))
+
+    return cupy_mm, None
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from .gemm.probe import probe_gemm
+
+    fn, out_format = _library_matmul(args.library, args.input_format)
+    try:
+        res = probe_gemm(
+            fn,
+            input_format=args.input_format,
+            out_format=out_format,
+            max_k=args.max_k,
+            seed=args.seed,
+            cases=args.cases,
+            shape=tuple(args.shape),
+        )
+    except RuntimeError as err:  # the library's matmul raised, or the call budget ran out
+        print(f"precision-lab probe: error: {err}", file=sys.stderr)
+        return 1
+    if args.json:
+        acc = res.accumulator
+        info = {
+            "library": args.library,
+            "found": acc is not None,
+            "accumulator": None if acc is None else acc.describe(),
+            "closest": None if res.closest is None else res.closest.describe(),
+            "confidence": res.confidence,
+            "reproduced": res.reproduced,
+            "tried": res.tried,
+            "failed": res.failed,
+            "tree": res.tree,
+            "evidence": res.evidence,
+            "verdict": res.verdict,
+        }
+        print(json.dumps(info, indent=2))
+    else:
+        print(res)
+        if res.accumulator is not None:
+            print(f"\n{res.accumulator!r}")
     return 0
 
 

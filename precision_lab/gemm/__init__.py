@@ -8,7 +8,10 @@ models of real tensor cores.
   per instruction, checked bit for bit against measurements (:mod:`.validation` reads the
   measured data sets) or taken from published bit-accurate models; ``tensor_core.list()`` is
   the table of presets and their evidence.
+* :func:`probe_gemm` (:mod:`.probe`): recover the accumulation model of a black-box matmul.
 * :func:`gemm_blocks` (:mod:`.blocks`): GEMM on block-quantized operands (MX, NVFP4, FP8 tiles).
+* :func:`apply_recipe` (:mod:`.recipes`): the three GEMMs of a linear layer under a training
+  recipe (:mod:`precision_lab.quant.recipes`).
 * :mod:`.native_backend` and :mod:`.cupy_backend`: the same models on the C++ kernels and on CUDA.
 
 May import: :mod:`precision_lab.core`, :mod:`precision_lab.backends` and
@@ -29,6 +32,8 @@ and native) and the test matrix; a new tensor-core preset is an entry of the tab
 
 from .accumulator import ORDERS, Accumulator
 from .blocks import gemm_blocks
+from .probe import ProbeResult, probe_gemm
+from .recipes import LinearGemms, apply_recipe
 from .reference import gemm
 from .tensor_core import GPUS, tensor_core, tensor_core_formats, tensor_core_list
 
@@ -36,8 +41,12 @@ __all__ = [
     "GPUS",
     "ORDERS",
     "Accumulator",
+    "LinearGemms",
+    "ProbeResult",
+    "apply_recipe",
     "gemm",
     "gemm_blocks",
+    "probe_gemm",
     "tensor_core",
     "tensor_core_formats",
     "tensor_core_list",

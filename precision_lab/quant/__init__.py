@@ -4,7 +4,10 @@ Holds :mod:`.integer` (``quantize``, ``dequantize``, ``calibrate``: INT8/INT4 wi
 per-channel scales), and the block formats: :mod:`.block_formats` (``BlockFormat``, the
 registry of MX, NVFP4 and 1x128/128x128 tiles), :mod:`.block_layout` (how a tensor is cut into
 blocks, block maxima and scales), :mod:`.block_passes` (the chunked passes over the data, numpy
-and native) and :mod:`.blocks` (``quantize_blocks``, ``dequantize_blocks``, ``round_to_blocks``).
+and native) and :mod:`.blocks` (``quantize_blocks``, ``dequantize_blocks``, ``round_to_blocks``);
+the FP4-era recipe pieces: :mod:`.hadamard` (``hadamard``: blockwise random Hadamard rotations,
+exact or in a format's arithmetic), :mod:`.recipes` (training recipes as frozen dataclasses: the
+formats, scale rules, rounding and rotations of each GEMM of a linear layer).
 
 May import: :mod:`precision_lab.core` and :mod:`precision_lab.backends`.
 
@@ -30,21 +33,31 @@ from .blocks import (
     quantize_blocks,
     round_to_blocks,
 )
+from .hadamard import hadamard, hadamard_matrix, random_signs
 from .integer import CALIBRATION_METHODS, Calibration, calibrate, dequantize, quantize
+from .recipes import RECIPES, GemmRole, Operand, Recipe, get_recipe
 
 __all__ = [
     "BLOCK_FORMATS",
     "CALIBRATION_METHODS",
+    "RECIPES",
     "SCALE_RULES",
     "BlockFormat",
     "Calibration",
+    "GemmRole",
+    "Operand",
     "QuantizedBlocks",
+    "Recipe",
     "calibrate",
     "dequantize",
     "dequantize_blocks",
     "get_block_format",
+    "get_recipe",
+    "hadamard",
+    "hadamard_matrix",
     "known_block_formats",
     "quantize",
     "quantize_blocks",
+    "random_signs",
     "round_to_blocks",
 ]

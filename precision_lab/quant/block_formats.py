@@ -18,11 +18,32 @@ import numpy as np
 
 from ..core.formats import FloatFormat, IntFormat, get_format
 
-#: How a block's scale is chosen from its largest magnitude (see the module docstring).
-SCALE_RULES = ("floor", "ceil", "amax")
+#: How a block's scale is chosen from its largest magnitude (defined in :mod:`.blocks`).
+SCALE_RULES = (
+    "floor",
+    "ceil",
+    "amax",
+    "nearest_even",
+    "rceil",
+    "amax_div",
+    "4over6_mse",
+    "4over6_mae",
+)
+#: the rules that give power-of-two scales (MX: E8M0)
+POW2_RULES = ("floor", "ceil", "nearest_even", "rceil")
+#: the rules of formats with NVFP4's per-tensor FP32 scale
+TENSOR_RULES = ("amax", "amax_div", "4over6_mse", "4over6_mae")
 
 
-__all__ = ["BLOCK_FORMATS", "SCALE_RULES", "BlockFormat", "get_block_format", "known_block_formats"]
+__all__ = [
+    "BLOCK_FORMATS",
+    "POW2_RULES",
+    "SCALE_RULES",
+    "TENSOR_RULES",
+    "BlockFormat",
+    "get_block_format",
+    "known_block_formats",
+]
 
 
 @dataclass(frozen=True)
@@ -41,12 +62,21 @@ class BlockFormat:
         ``(n,)``: blocks of n consecutive elements along the blocked axis; ``(r, c)``: 2-D tiles
         over the last two axes.
     scale_rule:
-        ``"floor"``, ``"ceil"`` or ``"amax"`` (:data:`SCALE_RULES`).
+        One of :data:`SCALE_RULES`: power-of-two scales ``"floor"`` (OCP), ``"ceil"``,
+        ``"nearest_even"``, ``"rceil"`` (:data:`POW2_RULES`); ``"amax"`` (scale ``amax / elem_max``
+        rounded to the scale format); with NVFP4's tensor scale also ``"amax_div"``,
+        ``"4over6_mse"``, ``"4over6_mae"`` (:data:`TENSOR_RULES`). :mod:`.blocks` defines each.
     element_exponent:
         Elements are ``code * 2**element_exponent``: -6 for MX INT8, whose elements are the
         fixed-point numbers ``k/64``, ``k`` in -127..127 (1.6 format); 0 otherwise.
     tensor_scale:
-        NVFP4's second-level per-tensor FP32 scale (only with ``scale_rule="amax"``).
+        NVFP4's second-level per-tensor FP32 scale (with a rule of :data:`TENSOR_RULES`).
+    tensor_scale_bound:
+        With ``tensor_scale``: the block-scale value the tensor's largest block amax is mapped
+        to, ``S_enc = elem_max * tensor_scale_bound / amax_tensor``. None: the scale format's
+        maximum (448 for E4M3: the ``448 * 6`` bound of NVIDIA's recipe); the 4/6 rules default
+        to 256 (the ``256 * 6`` bound, which leaves room for the 1.5x larger scale of a block
+        mapped to 4: ``256 * 1.5 = 384 <= 448``).
 
     Examples
     --------
@@ -64,6 +94,7 @@ class BlockFormat:
     scale_rule: str = "floor"
     element_exponent: int = 0
     tensor_scale: bool = False
+    tensor_scale_bound: float | None = None
     _emax: int = field(init=False, repr=False, compare=False, default=0)
 
     def __post_init__(self) -> None:
@@ -84,14 +115,35 @@ class BlockFormat:
         object.__setattr__(self, "block_shape", tuple(int(n) for n in shape))
         if self.scale_rule not in SCALE_RULES:
             raise ValueError(f"scale_rule must be one of {SCALE_RULES}, got {self.scale_rule!r}")
-        if self.tensor_scale and self.scale_rule != "amax":
-            raise ValueError("tensor_scale=True (NVFP4) needs scale_rule='amax'")
+        if self.tensor_scale and self.scale_rule not in TENSOR_RULES:
+            raise ValueError(
+                f"tensor_scale=True (NVFP4) needs a scale_rule of {TENSOR_RULES}, "
+                f"got {self.scale_rule!r}"
+            )
+        if not self.tensor_scale and self.scale_rule in TENSOR_RULES[1:]:
+            raise ValueError(
+                f"scale_rule={self.scale_rule!r} needs NVFP4's per-tensor scale (tensor_scale=True)"
+            )
+        if self.tensor_scale_bound is not None:
+            b = self.tensor_scale_bound
+            if not self.tensor_scale:
+                raise ValueError("tensor_scale_bound needs tensor_scale=True")
+            if (
+                isinstance(b, bool)
+                or not isinstance(b, int | float | np.integer | np.floating)
+                or not (0 < float(b) <= float(scale.max))
+            ):
+                raise ValueError(
+                    f"tensor_scale_bound must be a number in (0, {float(scale.max)}] (the scale "
+                    f"format's range), got {b!r}"
+                )
+            object.__setattr__(self, "tensor_scale_bound", float(b))
         if isinstance(elem, IntFormat) and not elem.signed:
             raise ValueError(f"integer elements must be signed, got {elem}")
         if not isinstance(self.element_exponent, int):
             raise ValueError(f"element_exponent must be an int, got {self.element_exponent!r}")
-        if self.element_exponent and self.scale_rule == "amax":
-            raise ValueError("element_exponent needs a power-of-two scale rule ('floor' or 'ceil')")
+        if self.element_exponent and self.scale_rule not in POW2_RULES:
+            raise ValueError(f"element_exponent needs a power-of-two scale rule {POW2_RULES}")
         emax = math.frexp(self.element_max)[1] - 1
         object.__setattr__(self, "_emax", emax)
 
@@ -104,6 +156,18 @@ class BlockFormat:
     def element_emax(self) -> int:
         """Exponent of the largest power of two <= :attr:`element_max` (the OCP ``emax_elem``)."""
         return self._emax
+
+    @property
+    def pow2_scales(self) -> bool:
+        """Whether the scales are powers of two (a rule of :data:`POW2_RULES`)."""
+        return self.scale_rule in POW2_RULES
+
+    @property
+    def scale_bound(self) -> float:
+        """NVFP4's ``tensor_scale_bound`` in effect (448; 256 under the 4/6 rules by default)."""
+        if self.tensor_scale_bound is not None:
+            return self.tensor_scale_bound
+        return 256.0 if self.scale_rule.startswith("4over6") else float(self.scale.max)
 
     @property
     def block_size(self) -> int:
@@ -146,6 +210,12 @@ BLOCK_FORMATS: dict[str, BlockFormat] = {
         _mx("mxfp4_e2m1", "e2m1"),
         _mx("mxint8", "int8", element_exponent=-6),
         BlockFormat("nvfp4", _float("e2m1"), _float("e4m3"), (16,), "amax", tensor_scale=True),
+        BlockFormat(
+            "nvfp4_16x16", _float("e2m1"), _float("e4m3"), (16, 16), "amax", tensor_scale=True
+        ),
+        BlockFormat(
+            "nvfp4_4over6", _float("e2m1"), _float("e4m3"), (16,), "4over6_mse", tensor_scale=True
+        ),
         BlockFormat("fp8_1x128", _float("e4m3"), _float("fp32"), (128,), "amax"),
         BlockFormat("fp8_128x128", _float("e4m3"), _float("fp32"), (128, 128), "amax"),
     )
@@ -182,5 +252,7 @@ def get_block_format(
             f"block_format must be a name or a BlockFormat, got {type(block_format).__name__}"
         )
     if scale_rule is not None and scale_rule != bf.scale_rule:
+        if scale_rule not in SCALE_RULES:
+            raise ValueError(f"scale_rule must be one of {SCALE_RULES}, got {scale_rule!r}")
         bf = replace(bf, scale_rule=scale_rule, name=f"{bf.name}[{scale_rule}]")
     return bf

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..backends.native import kernels as native_kernels
+from ..core.formats import FloatFormat
 from ..core.rounding import (
     CHUNK,
     for_chunks,
@@ -157,16 +158,36 @@ def _block_amax(data: np.ndarray, lay: _Layout) -> np.ndarray:
 
 
 def _pow2_exponents(amax: np.ndarray, bf: BlockFormat) -> tuple[np.ndarray, np.ndarray]:
-    """Scale exponents k (int64) of the floor/ceil rules, and the mask of NaN blocks."""
+    """Scale exponents k (int64) of the power-of-two rules, and the mask of NaN blocks.
+
+    ``floor``: ``floor(log2 amax) - emax_elem``; ``ceil``: ``ceil(log2(amax / elem_max))``
+    exactly; ``nearest_even``: ``floor(log2 r) - emax_elem`` with ``r`` amax rounded to the
+    element's significand width (``mantissa_bits + 1``), ties up (torchao's EVEN: amax's
+    exponent goes up by one iff its significand is at least ``2 - 2**-(mantissa_bits + 1)``);
+    ``rceil``: ``ceil(log2 d)`` with ``d = fp32(fp32(amax) * fp32(1 / elem_max))`` (cuBLAS /
+    torchao RCEIL, Transformer Engine's MXFP8 ``cvt.rp.satfinite.ue8m0x2.f32``).
+    """
     sf = bf.scale
     kmin = math.frexp(sf.smallest_subnormal)[1] - 1
     kmax = sf.emax
     nan = ~np.isfinite(amax)
     a = np.where(nan, 1.0, amax)
+    rule = bf.scale_rule
+    if rule == "rceil":  # the quotient in float32, as the quantizers compute it
+        a32 = round_to(a, "fp32").astype(np.float64)
+        inv = float(round_to(np.float64(1.0 / bf.element_max), "fp32"))  # fp32(1 / elem_max)
+        a = round_to(a32 * inv, "fp32").astype(np.float64)  # exact product, rounded once
+        nan |= ~np.isfinite(a)
+        a = np.where(nan, 1.0, a)
     zero = a == 0
     m, e = np.frexp(np.where(zero, 1.0, a))  # a = m * 2**e, 0.5 <= m < 1, exact
-    if bf.scale_rule == "floor":
+    if rule == "floor":
         k = (e - 1) - bf.element_emax
+    elif rule == "nearest_even":
+        mb = _element_fraction_bits(bf)
+        k = (e - 1) + (m >= 1.0 - math.ldexp(1.0, -(mb + 2))) - bf.element_emax
+    elif rule == "rceil":  # ceil(log2 d)
+        k = e - (m == 0.5)
     else:  # ceil(log2(a / elem_max)), exactly
         mm, em = math.frexp(bf.element_max)
         k = (e - em) + (m > mm)
@@ -175,8 +196,26 @@ def _pow2_exponents(amax: np.ndarray, bf: BlockFormat) -> tuple[np.ndarray, np.n
     return np.where(nan, 0, k), nan
 
 
+def _element_fraction_bits(bf: BlockFormat) -> int:
+    """Fraction bits of the element grid's top binade: the mantissa bits (6 for MX INT8's 1.6)."""
+    elem = bf.element
+    if isinstance(elem, FloatFormat):
+        return int(elem.mantissa_bits)
+    return int(elem.bits) - 2
+
+
+def _nvfp4_s_enc(gamax: np.float32, bf: BlockFormat) -> np.float32:
+    """NVFP4's per-tensor encode scale ``S_enc = elem_max * bound / gamax`` in float32
+    (FLT_MAX if that overflows, 1 if it is 0; bound: :attr:`BlockFormat.scale_bound`, 448)."""
+    f32 = np.float32
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        s_enc = f32(f32(bf.element_max) * f32(bf.scale_bound)) / gamax
+        s_enc = min(s_enc, f32(np.finfo(np.float32).max))
+    return f32(1.0) if s_enc == 0 else f32(s_enc)
+
+
 def _nvfp4_tensor_scale(gamax: np.float32, bf: BlockFormat) -> tuple[np.float32, np.float32]:
-    """NVFP4's per-tensor decode scale ``S_dec`` and the block scales' factor
+    """NVFP4's per-tensor decode scale ``S_dec = 1 / S_enc`` and the block scales' factor
     ``S_enc * (1 / elem_max)`` (float32) from the largest finite block amax ``gamax``.
 
     >>> from precision_lab.quant.block_formats import get_block_format
@@ -184,20 +223,21 @@ def _nvfp4_tensor_scale(gamax: np.float32, bf: BlockFormat) -> tuple[np.float32,
     [1.0, 0.1666666716337204]
     """
     f32 = np.float32
-    fmax = f32(np.finfo(np.float32).max)
-    elem_max, scale_max = f32(bf.element_max), f32(bf.scale.max)
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        s_enc = f32(elem_max * scale_max) / gamax
-        s_enc = min(s_enc, fmax)
-        if s_enc == 0:
-            s_enc = f32(1.0)
-        return f32(1.0) / s_enc, s_enc * (f32(1.0) / elem_max)
+    s_enc = _nvfp4_s_enc(gamax, bf)
+    return f32(1.0) / s_enc, s_enc * (f32(1.0) / f32(bf.element_max))
 
 
-def _nvfp4_scales(amax: np.ndarray, bf: BlockFormat) -> tuple[np.ndarray, float, np.ndarray]:
+def _nvfp4_scales(
+    amax: np.ndarray, bf: BlockFormat, data: np.ndarray | None = None, lay: _Layout | None = None
+) -> tuple[np.ndarray, float, np.ndarray]:
     """Block scales (float32 values on the scale format), S_dec and the encode factors (float32).
 
-    Float32 arithmetic exactly as Transformer Engine's reference NVFP4 quantizer.
+    Float32 arithmetic exactly as Transformer Engine's NVFP4 quantizers: ``"amax"`` (the CUDA
+    kernel) ``s = e4m3(amax * (S_enc * (1/6)))``, ``"amax_div"`` (the Python reference,
+    ``quantization_nvfp4.py``) ``s = e4m3((amax / 6) * S_enc)``; the 4/6 rules choose per block
+    between the ``"amax"`` scale and ``e4m3(amax * (S_enc * (1/4)))`` (:func:`_four_over_six`,
+    which needs the data). Scales saturate at the scale format's maximum; the element factor is
+    ``min(1 / (s * S_dec), FLT_MAX)``.
     """
     f32 = np.float32
     fmax = f32(np.finfo(np.float32).max)
@@ -205,11 +245,55 @@ def _nvfp4_scales(amax: np.ndarray, bf: BlockFormat) -> tuple[np.ndarray, float,
     a32 = round_to(amax, "fp32").astype(np.float32)
     finite = np.isfinite(a32)
     a32 = np.where(finite, a32, f32(0.0))
-    s_dec, mult = _nvfp4_tensor_scale(f32(a32.max()) if a32.size else f32(0.0), bf)
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        sb = np.minimum(a32 * mult, fmax)
-        s = round_to(sb, bf.scale, overflow="saturate").astype(np.float32)
-        enc = np.minimum(f32(1.0) / (s * s_dec), fmax)
+    gamax = f32(a32.max()) if a32.size else f32(0.0)
+    s_enc = _nvfp4_s_enc(gamax, bf)
+    s_dec = f32(1.0) / s_enc
+
+    def scales(sb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            s = round_to(np.minimum(sb, fmax), bf.scale, overflow="saturate").astype(np.float32)
+            enc = np.minimum(f32(1.0) / (s * s_dec), fmax)
+        return s, enc
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        if bf.scale_rule == "amax_div":
+            s, enc = scales((a32 / f32(bf.element_max)) * s_enc)
+        else:
+            s, enc = scales(a32 * (s_enc * (f32(1.0) / f32(bf.element_max))))
+            if bf.scale_rule.startswith("4over6"):
+                assert data is not None and lay is not None
+                s4, enc4 = scales(a32 * (s_enc * (f32(1.0) / f32(4.0))))
+                four = _four_over_six(data, lay, bf, (s, enc), (s4, enc4), float(s_dec))
+                s, enc = np.where(four, s4, s), np.where(four, enc4, enc)
     s = np.where(finite, s, f32(np.nan))
     enc = np.where(finite, enc, f32(np.nan))
     return s, float(s_dec), enc.astype(np.float32)
+
+
+def _four_over_six(
+    data: np.ndarray,
+    lay: _Layout,
+    bf: BlockFormat,
+    six: tuple[np.ndarray, np.ndarray],
+    four: tuple[np.ndarray, np.ndarray],
+    s_dec: float,
+) -> np.ndarray:
+    """Blocks (U, B) where the scale that maps amax to 4 has the smaller error (Four Over Six,
+    Cook et al., arXiv 2512.02010): each candidate quantizes the block as the elements are
+    (``e2m1(x * enc)``, round to nearest even, saturating), the error is that of the
+    dequantized values ``e2m1 * s * S_dec`` (float64) against x: the sum of squares
+    (``4over6_mse``) or of magnitudes (``4over6_mae``); a tie keeps the scale to 6."""
+    src = data.reshape(lay.data_shape())
+    gv = lay.grid_view_shape()
+    x64 = src.astype(np.float64)
+    errs = []
+    for s, enc in (six, four):
+        with np.errstate(all="ignore"):
+            scaled = src * enc.astype(data.dtype).reshape(gv)
+            q = round_to(scaled, bf.element, overflow="saturate").astype(np.float64)
+            v = q * s.astype(np.float64).reshape(gv) * s_dec
+            d = x64 - v
+            e = d * d if bf.scale_rule == "4over6_mse" else np.abs(d)
+        axes = (1, e.ndim - 1) if lay.dims[3] > 1 else (1,)
+        errs.append(np.nan_to_num(e, nan=0.0).sum(axis=axes).reshape(lay.dims[0], lay.dims[2]))
+    return errs[1] < errs[0]

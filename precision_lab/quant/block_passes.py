@@ -112,7 +112,7 @@ class _Pass:
         self.tiny = data.dtype.type(np.finfo(data.dtype).smallest_subnormal)
         self.tensor_scale = 1.0
         if bf.tensor_scale and tensor_scales:  # (the native kernels compute their own)
-            s, s_dec, enc = _nvfp4_scales(_block_amax(data, lay), bf)
+            s, s_dec, enc = _nvfp4_scales(_block_amax(data, lay), bf, data, lay)
             self.values[...] = s
             self.tensor_scale = s_dec
             self.enc = enc.astype(data.dtype)
@@ -169,7 +169,7 @@ class _Pass:
                     lost = (o == 0) & (x != 0)
                     if lost.any():
                         o[lost] = np.copysign(self.tiny, x[lost])
-            elif bf.scale_rule in ("floor", "ceil"):
+            elif bf.pow2_scales:
                 k, nan = _pow2_exponents(self.amax(lo, hi), bf)
                 self.values[lo:hi] = np.where(nan, np.nan, np.ldexp(1.0, k))
                 shift = -k - bf.element_exponent
@@ -238,14 +238,14 @@ class _Pass:
 
     def unscale(self, q: np.ndarray, dec: np.ndarray, out: np.ndarray) -> None:
         """out = q * dec (* tensor scale): each value rounded once to out's dtype."""
-        if dec.dtype != out.dtype and (self.bf.scale_rule == "amax" or _pow2_fits(dec, out.dtype)):
+        if dec.dtype != out.dtype and (not self.bf.pow2_scales or _pow2_fits(dec, out.dtype)):
             dec = dec.astype(out.dtype)
         with np.errstate(all="ignore"):
             if self.bf.tensor_scale:
                 np.multiply(q * self._grid(dec), self.ts, out=out)  # q * s is exact
             else:
                 np.multiply(q, self._grid(dec), out=out)
-        if self.bf.scale_rule == "amax":  # NaN blocks are +NaN (which NaN q * NaN gives depends
+        if not self.bf.pow2_scales:  # NaN blocks are +NaN (which NaN q * NaN gives depends
             nan = self._grid(np.isnan(dec))  # on numpy's loops: x's for some shapes)
             if nan.any():
                 out[np.broadcast_to(nan, out.shape)] = np.nan
@@ -341,7 +341,7 @@ def _elements(
 
         for_chunks(U, work, chunk=upc)
     else:
-        scaled = np.empty(ps.src.shape, dtype=np.float64 if bf.scale_rule == "amax" else data.dtype)
+        scaled = np.empty(ps.src.shape, dtype=data.dtype if bf.pow2_scales else np.float64)
 
         def scale_work(lo: int, hi: int) -> None:
             scaled[lo:hi] = ps.scaled(lo, hi)[0]
@@ -377,7 +377,9 @@ _RULES = {"floor": 0, "ceil": 1, "amax": 2}
 def _native_ext(data: np.ndarray, lay: _Layout, bf: BlockFormat, mode: str) -> Any:
     """The kernels extension where it serves this pass (else None): every rounding mode (the
     stochastic ones where x needs no padding: the layout's flat index is then x's), float32 and
-    float64 data, float elements and MX INT8."""
+    float64 data, float elements and MX INT8; the rules floor, ceil and amax (NVFP4 with the 448
+    bound). The other rules (nearest_even, rceil, amax_div, 4/6, another NVFP4 bound) run the numpy
+    passes."""
     ext = native_kernels.ext if native_kernels.active() else None
     elem = bf.element
     if (
@@ -386,6 +388,8 @@ def _native_ext(data: np.ndarray, lay: _Layout, bf: BlockFormat, mode: str) -> A
         or data.dtype not in (np.dtype(np.float32), np.dtype(np.float64))
         or data.size == 0
         or (isinstance(elem, IntFormat) and elem.bits != 8)
+        or bf.scale_rule not in _RULES
+        or (bf.tensor_scale and bf.scale_bound != float(bf.scale.max))
     ):
         return None
     return ext

@@ -30,6 +30,7 @@ from .data import Dataset, load_digits_split
 from .loop import LayerRecord, TrainResult, train, train_seeds
 from .model import MLP, Numerics, softmax_xent
 from .policy import POLICIES, Policy, get_policy
+from .recipe_model import RecipeMLP, recipe_model
 
 __all__ = [
     "MLP",
@@ -39,11 +40,13 @@ __all__ = [
     "LayerRecord",
     "Numerics",
     "Policy",
+    "RecipeMLP",
     "TrainConfig",
     "TrainResult",
     "get_policy",
     "load_digits_split",
     "make_scaler",
+    "recipe_model",
     "softmax_xent",
     "train",
     "train_seeds",

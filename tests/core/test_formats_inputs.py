@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import precision_lab as pl
 from precision_lab.core.formats import FloatFormat, IntFormat
+from precision_lab.core.inputs import as_input
 from precision_lab.core.rounding import ROUNDING_MODES, _fits_float32
 
 pytestmark = [
@@ -501,7 +502,7 @@ def test_torch_tensors_come_back_as_torch_tensors():
     t = torch.linspace(-2, 2, 11, dtype=torch.float32)
     r = pl.round_to(t, "e4m3")
     assert isinstance(r, torch.Tensor) and r.dtype == torch.float32
-    assert np.shares_memory(pl._arrays.as_input(t)[0], t.numpy())  # read without a copy
+    assert np.shares_memory(as_input(t)[0], t.numpy())  # read without a copy
     np.testing.assert_array_equal(r.numpy(), pl.round_to(t.numpy(), "e4m3"))
     assert isinstance(pl.round_to(torch.arange(5), "bf16"), torch.Tensor)
     # bfloat16 / float8 tensors (no numpy dtype in DLPack): read as ml_dtypes arrays

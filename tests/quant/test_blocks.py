@@ -45,6 +45,8 @@ ELEMENT = {
     "mxfp4_e2m1": "e2m1",
     "mxint8": "int8/64",
     "nvfp4": "e2m1",
+    "nvfp4_16x16": "e2m1",
+    "nvfp4_4over6": "e2m1",
     "fp8_1x128": "e4m3",
     "fp8_128x128": "e4m3",
 }
@@ -644,7 +646,14 @@ def test_bad_input_gives_clear_errors():
 
 
 def test_registry_and_custom_formats():
-    assert list(BLOCK_FORMATS) == [*MX, "nvfp4", "fp8_1x128", "fp8_128x128"]
+    assert list(BLOCK_FORMATS) == [
+        *MX,
+        "nvfp4",
+        "nvfp4_16x16",
+        "nvfp4_4over6",
+        "fp8_1x128",
+        "fp8_128x128",
+    ]
     for name, bf in BLOCK_FORMATS.items():
         assert bf.element_max == float(GRIDS[ELEMENT[name]][-1])
         assert 2.0**bf.element_emax <= bf.element_max < 2.0 ** (bf.element_emax + 1)

@@ -38,6 +38,7 @@ EXPECTED = {
     "04_gemm_accumulation.ipynb",
     "05_policies_and_int8.ipynb",
     "06_emulated_algorithms.ipynb",
+    "08_torch_models.ipynb",
 }
 
 _MISSING = [m for m in ("nbclient", "nbformat", "ipykernel") if importlib.util.find_spec(m) is None]

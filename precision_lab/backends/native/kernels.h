@@ -31,7 +31,9 @@
                 const int* elem, const int* scale, const int* ints, const double* dbls,        \
                 double* values, const unsigned long long* key, long long u0, long long u1);   \
   double k_block_amax(const void* x, int f64, long long A, long long B, long long C, double* out,   \
-                    long long u0, long long u1);
+                    long long u0, long long u1);                                   \
+  void k_hadamard(const float* x, float* out, long long n, const float* signs, int inverse,     \
+                  float c, long long b0, long long b1);
 
 namespace pl_base {
 PL_KERNEL_DECLS

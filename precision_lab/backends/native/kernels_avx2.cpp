@@ -21,6 +21,7 @@ namespace pl_avx2 {
 #include "fma32.inc"
 #include "quant.inc"
 #include "blocks.inc"
+#include "hadamard.inc"
 }  // namespace pl_avx2
 #if defined(__clang__)
 #pragma clang attribute pop

@@ -14,4 +14,5 @@ namespace pl_base {
 #include "fma32.inc"
 #include "quant.inc"
 #include "blocks.inc"
+#include "hadamard.inc"
 }  // namespace pl_base

@@ -22,12 +22,13 @@ struct kernels {
   decltype(&pl_base::k_dequantize) dequantize;
   decltype(&pl_base::k_blocks) blocks;
   decltype(&pl_base::k_block_amax) block_amax;
+  decltype(&pl_base::k_hadamard) hadamard;
   const char* isa;
 };
 kernels KT = {pl_base::k_gemm_rows,  pl_base::k_align_exps, pl_base::k_fma32_pack,
               pl_base::k_fma32_rows, pl_base::k_fma32_tile, pl_base::k_quantize,
               pl_base::k_dequantize, pl_base::k_blocks,     pl_base::k_block_amax,
-              "baseline"};
+              pl_base::k_hadamard,   "baseline"};
 
 // A C-contiguous buffer of `kind` ('f' float, 'i' integer) and itemsize, or None when allowed.
 struct buf {
@@ -339,6 +340,29 @@ PyObject* py_block_amax(PyObject*, PyObject* args) {
   PL_END_NATIVE return PyFloat_FromDouble(big);
 }
 
+// hadamard(x, out, n, signs, inverse, c, b0, b1): blocks b0..b1-1 of n float32 values of x
+// transformed into out (hadamard.inc); signs: n float32 values +-1, or None
+PyObject* py_hadamard(PyObject*, PyObject* args) {
+  PyObject *ox, *oo, *os;
+  long long n, b0, b1;
+  int inverse;
+  double c;
+  if (!PyArg_ParseTuple(args, "OOLOidLL", &ox, &oo, &n, &os, &inverse, &c, &b0, &b1))
+    return nullptr;
+  buf x, o, s;
+  if (!get_buf(ox, &x, 'f', 4, false, "x", false) || !get_buf(oo, &o, 'f', 4, true, "out", false) ||
+      !get_buf(os, &s, 'f', 4, false, "signs", true))
+    return nullptr;
+  if (n < 1 || n > 4096 || (n & (n - 1)) || b0 < 0 || b0 > b1 || x.n < b1 * n || o.n < b1 * n ||
+      (s.ptr && s.n < n)) {
+    PyErr_SetString(PyExc_ValueError, "hadamard: buffer sizes do not match");
+    return nullptr;
+  }
+  PL_BEGIN_NATIVE KT.hadamard((const float*)x.ptr, (float*)o.ptr, n, (const float*)s.ptr, inverse,
+                              (float)c, b0, b1);
+  PL_END_NATIVE Py_RETURN_NONE;
+}
+
 PyObject* py_isa(PyObject*, PyObject*) { return PyUnicode_FromString(KT.isa); }
 
 PyMethodDef methods[] = {
@@ -355,6 +379,8 @@ PyMethodDef methods[] = {
      "dequantize(q, q_code, out, short, C, inner, S, Z, lo, hi)"},
     {"blocks", py_blocks, METH_VARARGS, "blocks(x, out, dims, rule, mode, ...): see blocks.inc"},
     {"block_amax", py_block_amax, METH_VARARGS, "block_amax(x, dims, out, u0, u1) -> float"},
+    {"hadamard", py_hadamard, METH_VARARGS,
+     "hadamard(x, out, n, signs, inverse, c, b0, b1): blockwise float32 FWHT (hadamard.inc)"},
     {"isa", py_isa, METH_NOARGS, "instruction set of the kernels in use"},
     {nullptr, nullptr, 0, nullptr}};
 
@@ -379,7 +405,7 @@ PyMODINIT_FUNC PyInit__native_kernels(void) {
     KT = {pl_avx2::k_gemm_rows,  pl_avx2::k_align_exps, pl_avx2::k_fma32_pack,
           pl_avx2::k_fma32_rows, pl_avx2::k_fma32_tile, pl_avx2::k_quantize,
           pl_avx2::k_dequantize, pl_avx2::k_blocks,     pl_avx2::k_block_amax,
-          "avx2+fma"};
+          pl_avx2::k_hadamard,   "avx2+fma"};
     if (!no512 && __builtin_cpu_supports("avx512f")) {  // (checks the OS saves zmm state too)
       KT.fma32_pack = pl_avx512::k_fma32_pack;
       KT.fma32_rows = pl_avx512::k_fma32_rows;

@@ -36,6 +36,7 @@ EXTENSIONS: dict[str, list[str]] = {
         "native/fma32.inc",
         "native/quant.inc",
         "native/blocks.inc",
+        "native/hadamard.inc",
         "cuda/pl_round.cuh",
         "cuda/pl_gemm.cuh",
     ],

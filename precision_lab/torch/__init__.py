@@ -1,0 +1,73 @@
+"""Real PyTorch models: autograd-aware casts, gradient capture, emulated execution, loss scaling.
+
+An optional subpackage: it needs PyTorch (``pip install 'precision_lab[torch]'``; a CPU build of
+torch is enough). Without torch everything else in precision_lab works and importing this
+module raises an ImportError that says how to install it.
+
+* :mod:`.casts`: :func:`round_to`, :func:`quantize` / :func:`dequantize` /
+  :func:`fake_quantize`, :func:`round_to_blocks` as autograd functions whose forward values are
+  the numpy API's bit for bit and whose backward is a straight-through estimator (``grad="ste"``,
+  the default), the clipped one (``"clipped_ste"``), or the identity (``"identity"``: the cast
+  is switched off);
+* :mod:`.capture`: :class:`GradientCapture` records, per parameter and per module output, the
+  gradients a backward pass produces (all values or a seeded sample, with exact counts of zeros,
+  subnormals and overflows in chosen formats), saves them in the format
+  :func:`precision_lab.gradients.load_gradients` reads, and runs
+  :func:`~precision_lab.underflow_stats`, :func:`~precision_lab.pick_loss_scale`,
+  :func:`precision_lab.scaling.simulate` and :func:`~precision_lab.scaling.diagnose` on them;
+* :mod:`.simulate`: :func:`simulate` (``simulate(model, policy)``) runs a model's Linear /
+  conv / matmul / bmm GEMMs through :func:`precision_lab.gemm` (emulated input formats, any
+  :class:`~precision_lab.Accumulator` or tensor-core preset), forward and backward, and its other
+  operations by the policy's rules;
+* :mod:`.scaler`: :class:`LossScaling` drives a real ``torch.optim`` optimizer step with any
+  loss scaler of :mod:`precision_lab.scaling` (the presets of PyTorch, Keras, apex, DeepSpeed,
+  Megatron), with torch's ``GradScaler`` trajectory where they coincide.
+
+May import every layer below (core ... training); nothing below imports it (import-linter's
+layers contract). Where a new thing goes: a new differentiable cast into :mod:`.casts`, a new
+emulated torch operation into :mod:`.simulate`.
+
+>>> import torch, precision_lab.torch as plt
+>>> x = torch.tensor([0.1, 1000.0], requires_grad=True)
+>>> y = plt.round_to(x, "e4m3", overflow="saturate", grad="clipped_ste")
+>>> y.sum().backward()
+>>> y.tolist(), x.grad.tolist()
+([0.1015625, 448.0], [1.0, 0.0])
+"""
+
+try:
+    import torch as _torch  # noqa: F401
+except ImportError:  # pragma: no cover - exercised where torch is missing
+    raise ImportError(
+        "precision_lab.torch needs PyTorch: pip install 'precision_lab[torch]' "
+        "(a CPU build of torch is enough)"
+    ) from None
+
+from .capture import CapturedStep, GradientCapture, TensorCounts, capture_gradients
+from .casts import (
+    GRAD_MODES,
+    dequantize,
+    fake_quantize,
+    quantize,
+    round_to,
+    round_to_blocks,
+)
+from .scaler import LossScaling
+from .simulate import Simulated, emulated_matmul, simulate
+
+__all__ = [
+    "GRAD_MODES",
+    "CapturedStep",
+    "GradientCapture",
+    "LossScaling",
+    "Simulated",
+    "TensorCounts",
+    "capture_gradients",
+    "dequantize",
+    "emulated_matmul",
+    "fake_quantize",
+    "quantize",
+    "round_to",
+    "round_to_blocks",
+    "simulate",
+]

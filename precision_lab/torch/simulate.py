@@ -1,0 +1,605 @@
+"""Emulated execution of a real torch model under a precision policy: ``simulate(model, policy)``.
+
+:func:`simulate` wraps an unmodified ``torch.nn.Module`` in :class:`Simulated`, whose forward runs
+the model inside a ``torch.overrides.TorchFunctionMode`` that sends every GEMM through
+:func:`precision_lab.gemm`:
+
+* ``F.linear`` (``nn.Linear``), ``F.conv1d`` / ``F.conv2d`` (``nn.Conv1d`` / ``nn.Conv2d``, as
+  im2col GEMMs: ``torch.nn.functional.unfold`` then one GEMM; ``groups=1``), ``torch.matmul`` /
+  ``@`` / ``mm`` / ``bmm`` / ``addmm`` (attention's ``q @ k^T`` ...), and
+  ``F.scaled_dot_product_attention`` as its math definition (two GEMMs and a softmax). Operations
+  whose GEMMs are not emulated (``nn.MultiheadAttention``'s functional form, ``einsum``,
+  ``baddbmm``, 3-D and transposed convolutions ...) raise NotImplementedError naming the
+  rewrite, rather than run silently in FP32;
+* forward: ``y = c + a @ b`` with ``a`` and ``b`` rounded to the layer's compute format (8-bit
+  formats per-tensor scaled as the policy's ``tensor_scaling`` says: Transformer Engine's delayed
+  scaling, or current scaling; the decode scales go to ``pl.gemm``'s ``scale_a`` / ``scale_b``),
+  the accumulator the policy's (or ``accumulator=``: any :class:`~precision_lab.Accumulator` or
+  :func:`~precision_lab.tensor_core` preset; default FP32 sequential), the bias as ``c``, and the
+  FP32 result stored in the layer's activation format;
+* backward (an autograd function): the incoming gradient stored in the layer's gradient format,
+  then ``dA = dY @ B^T`` and ``dB = A^T @ dY`` through ``pl.gemm`` with ``dY`` in the backward
+  format and ``A``, ``B`` in the compute format (the operands the forward used), each stored in
+  the gradient format; the bias gradient is the sum of ``dY`` over the batch through ``pl.gemm``
+  with a ones operand, pairwise in FP32 under the ``reductions`` rule (else in the gradient
+  format), stored in the gradient format. (For a convolution, torch's ``fold`` then adds the
+  overlapping patches of ``dA`` in float32 before the gradient-format store.)
+
+Other operations follow the policy's FP32 rule list
+(:data:`precision_lab.training.policy.KNOWN_OPS`):
+``softmax`` / ``log_softmax`` (rule ``softmax``) and ``cross_entropy`` / ``nll_loss`` (rule
+``cross_entropy``) run in float32 and keep a float32 result when their rule is on; otherwise the
+result is stored in the activation format (its gradient in the gradient format). Normalisations
+(``layer_norm``, ``group_norm``, ``batch_norm``, ``rms_norm``) run in float32 and their output
+is stored in the activation format (their internal steps are not rounded separately: with
+``norm_statistics`` off the result is the same). Elementwise operations (ReLU, GELU, residual
+adds ...) run in float32 on their inputs, which are already on the activation grid.
+
+GEMM layers (Linear and conv modules, in ``model.modules()`` order) are the policy's layers for
+its per-layer overrides; functional matmuls use the policy's default formats. Slow (every GEMM is
+an emulated one) but exact: the values are :func:`precision_lab.gemm`'s bit for bit.
+
+>>> import torch, precision_lab as pl, precision_lab.torch as plt
+>>> torch.manual_seed(0)  # doctest: +ELLIPSIS
+<torch._C.Generator object at ...>
+>>> lin = torch.nn.Linear(8, 2, bias=False)
+>>> x = torch.randn(3, 8)
+>>> y = plt.simulate(lin, "mixed_bfloat16")(x)
+>>> ref = pl.round_to(pl.gemm(x, lin.weight.detach().T, input_format="bf16",
+...                           accumulator=pl.Accumulator()), "bf16")
+>>> torch.equal(y, ref)
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+from ..core.formats import FloatFormat, get_format
+from ..core.rounding import round_to as _round_to
+from ..gemm import Accumulator, gemm
+from ..scaling.fp8 import DelayedScaling, scale_from_amax
+from ..training.policy import LayerPrecision, Policy, get_policy
+
+__all__ = ["GemmSpec", "Simulated", "emulated_matmul", "simulate"]
+
+_FP32: FloatFormat = get_format("fp32")  # type: ignore[assignment]
+_GEMM_MODULES = (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d)
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmSpec:
+    """How one emulated GEMM runs: operand formats (forward ``a``, ``b``; the backward format of
+    the incoming gradient), the activation and gradient storage formats, the accumulator, and
+    whether reductions run in FP32."""
+
+    fa: FloatFormat
+    fb: FloatFormat
+    backward: FloatFormat
+    activation: FloatFormat
+    gradient: FloatFormat
+    accumulator: Accumulator
+    fp32_reductions: bool = True
+
+
+def _store(t: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
+    """``t`` rounded to ``fmt`` (float32 tensor; fp32 keeps a float32 tensor as it is)."""
+    t = t.detach()
+    if fmt == _FP32 and t.dtype == torch.float32:
+        return t
+    r = _round_to(t.to(torch.float32) if t.dtype != torch.float64 else t, fmt)
+    return torch.as_tensor(r).to(torch.float32)
+
+
+def _pl_gemm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    fa: FloatFormat,
+    fb: FloatFormat,
+    acc: Accumulator,
+    c: torch.Tensor | None = None,
+    sa: Any = None,
+    sb: Any = None,
+) -> torch.Tensor:
+    fmt: Any = fa if fa == fb else (fa, fb)
+    kw: dict[str, Any] = {}
+    if sa is not None:
+        kw["scale_a"] = sa
+    if sb is not None:
+        kw["scale_b"] = sb
+    a32 = a.detach().to(torch.float32)
+    b32 = b.detach().to(torch.float32)
+    c32 = None if c is None else c.detach().to(torch.float32)
+    r = gemm(a32, b32, c32, input_format=fmt, accumulator=acc, out_format="fp32", **kw)
+    return torch.as_tensor(r).to(torch.float32)
+
+
+def _sum_to_shape(g: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """Sum the broadcast batch dimensions of ``g`` away (exact-order: torch's float32 sum; only
+    used when an operand was broadcast over a batch)."""
+    while g.dim() > len(shape):
+        g = g.sum(0)
+    for i, n in enumerate(shape):
+        if n == 1 and g.shape[i] != 1:
+            g = g.sum(i, keepdim=True)
+    return g
+
+
+class _Operand:
+    """Per-tensor scaling of 8-bit GEMM operands (state per key: delayed scaling history)."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.kind = policy.tensor_scaling.kind
+        self.hist = policy.tensor_scaling.amax_history_len
+        self.margin = policy.tensor_scaling.margin
+        self.delayed: dict[Any, DelayedScaling] = {}
+
+    def __call__(
+        self, x: torch.Tensor, fmt: FloatFormat, key: Any, update: bool
+    ) -> tuple[torch.Tensor, Any]:
+        """``(operand, decode scale)``: ``x`` itself (the GEMM rounds it) or the scaled,
+        saturated cast and ``1/s`` (float32) for 8-bit formats under per-tensor scaling."""
+        if fmt.bits > 8 or self.kind == "none":
+            return x, None
+        xd = x.detach().to(torch.float32)
+        amax = float(xd.abs().max()) if xd.numel() else 0.0
+        if self.kind == "current":
+            s = np.float32(scale_from_amax(amax, fmt))
+        else:
+            ds = self.delayed.get(key)
+            if ds is None:
+                ds = self.delayed[key] = DelayedScaling(fmt, self.hist, "max", self.margin)
+            s = np.float32(ds.scale)
+            if update:
+                ds.update(amax)
+        with np.errstate(over="ignore", invalid="ignore"):
+            xs = xd * torch.tensor(float(s), dtype=torch.float32)
+            q = torch.as_tensor(_round_to(xs, fmt, overflow="saturate")).to(torch.float32)
+        return q, np.float32(np.float32(1.0) / s)
+
+
+class _GemmFn(torch.autograd.Function):
+    """``out = c + a @ b`` (a: (..., M, K), b: (..., K, N)) through ``pl.gemm``, see the module."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        c: torch.Tensor | None,
+        spec: GemmSpec,
+        ops: _Operand | None,
+        key: Any,
+        update: bool,
+    ) -> torch.Tensor:
+        qa, sa = (a, None) if ops is None else ops(a, spec.fa, (key, "a"), update)
+        qb, sb = (b, None) if ops is None else ops(b, spec.fb, (key, "b"), update)
+        out = _pl_gemm(qa, qb, spec.fa, spec.fb, spec.accumulator, c, sa, sb)
+        ctx.save_for_backward(qa.detach(), qb.detach())
+        ctx.scales = (sa, sb)
+        ctx.spec, ctx.ops, ctx.key = spec, ops, key
+        ctx.shapes = (a.shape, b.shape, None if c is None else c.shape)
+        ctx.dtypes = (a.dtype, b.dtype, None if c is None else c.dtype)
+        return _store(out, spec.activation)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+        qa, qb = ctx.saved_tensors
+        sa, sb = ctx.scales
+        spec: GemmSpec = ctx.spec
+        gs = _store(g, spec.gradient)
+        ops = ctx.ops
+        qg, sg = (gs, None) if ops is None else ops(gs, spec.backward, (ctx.key, "g"), True)
+        sa_shape, sb_shape, c_shape = ctx.shapes
+        da = db = dc = None
+        if ctx.needs_input_grad[0]:
+            da = _pl_gemm(
+                qg, qb.transpose(-1, -2), spec.backward, spec.fb, spec.accumulator, sa=sg, sb=sb
+            )
+            da = _store(_sum_to_shape(da, sa_shape), spec.gradient).to(ctx.dtypes[0])
+        if ctx.needs_input_grad[1]:
+            db = _pl_gemm(
+                qa.transpose(-1, -2), qg, spec.fa, spec.backward, spec.accumulator, sa=sa, sb=sg
+            )
+            db = _store(_sum_to_shape(db, sb_shape), spec.gradient).to(ctx.dtypes[1])
+        if c_shape is not None and ctx.needs_input_grad[2]:
+            dc = _bias_grad(gs, c_shape, spec).to(ctx.dtypes[2])
+        return da, db, dc, None, None, None, None
+
+
+def _bias_grad(gs: torch.Tensor, c_shape: torch.Size, spec: GemmSpec) -> torch.Tensor:
+    """The gradient of a bias of shape ``c_shape`` (``(N,)`` or broadcastable): the sum of the
+    stored gradient ``gs`` (..., M, N) over every broadcast dimension, as one ``pl.gemm`` of a
+    ones row with the gradient rows, pairwise in FP32 (``reductions``) or the gradient format."""
+    fmt = _FP32 if spec.fp32_reductions else spec.gradient
+    acc = Accumulator(fmt, order="pairwise")
+    m, n = gs.shape[-2], gs.shape[-1]
+    if len(c_shape) == 1 and c_shape[0] == n:  # a Linear bias: sum over the rows
+        rows = gs.reshape(-1, n)
+        ones = torch.ones(1, rows.shape[0], dtype=torch.float32)
+        s = _pl_gemm(ones, rows, spec.gradient, spec.gradient, acc)
+        return _store(s.reshape(n), spec.gradient)
+    if tuple(c_shape) == (m, 1) and gs.dim() == 2:  # a conv bias (O, 1): sum over the columns
+        ones = torch.ones(n, 1, dtype=torch.float32)
+        s = _pl_gemm(gs, ones, spec.gradient, spec.gradient, acc)
+        return _store(s, spec.gradient)
+    return _store(_sum_to_shape(gs, c_shape), spec.gradient)
+
+
+def emulated_matmul(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor | None = None,
+    *,
+    spec: GemmSpec,
+    operands: Any = None,
+    key: Any = None,
+    update: bool = False,
+) -> torch.Tensor:
+    """``c + a @ b`` through :func:`precision_lab.gemm` with the formats of ``spec``,
+    differentiable (see the module). ``a``: (..., M, K), ``b``: (..., K, N) (1-D operands as
+    ``torch.matmul`` treats them); ``operands`` is the per-tensor scaling state of
+    :class:`Simulated` (None: no scaling)."""
+    squeeze = []
+    if a.dim() == 1:
+        a = a.unsqueeze(0)
+        squeeze.append(-2)
+    if b.dim() == 1:
+        b = b.unsqueeze(-1)
+        squeeze.append(-1)
+    out = _GemmFn.apply(a, b, c, spec, operands, key, update)
+    for d in sorted(squeeze):
+        out = out.squeeze(d)
+    return out  # type: ignore[no-any-return]
+
+
+class _StoreFn(torch.autograd.Function):
+    """Forward: round to the activation format; backward: round the gradient to the gradient
+    format."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, act: FloatFormat, grad: FloatFormat) -> torch.Tensor:  # type: ignore[override]
+        ctx.grad_fmt, ctx.in_dtype = grad, x.dtype
+        return _store(x, act)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+        return _store(g, ctx.grad_fmt).to(ctx.in_dtype), None, None
+
+
+_SOFTMAX = {F.softmax, F.log_softmax, torch.softmax, torch.log_softmax,
+            torch.Tensor.softmax, torch.Tensor.log_softmax}  # fmt: skip
+_LOSSES = {F.cross_entropy, F.nll_loss}
+_NORMS = {F.layer_norm, F.group_norm, F.batch_norm}
+if hasattr(F, "rms_norm"):
+    _NORMS.add(F.rms_norm)
+_MATMULS = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.mm,
+            torch.Tensor.mm, torch.bmm, torch.Tensor.bmm}  # fmt: skip
+_ADDMM = {torch.addmm, torch.Tensor.addmm}
+#: operations that run GEMMs this module does not emulate: refused, never run silently in FP32
+_NOT_EMULATED = {
+    F.multi_head_attention_forward: "use explicit q @ k.transpose(-2, -1) / softmax / @ v, or "
+    "F.scaled_dot_product_attention, in the model",
+    torch.einsum: "write it as matmul / bmm",
+    torch.tensordot: "write it as matmul",
+    F.bilinear: "write it as matmuls",
+    torch.baddbmm: "write it as bmm plus an add",
+    torch.addbmm: "write it as bmm, a sum and an add",
+    F.conv3d: "3-D convolutions are not emulated",
+    F.conv_transpose1d: "transposed convolutions are not emulated",
+    F.conv_transpose2d: "transposed convolutions are not emulated",
+    F.conv_transpose3d: "transposed convolutions are not emulated",
+}
+
+
+class _Mode(TorchFunctionMode):
+    def __init__(self, sim: Simulated) -> None:
+        super().__init__()
+        self.sim = sim
+
+    def __torch_function__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        sim = self.sim
+        if func is F.linear:
+            return sim._linear(*args, **kwargs)
+        if func in (F.conv1d, F.conv2d):
+            return sim._conv(func, *args, **kwargs)
+        if func is torch.Tensor.__rmatmul__:
+            return sim._matmul(args[1], args[0])
+        if func in _MATMULS:
+            return sim._matmul(*args, **kwargs)
+        if func in _ADDMM:
+            return sim._addmm(*args, **kwargs)
+        if func in _NOT_EMULATED:
+            name = getattr(func, "__name__", str(func))
+            raise NotImplementedError(
+                f"simulate: {name} runs a GEMM that is not emulated: {_NOT_EMULATED[func]}"
+            )
+        if func is F.scaled_dot_product_attention:
+            return sim._sdpa(*args, **kwargs)
+        out = func(*args, **kwargs)
+        if func in _SOFTMAX:
+            return sim._after("softmax", out)
+        if func in _LOSSES:
+            return sim._after("cross_entropy", out)
+        if func in _NORMS:
+            return sim._after(None, out)
+        return out
+
+
+class Simulated(torch.nn.Module):
+    """``module`` run under ``policy`` (see the module docstring); ``accumulator`` overrides the
+    policy's. The wrapped model's parameters are its own (the optimizer takes
+    ``simulated.parameters()`` or ``model.parameters()``, the same tensors).
+
+    ``trace``: set to a list to record ``(kind, layer, compute format, accumulator)`` of each
+    emulated GEMM in the forward pass.
+    """
+
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        policy: str | Policy = "float32",
+        *,
+        accumulator: Accumulator | None = None,
+    ) -> None:
+        super().__init__()
+        if not isinstance(module, torch.nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module, got {type(module).__name__}")
+        if accumulator is not None and not isinstance(accumulator, Accumulator):
+            raise TypeError(
+                f"accumulator must be a precision_lab.Accumulator (pl.tensor_core(...) gives "
+                f"one) or None, got {accumulator!r}"
+            )
+        self.module = module
+        self.policy = get_policy(policy)
+        acc = accumulator if accumulator is not None else self.policy.accumulator
+        self.accumulator = acc if acc is not None else Accumulator()
+        self.gemm_layers = [m for m in module.modules() if isinstance(m, _GEMM_MODULES)]
+        self._layer_of = {id(m): i for i, m in enumerate(self.gemm_layers)}
+        self._current: list[int] = []
+        self.operands = _Operand(self.policy)
+        self.trace: list[tuple[str, int | None, str, str]] | None = None
+        self._hooks = []
+        for m in self.gemm_layers:
+            self._hooks.append(m.register_forward_pre_hook(self._enter))
+            self._hooks.append(m.register_forward_hook(self._leave))
+        self._matmul_calls = 0
+
+    # ----- layer bookkeeping -------------------------------------------------------------------
+    def _enter(self, m: torch.nn.Module, inputs: Any) -> None:
+        self._current.append(self._layer_of[id(m)])
+
+    def _leave(self, m: torch.nn.Module, inputs: Any, output: Any) -> None:
+        self._current.pop()
+
+    def layer_precision(self, layer: int | None) -> LayerPrecision:
+        """The formats of GEMM layer ``layer`` (None: the policy's defaults)."""
+        if layer is None or not self.gemm_layers:
+            p = self.policy
+            names = ("compute_format", "backward_format", "activation_format", "gradient_format")
+            fs = [get_format(getattr(p, n)) for n in names]
+            assert all(isinstance(f, FloatFormat) for f in fs)  # Policy checks its formats
+            return LayerPrecision(*fs)  # type: ignore[arg-type]
+        return self.policy.layer(layer, len(self.gemm_layers))
+
+    def spec(self, layer: int | None) -> GemmSpec:
+        """The :class:`GemmSpec` of GEMM layer ``layer`` (None: a functional matmul)."""
+        L = self.layer_precision(layer)
+        return GemmSpec(
+            fa=L.compute,
+            fb=L.compute,
+            backward=L.backward,
+            activation=L.activation,
+            gradient=L.gradient,
+            accumulator=self.accumulator,
+            fp32_reductions=self.policy.runs_in_fp32("reductions"),
+        )
+
+    def _layer(self) -> int | None:
+        return self._current[-1] if self._current else None
+
+    def _update(self) -> bool:
+        return bool(self.training and torch.is_grad_enabled())
+
+    def _record(self, kind: str, spec: GemmSpec) -> None:
+        if self.trace is not None:
+            self.trace.append((kind, self._layer(), str(spec.fa), spec.accumulator.describe()))
+
+    # ----- the emulated operations --------------------------------------------------------------
+    def _linear(
+        self, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        layer = self._layer()
+        spec = self.spec(layer)
+        self._record("linear", spec)
+        key = ("linear", layer if layer is not None else id(weight))
+        lead = input.shape[:-1]
+        x2 = input.reshape(-1, input.shape[-1]) if input.dim() != 2 else input
+        out = emulated_matmul(
+            x2, weight.t(), bias, spec=spec, operands=self.operands, key=key,
+            update=self._update(),
+        )  # fmt: skip
+        return out.reshape(*lead, weight.shape[0]) if input.dim() != 2 else out
+
+    def _matmul(
+        self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = None, **kw: Any
+    ) -> torch.Tensor:
+        if kw.get("out") is not None:
+            raise NotImplementedError("simulate: matmul with out= is not emulated")
+        spec = self.spec(self._layer())
+        self._record("matmul", spec)
+        # each functional matmul of a forward pass has its own per-tensor scaling state
+        self._matmul_calls += 1
+        key = ("matmul", self._layer(), self._matmul_calls)
+        return emulated_matmul(a, b, c, spec=spec, operands=self.operands, key=key,
+                               update=self._update())  # fmt: skip
+
+    def _addmm(
+        self,
+        c: torch.Tensor,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        *,
+        beta: float = 1,
+        alpha: float = 1,
+        out: Any = None,
+    ) -> torch.Tensor:
+        if beta != 1 or alpha != 1 or out is not None:
+            raise NotImplementedError("simulate: addmm with beta, alpha or out= is not emulated")
+        return self._matmul(a, b, c)
+
+    def _conv(
+        self,
+        func: Callable[..., Any],
+        input: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        stride: Any = 1,
+        padding: Any = 0,
+        dilation: Any = 1,
+        groups: int = 1,
+    ) -> torch.Tensor:
+        if groups != 1:
+            raise NotImplementedError(f"simulate: grouped convolutions (groups={groups})")
+        one_d = func is F.conv1d
+        if one_d:
+            input, weight = input.unsqueeze(-2), weight.unsqueeze(-2)
+            stride, padding, dilation = (
+                (1, _one(stride)),
+                padding if isinstance(padding, str) else (0, _one(padding)),
+                (1, _one(dilation)),
+            )
+        batched = input.dim() == 4
+        if not batched:
+            input = input.unsqueeze(0)
+        kh, kw = weight.shape[-2:]
+        st, dl = _pair(stride), _pair(dilation)
+        if isinstance(padding, str):
+            if padding == "valid":
+                pd = (0, 0)
+            elif padding == "same":
+                tot = [dl[i] * (k - 1) for i, k in enumerate((kh, kw))]
+                if any(t % 2 for t in tot) or st != (1, 1):
+                    raise NotImplementedError("simulate: padding='same' with uneven padding")
+                pd = (tot[0] // 2, tot[1] // 2)
+            else:
+                raise ValueError(f"padding must be 'same', 'valid' or numbers, got {padding!r}")
+        else:
+            pd = _pair(padding)
+        n, _, h, w = input.shape
+        oh = (h + 2 * pd[0] - dl[0] * (kh - 1) - 1) // st[0] + 1
+        ow = (w + 2 * pd[1] - dl[1] * (kw - 1) - 1) // st[1] + 1
+        cols = F.unfold(input, (kh, kw), dilation=dl, padding=pd, stride=st)  # (N, C*kh*kw, L)
+        layer = self._layer()
+        spec = self.spec(layer)
+        self._record("conv", spec)
+        o = weight.shape[0]
+        w2 = weight.reshape(o, -1)  # (O, C*kh*kw)
+        # one GEMM over the whole batch: (O, K) @ (K, N*L)
+        cols2 = cols.transpose(0, 1).reshape(cols.shape[1], -1)
+        c = None if bias is None else bias.reshape(-1, 1)
+        out = emulated_matmul(
+            w2, cols2, c, spec=spec, operands=self.operands,
+            key=("conv", layer if layer is not None else id(weight)), update=self._update(),
+        )  # fmt: skip
+        out = out.reshape(o, n, oh, ow).transpose(0, 1)
+        if not batched:
+            out = out.squeeze(0)
+        if one_d:
+            out = out.squeeze(-2)
+        return out
+
+    def _sdpa(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        dropout_p: float = 0.0,
+        is_causal: bool = False,
+        scale: float | None = None,
+        enable_gqa: bool = False,
+    ) -> torch.Tensor:
+        """``F.scaled_dot_product_attention`` as its math definition: two emulated GEMMs and a
+        softmax under the ``softmax`` rule."""
+        if enable_gqa:
+            raise NotImplementedError("simulate: scaled_dot_product_attention with enable_gqa")
+        n_q, n_k = q.shape[-2], k.shape[-2]
+        sc = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+        s = self._matmul(q, k.transpose(-2, -1)) * sc
+        if is_causal:
+            keep = torch.ones(n_q, n_k, dtype=torch.bool, device=q.device).tril()
+            s = s.masked_fill(~keep, float("-inf"))
+        if attn_mask is not None:
+            if attn_mask.dtype == torch.bool:
+                s = s.masked_fill(~attn_mask, float("-inf"))
+            else:
+                s = s + attn_mask
+        p = self._after("softmax", torch.softmax(s, dim=-1))
+        if dropout_p > 0:
+            p = F.dropout(p, dropout_p, training=True)
+        return self._matmul(p, v)
+
+    def _after(self, rule: str | None, out: Any) -> Any:
+        """The result of a non-GEMM operation: kept in float32 when ``rule`` is in the FP32
+        list, else stored in the activation format (gradient: the gradient format)."""
+        if not isinstance(out, torch.Tensor) or not out.is_floating_point():
+            return out
+        if rule is not None and self.policy.runs_in_fp32(rule):
+            return out
+        L = self.layer_precision(None)
+        return _StoreFn.apply(out, L.activation, L.gradient)
+
+    # ----- running -----------------------------------------------------------------------------
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """The wrapped model's forward, with the emulated operations."""
+        self._current = []
+        self._matmul_calls = 0
+        with _Mode(self):
+            return self.module(*args, **kwargs)
+
+    def remove(self) -> torch.nn.Module:
+        """Remove the layer hooks; returns the wrapped model (unchanged)."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        return self.module
+
+    def extra_repr(self) -> str:
+        return f"policy={self.policy.name!r}, accumulator={self.accumulator.describe()!r}"
+
+
+def _pair(v: Any) -> tuple[int, int]:
+    if isinstance(v, int):
+        return (v, v)
+    t = tuple(int(i) for i in v)
+    return (t[0], t[0]) if len(t) == 1 else (t[0], t[1])
+
+
+def _one(v: Any) -> int:
+    return int(v) if isinstance(v, int) else int(next(iter(v)))
+
+
+def simulate(
+    model: torch.nn.Module,
+    policy: str | Policy = "float32",
+    *,
+    accumulator: Accumulator | None = None,
+) -> Simulated:
+    """``model`` with its GEMMs emulated under ``policy`` (a :class:`~precision_lab.Policy` or a
+    name of :data:`~precision_lab.POLICIES`): see the module docstring. Returns a
+    :class:`Simulated` module sharing ``model``'s parameters."""
+    if isinstance(policy, str | Policy):
+        return Simulated(model, policy, accumulator=accumulator)
+    raise TypeError(f"policy must be a Policy or a policy name, got {type(policy).__name__}")
