@@ -822,6 +822,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_cast)
 
     p = sub.add_parser(
+        "tensor-cores",
+        help="table of the matrix-core presets (pl.tensor_core) and their evidence",
+        description="Print every GPU x instruction x input/output format preset of "
+        "pl.tensor_core: products per block, fraction bits kept, rounding, special-value "
+        "rules and the evidence (measured data set, published model, or inferred).",
+    )
+    p.add_argument("--gpu", default=None, help="only this GPU (e.g. b200, mi300x)")
+    p.add_argument(
+        "--instruction",
+        default=None,
+        choices=("mma", "wgmma", "tcgen05", "mfma"),
+        help="only this instruction",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_tensor_cores)
+
+    p = sub.add_parser(
         "figures",
         help="regenerate the figures and figures/REPORT.md",
         description="Run the figure jobs (all, or --only NAME).",
@@ -1019,6 +1036,19 @@ def cmd_grid(args: argparse.Namespace) -> int:
     for f in res.failures:
         print(f"failed: {f}", file=sys.stderr)
     return 0 if not res.failures else 1
+
+
+def cmd_tensor_cores(args: argparse.Namespace) -> int:
+    from .gemm.tensor_core import format_table, tensor_core_list
+
+    rows = tensor_core_list(args.gpu)
+    if args.instruction:
+        rows = [r for r in rows if r["instruction"] == args.instruction]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(format_table(rows))
+    return 0
 
 
 # ----- probe: which accumulator model does a library's matmul follow? ----------------------------

@@ -69,7 +69,7 @@ from ..core.rounding import (
     is_stochastic,
     round_to,
 )
-from .accumulator import ZERO_EXPONENT, Accumulator
+from .accumulator import ZERO_EXPONENT, Accumulator, reference_only
 from .shapes import gemm_shapes
 
 __all__ = ["available", "blockfma_applies", "covers", "fma32_applies", "gemm", "isa"]
@@ -104,7 +104,7 @@ def covers(accumulator: Accumulator, **_: Any) -> bool:
     """
     if _ext is None:
         return False
-    if accumulator.order in ("blas", "compensated"):
+    if accumulator.order in ("blas", "compensated") or reference_only(accumulator):
         return False
     return not (accumulator.order == "block_fma" and (accumulator.block or 1) > _MAX_BLOCK)
 
