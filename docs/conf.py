@@ -401,7 +401,11 @@ def _resolve_any_path(app: Any, env: Any, node: Any, contnode: Any) -> Any:
     # a name documented once in the package (the modules page), wherever the reference is made
     name = target.lstrip(".")
     matches = domain.find_obj(env, None, None, name, node.get("reftype"), 1)
-    found = {full for full, _ in matches if full.startswith("precision_lab")}
+    found = {
+        full
+        for full, entry in matches
+        if full.startswith("precision_lab") and not getattr(entry, "aliased", False)
+    }
     if len(found) == 1:
         return domain.resolve_xref(
             env, node.get("refdoc", ""), app.builder, "obj", found.pop(), node, contnode

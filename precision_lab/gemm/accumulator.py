@@ -155,7 +155,7 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
      measured data set has the case.
 
 5. Special values. Products are IEEE products (``inf * 0`` is NaN). Finite overflow in a
-   rounding follows :attr:`overflow`: under ``"ieee"`` round-to-nearest (and stochastic)
+   rounding follows :attr:`Accumulator.overflow`: under ``"ieee"`` round-to-nearest (and stochastic)
    overflow to inf (NaN in formats without inf), toward_zero and the directed mode pointing
    inward stay at ``max``; ``"saturate"`` clamps to ``max``; ``"infinity"``: as ``"ieee"``,
    and moreover a value at or beyond ``max + ulp(max)`` (the next point of the grid without
@@ -176,7 +176,8 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
    infinite it stays infinite, or becomes NaN on meeting the opposite infinity, as in IEEE
    arithmetic; so ``[65504, inf] @ [-2, 1]`` with an fp16 accumulator is NaN (the first step
    overflows to -inf, which then meets +inf), and ``[inf, 65504] @ [1, -2]`` is +inf. The
-   output rounding of an infinity follows :attr:`overflow` (``"saturate"`` gives ``max``).
+   output rounding of an infinity follows :attr:`Accumulator.overflow` (``"saturate"`` gives
+   ``max``).
    ``order="blas"`` takes the special values of the IEEE float64 sum of the raw products.
 
    NaN results (:attr:`nan_encoding`): ``"quiet"`` (default) gives the positive quiet NaN on

@@ -18,7 +18,8 @@ import numpy as np
 
 from ..core.formats import FloatFormat, IntFormat, get_format
 
-#: How a block's scale is chosen from its largest magnitude (defined in :mod:`.blocks`).
+#: How a block's scale is chosen from its largest magnitude (defined in
+#: :mod:`~precision_lab.quant.blocks`).
 SCALE_RULES = (
     "floor",
     "ceil",
@@ -65,7 +66,8 @@ class BlockFormat:
         One of :data:`SCALE_RULES`: power-of-two scales ``"floor"`` (OCP), ``"ceil"``,
         ``"nearest_even"``, ``"rceil"`` (:data:`POW2_RULES`); ``"amax"`` (scale ``amax / elem_max``
         rounded to the scale format); with NVFP4's tensor scale also ``"amax_div"``,
-        ``"4over6_mse"``, ``"4over6_mae"`` (:data:`TENSOR_RULES`). :mod:`.blocks` defines each.
+        ``"4over6_mse"``, ``"4over6_mae"`` (:data:`TENSOR_RULES`).
+        :mod:`~precision_lab.quant.blocks` defines each.
     element_exponent:
         Elements are ``code * 2**element_exponent``: -6 for MX INT8, whose elements are the
         fixed-point numbers ``k/64``, ``k`` in -127..127 (1.6 format); 0 otherwise.

@@ -30,8 +30,7 @@ v[j] - v[j + h])``. How the arithmetic is done is the ``arithmetic`` option:
     ``n = 2 * 4**k`` (32, 128) ``c = 2**-k * fl64(2**-0.5)`` is one more float64 multiply
     (relative error at most about ``2**-52``). Blocks holding an infinity or NaN follow IEEE
     float64 arithmetic.
-a float format (``"fp32"``, ``"bf16"``, ...; result float32 for formats within float32, float64
-otherwise)
+a float format: ``"fp32"``, ``"bf16"``, ... (float32 result within float32, else float64)
     as a kernel computes it: ``x`` is first rounded to the format (nearest-even), then every
     butterfly addition and subtraction and the final multiply by ``c_f`` (``c`` rounded to the
     format to nearest even: exact for n = 4**k) is the exact result rounded once to the format
