@@ -231,6 +231,7 @@ from ..core.formats import FloatFormat, get_format
 from ..core.random_words import check_seed
 from ..core.rounding import (
     OVERFLOW_MODES,
+    SR_VARIANT_MODES,
     STOCHASTIC_MODES,
     SUBNORMAL_MODES,
     check_random_bits,
@@ -539,6 +540,22 @@ class Accumulator:
             )
         if self.random_bits is not None:  # numpy integers accepted, as by round_to
             object.__setattr__(self, "random_bits", check_random_bits(self.random_bits))
+        for mode_field in (
+            "rounding",
+            "promote_rounding",
+            "product_rounding",
+            "block_rounding",
+            "out_rounding",
+        ):  # the few-bit SR variants: "stochastic" itself with 64 bits, else not modelled here
+            mode = getattr(self, mode_field)
+            if mode in SR_VARIANT_MODES:
+                if self.random_bits not in (None, 64):
+                    raise ValueError(
+                        f"{mode_field}={mode!r} with random_bits={self.random_bits} is not "
+                        "supported by accumulators (round_to, encode and the block "
+                        "quantizers serve it); use 'stochastic'"
+                    )
+                put(self, mode_field, "stochastic")
         if self.seed is not None:
             object.__setattr__(self, "seed", check_seed(self.seed))
 

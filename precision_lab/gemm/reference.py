@@ -850,7 +850,8 @@ class _Model:
                     new = self.r_block.round(X, self.words(j0 + i, shape))
                     t = self._special_step(t, new, self._specials(ch, ks))
             new = self._add(r, t, self.r_acc, self.K + j0, exact_hint=False)
-            r = np.where(np.isfinite(r), new, r)
+            # (with special inputs, _add gives r + t for an infinite r: inf meets -inf)
+            r = new if self.special else np.where(np.isfinite(r), new, r)
         return r
 
     def _fma_sum(

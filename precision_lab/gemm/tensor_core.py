@@ -213,11 +213,13 @@ MEASURED: dict[tuple[str, str, str], tuple[str, str]] = {
 #: special-value rules (fields of the Accumulator spec) of NVIDIA's block-FMA datapaths, with
 #: their evidence. A zero operand takes the exponent -126 in the alignment anchor
 #: (``zeros_in_anchor``); NaN results are 0x7fffffff / 0x7fff (``nan_encoding="nvidia"``);
-#: where the datapath truncates (fp32 output), a sum whose exponent passes ``emax`` is inf
-#: (``overflow="infinity"``) and a zero result is +0 (``zero_sign="positive"``: the aligned
-#: sum is a fixed-point integer). fp16 outputs round to nearest with IEEE signs of zero.
-NVIDIA_SPECIALS = {"zeros_in_anchor": True, "nan_encoding": "nvidia"}
-NVIDIA_TRUNCATING = {"overflow": "infinity", "zero_sign": "positive"}
+#: a zero result is +0 (``zero_sign="positive"``): the aligned terms are summed as a
+#: fixed-point integer from +0, so even a sum of -0 terms is +0, into fp32 or fp16 alike
+#: (MMA-Sim's fused sum; no measured set has the case); where the datapath truncates (fp32
+#: output), a sum whose exponent passes ``emax`` is inf (``overflow="infinity"``; with
+#: round-to-nearest outputs IEEE already gives inf).
+NVIDIA_SPECIALS = {"zeros_in_anchor": True, "nan_encoding": "nvidia", "zero_sign": "positive"}
+NVIDIA_TRUNCATING = {"overflow": "infinity"}
 _SPECIAL_EVIDENCE = {
     "nvidia": f"{_MMASIM}: zero exponent -126, NaN 0x7fffffff/0x7fff, truncated significand "
     "times 2**e (inf past emax), the aligned sum a fixed-point integer (no -0)",
