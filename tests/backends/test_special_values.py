@@ -25,7 +25,7 @@ import precision_lab as pl
 from precision_lab.gemm import native_backend
 from precision_lab.gemm.accumulator import ZERO_EXPONENT
 from precision_lab.gemm.reference import _canonical_nan
-from precision_lab.gemm.tensor_core import NVIDIA_RULES
+from precision_lab.gemm.tensor_core import NVIDIA_SPECIALS, NVIDIA_TRUNCATING
 
 BACKENDS = ("numpy", "native", "cuda-host")
 IEEE_RULES = {
@@ -392,6 +392,7 @@ def test_accumulator_field_validation() -> None:
     with pytest.raises(ValueError, match="zeros_in_anchor must be True or False, got 1"):
         pl.Accumulator(order="block_fma", block=4, align_bits=23, zeros_in_anchor=1)
     acc = pl.tensor_core("h100", "bf16")
-    assert {k: getattr(acc, k) for k in NVIDIA_RULES} == NVIDIA_RULES
+    rules = {**NVIDIA_SPECIALS, **NVIDIA_TRUNCATING}  # bf16 -> fp32 truncates
+    assert {k: getattr(acc, k) for k in rules} == rules
     assert "overflow gives ±inf" in acc.describe() and "NaN is 0x7fffffff" in acc.describe()
     assert pl.Accumulator().describe() == "sequential sum in fp32 (nearest_even)"
