@@ -6,7 +6,8 @@ Main entry points (all at the top level, ``import precision_lab as pl``):
 * formats: ``pl.get_format("e4m3")`` (``.max``, ``.eps``, ``.values()`` ...), ``pl.FloatFormat``,
   ``pl.IntFormat``, ``pl.FORMATS``, ``pl.known_formats()``
 * casts: ``pl.round_to(x, fmt, rounding=..., overflow=..., subnormals=..., seed=...)``,
-  ``pl.encode`` / ``pl.decode`` (values <-> codes)
+  ``pl.encode`` / ``pl.decode`` (values <-> codes), ``pl.cvt_rs`` (the PTX ``cvt.rs``
+  stochastic conversions replayed from a kernel's random bits)
 * quantization: ``pl.quantize`` / ``pl.dequantize`` / ``pl.calibrate`` (INT8 ...),
   ``pl.round_to_blocks`` / ``pl.quantize_blocks`` / ``pl.dequantize_blocks`` (MX, NVFP4 ...),
   ``pl.hadamard`` (blockwise random Hadamard rotations), ``pl.get_recipe`` / ``pl.Recipe`` and
@@ -70,6 +71,7 @@ from .core import (
     ROUNDING_MODES,
     FloatFormat,
     IntFormat,
+    cvt_rs,
     decode,
     encode,
     get_format,
@@ -124,6 +126,7 @@ __all__ = [
     "apply_recipe",
     "backend_info",
     "calibrate",
+    "cvt_rs",
     "decode",
     "dequantize",
     "dequantize_blocks",

@@ -57,6 +57,7 @@ from .core.rounding import (
     check_rounding,
     is_stochastic,
     round_to,
+    sr_mode,
 )
 
 __all__ = ["Value", "cast", "main", "parse_value", "round_exact"]
@@ -273,7 +274,7 @@ def round_exact(
     0.1015625
     """
     f = get_format(fmt)
-    mode = check_rounding(rounding)
+    mode = sr_mode(check_rounding(rounding), 64)  # the SR variants with 64 bits: stochastic
     overflow = check_choice("overflow", overflow, OVERFLOW_MODES)
     subnormals = check_choice("subnormals", subnormals, SUBNORMAL_MODES)
     x = _odd_float64(v)
@@ -722,6 +723,47 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+# ----- conform -----------------------------------------------------------------------------------
+def cmd_conform(args: argparse.Namespace) -> int:
+    """Check a third-party quantizer's codes and scales (npz or CSV) against precision_lab."""
+    from .verify.conformance import check_conformance, load_vector
+
+    case = load_vector(args.file)
+    fmt = args.format or case.block_format
+    if fmt is None:
+        raise ValueError(f"{args.file}: the file names no block format: pass --format")
+    report = check_conformance(
+        case.inputs,
+        case.codes,
+        case.scale_codes,
+        fmt,
+        scale_rule=args.scale_rule or case.scale_rule,
+        rounding=args.rounding or case.rounding,
+        seed=args.seed if args.seed is not None else case.seed,
+        random_bits=args.random_bits if args.random_bits is not None else case.random_bits,
+        hadamard=case.hadamard,
+        **({"hadamard_seed": case.hadamard_seed} if case.hadamard_seed is not None else {}),
+        show=args.show,
+    )
+    if args.json:
+        info = {
+            "ok": report.ok,
+            "format": report.block_format,
+            "rounding": report.rounding,
+            "blocks": report.blocks,
+            "bad_blocks": report.bad_blocks,
+            "bad_scales": report.bad_scales,
+            "elements": report.elements,
+            "bad_elements": report.bad_elements,
+            "causes": dict(report.causes),
+            "differences": report.differences,
+        }
+        print(json.dumps(info, indent=2))
+    else:
+        print(report.summary())
+    return 0 if report.ok else 1
+
+
 # ----- the parser --------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -780,6 +822,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_cast)
 
     p = sub.add_parser(
+        "tensor-cores",
+        help="table of the matrix-core presets (pl.tensor_core) and their evidence",
+        description="Print every GPU x instruction x input/output format preset of "
+        "pl.tensor_core: products per block, fraction bits kept, rounding, special-value "
+        "rules and the evidence (measured data set, published model, or inferred).",
+    )
+    p.add_argument("--gpu", default=None, help="only this GPU (e.g. b200, mi300x)")
+    p.add_argument(
+        "--instruction",
+        default=None,
+        choices=("mma", "wgmma", "tcgen05", "mfma"),
+        help="only this instruction",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_tensor_cores)
+
+    p = sub.add_parser(
         "figures",
         help="regenerate the figures and figures/REPORT.md",
         description="Run the figure jobs (all, or --only NAME).",
@@ -810,6 +869,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--show", action="store_true", help="print the report instead of its path")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser(
+        "conform",
+        help="check a block quantizer's codes and scales against precision_lab",
+        description="Compare the element codes and block scales in FILE (npz with inputs, codes, "
+        "scale_codes; or CSV rows input,code,scale_code with '# format=...' header lines) with "
+        "precision_lab's for the same inputs, and report the first differences with their likely "
+        "cause (scale rule, tie rule, saturation). Exit status 0 when everything matches, 1 on a "
+        "mismatch or a bad file.",
+    )
+    p.add_argument("file", metavar="FILE", help="an .npz or .csv file")
+    p.add_argument("--format", help="block format (nvfp4, mxfp4_e2m1, mxfp8_e4m3 ...), if the "
+                   "file names none or to override it")  # fmt: skip
+    p.add_argument("--scale-rule", help="scale rule (default: the file's, else the format's)")
+    p.add_argument("--rounding", help="element rounding mode (default: the file's, else "
+                   "nearest_even)")  # fmt: skip
+    p.add_argument("--seed", type=int, help="seed of stochastic rounding (default: the file's)")
+    p.add_argument("--random-bits", type=int, help="random bits of stochastic rounding")
+    p.add_argument("--show", type=int, default=5, help="differences to list (default 5)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.set_defaults(func=cmd_conform)
 
     p = sub.add_parser(
         "info",
@@ -956,6 +1036,19 @@ def cmd_grid(args: argparse.Namespace) -> int:
     for f in res.failures:
         print(f"failed: {f}", file=sys.stderr)
     return 0 if not res.failures else 1
+
+
+def cmd_tensor_cores(args: argparse.Namespace) -> int:
+    from .gemm.tensor_core import format_table, tensor_core_list
+
+    rows = tensor_core_list(args.gpu)
+    if args.instruction:
+        rows = [r for r in rows if r["instruction"] == args.instruction]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(format_table(rows))
+    return 0
 
 
 # ----- probe: which accumulator model does a library's matmul follow? ----------------------------

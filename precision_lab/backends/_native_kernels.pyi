@@ -38,6 +38,34 @@ def gemm_fma32(
 ) -> int: ...
 def fma32_pack(B: Any, Bp: Any, K: int, N: int, q0: int, q1: int, grid: Any = ..., /) -> int: ...
 def fma32_tile() -> tuple[int, int]: ...
+def bfma_info(params: Any, opts: Any, /) -> tuple[int, int, int]: ...
+def bfma_pack_b(
+    params: Any,
+    opts: Any,
+    B: Any,
+    Bs: Any,
+    Be: Any,
+    OB: Any,
+    q0: int,
+    q1: int,
+    grid: Any = ...,
+    /,
+) -> tuple[int, int]: ...
+def bfma_rows(
+    params: Any,
+    opts: Any,
+    A: Any,
+    Bs: Any,
+    Be: Any,
+    OB: Any,
+    C: Any,
+    D: Any,
+    r0: int,
+    r1: int,
+    grid_a: Any,
+    spread_b: int,
+    /,
+) -> int: ...
 def align_exponents(x: Any, emin: int, out: Any, /) -> None: ...
 def quantize(
     x: Any,

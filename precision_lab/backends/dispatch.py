@@ -35,7 +35,7 @@ from typing import Any
 
 from ..core import rounding
 from ..core.formats import FloatFormat, IntFormat
-from ..core.rounding import RoundingOptions, check_choice, is_device_array
+from ..core.rounding import RoundingOptions, check_choice, is_device_array, word_bits
 from . import gpu, native
 from .native import BACKEND_ENV, BACKENDS
 from .native import kernels as native_kernels
@@ -109,7 +109,7 @@ def _on_device(op: str, x: Any, fmt: FloatFormat | IntFormat, o: RoundingOptions
         overflow=o.overflow,
         subnormals=o.subnormals,
         seed=o.seed,
-        random_bits=o.random_bits,
+        random_bits=word_bits(o.mode, o.random_bits),
     )
 
 

@@ -5,7 +5,7 @@ rounding core: ``round_to`` and its numpy reference), :mod:`.codec` (values <-> 
 :mod:`.exact` (sums of several terms rounded once from their exact value), :mod:`.random_words`
 (the counter-based Philox words of stochastic rounding), :mod:`.pool` (the worker pool and
 chunking), :mod:`.inputs` (input conversion: ml_dtypes, DLPack and array-API arrays) and
-:mod:`.shapes`.
+:mod:`.shapes`; :mod:`.ptx` replays the PTX ``cvt.rs`` conversions from a kernel's random bits.
 
 May import: nothing else of the package (numpy and ml_dtypes only). The compiled and CuPy
 backends plug in from above: :mod:`precision_lab.backends.dispatch` installs itself as
@@ -24,6 +24,7 @@ so the native and CUDA backends follow; the test suite compares all three bit fo
 
 from .codec import decode, encode
 from .formats import FORMATS, FloatFormat, Format, IntFormat, get_format, known_formats, p3109
+from .ptx import cvt_rs
 from .rounding import ROUNDING_MODES, STOCHASTIC_MODES, round_to
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "FloatFormat",
     "Format",
     "IntFormat",
+    "cvt_rs",
     "decode",
     "encode",
     "get_format",

@@ -177,7 +177,7 @@ class Rounder:
         )
         if self.overflow == "ieee" and self.zero_sign == "ieee":
             return r
-        return self.finish(np.asarray(x, dtype=np.float64), np.asarray(r, dtype=np.float64))
+        return self.finish(x, r)  # (numpy or CuPy arrays: finish dispatches on them)
 
 
 def stochastic_words(

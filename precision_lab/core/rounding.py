@@ -49,6 +49,7 @@ __all__ = [
     "MODE_ALIASES",
     "OVERFLOW_MODES",
     "ROUNDING_MODES",
+    "SR_VARIANT_MODES",
     "STOCHASTIC_MODES",
     "SUBNORMAL_MODES",
     "as_float_array",
@@ -56,6 +57,7 @@ __all__ = [
     "follows_p3109",
     "is_stochastic",
     "round_to",
+    "round_with_words",
 ]
 
 #: rounding modes; their positions are the mode numbers of the C++/CUDA header (append only)
@@ -69,9 +71,15 @@ ROUNDING_MODES = (
     "stochastic",
     "nearest_zero",
     "stochastic_equal",
+    "stochastic_offset",
+    "stochastic_corrected",
 )
+#: the few-bit stochastic rounding variants of Fitzgibbon & Felix (ARITH 2025) beside
+#: ``stochastic`` (their SRFF): ``stochastic_offset`` is their SRF, ``stochastic_corrected`` their
+#: SRC (see :func:`round_to`); with 64 random bits both are ``stochastic`` itself
+SR_VARIANT_MODES = ("stochastic_offset", "stochastic_corrected")
 #: the modes that draw random words (keyed by seed and flat index)
-STOCHASTIC_MODES = ("stochastic", "stochastic_equal")
+STOCHASTIC_MODES = ("stochastic", "stochastic_equal", *SR_VARIANT_MODES)
 _MODE_ALIASES = {
     "rne": "nearest_even",
     "rna": "nearest_away",
@@ -83,6 +91,9 @@ _MODE_ALIASES = {
     "nearest": "nearest_even",
     "rnz": "nearest_zero",
     "sre": "stochastic_equal",
+    "srff": "stochastic",
+    "srf": "stochastic_offset",
+    "src": "stochastic_corrected",
 }
 #: short and alternative names of the rounding modes (``rne`` -> ``nearest_even`` ...)
 MODE_ALIASES = _MODE_ALIASES
@@ -144,7 +155,8 @@ def follows_p3109(fmt: FloatFormat | IntFormat) -> bool:
 
 
 def check_rounding(rounding: str) -> str:
-    """Canonical name of a rounding mode (aliases ``rne rna rtz rup rdn rto sr rnz sre``).
+    """Canonical name of a rounding mode (aliases ``rne rna rtz rup rdn rto sr rnz sre srff srf
+    src``).
 
     >>> check_rounding("rtz")
     'toward_zero'
@@ -190,7 +202,7 @@ class RoundingOptions:
         """Random words of flat indices ``start .. start + n - 1`` (stochastic rounding only)."""
         if self.mode not in STOCHASTIC_MODES:
             return None
-        return _random_for(self.random_bits, self.seed, n, start)
+        return _random_for(word_bits(self.mode, self.random_bits), self.seed, n, start)
 
 
 def check_options(
@@ -198,13 +210,40 @@ def check_options(
 ) -> RoundingOptions:
     """Validate the keyword options of :func:`round_to` (ValueError/TypeError naming them)."""
     mode = check_rounding(rounding)
+    rbits = check_random_bits(random_bits)
     return RoundingOptions(
-        mode=mode,
+        mode=sr_mode(mode, rbits),
         overflow=check_choice("overflow", overflow, OVERFLOW_MODES),
         subnormals=check_choice("subnormals", subnormals, SUBNORMAL_MODES),
         seed=check_seed(seed) if mode in STOCHASTIC_MODES else 0,
-        random_bits=check_random_bits(random_bits),
+        random_bits=rbits,
     )
+
+
+def sr_mode(mode: str, random_bits: int) -> str:
+    """``mode`` (canonical), or ``"stochastic"`` for an SR variant with 64 random bits.
+
+    With 64 random bits the variants decide exactly as ``stochastic`` (the discarded fraction,
+    truncated to 64 bits, is their input: SRF's offset of half a random unit, 2**-65, and SRC's
+    rounding to 64 bits change nothing), so every path that has no code of its own for them
+    (accumulators, ``pl.ops``) serves them as ``stochastic``.
+
+    >>> sr_mode("stochastic_corrected", 64), sr_mode("stochastic_corrected", 4)
+    ('stochastic', 'stochastic_corrected')
+    """
+    return "stochastic" if mode in SR_VARIANT_MODES and random_bits >= 64 else mode
+
+
+def word_bits(mode: str, random_bits: int) -> int:
+    """The ``random_bits`` code the random-word generators take: ``random_bits`` (1..64), or
+    ``random_bits + 64`` for an SR variant with fewer than 64 bits, whose words then carry the
+    marker bit ``2**(63 - random_bits)`` (``_random_for``; the C++/CUDA header's
+    ``pl_random_group`` does the same).
+
+    >>> word_bits("stochastic", 4), word_bits("stochastic_offset", 4)
+    (4, 68)
+    """
+    return random_bits + 64 if mode in SR_VARIANT_MODES and random_bits < 64 else random_bits
 
 
 def _numpy_reference(
@@ -357,19 +396,41 @@ def _round_quantum(
     assert rw is not None
     if mode == "stochastic_equal":  # inexact: up iff the top random bit is set
         return f + ((v != f) & (rw >= np.uint64(1 << 63)))
-    return f + _sr_up(np.floor(np.ldexp(v - f, 64)).astype(np.uint64), rw)
+    return f + _sr_up(np.floor(np.ldexp(v - f, 64)).astype(np.uint64), rw, mode)
 
 
-def _sr_up(frac64: np.ndarray, rw: np.ndarray) -> np.ndarray:
+def _sr_up(frac64: np.ndarray, rw: np.ndarray, mode: str = "stochastic") -> np.ndarray:
     """Stochastic rounding's choice: away from zero iff ``frac64 + R >= 2**64`` (``frac64`` the
-    discarded fraction times 2**64, floored; ``R`` the random word)."""
-    return (frac64 != 0) & (rw >= np.uint64(0) - frac64)
+    discarded fraction times 2**64, floored; ``R`` the random word).
+
+    ``stochastic_offset`` words carry the marker bit ``2**(63 - N)`` (:func:`_random_for`), which
+    is SRF's offset of half a random unit, so the same sum decides it. ``stochastic_corrected``
+    first rounds ``frac64`` to its top N bits (nearest, ties to even; the marker bit tells N) and
+    then adds the word without the marker: a fraction that rounds up to 1 always goes away.
+    """
+    zero = np.uint64(0)
+    if mode != "stochastic_corrected":
+        return (frac64 != 0) & (rw >= zero - frac64)
+    low = rw & (zero - rw)  # the marker 2**(63 - N)
+    unit = low << np.uint64(1)  # 2**(64 - N): one unit of the N-bit fraction
+    rem = frac64 & (unit - np.uint64(1))
+    t = frac64 - rem
+    inc = (rem > low) | ((rem == low) & ((t & unit) != zero))
+    c = t + inc.astype(np.uint64) * unit  # 2**64 (all of it) wraps around to 0
+    r = rw ^ low
+    return (inc & (c == zero)) | ((c != zero) & (r >= zero - c))
 
 
 def _random_for(plan_rbits: int, seed: int, n: int, start: int) -> np.ndarray:
+    """The random words of flat indices ``start .. start + n - 1``, masked to their top
+    ``plan_rbits`` bits (1..64); ``plan_rbits`` = N + 64 (:func:`word_bits`): the top N bits and
+    the marker bit ``2**(63 - N)`` of the SR variants."""
     rw = random_words(seed, n, start)
-    if plan_rbits < 64:
-        rw &= np.uint64(((1 << 64) - 1) ^ ((1 << (64 - plan_rbits)) - 1))
+    n_bits = plan_rbits - 64 if plan_rbits > 64 else plan_rbits
+    if n_bits < 64:
+        rw &= np.uint64(((1 << 64) - 1) ^ ((1 << (64 - n_bits)) - 1))
+    if plan_rbits > 64:
+        rw |= np.uint64(1 << (63 - n_bits))
     return rw
 
 
@@ -487,7 +548,24 @@ def _round_float_chunk(
             tmp *= flag
             tmp <<= U(s)
             r += tmp
-        elif mode == "stochastic":  # add the top s random bits below the kept part
+        elif mode == "stochastic_corrected":  # SRC: round the s dropped bits to N, then SRFF
+            assert rw is not None
+            if n:
+                low = int(rw[0]) & -int(rw[0])  # the marker bit 2**(63 - N)
+                nb = 64 - low.bit_length()
+                top = ((rw ^ np.uint64(low)) >> np.uint64(64 - s)).astype(U)
+                if nb < s:  # nearest even at the N-th dropped bit (flip_parity: the kept part's)
+                    d = s - nb
+                    np.right_shift(bits, U(d), out=r)
+                    r &= U(1)
+                    r += U((1 << (d - 1)) - 1)
+                    r += bits
+                    r &= U(((1 << W) - 1) ^ ((1 << d) - 1))
+                    r += top
+                else:
+                    np.add(bits, top, out=r)
+        elif mode in ("stochastic", "stochastic_offset"):  # add the top s random bits below the
+            # kept part (stochastic_offset's words carry SRF's offset bit)
             assert rw is not None
             if W == 32:  # the high halves of the random words, as a strided uint32 view
                 words = rw.view(np.uint32)[1::2] if _LITTLE else rw.view(np.uint32)[0::2]
@@ -654,9 +732,9 @@ def _round_big_integers(
     rem = mag & ((np.uint64(1) << sh) - np.uint64(1))
     assert fmt.bias is not None
     parity = (k & np.uint64(1)) if m else ((L - 1 + fmt.bias) & 1).astype(np.uint64)
-    if o.mode == "stochastic":
+    if o.mode in ("stochastic", *SR_VARIANT_MODES):
         assert rw is not None
-        inc = _sr_up(rem << (np.uint64(64) - sh), rw)
+        inc = _sr_up(rem << (np.uint64(64) - sh), rw, o.mode)
     else:
         cut = np.maximum(sh.astype(np.int64) - 51, 0).astype(np.uint64)
         sticky = (rem & ((np.uint64(1) << cut) - np.uint64(1))) != 0
@@ -712,8 +790,32 @@ def round_to(
     rounding:
         ``nearest_even`` (default), ``nearest_away``, ``toward_zero``, ``up``, ``down``, ``odd``,
         ``stochastic`` (probability proportional to the distance), ``nearest_zero`` (ties toward
-        zero) or ``stochastic_equal`` (an inexact value goes up or down with probability 1/2
-        each); aliases ``rne rna rtz rup rdn rto sr rnz sre``.
+        zero), ``stochastic_equal`` (an inexact value goes up or down with probability 1/2
+        each), or the few-bit SR variants ``stochastic_offset`` and ``stochastic_corrected``
+        (below); aliases ``rne rna rtz rup rdn rto sr rnz sre srff srf src``.
+
+        Few-bit stochastic rounding (Fitzgibbon & Felix, "On stochastic rounding with few random
+        bits", ARITH 2025, arXiv 2504.20634). Let ``x`` be the discarded fraction in units of
+        the result's quantum, truncated to 64 bits (``frac64 = floor(x * 2**64)``: exact
+        whenever the fraction has at most 64 bits, as every normal-range result from float32 or
+        float64 does), and ``n`` the top ``N = random_bits`` bits of the element's random word
+        (uniform in ``0 .. 2**N - 1``). Away from zero iff
+
+        * ``stochastic`` (their SRFF, "add the random bits and truncate"):
+          ``x + n * 2**-N >= 1``; P(away) = ``floor(x * 2**N) / 2**N``, bias
+          ``-2**-(N+1)`` quanta for uniform ``x`` (``2**-(D+1) - 2**-(N+1)`` for fractions of
+          ``D >= N`` bits);
+        * ``stochastic_offset`` (SRF, the random bits plus half a random unit):
+          ``x + (n + 1/2) * 2**-N >= 1``; P(away) = ``floor(x * 2**N + 1/2) / 2**N`` (ties of
+          ``x`` at odd multiples of ``2**-(N+1)`` go away); unbiased for uniform real ``x``,
+          bias ``+2**-(D+1)`` for fractions of ``D > N`` bits;
+        * ``stochastic_corrected`` (SRC, a deterministic rounding first): ``c + n >= 2**N``
+          with ``c = round(x * 2**N)`` to nearest, ties to even (``c = 2**N`` always goes
+          away); P(away) = ``c / 2**N``; unbiased for uniform ``x`` of ``D`` bits, any ``D``.
+
+        An exact ``x = 0`` never rounds away. With 64 random bits (the default) all three are
+        ``stochastic``. The words of the two variants carry the marker bit ``2**(63 - N)``
+        (:func:`word_bits`); ``n`` is the same for all three modes.
     overflow:
         ``"ieee"``: values beyond the largest finite value become inf (NaN in formats without inf,
         such as e4m3) under the round-to-nearest modes, the stochastic modes and the directed mode
@@ -793,3 +895,58 @@ def round_to(
             where, res = repair(p, src, flagged)
         flat[where] = res
     return restore(out)  # type: ignore[no-any-return]
+
+
+def round_with_words(
+    x: Any,
+    fmt: str | FloatFormat,
+    words: Any,
+    *,
+    rounding: str = "stochastic",
+    overflow: str = "ieee",
+    subnormals: str = "keep",
+    random_bits: int | None = None,
+) -> np.ndarray:
+    """:func:`round_to` in a stochastic mode with the caller's random words instead of seeded ones.
+
+    ``words`` (uint64, broadcast to x's shape) stand for the elements' 64-bit counter-based words:
+    they are masked to their top ``random_bits`` bits (and carry the SR variants' marker bit)
+    exactly as seeded words are, so ``round_with_words(x, f, random_words(s, x.size))`` is
+    ``round_to(x, f, seed=s)``. It is how every outcome of a few-bit rounding is enumerated:
+    the words ``n << (64 - N)`` for ``n`` in ``0 .. 2**N - 1``. The numpy reference computes it
+    (float inputs; a float format).
+
+    >>> import numpy as np
+    >>> n = np.arange(4, dtype=np.uint64) << np.uint64(62)   # all four 2-bit words
+    >>> x = np.full(4, 1.0 + 3 * 2**-10)                     # 3/8 of a bf16 quantum above 1
+    >>> round_with_words(x, "bf16", n, random_bits=2).tolist()  # SRFF: floor(3/8 * 4) = 1 of 4
+    [1.0, 1.0, 1.0, 1.0078125]
+    >>> round_with_words(x, "bf16", n, rounding="src", random_bits=2).tolist()  # round(1.5) = 2
+    [1.0, 1.0, 1.0078125, 1.0078125]
+    """
+    f = get_format(fmt)
+    if not isinstance(f, FloatFormat):
+        raise TypeError(f"fmt must be a float format, got {f}")
+    o = check_options(rounding, overflow, subnormals, 0, random_bits)
+    if o.mode not in STOCHASTIC_MODES:
+        raise ValueError(
+            f"rounding must be a stochastic mode ({', '.join(STOCHASTIC_MODES)}), got {rounding!r}"
+        )
+    a = as_float_array(x)
+    w = np.asarray(words)
+    if w.dtype.kind not in "ui":
+        raise TypeError(f"words must hold unsigned 64-bit integers, got {w.dtype}")
+    rw = np.ascontiguousarray(np.broadcast_to(w.astype(np.uint64), a.shape)).reshape(-1)
+    n_bits = o.random_bits
+    if n_bits < 64:
+        rw = rw & np.uint64(((1 << 64) - 1) ^ ((1 << (64 - n_bits)) - 1))
+    coded = word_bits(o.mode, n_bits)
+    if coded > 64:
+        rw = rw | np.uint64(1 << (63 - n_bits))
+    wdt = working_dtype(a.dtype, f)
+    src = np.ascontiguousarray(a).reshape(-1)
+    out = np.empty(a.shape, dtype=wdt)
+    p = _plan(f, wdt.name, o.mode, o.overflow, o.subnormals == "flush")
+    with np.errstate(all="ignore"):
+        _round_float_chunk(p, src, out.reshape(-1), rw)
+    return out

@@ -4,8 +4,10 @@ models of real tensor cores.
 * :class:`Accumulator` (:mod:`.accumulator`): the model of one inner product, and the exact
   specification every backend follows.
 * :func:`gemm` (:mod:`.reference`): ``c + a @ b`` under a model; numpy on the CPU, CuPy on the GPU.
-* :func:`tensor_core` (:mod:`.tensor_core`): models of NVIDIA tensor cores, checked bit for bit
-  against measurements (:mod:`.validation` reads the measured data sets).
+* :func:`tensor_core` (:mod:`.tensor_core`): models of NVIDIA tensor cores and AMD matrix cores
+  per instruction, checked bit for bit against measurements (:mod:`.validation` reads the
+  measured data sets) or taken from published bit-accurate models; ``tensor_core.list()`` is
+  the table of presets and their evidence.
 * :func:`probe_gemm` (:mod:`.probe`): recover the accumulation model of a black-box matmul.
 * :func:`gemm_blocks` (:mod:`.blocks`): GEMM on block-quantized operands (MX, NVFP4, FP8 tiles).
 * :func:`apply_recipe` (:mod:`.recipes`): the three GEMMs of a linear layer under a training
@@ -33,7 +35,7 @@ from .blocks import gemm_blocks
 from .probe import ProbeResult, probe_gemm
 from .recipes import LinearGemms, apply_recipe
 from .reference import gemm
-from .tensor_core import GPUS, tensor_core, tensor_core_formats
+from .tensor_core import GPUS, tensor_core, tensor_core_formats, tensor_core_list
 
 __all__ = [
     "GPUS",
@@ -47,4 +49,5 @@ __all__ = [
     "probe_gemm",
     "tensor_core",
     "tensor_core_formats",
+    "tensor_core_list",
 ]

@@ -98,6 +98,22 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
      products with ``l % 4`` in {0, 1} first, then those with ``l % 4`` in {2, 3}.) A last,
      shorter block (``K`` not a multiple of ``n``) uses the same rule with its ``l``.
 
+   ``block_fma`` with ``addend="separate"`` (AMD CDNA3 MFMA, MMA-Sim's TR-FDPA and GTR-FDPA):
+   the block's products are aligned to their own anchor ``e_p`` (the largest alignment exponent
+   of the block's non-zero products; ``r`` takes no part) and truncated to ``align_bits``
+   fraction bits as above, giving ``X``; with inner blocks (``inner_block = m``, dealt by
+   ``inner_interleave`` as above) each inner block gives ``X_i`` at its own anchor ``e_i``,
+   and ``X`` is their sum after truncating each ``X_i`` toward zero to a multiple of
+   ``2**(e_p - align_bits)``, ``e_p = max e_i``. Then ``E = max(e_p, e(r))`` (``e(r)`` as
+   above; a term-less side takes no part); ``X`` is cut to a multiple of ``2**(E -
+   sum_bits)`` and ``r`` to a multiple of ``2**(E - align_bits)``, both with
+   ``align_rounding`` (``toward_zero``: truncation; ``down``: floor, toward -inf), and
+   ``r = round(X' + r', acc, mode)``.
+
+   ``exact_block`` (AMD CDNA1 fp16/bf16 MFMA, MMA-Sim's E-FDPA): consecutive blocks of
+   ``block`` products; ``r = round(r + sum of the block's products, acc, mode)`` with the sum
+   exact (one rounding per block). Numpy reference only; deterministic modes only.
+
    ``compensated`` (Kahan summation, every operation in ``acc``): ``s = s0``, ``c = 0``; for
    each k: ``y = round(p_k - c)``, ``t = round(s + y)``, ``c = round(round(t - s) - y)``,
    ``s = t``; the segment's value is ``s``. The compensation ``c`` feeds the next term, so a
@@ -107,6 +123,22 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
    ``blas``: fp32 only: ``P = float32 matmul`` (numpy/BLAS, its own order and FMA use) of the
    inputs held in float32, plus ``s0`` added in float32. Not bit-reproducible across BLAS builds;
    for speed (training emulation), not for bit-exact studies.
+
+3b. Scales inside the block FMA (``scales="in_block"``, block-scaled MMA: tcgen05
+   ``kind::mxf8f6f4`` / ``kind::mxf4nvf4``, sm_120 ``mma.block_scale``; MMA-Sim's ST-FDPA and
+   GST-FDPA). No promotion (``promote_every`` must be None): the scale blocks of
+   :func:`~precision_lab.gemm_blocks` enter the ``block_fma`` terms. Without ``group`` each
+   product ``a_k * b_k`` becomes ``a_k * b_k * sa * sb`` (``sa``, ``sb`` the scales of
+   ``k``'s block, powers of two) with alignment exponent ``e(a_k) + e(b_k) + log2(sa * sb)``.
+   With ``group = G`` (dividing ``block`` and the scale block) the terms are groups of ``G``
+   consecutive products: ``(sum of the group's products, exact) * sa * sb`` with alignment
+   exponent ``e(sa) + e(sb)``, ``e(s) = max(floor(log2 s), emin)`` of ``scale_format`` (the
+   group's own magnitude does not move the anchor; a zero group is a zero term). The running
+   value ``r`` is aligned with them (``addend="in_block"``).
+
+3c. Input subnormals (``input_subnormals="flush"``, AMD CDNA2 fp16/bf16): a, b (in their
+   input formats) and c (in ``out_format``) that are subnormal become ``+0`` before anything
+   else.
 
 4. Output: ``d = round(W, out_format, out_rounding)``. Signs of zero (:attr:`zero_sign`):
 
@@ -199,6 +231,7 @@ from ..core.formats import FloatFormat, get_format
 from ..core.random_words import check_seed
 from ..core.rounding import (
     OVERFLOW_MODES,
+    SR_VARIANT_MODES,
     STOCHASTIC_MODES,
     SUBNORMAL_MODES,
     check_random_bits,
@@ -210,15 +243,27 @@ __all__ = [
     "ADDENDS",
     "NAN_ENCODINGS",
     "ORDERS",
+    "SCALE_PLACEMENTS",
     "ZERO_EXPONENT",
     "ZERO_SIGNS",
     "Accumulator",
+    "reference_only",
 ]
 
 #: summation orders of :class:`Accumulator`
-ORDERS = ("sequential", "pairwise", "blocked", "block_fma", "blas", "compensated")
+ORDERS = (
+    "sequential",
+    "pairwise",
+    "blocked",
+    "block_fma",
+    "blas",
+    "compensated",
+    "exact_block",
+)
 #: where a block-FMA unit adds the running accumulator
-ADDENDS = ("in_block", "after_block")
+ADDENDS = ("in_block", "after_block", "separate")
+#: where scales of block-quantized operands enter (see the spec, 3b)
+SCALE_PLACEMENTS = ("promote", "in_block")
 #: values of :attr:`Accumulator.overflow`: round_to's switches and a truncating datapath's
 #: ``"infinity"`` (spec section 5)
 ACC_OVERFLOW_MODES = (*OVERFLOW_MODES, "infinity")
@@ -302,6 +347,22 @@ class Accumulator:
         ``inner_block``, contiguous); must divide ``inner_block``. FP8 ``mma.sync`` emulated
         on fp16 tensor cores (Hopper, Blackwell): ``block=32, inner_block=16,
         inner_interleave=2``.
+    sum_bits, align_rounding:
+        ``addend="separate"`` (AMD CDNA3): fraction bits below the common anchor kept of the
+        products' block sum (MMA-Sim's F2 = 31), and how the block sum and the running value
+        are cut to the common anchor (``"toward_zero"`` or ``"down"``).
+    scales:
+        ``"promote"`` (scales of block-quantized operands multiply each scale block's partial
+        sum at promotion, DeepSeek-V3) or ``"in_block"`` (they enter the block FMA's terms:
+        block-scaled tensor-core MMA; spec 3b).
+    group:
+        ``scales="in_block"``: products summed exactly in groups of this many before their
+        scales are applied (``kind::mxf4nvf4``: 16); ``None``: each product is a term.
+    scale_format:
+        ``group``: the scales' format, whose ``emin`` is the least alignment exponent of a
+        scale (UE4M3 ``"e4m3"``: subnormal scales; ``None``: E8M0, exact powers of two).
+    input_subnormals:
+        ``"keep"`` or ``"flush"`` (subnormal inputs a, b and c become +0 first: AMD CDNA2).
     out_rounding:
         Rounding of the final conversion to the output format.
     overflow:
@@ -360,6 +421,12 @@ class Accumulator:
     random_bits: int | None = None
     inner_block: int | None = None
     inner_interleave: int | None = None
+    sum_bits: int | None = None
+    align_rounding: str = "toward_zero"
+    scales: str = "promote"
+    group: int | None = None
+    scale_format: str | FloatFormat | None = None
+    input_subnormals: str = "keep"
     zeros_in_anchor: bool = False
     zero_sign: str = "ieee"
     nan_encoding: str = "quiet"
@@ -411,7 +478,7 @@ class Accumulator:
         if self.product_format is not None:
             put(self, "product_format", _float_format(self.product_format, "product_format"))
         put(self, "promote_every", _positive_int(self.promote_every, "promote_every"))
-        if self.order in ("blocked", "block_fma"):
+        if self.order in ("blocked", "block_fma", "exact_block"):
             if isinstance(self.block, bool) or not isinstance(self.block, int) or self.block < 1:
                 raise ValueError(
                     f"block: order={self.order!r} needs a block length (a positive int), "
@@ -431,12 +498,14 @@ class Accumulator:
                     f"after alignment, an int in 0..{50 - nb} for block={self.block}, "
                     f"got {self.align_bits!r}"
                 )
+        self._check_extensions()
         put(self, "inner_block", _positive_int(self.inner_block, "inner_block"))
         put(self, "inner_interleave", _positive_int(self.inner_interleave, "inner_interleave"))
         if self.inner_block is not None:
-            if self.order != "block_fma" or self.addend != "after_block":
+            if self.order != "block_fma" or self.addend == "in_block":
                 raise ValueError(
-                    f"inner_block needs order='block_fma' and addend='after_block', got "
+                    f"inner_block needs order='block_fma' and addend='after_block' or "
+                    f"'separate', got "
                     f"order={self.order!r}, addend={self.addend!r}"
                 )
             assert self.block is not None
@@ -471,8 +540,70 @@ class Accumulator:
             )
         if self.random_bits is not None:  # numpy integers accepted, as by round_to
             object.__setattr__(self, "random_bits", check_random_bits(self.random_bits))
+        for mode_field in (
+            "rounding",
+            "promote_rounding",
+            "product_rounding",
+            "block_rounding",
+            "out_rounding",
+        ):  # the few-bit SR variants: "stochastic" itself with 64 bits, else not modelled here
+            mode = getattr(self, mode_field)
+            if mode in SR_VARIANT_MODES:
+                if self.random_bits not in (None, 64):
+                    raise ValueError(
+                        f"{mode_field}={mode!r} with random_bits={self.random_bits} is not "
+                        "supported by accumulators (round_to, encode and the block "
+                        "quantizers serve it); use 'stochastic'"
+                    )
+                put(self, mode_field, "stochastic")
         if self.seed is not None:
             object.__setattr__(self, "seed", check_seed(self.seed))
+
+    def _check_extensions(self) -> None:
+        """Checks of the fields of spec 3b, 3c, ``addend="separate"`` and ``exact_block``."""
+        put = object.__setattr__
+        for name_, value, allowed in (
+            ("align_rounding", self.align_rounding, ("toward_zero", "down")),
+            ("scales", self.scales, SCALE_PLACEMENTS),
+            ("input_subnormals", self.input_subnormals, SUBNORMAL_MODES),
+        ):
+            if value not in allowed:
+                raise ValueError(f"{name_} must be one of {', '.join(allowed)}, got {value!r}")
+        put(self, "group", _positive_int(self.group, "group"))
+        if self.scale_format is not None:
+            put(self, "scale_format", _float_format(self.scale_format, "scale_format"))
+        put(self, "sum_bits", _positive_int(self.sum_bits, "sum_bits"))
+        if self.addend == "separate":
+            if self.order != "block_fma" or self.sum_bits is None or self.sum_bits > 48:
+                raise ValueError(
+                    f"addend='separate' needs order='block_fma' and sum_bits (an int in "
+                    f"1..48), got order={self.order!r}, sum_bits={self.sum_bits!r}"
+                )
+        elif self.sum_bits is not None:
+            raise ValueError(f"sum_bits needs addend='separate', got addend={self.addend!r}")
+        if self.scales == "in_block":
+            if self.order != "block_fma" or self.addend != "in_block":
+                raise ValueError(
+                    f"scales='in_block' needs order='block_fma' and addend='in_block', got "
+                    f"order={self.order!r}, addend={self.addend!r}"
+                )
+            if self.promote_every is not None:
+                raise ValueError(
+                    f"scales='in_block' takes no promotion, got promote_every={self.promote_every}"
+                )
+        if self.group is not None:
+            if self.scales != "in_block" or (self.block or 1) % self.group:
+                raise ValueError(
+                    f"group needs scales='in_block' and must divide block={self.block}, got "
+                    f"group={self.group}, scales={self.scales!r}"
+                )
+        if self.order == "exact_block" and (
+            self.product_format is not None or check_rounding(self.rounding) in STOCHASTIC_MODES
+        ):
+            raise ValueError(
+                "order='exact_block' sums exact products with one deterministic rounding per "
+                f"block, got product_format={self.product_format!r}, rounding={self.rounding!r}"
+            )
 
     @property
     def stochastic(self) -> bool:
@@ -518,7 +649,25 @@ class Accumulator:
         'sequential sum in bf16 (nearest_even), promoted every 128 products into fp32'
         """
         fmt = self.format
-        if self.order == "block_fma":
+        if self.order == "exact_block":
+            txt = (
+                f"exact sum of each block of {self.block} products and the accumulator, "
+                f"rounded once into {fmt} ({self.rounding})"
+            )
+        elif self.order == "block_fma" and self.addend == "separate":
+            inner = ""
+            if self.inner_block is not None:
+                inner = (
+                    f" as {(self.block or 0) // self.inner_block} blocks of {self.inner_block} "
+                    f"(dealt in runs of {self.inner_interleave or self.inner_block})"
+                )
+            txt = (
+                f"block FMA of {self.block} products{inner} aligned to their own maximum "
+                f"exponent ({self.align_bits} fraction bits), then the block sum "
+                f"({self.sum_bits} bits) and the accumulator ({self.align_bits} bits) "
+                f"aligned ({self.align_rounding}) and rounded into {fmt} ({self.rounding})"
+            )
+        elif self.order == "block_fma":
             txt = (
                 f"block FMA of {self.block} products, {self.align_bits} fraction bits kept "
                 f"after alignment, normalised into {fmt} ({self.rounding})"
@@ -543,11 +692,22 @@ class Accumulator:
             txt = "float32 BLAS matmul"
         else:
             txt = f"{self.order} sum in {fmt} ({self.rounding})"
+        if self.scales == "in_block":
+            txt += (
+                ", block scales applied to each product"
+                if self.group is None
+                else f", block scales applied to sums of {self.group} products"
+            )
+        if self.input_subnormals == "flush":
+            txt += ", subnormal inputs flushed"
         if self.product_format is not None:
             txt += f", products rounded to {self.product_format} ({self.product_rounding})"
         if self.promote_every is not None:
             txt += f", promoted every {self.promote_every} products into {self.promote_format}"
-        return txt + self._special_rules()
+        txt += self._special_rules()
+        if self.name:
+            txt += f" [{self.name}]"
+        return txt
 
     def _special_rules(self) -> str:
         """The non-default special-value rules, as a suffix of :meth:`describe`.
@@ -569,3 +729,21 @@ class Accumulator:
         if self.subnormals == "flush":
             rules.append("subnormal results flushed to zero")
         return "; " + ", ".join(rules) if rules else ""
+
+
+def reference_only(acc: Accumulator) -> str | None:
+    """Why only the numpy reference computes ``acc`` (None: every backend does).
+
+    >>> reference_only(Accumulator(order="exact_block", block=4))
+    "order='exact_block'"
+    """
+    if acc.order in ("compensated", "exact_block"):
+        return f"order={acc.order!r}"
+    for name_, value, default in (
+        ("addend", acc.addend, "separate"),
+        ("scales", acc.scales, "in_block"),
+        ("input_subnormals", acc.input_subnormals, "flush"),
+    ):
+        if value == default:
+            return f"{name_}={value!r}"
+    return None

@@ -23,6 +23,7 @@ from ..core.rounding import (
 )
 from ..quant.block_formats import _float
 from ..quant.blocks import QuantizedBlocks
+from .accumulator import Accumulator
 from .reference import gemm
 
 __all__ = ["gemm_blocks"]
@@ -76,6 +77,23 @@ def _gemm_operand(q: QuantizedBlocks) -> tuple[np.ndarray, np.ndarray, FloatForm
     return vals, s, fmt
 
 
+def _check_block_scaled(acc: Accumulator, a: QuantizedBlocks, b: QuantizedBlocks, kb: int) -> None:
+    """The operands of a block-scaled preset: its scale format, blocks a multiple of its
+    groups (ValueError naming the accumulator otherwise)."""
+    for q, name in ((a, "a"), (b, "b")):
+        bf = q.block_format
+        if acc.scale_format is not None and bf.scale != acc.scale_format:
+            raise ValueError(
+                f"accumulator: {acc.name or 'the model'} takes {acc.scale_format} scales, but "
+                f"{name} is {bf} with {bf.scale} scales"
+            )
+    if acc.group is not None and kb % acc.group:
+        raise ValueError(
+            f"accumulator: {acc.name or 'the model'} sums groups of {acc.group} products under "
+            f"one scale, but the operands' blocks along K hold {kb}"
+        )
+
+
 def gemm_blocks(
     a: QuantizedBlocks,
     b: QuantizedBlocks,
@@ -94,6 +112,13 @@ def gemm_blocks(
     accumulator, then multiplied by ``scale_a * scale_b`` and added into the wide accumulator at
     promotion (FP32 by default), as DeepSeek-V3's FP8 GEMM and the block-scaled MMA of Blackwell
     do. NVFP4's per-tensor scales multiply the FP32 result afterwards (cuBLAS' ``alpha``).
+
+    With a block-scaled tensor-core preset (``accumulator=pl.tensor_core("b200", "nvfp4",
+    instruction="tcgen05")``, ``"mxfp8_e4m3"``, ``"mxfp4_e2m1"`` ..., ``scales="in_block"`` in
+    the accumulator) the scales enter the block FMA instead, as the hardware computes it
+    (tcgen05 ``kind::mxf8f6f4`` / ``kind::mxf4nvf4``, sm_120 ``mma.block_scale``; spec 3b of
+    :mod:`precision_lab.gemm.accumulator`): there is no promotion, and c is the accumulator
+    input of the first block.
 
     Parameters
     ----------
@@ -126,6 +151,9 @@ def gemm_blocks(
             f"a and b must have the same block size along K, got {ka} ({a.block_format}) and "
             f"{kb} ({b.block_format})"
         )
+    acc = accumulator
+    if isinstance(acc, Accumulator) and acc.scales == "in_block":
+        _check_block_scaled(acc, a, b, ka)
     va, sa, fa = _gemm_operand(a)
     vb, sb, fb = _gemm_operand(b)
     alpha = np.float32(a.tensor_scale) * np.float32(b.tensor_scale)  # float32 product

@@ -37,6 +37,7 @@ import numpy as np
 
 from ..backends.gpu import module, require_cupy
 from ..backends.kernel_sources import format_args
+from ..core.exact import Rounder
 from ..core.formats import FloatFormat, get_format
 from ..core.rounding import ROUNDING_MODES, _fits_float32, check_rounding, round_to
 from ..core.shapes import broadcast_shapes
@@ -58,7 +59,7 @@ _P = {
     for i, name in enumerate(
         "M N K NB T ORDER BLOCK ALIGN IN_BLOCK SEG PROMOTE PRODUCT SCALES SA_ROWS SB_COLS NK "
         "KBLOCK EMIN_A EMIN_B SEED_LO SEED_HI RBITS SPECIAL TK HAS_C STOCHASTIC INNER "
-        "INTERLEAVE".split()
+        "INTERLEAVE ZEROS ZERO_POS INF_OVER".split()
     )
 }
 _P_ROUNDERS, _P_SIZE = 32, 32 + 6 * 9
@@ -157,6 +158,9 @@ def kernel_plan(
         "STOCHASTIC": int(acc.stochastic),
         "INNER": getattr(acc, "inner_block", None) or 0,
         "INTERLEAVE": getattr(acc, "inner_interleave", None) or 0,
+        "ZEROS": int(acc.zeros_in_anchor),
+        "ZERO_POS": int(acc.zero_sign == "positive"),
+        "INF_OVER": int(acc.overflow == "infinity"),
     }
     for name, v in vals.items():
         p[_P[name]] = int(v)
@@ -179,6 +183,7 @@ def kernel_plan(
         and fmt == _FP32
         and acc.rounding in _FMA_MODES
         and acc.overflow == "ieee"
+        and acc.zero_sign == "ieee"
         and acc.subnormals == "keep"
         and acc.product_format is None
         and not promote
@@ -326,13 +331,9 @@ def _blas(
         p = xp.matmul(A.astype(np.float32), B.astype(np.float32))
         if C is not None:
             p = p + C.astype(np.float32)
-    d = round_to(
-        p.astype(np.float64),
-        out_fmt,
-        rounding=acc.out_rounding,
-        overflow=acc.overflow,
-        subnormals=acc.subnormals,
-    )
+    d = Rounder(
+        out_fmt, acc.out_rounding, acc.overflow, acc.subnormals, zero_sign=acc.zero_sign
+    ).round(p.astype(np.float64))
     dtype = np.float32 if _fits_float32(out_fmt) else np.float64
     return d.astype(dtype).reshape(out_shape)
 

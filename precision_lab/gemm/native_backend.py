@@ -6,7 +6,7 @@ built by ``setup.py`` from the same ``__host__ __device__`` header as the CUDA k
 arithmetic; they equal the numpy reference bit for bit. The Python side is the CuPy backend's
 :func:`~precision_lab.gemm.cupy_backend.run` over numpy with a launcher that runs the kernels on
 the CPU: output rows are split over :func:`precision_lab.core.pool.for_chunks` (the GIL is
-released inside the kernels). Three kernels:
+released inside the kernels). Four kernels:
 
 * fp32 sequential round-to-nearest-even with exact products (:func:`fma32_applies`; the CUDA
   ``pl_gemm_fma_rn`` kernel's model): ``s = fmaf(a, b, s)`` in increasing ``k`` on float32
@@ -14,9 +14,22 @@ released inside the kernels). Three kernels:
   range of rows per worker; float32 inputs are put on their grids by the packs themselves (the
   header's rounding, see ``_packed_input``); an output that is not finite sends the whole
   call to the general kernels;
+* the block-FMA fast path for ``block_fma`` without scales (every tensor-core preset;
+  :func:`blockfma_applies`, ``backends/native/blockfma_fast.inc``): A and B are decoded once
+  while they are packed (per block FMA, each input as its alignment exponent and its value
+  scaled by a power of two), the anchors are a max-plus register tile of int32 exponents, the
+  aligned, truncated products (exact fixed-point numbers) are summed in int32 SIMD lanes, and
+  on AVX-512 the running value and the rounding of each block stay in registers (toward zero
+  into float32-range accumulators, the tensor cores' datapath); anything else, a result that
+  is not a normal number or int32 overflow, runs the float64 unit for that tile; inf/NaN
+  inputs, and bf16/tf32 exponents spread beyond float32's range within a block, hand the
+  call to the general kernels. It computes the special-value rules of the spec
+  (``zeros_in_anchor``, ``overflow="infinity"``, ``zero_sign``), which the general kernels do
+  not yet: such calls that it does not take go to the numpy reference;
 * tile kernels for ``sequential`` (any format and deterministic mode, promotion, scales) and
-  ``block_fma`` (every tensor-core preset): a tile of outputs of one row, ``k`` outermost so the
-  compiler vectorises across columns, rounding by bit operations in the format's normal range,
+  ``block_fma`` (what the fast path does not take): a tile of outputs of one row, ``k``
+  outermost so the compiler vectorises across columns, rounding by bit operations in the
+  format's normal range,
   every other element (zero, subnormal, overflow) by the header's exact routine;
 * the header's per-element state machine for everything else (pairwise, blocked, rounded
   products, stochastic rounding, inf/NaN inputs).
@@ -56,10 +69,10 @@ from ..core.rounding import (
     is_stochastic,
     round_to,
 )
-from .accumulator import Accumulator
+from .accumulator import ZERO_EXPONENT, Accumulator, reference_only
 from .shapes import gemm_shapes
 
-__all__ = ["available", "covers", "fma32_applies", "gemm", "isa"]
+__all__ = ["available", "blockfma_applies", "covers", "fma32_applies", "gemm", "isa"]
 
 _FP32 = get_format("fp32")
 #: floats of A that one work item of the fp32 FMA kernel packs
@@ -91,14 +104,8 @@ def covers(accumulator: Accumulator, **_: Any) -> bool:
     """
     if _ext is None:
         return False
-    if accumulator.order in ("blas", "compensated"):
+    if accumulator.order in ("blas", "compensated") or reference_only(accumulator):
         return False
-    if (
-        accumulator.overflow == "infinity"
-        or accumulator.zeros_in_anchor
-        or accumulator.zero_sign != "ieee"
-    ):
-        return False  # special-value rules of the spec not compiled yet: numpy computes them
     return not (accumulator.order == "block_fma" and (accumulator.block or 1) > _MAX_BLOCK)
 
 
@@ -188,6 +195,9 @@ def _run_generic(
         EB = np.empty(B.shape, np.int16)
         _ext.align_exponents(A, int(params[17]), EA)
         _ext.align_exponents(B, int(params[18]), EB)
+        if params[28]:  # zeros_in_anchor: a zero aligns with exponent ZERO_EXPONENT
+            EA[A == 0] = ZERO_EXPONENT
+            EB[B == 0] = ZERO_EXPONENT
         if flags & 4:
             B32 = B.astype(np.float32)  # exact: B is on a grid that float32 holds
     else:
@@ -225,6 +235,10 @@ def gemm(
     fa, fb = input_format if isinstance(input_format, tuple) else (input_format, input_format)
     if scale_a is None and scale_b is None and fma32_applies(accumulator, fa, fb, out_format):
         out = _fma32_gemm(a, b, c, fa, fb, accumulator, out_format, input_rounding)
+        if out is not None:
+            return out
+    if scale_a is None and scale_b is None and blockfma_applies(accumulator, fa, fb, out_format):
+        out = _blockfma_gemm(a, b, c, fa, fb, accumulator, out_format, input_rounding)
         if out is not None:
             return out
     flags = (
@@ -268,6 +282,7 @@ def fma32_applies(acc: Accumulator, fa: FloatFormat, fb: FloatFormat, out_fmt: F
         and acc.format == _FP32
         and acc.rounding == "nearest_even"
         and acc.subnormals == "keep"
+        and acc.zero_sign == "ieee"
         and acc.product_format is None
         and acc.promote_every is None
         and _fits_float32(fa)
@@ -444,4 +459,206 @@ def _fma32_gemm(
         return count
 
     bad += _parallel.run_together(*([worker] * min(workers, -(-tiles // per))))
+    return None if any(bad) else D.reshape(out_shape)
+
+
+# ----- the block-FMA fast path (backends/native/blockfma_fast.inc) --------------------------------
+#: alignment exponent of a term that takes no part in a block's anchor (pl_gemm.cuh)
+_NO_TERM = -(1 << 20)
+#: fraction bits kept after alignment that the fast path takes (terms below 2**(F + 2) units fit
+#: int32 lanes)
+_BLOCKFMA_MAX_ALIGN = 28
+#: binades that a unit's a and b (non-zero, together) and F may span: 2**g stays a float32 normal
+_BLOCKFMA_SPAN = 120
+
+
+_NEAREST = ("nearest_even", "nearest_away", "nearest_zero")
+
+
+def _blockfma_accepts(acc: Accumulator) -> bool:
+    """The part of :func:`blockfma_applies` that does not depend on the formats of a call.
+
+    With ``overflow="infinity"`` the roundings outside a block FMA (the addition of an
+    ``after_block`` block sum, promotion, the output) must round to nearest, where the rule
+    changes nothing (the fast path applies it only to its block-FMA and general roundings).
+
+    >>> _blockfma_accepts(Accumulator(order="block_fma", block=16, align_bits=25))
+    True
+    >>> _blockfma_accepts(Accumulator(order="block_fma", block=16, align_bits=25,
+    ...                               rounding="sr"))
+    False
+    """
+    fmt, pfmt = acc.format, acc.promote_format
+    assert isinstance(fmt, FloatFormat) and isinstance(pfmt, FloatFormat)
+    if acc.overflow == "infinity":
+        modes = [acc.out_rounding]
+        if acc.addend == "after_block":
+            modes.append(acc.rounding)
+        if acc.promote_every is not None:
+            modes.append(acc.promote_rounding)
+        if any(check_rounding(m) not in _NEAREST for m in modes):
+            return False
+    return (
+        _ext is not None
+        and acc.order == "block_fma"
+        and acc.block is not None
+        and acc.block <= _MAX_BLOCK
+        and acc.align_bits is not None
+        and 0 <= acc.align_bits <= _BLOCKFMA_MAX_ALIGN
+        and not acc.stochastic
+        and acc.product_format is None
+        and fmt.precision <= 51
+        and pfmt.precision <= 51
+        and fmt.emin >= -1022
+    )
+
+
+def blockfma_applies(
+    acc: Accumulator, fa: FloatFormat, fb: FloatFormat, out_fmt: FloatFormat
+) -> bool:
+    """Whether the block-FMA fast path (``blockfma_fast.inc``) computes ``acc``'s model (without
+    scales): ``order="block_fma"`` with deterministic roundings, exact products, inputs whose
+    products are exact float32 numbers (precisions adding up to <= 24 bits), at most
+    ``_BLOCKFMA_MAX_ALIGN`` fraction bits kept, and an output format that float32 holds; every
+    special-value rule of the spec (``zeros_in_anchor``, ``overflow="infinity"`` where the
+    roundings outside the block FMAs are to nearest, ``zero_sign``). Every tensor-core preset
+    qualifies. The call may still hand back to the general kernels (inf/NaN inputs, exponents
+    spread too wide within a block).
+
+    >>> from precision_lab.gemm.tensor_core import tensor_core
+    >>> e4m3, fp32 = get_format("e4m3"), get_format("fp32")
+    >>> blockfma_applies(tensor_core("h100", "e4m3"), e4m3, e4m3, fp32)
+    True
+    >>> blockfma_applies(tensor_core("h100", "e4m3").replace(rounding="sr"), e4m3, e4m3, fp32)
+    False
+    """
+    return (
+        _blockfma_accepts(acc)
+        and fa.precision + fb.precision <= 24
+        and _fits_float32(fa)
+        and _fits_float32(fb)
+        and _fits_float32(out_fmt)
+    )
+
+
+def _blockfma_opts(acc: Accumulator, fa: FloatFormat, fb: FloatFormat) -> np.ndarray:
+    """The int32 options of the fast path: products per int32 run (the most whose truncated
+    terms, each at most ``(2 - 2**-ma) * (2 - 2**-mb) * 2**F``, sum below 2**31), the alignment
+    exponents of zero operands and of a zero running value (no part in the anchor, or
+    ``ZERO_EXPONENT`` with ``zeros_in_anchor``), the
+    largest exponent span of a unit's inputs (``2**(F + span)`` stays a float32 normal), and
+    whether a block's int32 sum plus the running value's term (below ``2**(F + 1)``) stays
+    below 2**31, and the special-value rules (bit 0 ``overflow="infinity"``, bit 1
+    ``zero_sign="positive"``)."""
+    F = int(acc.align_bits or 0)
+    sig_a = 2.0 - 2.0**-fa.mantissa_bits
+    sig_b = 2.0 - 2.0**-fb.mantissa_bits
+    term = math.floor(sig_a * sig_b * 2.0**F)
+    run = max(1, (2**31 - 1) // max(term, 1))
+    unit = acc.inner_block if acc.addend == "after_block" and acc.inner_block else acc.block
+    safe = int((unit or 1) * term + 2 ** (F + 1) <= 2**31 - 1)
+    zero = ZERO_EXPONENT if acc.zeros_in_anchor else _NO_TERM
+    rules = int(acc.overflow == "infinity") | int(acc.zero_sign == "positive") << 1
+    return np.array([run, zero, zero, zero, _BLOCKFMA_SPAN - F, safe, rules], dtype=np.int32)
+
+
+@functools.lru_cache(maxsize=64)
+def _blockfma_plan(
+    a_shape: tuple[int, ...],
+    b_shape: tuple[int, ...],
+    fa: FloatFormat,
+    fb: FloatFormat,
+    acc: Accumulator,
+    out_fmt: FloatFormat,
+    has_c: bool,
+) -> tuple[np.ndarray, np.ndarray, np.dtype, tuple[int, int, int]]:
+    """The kernel's parameter block and options (read-only: shared between calls), the output
+    dtype and (MR, NR, units)."""
+    params, out_dtype = _fma32_plan(a_shape, b_shape, fa, fb, acc, out_fmt, has_c)
+    opts = _blockfma_opts(acc, fa, fb)
+    opts.flags.writeable = False
+    return params, opts, out_dtype, tuple(_ext.bfma_info(params, opts))
+
+
+def _blockfma_gemm(
+    a: np.ndarray,
+    b: np.ndarray,
+    c: np.ndarray | None,
+    fa: FloatFormat,
+    fb: FloatFormat,
+    acc: Accumulator,
+    out_fmt: FloatFormat,
+    input_rounding: str,
+) -> np.ndarray | None:
+    """The GEMM on the block-FMA fast path (:func:`blockfma_applies`), or None: use the general
+    path (an input or ``c`` not finite, an input off its grid with ``"exact"``, exponents of a
+    block spread too wide, a stochastic input rounding).
+
+    The inputs are put on their grids as float32 while the kernels pack them (as
+    :func:`_fma32_gemm`), decoded once: B into panels of NR columns, A into tiles of MR rows,
+    each input as its alignment exponent and its value scaled by a power of two per block (see
+    ``blockfma_fast.inc``); output rows are split over the worker threads.
+    """
+    from .reference import _broadcast_c
+
+    batch, m, k, n = gemm_shapes(a.shape, b.shape)
+    seed = 0 if acc.seed is None else acc.seed
+    pa = _packed_input(a, fa, input_rounding, seed)
+    pb = _packed_input(b, fb, input_rounding, seed + 1) if pa is not None else None
+    if pa is None or pb is None:
+        return None
+    (a32, grid_a), (b32, grid_b) = pa, pb
+    out_shape = (*batch, m, n)
+    nb = math.prod(batch)
+    C = None
+    if c is not None:
+        C = round_to(_broadcast_c(c, out_shape), out_fmt).astype(np.float32)
+        if not np.isfinite(C).all():
+            return None
+        C = np.ascontiguousarray(C).reshape(nb, m, n)
+    params, opts, out_dtype, (mr, nr, units) = _blockfma_plan(
+        a.shape, b.shape, fa, fb, acc, out_fmt, C is not None
+    )
+    if nb * m * n == 0 or k == 0:
+        return None  # (nothing to pack: the general path checks the inputs and handles K = 0)
+    A = _batched(a32, (*batch, m, k))
+    B = _batched(b32, (*batch, k, n))
+    panels = nb * -(-n // nr)
+    Bs = np.empty(panels * k * nr, dtype=np.float32)
+    Be = np.empty(panels * k * nr, dtype=np.int32)
+    OB = np.empty(panels * units * nr, dtype=np.int32)
+    workers = _parallel.current_workers() if nb * m * n * k >= _PARALLEL_MACS else 1
+    packed: list[tuple[int, int]] = []
+    per = panels if panels * k * nr <= _PACKED_B else max(1, panels // (4 * workers))
+    for_chunks(
+        panels,
+        lambda lo, hi: packed.append(_ext.bfma_pack_b(params, opts, B, Bs, Be, OB, lo, hi, grid_b)),
+        per,
+    )
+    if any(bad for bad, _ in packed):
+        return None
+    spread_b = max(sp for _, sp in packed)
+    D = np.empty((nb, m, n), dtype=out_dtype)
+    rows = nb * m
+    tiles = -(-rows // mr)
+    per = min(max(1, -(-tiles // (6 * workers))), max(1, _PACKED_A // (mr * max(k, 1))))
+    starts = iter(range(0, rows, per * mr))  # (shared: next() is atomic under the GIL)
+    stop = threading.Event()
+
+    def worker() -> int:
+        count = 0
+        try:
+            for r in starts:
+                if stop.is_set() or count:
+                    break
+                hi = min(r + per * mr, rows)
+                count += _ext.bfma_rows(params, opts, A, Bs, Be, OB, C, D, r, hi, grid_a, spread_b)
+        except BaseException:
+            stop.set()
+            raise
+        if count:
+            stop.set()
+        return count
+
+    bad = _parallel.run_together(*([worker] * min(workers, -(-tiles // per))))
     return None if any(bad) else D.reshape(out_shape)

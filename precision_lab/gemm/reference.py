@@ -27,7 +27,14 @@ from typing import Any
 import numpy as np
 
 from ..backends.native import kernels as native_kernels
-from ..core.exact import Rounder, round_sum, stochastic_words, two_sum
+from ..core.exact import (
+    Rounder,
+    odd_collapse,
+    round_sum,
+    stochastic_words,
+    two_product_error,
+    two_sum,
+)
 from ..core.formats import FloatFormat, get_format
 from ..core.inputs import as_input
 from ..core.rounding import (
@@ -38,7 +45,7 @@ from ..core.rounding import (
     is_stochastic,
     round_to,
 )
-from .accumulator import ZERO_EXPONENT, Accumulator, _float_format
+from .accumulator import ZERO_EXPONENT, Accumulator, _float_format, reference_only
 from .scales import expand_scales
 from .shapes import gemm_shapes
 
@@ -120,6 +127,7 @@ def gemm(
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     acc = _as_accumulator(accumulator)
     fa, fb = _input_formats(input_format)
+    _check_wide_inputs(acc, fa, fb)
     out_fmt = _float_format(out_format, "out_format")
     a, restore = as_input(a, "a")
     b, _ = as_input(b, "b")
@@ -127,6 +135,13 @@ def gemm(
         c, _ = as_input(c, "c")
     on_device = is_device_array(a) or is_device_array(b) or is_device_array(c)
     if backend == "cupy" or (backend == "auto" and on_device):
+        why = reference_only(acc) or (
+            "fp64 inputs" if max(fa.precision, fb.precision) > _EXACT_PRODUCT_BITS else None
+        )
+        if why is not None:
+            raise NotImplementedError(
+                f"{why} has no CuPy kernel: use backend='numpy' (the reference)"
+            )
         try:
             cupy_backend = importlib.import_module(f"{__package__}.cupy_backend")
         except ImportError as exc:  # pragma: no cover - depends on the installation
@@ -153,7 +168,11 @@ def gemm(
         native = _native_backend()
         if backend == "native" and not native.available():
             native.gemm(a, b, c, input_format=fa, accumulator=acc, out_format=out_fmt)  # raises
-        if native.covers(acc):
+        if (
+            native.covers(acc)
+            and reference_only(acc) is None
+            and max(fa.precision, fb.precision) <= _EXACT_PRODUCT_BITS
+        ):
             out = native.gemm(
                 _float64_or_float(as_float_array(a, "a")),
                 _float64_or_float(as_float_array(b, "b")),
@@ -221,6 +240,31 @@ def _as_accumulator(accumulator: Any) -> Accumulator:
     )
 
 
+#: input formats up to this many significant bits have exact float64 products
+_EXACT_PRODUCT_BITS = 26
+
+
+def _check_wide_inputs(acc: Accumulator, fa: FloatFormat, fb: FloatFormat) -> None:
+    """Inputs of more than 26 bits (fp64: FP64 DMMA, AMD f64 MFMA) only in a chain of fused
+    multiply-adds into fp64: ``order="sequential"``, exact products, fp64 nearest_even."""
+    if max(fa.precision, fb.precision) <= _EXACT_PRODUCT_BITS:
+        return
+    fmt = acc.format
+    if not (
+        acc.order == "sequential"
+        and acc.product_format is None
+        and fmt == get_format("fp64")
+        and acc.rounding == "nearest_even"
+        and acc.promote_every is None
+    ):
+        raise ValueError(
+            f"input_format {fa} x {fb}: at most {_EXACT_PRODUCT_BITS} significant bits are "
+            "supported (products exact in float64), except in a chain of fused multiply-adds "
+            "in fp64 (FP64 DMMA: accumulator Accumulator('fp64'), order='sequential', "
+            f"nearest_even, no product_format or promotion); got {acc.describe()}"
+        )
+
+
 def _input_formats(input_format: Any) -> tuple[FloatFormat, FloatFormat]:
     if isinstance(input_format, tuple | list):
         if len(input_format) != 2:
@@ -233,11 +277,13 @@ def _input_formats(input_format: Any) -> tuple[FloatFormat, FloatFormat]:
     else:
         fa = fb = _float_format(input_format, "input_format")
     for f in (fa, fb):
-        if f.precision > 26:
+        if f.precision > 53:
             raise ValueError(
-                f"input_format {f} has {f.precision} significant bits; at most 26 are supported "
-                "(products must be exact in float64)"
+                f"input_format {f} has {f.precision} significant bits; at most 53 are supported "
+                "(26 for exact float64 products; fp64 in an fp64 FMA chain)"
             )
+    if max(fa.precision, fb.precision) > _EXACT_PRODUCT_BITS:
+        return fa, fb  # fp64: products held as two float64 numbers (see _fma64)
     # products must be exact in float64: within its range, down to its smallest subnormal
     top = math.frexp(fa.max)[1] + math.frexp(fb.max)[1]  # a * b < 2**top
     low = (math.frexp(fa.smallest_subnormal)[1] - 1) + (math.frexp(fb.smallest_subnormal)[1] - 1)
@@ -310,8 +356,12 @@ def _gemm_numpy(
         c64 = np.zeros(out_shape)
     else:
         c64 = round_to(_broadcast_c(c, out_shape).astype(np.float64), out_fmt).astype(np.float64)
+    if acc.input_subnormals == "flush":  # spec 3c: subnormal inputs become +0
+        a64 = np.where(np.abs(a64) < fa.smallest_normal, 0.0, a64)
+        b64 = np.where(np.abs(b64) < fb.smallest_normal, 0.0, b64)
+        c64 = np.where(np.abs(c64) < out_fmt.smallest_normal, 0.0, c64)
     sa, sb, kblock = expand_scales(a, b, scale_a, scale_b, scale_block)
-    if sa is not None:
+    if sa is not None and acc.scales == "promote":
         assert isinstance(acc.promote_format, FloatFormat) and isinstance(acc.format, FloatFormat)
         if acc.format.precision + acc.promote_format.precision > 53:
             raise ValueError(
@@ -445,6 +495,14 @@ class _Model:
         self.stochastic = acc.stochastic
         self.kblock = kblock
         self.promote, self.seg = acc.segments(k, kblock, scaled)
+        self.fma64 = max(fa.precision, fb.precision) > _EXACT_PRODUCT_BITS
+        if acc.scales == "in_block":  # spec 3b: the scales enter the block FMA, no segments
+            self.promote, self.seg = False, max(k, 1)
+            if acc.group is not None and kblock is not None and kblock % acc.group:
+                raise ValueError(
+                    f"group={acc.group} must divide the scale block ({kblock}): a group of "
+                    "products shares its scales"
+                )
         pq, pmax, pprec = _products(acc, fa, fb)
         self.sum_exact = sum_is_exact(acc, fa, fb)
         # the float32 fast path: IEEE float32 addition is exactly round(x + p, fp32, RNE)
@@ -461,6 +519,18 @@ class _Model:
         if acc.order == "block_fma":
             self.emin_a, self.emin_b = fa.emin, fb.emin
             self.emin_acc = fmt.emin
+        #: format of the scales of spec 3b's groups (their exponents' lower clamp)
+        sf = acc.scale_format
+        self.scale_emin = -(1 << 16) if not isinstance(sf, FloatFormat) else sf.emin
+        if acc.group is not None:
+            span = math.log2(fa.max * fb.max * acc.group) - math.log2(
+                fa.smallest_subnormal * fb.smallest_subnormal
+            )
+            if span > 52:
+                raise ValueError(
+                    f"group={acc.group}: sums of {acc.group} products of {fa} x {fb} are not "
+                    "exact in float64 (MMA-Sim's GST-FDPA takes FP4 operands)"
+                )
         #: alignment exponent of a zero operand (block_fma)
         self.zero_exp = ZERO_EXPONENT if acc.zeros_in_anchor else _NO_TERM
         #: the inputs hold infinities or NaNs (set by run_all): additions combine them (spec 5)
@@ -577,6 +647,8 @@ class _Model:
             return self._block_fma(ch, k0, k1, s0)
         if order == "compensated":
             return self._compensated(ch, k0, k1, s0)
+        if order == "exact_block":
+            return self._exact_block(ch, k0, k1, s0)
         return self._blas(ch, k0, k1, s0)
 
     def _product(self, ch: _Chunk, k: int) -> np.ndarray:
@@ -655,6 +727,11 @@ class _Model:
                     acc32 += tmp
             return acc32.astype(np.float64)
         acc = np.zeros(shape) if s0 is None else s0
+        if self.fma64:  # fp64 inputs: a chain of fused multiply-adds in fp64
+            for k in range(k0, k1):
+                fused = self.r_acc.round(_fma64(ch.A[:, :, k, None], ch.B[:, None, k, :], acc))
+                acc = self._special_step(acc, fused, self._specials(ch, [k]))
+            return acc
         for k in range(k0, k1):
             first_c = s0 is not None and k == k0  # c may be off the accumulator's grid
             acc = self._add(
@@ -742,10 +819,18 @@ class _Model:
         assert n is not None
         shape = (ch.A.shape[0], ch.A.shape[1], ch.B.shape[2])
         r = np.zeros(shape) if s0 is None else s0
+        if acc.scales == "in_block" and acc.group is not None:
+            return self._block_fma_grouped(ch, k0, k1, r)
         ea_all = _exponents(ch.A[:, :, k0:k1], self.emin_a, self.zero_exp)
         eb_all = _exponents(ch.B[:, k0:k1, :], self.emin_b, self.zero_exp)
+        if acc.scales == "in_block" and ch.sa is not None and ch.sb is not None:
+            ch, ea_all, eb_all = self._scaled_terms(ch, k0, k1, ea_all, eb_all)
         for j0 in range(k0, k1, n):
             j1 = min(j0 + n, k1)
+            if acc.addend == "separate":
+                new = self._separate(ch, j0, j1, r, ea_all, eb_all, k0)
+                r = self._special_step(r, new, self._specials(ch, range(j0, j1)))
+                continue
             if acc.addend == "in_block":
                 X = self._fma_sum(ch, range(j0, j1), r, ea_all, eb_all, k0)
                 new = self.r_acc.round(X, self.words(j0, shape))
@@ -765,7 +850,8 @@ class _Model:
                     new = self.r_block.round(X, self.words(j0 + i, shape))
                     t = self._special_step(t, new, self._specials(ch, ks))
             new = self._add(r, t, self.r_acc, self.K + j0, exact_hint=False)
-            r = np.where(np.isfinite(r), new, r)
+            # (with special inputs, _add gives r + t for an infinite r: inf meets -inf)
+            r = new if self.special else np.where(np.isfinite(r), new, r)
         return r
 
     def _fma_sum(
@@ -804,6 +890,153 @@ class _Model:
         X[E == _NO_TERM] = 0.0
         X += 0.0  # -0 -> +0
         return X
+
+    # ----- block-scaled MMA, AMD CDNA3 and CDNA1 (spec 3b, addend="separate", exact_block) ----
+    def _k_scales(self, ch: _Chunk, k0: int, k1: int) -> tuple[np.ndarray, np.ndarray]:
+        """Scales of each k in [k0, k1): (b, m or 1, k1-k0) and (b, k1-k0, n or 1)."""
+        assert ch.sa is not None and ch.sb is not None
+        ks = np.arange(k0, k1)
+        blk = self.kblock or max(self.K, 1)
+        ia = ks // blk if ch.sa.shape[2] > 1 else np.zeros_like(ks)
+        ib = ks // blk if ch.sb.shape[1] > 1 else np.zeros_like(ks)
+        return ch.sa[:, :, ia], ch.sb[:, ib, :]
+
+    def _scaled_terms(
+        self, ch: _Chunk, k0: int, k1: int, ea: np.ndarray, eb: np.ndarray
+    ) -> tuple[_Chunk, np.ndarray, np.ndarray]:
+        """Spec 3b without groups: products times their power-of-two scales (exact), alignment
+        exponents raised by the scales' exponents."""
+        sa, sb = self._k_scales(ch, k0, k1)
+        for s, name in ((sa, "scale_a"), (sb, "scale_b")):
+            if not (np.frexp(s)[0] == 0.5).all():
+                raise ValueError(
+                    f"{name}: scales='in_block' without group takes power-of-two scales "
+                    "(E8M0), got other values"
+                )
+        A = ch.A.copy()
+        B = ch.B.copy()
+        A[:, :, k0:k1] *= sa
+        B[:, k0:k1, :] *= sb
+        ea = ea + (np.frexp(sa)[1] - 1).astype(np.int32)
+        eb = eb + (np.frexp(sb)[1] - 1).astype(np.int32)
+        ea[ch.A[:, :, k0:k1] == 0] = self.zero_exp  # a zero's exponent is not scaled
+        eb[ch.B[:, k0:k1, :] == 0] = self.zero_exp
+        return _Chunk(A, B, ch.C, ch.sa, ch.sb, ch.Araw, ch.Braw), ea, eb
+
+    def _block_fma_grouped(self, ch: _Chunk, k0: int, k1: int, r: np.ndarray) -> np.ndarray:
+        """Spec 3b with groups (``kind::mxf4nvf4``): exact group sums times their scales, each
+        aligned at its scales' exponent, with the running value, in one block FMA."""
+        acc = self.acc
+        n, g, F = acc.block, acc.group, acc.align_bits
+        assert n is not None and g is not None and F is not None
+        shape = r.shape
+        if ch.sa is None or ch.sb is None:
+            sa = np.ones((shape[0], 1, k1 - k0))
+            sb = np.ones((shape[0], k1 - k0, 1))
+        else:
+            sa, sb = self._k_scales(ch, k0, k1)
+        for j0 in range(k0, k1, n):
+            j1 = min(j0 + n, k1)
+            terms: list[tuple[np.ndarray, np.ndarray]] = []
+            for g0 in range(j0, j1, g):
+                g1 = min(g0 + g, j1)
+                # the group's exact sum: products of small formats, checked in _Model
+                val = np.einsum("bmk,bkn->bmn", ch.A[:, :, g0:g1], ch.B[:, g0:g1, :])
+                s_a = sa[:, :, g0 - k0, None]
+                s_b = sb[:, None, g0 - k0, :]
+                e = _exponents(s_a, self.scale_emin) + _exponents(s_b, self.scale_emin)
+                e = np.broadcast_to(e, shape).copy()
+                e[val == 0] = self.zero_exp
+                terms.append((val * s_a * s_b, e))
+            rr = np.where(np.isfinite(r), r, 0.0)
+            E = _exponents(rr, self.emin_acc, self.zero_exp)
+            for _, e in terms:
+                np.maximum(E, e, out=E)
+            scale = np.ldexp(1.0, np.clip(F - E, -1000, 1000))
+            S = np.trunc(rr * scale)
+            for v, _ in terms:
+                S += np.trunc(v * scale)
+            X = S / scale
+            X[E == _NO_TERM] = 0.0
+            X += 0.0
+            new = self.r_acc.round(X, self.words(j0, shape))
+            r = self._special_step(r, new, self._specials(ch, range(j0, j1)))
+        return r
+
+    def _aligned(
+        self, ch: _Chunk, ks: range | list[int], ea: np.ndarray, eb: np.ndarray, k0: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(X, e_p): products ``ks`` aligned to their own anchor ``e_p`` and truncated to
+        ``align_bits`` fraction bits, summed exactly (``e_p = _NO_TERM``, ``X = 0``: none)."""
+        F = self.acc.align_bits
+        assert F is not None
+        shape = (ch.A.shape[0], ch.A.shape[1], ch.B.shape[2])
+        E = np.full(shape, _NO_TERM, np.int32)
+        for k in ks:
+            np.maximum(E, ea[:, :, k - k0, None] + eb[:, None, k - k0, :], out=E)
+        scale = np.ldexp(1.0, np.clip(F - E, -1000, 1000))
+        S = np.zeros(shape)
+        for k in ks:
+            S += np.trunc(ch.A[:, :, k, None] * ch.B[:, None, k, :] * scale)
+        X = S / scale
+        X[E == _NO_TERM] = 0.0
+        return X, E
+
+    def _separate(
+        self,
+        ch: _Chunk,
+        j0: int,
+        j1: int,
+        r: np.ndarray,
+        ea: np.ndarray,
+        eb: np.ndarray,
+        k0: int,
+    ) -> np.ndarray:
+        """``addend="separate"`` (AMD CDNA3, MMA-Sim's TR-FDPA / GTR-FDPA): one block."""
+        acc = self.acc
+        F, F2 = acc.align_bits, acc.sum_bits
+        assert F is not None and F2 is not None
+        if acc.inner_block is None:
+            X, ep = self._aligned(ch, range(j0, j1), ea, eb, k0)
+        else:
+            groups = (acc.block or 1) // acc.inner_block
+            q = acc.inner_interleave or acc.inner_block
+            parts = [
+                self._aligned(ch, [k for k in range(j0, j1) if ((k - j0) // q) % groups == i],
+                              ea, eb, k0)
+                for i in range(groups)
+            ]  # fmt: skip
+            ep = np.max(np.stack([e for _, e in parts]), axis=0)
+            X = np.zeros(r.shape)
+            for Xi, _ in parts:
+                X += _cut(Xi, ep - F, "toward_zero")
+        rr = np.where(np.isfinite(r), r, 0.0)
+        E = np.maximum(ep, _exponents(rr, self.emin_acc, self.zero_exp))
+        total = _cut(X, E - F2, acc.align_rounding) + _cut(rr, E - F, acc.align_rounding)
+        total[E == _NO_TERM] = 0.0
+        total += 0.0
+        return self.r_acc.round(total, self.words(j0, r.shape))
+
+    def _exact_block(self, ch: _Chunk, k0: int, k1: int, s0: np.ndarray | None) -> np.ndarray:
+        """``order="exact_block"`` (AMD CDNA1, MMA-Sim's E-FDPA): each block of products and
+        the running value summed exactly (math.fsum, and the exact residual's sign) and
+        rounded once."""
+        n = self.acc.block
+        assert n is not None
+        shape = (ch.A.shape[0], ch.A.shape[1], ch.B.shape[2])
+        r = np.zeros(shape) if s0 is None else s0
+        for j0 in range(k0, k1, n):
+            j1 = min(j0 + n, k1)
+            terms = [ch.A[:, :, k, None] * ch.B[:, None, k, :] for k in range(j0, j1)]
+            ok = np.isfinite(r)
+            rows = np.stack([np.where(ok, r, 0.0), *terms], axis=-1).reshape(-1, j1 - j0 + 1)
+            s = np.array([math.fsum(row) for row in rows.tolist()])
+            t = np.array(
+                [math.fsum([*row, -v]) for row, v in zip(rows.tolist(), s.tolist(), strict=True)]
+            )
+            new = round_sum(s.reshape(shape), t.reshape(shape), self.r_acc)
+            r = self._special_step(r, new, self._specials(ch, range(j0, j1)))
+        return r
 
     def _blas(self, ch: _Chunk, k0: int, k1: int, s0: np.ndarray | None) -> np.ndarray:
         a32 = ch.A[:, :, k0:k1].astype(np.float32)
@@ -848,7 +1081,10 @@ def sum_is_exact(acc: Accumulator, fa: FloatFormat, fb: FloatFormat) -> bool:
     fmt = acc.format
     assert isinstance(fmt, FloatFormat)
     pq = _products(acc, fa, fb)[0]
-    span = math.log2(sum_bound(acc, fa, fb)) - math.log2(min(fmt.smallest_subnormal, pq))
+    bound = sum_bound(acc, fa, fb)
+    if pq == 0 or not math.isfinite(bound):  # fp64 operands: products beyond float64
+        return False
+    span = math.log2(bound) - math.log2(min(fmt.smallest_subnormal, pq))
     return span < 52
 
 
@@ -859,3 +1095,28 @@ def _exponents(x: np.ndarray, emin: int, zero: int = _NO_TERM) -> np.ndarray:
     np.maximum(e, emin, out=e)
     e[x == 0] = zero
     return e
+
+
+def _cut(x: np.ndarray, q: np.ndarray, mode: str) -> np.ndarray:
+    """``x`` cut to a multiple of ``2**q`` (``toward_zero`` or ``down``); exact in float64."""
+    scale = np.ldexp(1.0, np.clip(-q, -1000, 1000))
+    v = x * scale
+    v = np.floor(v) if mode == "down" else np.trunc(v)
+    return v / scale
+
+
+def _fma64(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``RN(a * b + c)`` in float64, one rounding (Boldo & Melquiond 2008, "Emulation of FMA
+    and correctly rounded sums: proved algorithms using rounding to odd", algorithm 5.4:
+    ``a*b = p + e`` exactly (Dekker), ``c + p = th + tl`` (two-sum), ``v = RO(tl + e)``,
+    result ``RN(th + v)``). Exact while ``a * b`` neither overflows nor falls below
+    2**-969 (where Dekker's error term underflows); non-finite inputs give IEEE results."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        p = a * b
+        e = two_product_error(a, b, p)
+        np.copyto(e, 0.0, where=~np.isfinite(e))
+        th, tl = two_sum(c, p)
+        u, w = two_sum(tl, e)
+        v = odd_collapse(u, w)
+        out = th + v
+    return np.where(np.isfinite(th), out, th)

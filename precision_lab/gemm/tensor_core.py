@@ -1,47 +1,58 @@
-"""Accumulator models of real NVIDIA tensor cores: :func:`tensor_core`.
+"""Models of real matrix cores (NVIDIA tensor cores, AMD matrix cores): :func:`tensor_core`.
 
-Each preset is an :class:`~precision_lab.gemm.accumulator.Accumulator` with
-``order="block_fma"``: a block of ``n`` exact products (and the running accumulator) is aligned to
-the largest exponent, bits below ``align_bits`` fraction bits are truncated, the block is summed
-exactly, normalised once and rounded (toward zero into fp32, to nearest for fp16 output), and
-blocks chain (Fasi et al. 2021; Khattak & Mikaitis 2025). The parameters were fitted to, and are
-checked bit for bit against, the measured data of ``shared/data/tensor-core-validation``
-(``benchmarks/verify_tensor_cores.py``):
+Every preset is a record of ``PRESETS``: the GPU architecture, the instruction
+(``"mma"``, ``"wgmma"``, ``"tcgen05"`` or ``"mfma"``, with its kind or shape), the operand
+formats, the output format, the :class:`~precision_lab.gemm.accumulator.Accumulator` that
+computes it, and the evidence: ``measured`` (reproduces a data set of
+``shared/data/tensor-core-validation`` bit for bit, ``benchmarks/verify_tensor_cores.py``),
+``published`` (the bit-accurate, hardware-validated models of MMA-Sim, Xie et al., arXiv
+2511.10909, github.com/microsoft/MMA-Sim) or ``inferred`` (with the reason).
+:func:`tensor_core_list` (also ``pl.tensor_core.list()`` and ``precision-lab tensor-cores``) is
+the table.
 
-========== ================= ====================================================================
-GPU        architecture      fp16 / bf16 / tf32 / FP8 (products per block, fraction bits kept)
-========== ================= ====================================================================
-v100       Volta             fp16 4/23
-a100 a2    Ampere            fp16 and bf16 8/24, tf32 4/24
-a30
-ada l40s   Ada Lovelace      fp16 and bf16 8/24, tf32 4/24, e4m3 and e5m2 16/13 into a
-rtx4090                      14-bit accumulator (``FloatFormat(8, 13)``) rounded toward zero
-h100 h200  Hopper            fp16 and bf16 16/25, tf32 8/25, e4m3 and e5m2 (wgmma) 32/13 into
-                             ``FloatFormat(8, 13)`` toward zero
-b200       Blackwell         fp16 and bf16 16/25, tf32 8/25
-========== ================= ====================================================================
+NVIDIA (MMA-Sim's T-FDPA; Fasi et al. 2021; Khattak & Mikaitis 2025): a block of ``n`` exact
+products and the running accumulator are aligned to the largest exponent, bits below
+``align_bits`` fraction bits are truncated, the block is summed exactly, normalised once and
+rounded (toward zero into fp32, to nearest even into fp16), and blocks chain. ``mma`` on Ampere
+and Ada splits its K in two blocks (m16n8k16: 2 x 8); Volta keeps 23 fraction bits, Turing,
+Ampere and Ada 24, Hopper and both Blackwells 25; FP8 on Ada and in Hopper's ``wgmma`` keeps 13
+into a 14-bit accumulator (``FloatFormat(8, 13)``). Block-scaled MMA (tcgen05
+``kind::mxf8f6f4``, ``kind::mxf4nvf4`` and sm_120 ``mma.block_scale``; MMA-Sim's ST-FDPA and
+GST-FDPA) takes the block format as ``input_format`` and runs through
+:func:`~precision_lab.gemm_blocks`: the E8M0 scales add to the products' exponents inside the
+32-product block FMA (25 bits); FP4 kinds (k = 64) first sum each 16 products exactly, multiply
+by the two scales (E8M0, or UE4M3 for NVFP4) and align those terms at the scales' exponents with
+35 fraction bits. FP64 (``mma.m8n8k4.f64`` and Hopper's DMMA, AMD's f64 MFMA) is a chain of
+fused multiply-adds in fp64.
 
-FP8 ``mma.sync`` on Hopper and Blackwell (every FP8 set with fp16 output, and B200 FP8 with fp32
-output) is not native: the GPUs have no FP8 ``mma.sync`` unit, and the compiler converts the FP8
-operands to fp16 (exact) and issues two fp16 tensor-core MMAs of k = 16 (NVIDIA's answer in
-CUTLASS issue #1986; the data below confirms it bit for bit). The measured model
-(:data:`FP8_MMA_SYNC_EMULATION`, ``inner_block`` in the accumulator spec):
+AMD (MMA-Sim, CDNA1-3): f32 and f64 MFMA are chains of FMAs; CDNA1 fp16/bf16 sum blocks of 4/2
+products and the accumulator exactly with one round to nearest (E-FDPA); CDNA2 fp16/bf16 round
+products to fp32, add them in pairs (``_1k`` and fp16: pairs of pairs) in fp32 with subnormals
+flushed (inputs and results) and add that to the accumulator; CDNA3 fp16/bf16 (8 products),
+xf32 (4) and fp8/bf8 FNUZ (16: even and odd products as two blocks) align the products among
+themselves (24 fraction bits), then the block sum (31 bits) and the accumulator (24 bits) at
+their common exponent, and round to nearest (TR-FDPA, GTR-FDPA).
 
-* the 32 products of an instruction are split by register byte pairs: the first fp16 MMA takes
-  the products k with ``k % 4`` in {0, 1}, the second those with ``k % 4`` in {2, 3};
-* the two MMAs chain from a zero accumulator with the GPU's fp16-input model (16 products and
-  the running value aligned, 25 fraction bits, normalised once), each rounded into the output
-  type: fp16 to nearest even, fp32 toward zero;
-* only then is c added, with one round-to-nearest-even in the output type
-  (``addend="after_block"``).
+Operands are taken on their format's grid: tf32 (NVIDIA) and xf32 (AMD) matrix cores truncate
+fp32 data to tf32 (MMA-Sim), so pass ``input_rounding="toward_zero"`` to
+:func:`~precision_lab.gemm` for fp32 data that is not on the tf32 grid yet.
 
-This reproduces all four FP8 -> fp16 sets of H100 and B200 5000/5000 (previously 3931, 4212,
-3929 and 4241 with a single 32-product block rounded to fp16; contiguous halves instead of byte
-pairs give 3477-3850, the two byte-pair halves in the other order 3443-3771, and c aligned inside
-the first MMA 3033-3154). The B200 FP8 -> fp32 sets
-do not tell the split apart (any split, or one 32-product block, matches: fp32 hides it); the
-emulation model is used there too. What the published in-block model misses on B200 FP8 (it
-matches about 3200/5000) is just this: c is added after the products, not aligned with them.
+FP8 ``mma.sync`` on Hopper and Blackwell (every measured FP8 set with fp16 output, and B200
+FP8 with fp32 output) is not native: the GPUs have no FP8 ``mma.sync`` unit, and the compiler
+converts the FP8 operands to fp16 (exact) and issues two fp16 tensor-core MMAs of k = 16
+(NVIDIA's answer in CUTLASS issue #1986; the data confirms it bit for bit). The measured model
+(:data:`FP8_MMA_SYNC_EMULATION`, ``inner_block`` in the accumulator spec): the 32 products of
+an instruction are split by register byte pairs (the first fp16 MMA takes the products k with
+``k % 4`` in {0, 1}, the second those with ``k % 4`` in {2, 3}); the two MMAs chain from a zero
+accumulator with the GPU's fp16-input model (16 products, 25 fraction bits), each rounded into
+the output type (fp16 to nearest even, fp32 toward zero); only then is c added, with one
+round-to-nearest-even in the output type (``addend="after_block"``). This reproduces all four
+FP8 -> fp16 sets of H100 and B200 5000/5000 (previously 3931, 4212, 3929 and 4241 with a single
+32-product block rounded to fp16; contiguous halves 3477-3850, the byte-pair halves in the
+other order 3443-3771, c aligned inside the first MMA 3033-3154). The B200 FP8 -> fp32 sets do
+not tell the split apart (fp32 hides it); the emulation model is used there too. It is the
+``instruction="mma"`` preset; what GEMM libraries run on B200 (cuBLAS, CUTLASS, DeepGEMM) is
+``tcgen05.mma kind::f8f6f4``: one 32-product block, 25 fraction bits, the default.
 
 How the running accumulator enters a native block is measured only where the data has a
 non-zero c: it is aligned in the block for Ada FP8 (``addend="in_block"``: 5000/5000, against
@@ -63,31 +74,54 @@ published, so "nearly 2%" does not separate in-block alignment (6.9e-2 on the un
 block sum after the block (3.1e-3, 3.6e-3, 3.2e-3): both err by the right order and grow with
 K; (1) decides.
 
-fp16 output (``out_format="fp16"``) exists for fp16 and FP8 inputs: the accumulator is then
-fp16, rounded to nearest even. The fp16-output FP8 presets of Hopper and Blackwell model
-``mma.sync`` (the measured instruction); Hopper's ``wgmma`` with an f16 accumulator is not
-measured. :data:`APPROXIMATE` lists presets that do not reproduce their data: none.
+fp16 output (``out_format="fp16"``) exists for fp16 and FP8/FP6/FP4 inputs: the accumulator is
+then fp16, rounded to nearest even. The measured fp16-output FP8 sets of Hopper and Blackwell
+are ``mma.sync`` (``instruction="mma"``); Hopper's default, ``wgmma`` with an f16 accumulator
+(32 products, 13 bits, then fp16 to nearest), is MMA-Sim's published model, not measured.
+:data:`APPROXIMATE` lists presets that do not reproduce their data: none.
 
 >>> import precision_lab as pl
 >>> acc = pl.tensor_core("h100", "e4m3")
 >>> acc.block, acc.align_bits, acc.format, acc.rounding
 (32, 13, FloatFormat(exponent_bits=8, mantissa_bits=13, ...), 'toward_zero')
+>>> pl.tensor_core("b200", "e4m3").name
+'b200 e4m3 -> fp32 (tcgen05.mma kind::f8f6f4)'
 >>> pl.tensor_core("v100", "bf16")
 Traceback (most recent call last):
 ...
-ValueError: input_format: v100 (volta) tensor cores take fp16, got 'bf16'
+ValueError: input_format: v100 (volta) mma takes fp16, got 'bf16'
 """
 
 from __future__ import annotations
 
-from ..core.formats import FloatFormat, get_format
-from .accumulator import Accumulator
+import dataclasses
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["APPROXIMATE", "ARCHITECTURES", "GPUS", "tensor_core", "tensor_core_formats"]
+from ..core.formats import FloatFormat, get_format
+from ..quant.block_formats import BlockFormat, get_block_format
+from .accumulator import Accumulator, reference_only
+
+__all__ = [
+    "APPROXIMATE",
+    "ARCHITECTURES",
+    "GPUS",
+    "INSTRUCTIONS",
+    "PRESETS",
+    "Preset",
+    "measured_preset",
+    "tensor_core",
+    "tensor_core_formats",
+    "tensor_core_list",
+]
 
 #: GPU name -> architecture
 GPUS: dict[str, str] = {
     "v100": "volta",
+    "t4": "turing",
+    "rtx2080": "turing",
     "a100": "ampere",
     "a2": "ampere",
     "a30": "ampere",
@@ -97,27 +131,30 @@ GPUS: dict[str, str] = {
     "h100": "hopper",
     "h200": "hopper",
     "b200": "blackwell",
+    "rtx5090": "rtx_blackwell",
+    "rtxpro6000": "rtx_blackwell",
+    "mi100": "cdna1",
+    "mi210": "cdna2",
+    "mi250": "cdna2",
+    "mi300a": "cdna3",
+    "mi300x": "cdna3",
+    "mi325x": "cdna3",
 }
 
-#: architecture -> input format -> (products per block FMA, fraction bits kept after alignment)
-ARCHITECTURES: dict[str, dict[str, tuple[int, int]]] = {
-    "volta": {"fp16": (4, 23)},
-    "ampere": {"fp16": (8, 24), "bf16": (8, 24), "tf32": (4, 24)},
-    "ada": {"fp16": (8, 24), "bf16": (8, 24), "tf32": (4, 24), "e4m3": (16, 13), "e5m2": (16, 13)},
-    "hopper": {
-        "fp16": (16, 25),
-        "bf16": (16, 25),
-        "tf32": (8, 25),
-        "e4m3": (32, 13),
-        "e5m2": (32, 13),
-    },
-    "blackwell": {
-        "fp16": (16, 25),
-        "bf16": (16, 25),
-        "tf32": (8, 25),
-        "e4m3": (32, 25),
-        "e5m2": (32, 25),
-    },
+#: the instructions, and per architecture the order in which GEMM libraries prefer them
+#: (cuBLAS/CUTLASS: wgmma on Hopper, tcgen05 on datacenter Blackwell; rocBLAS/hipBLASLt: mfma)
+INSTRUCTIONS = ("mma", "wgmma", "tcgen05", "mfma")
+_LIBRARY_CHOICE: dict[str, tuple[str, ...]] = {
+    "volta": ("mma",),
+    "turing": ("mma",),
+    "ampere": ("mma",),
+    "ada": ("mma",),
+    "hopper": ("wgmma", "mma"),
+    "blackwell": ("tcgen05", "mma"),
+    "rtx_blackwell": ("mma",),
+    "cdna1": ("mfma",),
+    "cdna2": ("mfma",),
+    "cdna3": ("mfma",),
 }
 
 #: (architecture, input format, output format) whose preset does not reproduce measurements
@@ -131,10 +168,519 @@ APPROXIMATE: dict[tuple[str, str, str], str] = {}
 #: second those with k % 4 in {2, 3}.
 FP8_MMA_SYNC_EMULATION: dict[str, int] = {"block": 32, "inner_block": 16, "inner_interleave": 2}
 
-#: the 14-bit accumulator of FP8 tensor cores (Ada, Hopper): 13 fraction bits, fp32 exponents
+#: the 14-bit accumulator of FP8 tensor cores (Ada mma, Hopper wgmma): 13 fraction bits
 FP8_ACCUMULATOR = FloatFormat(8, 13, name="e8m13")
 
+_FP8 = ("e4m3", "e5m2")
+_F8F6F4 = ("e4m3", "e5m2", "e3m2", "e2m3", "e2m1")
+_MMASIM = "published: MMA-Sim (Xie et al., arXiv 2511.10909)"
 
+#: measured data sets (shared/data/tensor-core-validation): (arch, input, output) -> (set name,
+#: instruction the set was recorded with)
+MEASURED: dict[tuple[str, str, str], tuple[str, str]] = {
+    ("volta", "fp16", "fp32"): ("V100_fp16", "mma"),
+    ("volta", "fp16", "fp16"): ("V100_fp16", "mma"),
+    ("ampere", "fp16", "fp32"): ("A100_fp16", "mma"),
+    ("ampere", "fp16", "fp16"): ("A100_fp16", "mma"),
+    ("ampere", "bf16", "fp32"): ("A100_bf16", "mma"),
+    ("ampere", "tf32", "fp32"): ("A100_tf32", "mma"),
+    ("ada", "fp16", "fp32"): ("Ada_fp16", "mma"),
+    ("ada", "fp16", "fp16"): ("Ada_fp16", "mma"),
+    ("ada", "bf16", "fp32"): ("Ada_bf16", "mma"),
+    ("ada", "tf32", "fp32"): ("Ada_tf32", "mma"),
+    ("ada", "e4m3", "fp32"): ("Ada_E4M3", "mma"),
+    ("ada", "e4m3", "fp16"): ("Ada_E4M3", "mma"),
+    ("ada", "e5m2", "fp32"): ("Ada_E5M2", "mma"),
+    ("ada", "e5m2", "fp16"): ("Ada_E5M2", "mma"),
+    ("hopper", "fp16", "fp32"): ("H100_fp16", "mma"),
+    ("hopper", "fp16", "fp16"): ("H100_fp16", "mma"),
+    ("hopper", "bf16", "fp32"): ("H100_bf16", "mma"),
+    ("hopper", "tf32", "fp32"): ("H100_tf32", "mma"),
+    ("hopper", "e4m3", "fp32"): ("H100_E4M3", "wgmma"),
+    ("hopper", "e4m3", "fp16"): ("H100_E4M3", "mma"),
+    ("hopper", "e5m2", "fp32"): ("H100_E5M2", "wgmma"),
+    ("hopper", "e5m2", "fp16"): ("H100_E5M2", "mma"),
+    ("blackwell", "fp16", "fp32"): ("B200_fp16", "mma"),
+    ("blackwell", "fp16", "fp16"): ("B200_fp16", "mma"),
+    ("blackwell", "bf16", "fp32"): ("B200_bf16", "mma"),
+    ("blackwell", "tf32", "fp32"): ("B200_tf32", "mma"),
+    ("blackwell", "e4m3", "fp32"): ("B200_E4M3", "mma"),
+    ("blackwell", "e4m3", "fp16"): ("B200_E4M3", "mma"),
+    ("blackwell", "e5m2", "fp32"): ("B200_E5M2", "mma"),
+    ("blackwell", "e5m2", "fp16"): ("B200_E5M2", "mma"),
+}
+
+#: special-value rules (fields of the Accumulator spec) of NVIDIA's block-FMA datapaths, with
+#: their evidence. A zero operand takes the exponent -126 in the alignment anchor
+#: (``zeros_in_anchor``); NaN results are 0x7fffffff / 0x7fff (``nan_encoding="nvidia"``);
+#: a zero result is +0 (``zero_sign="positive"``): the aligned terms are summed as a
+#: fixed-point integer from +0, so even a sum of -0 terms is +0, into fp32 or fp16 alike
+#: (MMA-Sim's fused sum; no measured set has the case); where the datapath truncates (fp32
+#: output), a sum whose exponent passes ``emax`` is inf (``overflow="infinity"``; with
+#: round-to-nearest outputs IEEE already gives inf).
+NVIDIA_SPECIALS = {"zeros_in_anchor": True, "nan_encoding": "nvidia", "zero_sign": "positive"}
+NVIDIA_TRUNCATING = {"overflow": "infinity"}
+_SPECIAL_EVIDENCE = {
+    "nvidia": f"{_MMASIM}: zero exponent -126, NaN 0x7fffffff/0x7fff, truncated significand "
+    "times 2**e (inf past emax), the aligned sum a fixed-point integer (no -0)",
+    "fma": f"{_MMASIM}: libm fma, IEEE 754 results",
+    "amd": f"{_MMASIM} MFMA: IEEE results of the fp64 sum for inf/NaN, round to nearest",
+    "cdna2": f"{_MMASIM} MFMA CDNA2: subnormal inputs flushed to +0, results to signed zero",
+}
+
+
+@dataclass(frozen=True)
+class Preset:
+    """One row of the table: a GPU architecture's instruction on given operand formats."""
+
+    arch: str
+    instruction: str  # mma | wgmma | tcgen05 | mfma
+    kind: str  # the instruction's kind or shape, e.g. "kind::f8f6f4", "m16n8k16", "bf16_1k"
+    input_format: tuple[str, str]  # operand formats (block formats for block-scaled kinds)
+    out_format: str
+    accumulator: Accumulator
+    evidence: str
+    block_scaled: bool = False
+
+    @property
+    def vendor(self) -> str:
+        return "amd" if self.arch.startswith("cdna") else "nvidia"
+
+    @property
+    def gpus(self) -> list[str]:
+        return [g for g, a in GPUS.items() if a == self.arch]
+
+    @property
+    def default(self) -> bool:
+        """Whether ``instruction=None`` picks this preset (what GEMM libraries issue)."""
+        return _default_of(self.arch, self.input_format, self.out_format) is self
+
+    def row(self) -> dict[str, Any]:
+        """The table row (see :func:`tensor_core_list`)."""
+        acc = self.accumulator
+        fa, fb = self.input_format
+        return {
+            "gpus": " ".join(self.gpus),
+            "arch": self.arch,
+            "instruction": self.instruction,
+            "kind": self.kind,
+            "input_format": fa if fa == fb else f"{fa} x {fb}",
+            "out_format": self.out_format,
+            "default": self.default,
+            "products_per_block": acc.block or acc.promote_every or 1,
+            "fraction_bits": acc.align_bits if acc.order == "block_fma" else None,
+            "rounding": _rounding_text(acc),
+            "special_values": _special_text(acc),
+            "special_evidence": _special_evidence(self),
+            "evidence": self.evidence,
+            "model": acc.describe().replace("{gpu}", "/".join(self.gpus)),
+        }
+
+
+def _rounding_text(acc: Accumulator) -> str:
+    fmt = acc.format
+    if acc.order == "block_fma" and acc.addend == "after_block":
+        return f"{acc.block_rounding} per MMA, then {acc.rounding} into {fmt}"
+    return f"{acc.rounding} into {fmt}"
+
+
+def _special_text(acc: Accumulator) -> str:
+    parts = [
+        f"overflow={acc.overflow}",
+        f"zero_sign={acc.zero_sign}",
+        f"nan_encoding={acc.nan_encoding}",
+    ]
+    if acc.order == "block_fma":
+        parts.append(f"zeros_in_anchor={acc.zeros_in_anchor}")
+    if acc.subnormals == "flush":
+        parts.append("subnormals=flush")
+    if acc.input_subnormals == "flush":
+        parts.append("input_subnormals=flush")
+    return ", ".join(parts)
+
+
+def _with_specials(acc: Accumulator, vendor: str) -> Accumulator:
+    """NVIDIA's special-value rules on a block-FMA preset (:data:`NVIDIA_SPECIALS`; with
+    :data:`NVIDIA_TRUNCATING` where a rounding truncates); AMD's models and FMA chains keep
+    IEEE rules."""
+    if vendor != "nvidia" or acc.order != "block_fma":
+        return acc
+    changes: dict[str, Any] = dict(NVIDIA_SPECIALS)
+    if acc.rounding == "toward_zero" or (
+        acc.addend == "after_block" and acc.block_rounding == "toward_zero"
+    ):
+        changes.update(NVIDIA_TRUNCATING)
+    return dataclasses.replace(acc, **changes)
+
+
+def _special_evidence(p: Preset) -> str:
+    acc = p.accumulator
+    if acc.input_subnormals == "flush":
+        return _SPECIAL_EVIDENCE["cdna2"]
+    if acc.order == "sequential":
+        return _SPECIAL_EVIDENCE["fma"]
+    return _SPECIAL_EVIDENCE[p.vendor]
+
+
+# ----- the builders -----------------------------------------------------------------------
+def _nv_block(out: str, block: int, bits: int, *, fp8_acc: bool = False) -> Accumulator:
+    """NVIDIA T-FDPA: fp32 output truncated (or the 14-bit FP8 accumulator), fp16 to nearest."""
+    if out == "fp16":
+        return Accumulator("fp16", "nearest_even", order="block_fma", block=block, align_bits=bits)
+    fmt = FP8_ACCUMULATOR if fp8_acc else "fp32"
+    return Accumulator(fmt, "toward_zero", order="block_fma", block=block, align_bits=bits)
+
+
+def _fp8_emulation(out: str) -> Accumulator:
+    emu = FP8_MMA_SYNC_EMULATION
+    acc_fmt, inner = ("fp16", "nearest_even") if out == "fp16" else ("fp32", "toward_zero")
+    return Accumulator(
+        acc_fmt,
+        "nearest_even",
+        order="block_fma",
+        block=emu["block"],
+        align_bits=25,
+        addend="after_block",
+        block_rounding=inner,
+        inner_block=emu["inner_block"],
+        inner_interleave=emu["inner_interleave"],
+    )
+
+
+def _fma_chain(fmt: str) -> Accumulator:
+    """A chain of fused multiply-adds (products exact, one rounding to nearest per step)."""
+    return Accumulator(fmt, "nearest_even")
+
+
+def _block_scaled(group: int | None, bits: int, scale: str) -> Accumulator:
+    return Accumulator(
+        "fp32",
+        "toward_zero",
+        order="block_fma",
+        block=64 if group else 32,
+        align_bits=bits,
+        scales="in_block",
+        group=group,
+        scale_format=scale,
+    )
+
+
+def _fp4_kind(out: str, *, scale: str) -> Accumulator:
+    return _block_scaled(16, 35, scale)
+
+
+def _cdna3(block: int, fp8: bool) -> Accumulator:
+    return Accumulator(
+        "fp32",
+        "nearest_even",
+        order="block_fma",
+        block=block,
+        align_bits=24,
+        addend="separate",
+        sum_bits=31,
+        align_rounding="toward_zero" if fp8 else "down",
+        inner_block=block // 2 if fp8 else None,
+        inner_interleave=1 if fp8 else None,
+    )
+
+
+def _cdna2(pairs_of_pairs: bool) -> Accumulator:
+    return Accumulator(
+        "fp32",
+        "nearest_even",
+        order="pairwise",
+        promote_every=4 if pairs_of_pairs else 2,
+        promote_format="fp32",
+        promote_rounding="nearest_even",
+        product_format="fp32",
+        subnormals="flush",
+        input_subnormals="flush",
+    )
+
+
+PRESETS: dict[tuple[str, str, str, str, str, str], Preset] = {}
+
+
+def _add(
+    arch: str,
+    instruction: str,
+    kind: str,
+    inputs: list[tuple[str, str]] | list[str],
+    outs: tuple[str, ...],
+    build: Callable[[str], Accumulator],
+    evidence: Callable[[tuple[str, str], str], str] | str,
+    *,
+    block_scaled: bool = False,
+) -> None:
+    vendor = "amd" if arch.startswith("cdna") else "nvidia"
+    for pair in inputs:
+        fa, fb = (pair, pair) if isinstance(pair, str) else pair
+        for out in outs:
+            ev = evidence((fa, fb), out) if callable(evidence) else evidence
+            acc = _with_specials(build(out), vendor)
+            label = f"{fa if fa == fb else fa + ' x ' + fb} -> {out}"
+            name = f"({instruction_name(instruction, kind)})"
+            p = Preset(
+                arch,
+                instruction,
+                kind,
+                (fa, fb),
+                out,
+                dataclasses.replace(acc, name=f"{{gpu}} {label} {name}"),
+                ev,
+                block_scaled,
+            )
+            PRESETS[(arch, instruction, kind, fa, fb, out)] = p
+
+
+def instruction_name(instruction: str, kind: str) -> str:
+    """``"tcgen05.mma kind::f8f6f4"``, ``"mma.m16n8k16"``, ``"wgmma.m64nNk32"``,
+    ``"mfma bf16_1k"``."""
+    base = {"mma": "mma", "wgmma": "wgmma", "tcgen05": "tcgen05.mma", "mfma": "v_mfma"}
+    if instruction == "mma" and kind.startswith("kind::mx"):
+        return f"mma.block_scale {kind}"
+    sep = " " if kind.startswith("kind") or instruction == "mfma" else "."
+    return f"{base[instruction]}{sep}{kind}"
+
+
+def _measured_or(arch: str, fallback: str) -> Callable[[tuple[str, str], str], str]:
+    def ev(pair: tuple[str, str], out: str) -> str:
+        m = MEASURED.get((arch, pair[0], out))
+        if m is not None and pair[0] == pair[1]:
+            return f"measured: {m[0]} ({out} output, 5000/5000)"
+        if pair[0] != pair[1] and m is not None:
+            return f"inferred: the {pair[0]} and {pair[1]} sets ({m[0]}) share the datapath"
+        return fallback
+
+    return ev
+
+
+def _pairs(fmts: tuple[str, ...]) -> list[tuple[str, str]]:
+    return [(a, b) for a in fmts for b in fmts]
+
+
+def _build_table() -> None:
+    nv = _MMASIM
+    # Volta: mma.m8n8k4 f16, 4 products, 23 bits
+    _add("volta", "mma", "m8n8k4", ["fp16"], ("fp32", "fp16"),
+         lambda o: _nv_block(o, 4, 23), _measured_or("volta", nv + " Volta"))  # fmt: skip
+    # Turing: mma.m16n8k8 f16, one block of 8, 24 bits
+    _add("turing", "mma", "m16n8k8", ["fp16"], ("fp32", "fp16"),
+         lambda o: _nv_block(o, 8, 24),
+         nv + " Turing m16n8k8 (one block of 8, 24 bits)")  # fmt: skip
+    # Ampere and Ada: m16n8k16 as two blocks of 8 (24 bits), tf32 m16n8k8 as 2 x 4
+    for arch in ("ampere", "ada"):
+        name = "Ampere" if arch == "ampere" else "Ada Lovelace"
+        _add(arch, "mma", "m16n8k16", ["fp16"], ("fp32", "fp16"),
+             lambda o: _nv_block(o, 8, 24), _measured_or(arch, nv))  # fmt: skip
+        _add(arch, "mma", "m16n8k16", ["bf16"], ("fp32",),
+             lambda o: _nv_block(o, 8, 24), _measured_or(arch, nv))  # fmt: skip
+        _add(arch, "mma", "m16n8k8", ["tf32"], ("fp32",),
+             lambda o: _nv_block(o, 4, 24), _measured_or(arch, nv))  # fmt: skip
+        _add(arch, "mma", "m8n8k4.f64", ["fp64"], ("fp64",), lambda o: _fma_chain("fp64"),
+             f"{nv} {name} mma.m8n8k4.f64 (a chain of fp64 FMAs)")  # fmt: skip
+    _add("ada", "mma", "m16n8k32", _pairs(_FP8), ("fp32", "fp16"),
+         lambda o: _nv_block(o, 16, 13, fp8_acc=True),
+         _measured_or("ada", nv + " Ada Lovelace FP8 (2 x 16 products, 13 bits)"))  # fmt: skip
+    # Hopper: mma and wgmma, 16 products (tf32 8), 25 bits; FP8 wgmma 32/13
+    for ins, kind16, kind8 in (("mma", "m16n8k16", "m16n8k8"), ("wgmma", "m64nNk16", "m64nNk8")):
+        for fmt, outs in (("fp16", ("fp32", "fp16")), ("bf16", ("fp32",))):
+            _add("hopper", ins, kind16, [fmt], outs, lambda o: _nv_block(o, 16, 25),
+                 _measured_or("hopper", nv) if ins == "mma"
+                 else _same_as_mma("hopper"))  # fmt: skip
+        _add("hopper", ins, kind8, ["tf32"], ("fp32",), lambda o: _nv_block(o, 8, 25),
+             _measured_or("hopper", nv) if ins == "mma" else _same_as_mma("hopper"))  # fmt: skip
+    _add("hopper", "wgmma", "m64nNk32", _pairs(_FP8), ("fp32", "fp16"),
+         lambda o: _nv_block(o, 32, 13, fp8_acc=True), _hopper_wgmma_fp8)  # fmt: skip
+    _add("hopper", "mma", "m16n8k32", _pairs(_FP8), ("fp32", "fp16"), _fp8_emulation,
+         _fp8_emulation_evidence("hopper"))  # fmt: skip
+    _add("hopper", "mma", "m16n8k16.f64", ["fp64"], ("fp64",), lambda o: _fma_chain("fp64"),
+         f"{nv} Hopper mma.m16n8k16.f64 (DMMA: a chain of fp64 FMAs)")  # fmt: skip
+    # Blackwell (sm_100): mma as Hopper, FP8 mma emulated; tcgen05 kinds
+    _add("blackwell", "mma", "m16n8k16", ["fp16"], ("fp32", "fp16"),
+         lambda o: _nv_block(o, 16, 25), _measured_or("blackwell", nv))  # fmt: skip
+    _add("blackwell", "mma", "m16n8k16", ["bf16"], ("fp32",),
+         lambda o: _nv_block(o, 16, 25), _measured_or("blackwell", nv))  # fmt: skip
+    _add("blackwell", "mma", "m16n8k8", ["tf32"], ("fp32",),
+         lambda o: _nv_block(o, 8, 25), _measured_or("blackwell", nv))  # fmt: skip
+    _add("blackwell", "mma", "m16n8k32", _pairs(_FP8), ("fp32", "fp16"), _fp8_emulation,
+         _fp8_emulation_evidence("blackwell"))  # fmt: skip
+    tc = nv + " tcgen05.mma"
+    _add("blackwell", "tcgen05", "kind::f16", ["fp16"], ("fp32", "fp16"),
+         lambda o: _nv_block(o, 16, 25), f"{tc} kind::f16 (16 products, 25 bits)")  # fmt: skip
+    _add("blackwell", "tcgen05", "kind::f16", ["bf16"], ("fp32",),
+         lambda o: _nv_block(o, 16, 25), f"{tc} kind::f16 (16 products, 25 bits)")  # fmt: skip
+    _add("blackwell", "tcgen05", "kind::tf32", ["tf32"], ("fp32",),
+         lambda o: _nv_block(o, 8, 25), f"{tc} kind::tf32 (8 products, 25 bits)")  # fmt: skip
+    _add("blackwell", "tcgen05", "kind::f8f6f4", _pairs(_F8F6F4), ("fp32", "fp16"),
+         lambda o: _nv_block(o, 32, 25),
+         _fp8_only(f"{tc} kind::f8f6f4 (one block of 32, 25 bits)",
+                   "MMA-Sim models the e4m3/e5m2 operands of kind::f8f6f4; FP6/FP4 operands "
+                   "enter the same datapath (exactly converted)"))  # fmt: skip
+    _block_scaled_rows("blackwell", "tcgen05", tc, tcgen05=True)
+    # RTX Blackwell (sm_120): mma without the Ampere/Ada K split, 25 bits; FP8 and f8f6f4 32/25
+    rb = nv + " RTX Blackwell mma"
+    _add("rtx_blackwell", "mma", "m16n8k16", ["fp16"], ("fp32", "fp16"),
+         lambda o: _nv_block(o, 16, 25), f"{rb}.m16n8k16 (one block of 16, 25 bits)")  # fmt: skip
+    _add("rtx_blackwell", "mma", "m16n8k16", ["bf16"], ("fp32",),
+         lambda o: _nv_block(o, 16, 25), f"{rb}.m16n8k16 (one block of 16, 25 bits)")  # fmt: skip
+    _add("rtx_blackwell", "mma", "m16n8k8", ["tf32"], ("fp32",),
+         lambda o: _nv_block(o, 8, 25), f"{rb}.m16n8k8 (one block of 8, 25 bits)")  # fmt: skip
+    _add("rtx_blackwell", "mma", "kind::f8f6f4", _pairs(_F8F6F4), ("fp32", "fp16"),
+         lambda o: _nv_block(o, 32, 25),
+         _fp8_only(f"{rb} kind::f8f6f4 m16n8k32 (one block of 32, 25 bits)",
+                   "MMA-Sim lists e4m3, e5m2 and e2m1 operands (e3m2, e2m3 marked TODO); "
+                   "FP6 enters the same datapath", fp4_published=True))  # fmt: skip
+    _block_scaled_rows("rtx_blackwell", "mma", rb + ".block_scale", tcgen05=False)
+    # AMD CDNA1 (MI100)
+    amd = _MMASIM.replace("MMA-Sim", "MMA-Sim MFMA")
+    _add("cdna1", "mfma", "f32", ["fp32"], ("fp32",), lambda o: _fma_chain("fp32"),
+         f"{amd} CDNA1 f32 (a chain of fp32 FMAs)")  # fmt: skip
+    _add("cdna1", "mfma", "f16", ["fp16"], ("fp32",),
+         lambda o: Accumulator("fp32", order="exact_block", block=4),
+         f"{amd} CDNA1 f16 (E-FDPA: 4 products and c summed exactly, one rounding)")  # fmt: skip
+    _add("cdna1", "mfma", "bf16", ["bf16"], ("fp32",),
+         lambda o: Accumulator("fp32", order="exact_block", block=2),
+         f"{amd} CDNA1 bf16 (E-FDPA: 2 products and c summed exactly, one rounding)")  # fmt: skip
+    # CDNA2 (MI210, MI250)
+    _add("cdna2", "mfma", "f64", ["fp64"], ("fp64",), lambda o: _fma_chain("fp64"),
+         f"{amd} CDNA2 f64 (a chain of fp64 FMAs)")  # fmt: skip
+    _add("cdna2", "mfma", "f32", ["fp32"], ("fp32",), lambda o: _fma_chain("fp32"),
+         f"{amd} CDNA2 f32 (a chain of fp32 FMAs)")  # fmt: skip
+    ftz = "products in fp32, summed in fp32 with subnormal inputs and results flushed"
+    _add("cdna2", "mfma", "f16", ["fp16"], ("fp32",), lambda o: _cdna2(True),
+         f"{amd} CDNA2 f16 (FTZ mul-add, P = 4: {ftz})")  # fmt: skip
+    _add("cdna2", "mfma", "bf16_1k", ["bf16"], ("fp32",), lambda o: _cdna2(True),
+         f"{amd} CDNA2 bf16_1k (FTZ mul-add, P = 4: {ftz})")  # fmt: skip
+    _add("cdna2", "mfma", "bf16", ["bf16"], ("fp32",), lambda o: _cdna2(False),
+         f"{amd} CDNA2 bf16 (FTZ mul-add, P = 2: {ftz})")  # fmt: skip
+    # CDNA3 (MI300A, MI300X, MI325X)
+    tr = "TR-FDPA: products aligned among themselves (24 bits), then with c (31/24 bits, floor)"
+    _add("cdna3", "mfma", "f64", ["fp64"], ("fp64",), lambda o: _fma_chain("fp64"),
+         f"{amd} CDNA3 f64 (a chain of fp64 FMAs)")  # fmt: skip
+    _add("cdna3", "mfma", "f32", ["fp32"], ("fp32",), lambda o: _fma_chain("fp32"),
+         f"{amd} CDNA3 f32 (a chain of fp32 FMAs)")  # fmt: skip
+    _add("cdna3", "mfma", "xf32", ["tf32"], ("fp32",), lambda o: _cdna3(4, False),
+         f"{amd} CDNA3 xf32 ({tr}, 4 products)")  # fmt: skip
+    for f, kind in (("fp16", "f16"), ("bf16", "bf16")):
+        _add("cdna3", "mfma", kind, [f], ("fp32",), lambda o: _cdna3(8, False),
+             f"{amd} CDNA3 {kind} ({tr}, 8 products)")  # fmt: skip
+    _add("cdna3", "mfma", "fp8", _pairs(("e4m3fnuz", "e5m2fnuz")), ("fp32",),
+         lambda o: _cdna3(16, True),
+         f"{amd} CDNA3 fp8/bf8 (GTR-FDPA: even and odd products as two blocks of 8, "
+         "then with c, truncated)")  # fmt: skip
+
+
+def _same_as_mma(arch: str) -> Callable[[tuple[str, str], str], str]:
+    def ev(pair: tuple[str, str], out: str) -> str:
+        m = MEASURED.get((arch, pair[0], out))
+        base = f"{_MMASIM} wgmma (the same block FMA as mma"
+        return f"{base}, measured: {m[0]})" if m else base + ")"
+
+    return ev
+
+
+def _hopper_wgmma_fp8(pair: tuple[str, str], out: str) -> str:
+    m = MEASURED.get(("hopper", pair[0], out))
+    if out == "fp32" and pair[0] == pair[1] and m is not None:
+        return f"measured: {m[0]} (wgmma, c = 0, 5000/5000); chaining: {_MMASIM}"
+    if out == "fp16":
+        return f"{_MMASIM} wgmma FP8 with an f16 accumulator (32 products, 13 bits, RNE)"
+    return f"inferred: mixed FP8 operands share the {pair[0]} and {pair[1]} wgmma datapath"
+
+
+def _fp8_emulation_evidence(arch: str) -> Callable[[tuple[str, str], str], str]:
+    def ev(pair: tuple[str, str], out: str) -> str:
+        m = MEASURED.get((arch, pair[0], out))
+        if m is not None and m[1] == "mma" and pair[0] == pair[1]:
+            return f"measured: {m[0]} ({out} output, 5000/5000; fp16-emulated mma.sync)"
+        return (
+            "inferred: FP8 mma.sync is emulated on the fp16 tensor cores (CUTLASS #1986), "
+            "as measured on H100/B200 FP8 -> fp16 and B200 FP8 -> fp32"
+        )
+
+    return ev
+
+
+def _fp8_only(
+    published: str, why: str, *, fp4_published: bool = False
+) -> Callable[[tuple[str, str], str], str]:
+    ok = {"e4m3", "e5m2"} | ({"e2m1"} if fp4_published else set())
+
+    def ev(pair: tuple[str, str], out: str) -> str:
+        if set(pair) <= ok:
+            return published
+        return f"inferred: {why}"
+
+    return ev
+
+
+#: block-scaled kinds: (element formats, scale format, scale block) -> kind
+def _block_scaled_rows(arch: str, instruction: str, evidence: str, *, tcgen05: bool) -> None:
+    mx = {
+        "e4m3": "mxfp8_e4m3",
+        "e5m2": "mxfp8_e5m2",
+        "e3m2": "mxfp6_e3m2",
+        "e2m3": "mxfp6_e2m3",
+        "e2m1": "mxfp4_e2m1",
+    }
+    gst = (
+        f"{evidence} kind::mxf4nvf4 (GST-FDPA: groups of 16 FP4 products summed exactly, "
+        "scaled, aligned at the scales' exponents with c, 35 bits)"
+    )
+    for name, scale in (
+        ("mxfp4_e2m1", "e8m0"),
+        ("mxfp4_e2m1_b16", "e8m0"),
+        ("nvfp4", "e4m3"),
+    ):
+        _add(arch, instruction, "kind::mxf4nvf4", [name], ("fp32",),
+             functools.partial(_fp4_kind, scale=scale), gst, block_scaled=True)  # fmt: skip
+    if not tcgen05:  # sm_120 takes UE4M3 scales on blocks of 32 too (MMA-Sim)
+        _add(arch, instruction, "kind::mxf4nvf4", ["nvfp4_b32"], ("fp32",),
+             lambda o: _block_scaled(16, 35, "e4m3"), gst, block_scaled=True)  # fmt: skip
+    # FP8/FP6/FP4 elements with E8M0 scales on blocks of 32 (MXFP4 also here; the FP4 kind
+    # above comes first, as libraries pick it)
+    fp4_ok = not tcgen05  # sm_120: MMA-Sim lists e2m1 in mxf8f6f4
+    for a, b in _pairs(_F8F6F4):
+        pub = {a, b} <= ({"e4m3", "e5m2", "e2m1"} if fp4_ok else {"e4m3", "e5m2"})
+        ev = (
+            f"{evidence} kind::mxf8f6f4 (ST-FDPA: E8M0 scales added to the products' "
+            "exponents, one block of 32, 25 bits)"
+            if pub
+            else "inferred: MMA-Sim models the e4m3/e5m2 operands of kind::mxf8f6f4; "
+            "FP6/FP4 operands enter the same datapath"
+        )
+        _add(arch, instruction, "kind::mxf8f6f4", [(mx[a], mx[b])], ("fp32",),
+             lambda o: _block_scaled(None, 25, "e8m0"), ev, block_scaled=True)  # fmt: skip
+
+
+_build_table()
+
+
+def _default_of(arch: str, pair: tuple[str, str], out: str) -> Preset | None:
+    for ins in _LIBRARY_CHOICE[arch]:
+        rows = [
+            p
+            for (a, i, _k, fa, fb, o), p in PRESETS.items()
+            if a == arch and i == ins and (fa, fb) == pair and o == out
+        ]
+        if rows:
+            return rows[0]
+    return None
+
+
+#: architecture -> input format -> (products per block FMA, fraction bits kept) of the default
+#: instruction's fp32-output block-FMA preset that every backend computes (the old table)
+ARCHITECTURES: dict[str, dict[str, tuple[int, int]]] = {}
+for _p in PRESETS.values():
+    _fa, _fb = _p.input_format
+    _acc = _p.accumulator
+    if _fa == _fb and _p.out_format == "fp32" and not _p.block_scaled:
+        if _p.default and _acc.order == "block_fma" and reference_only(_acc) is None:
+            ARCHITECTURES.setdefault(_p.arch, {})[_fa] = (_acc.block or 1, _acc.align_bits or 0)
+
+
+# ----- the public functions ---------------------------------------------------------------
 def _gpu_arch(gpu: str) -> tuple[str, str]:
     key = (
         gpu.strip().lower().replace("-", "").replace("_", "").replace(" ", "")
@@ -146,85 +692,322 @@ def _gpu_arch(gpu: str) -> tuple[str, str]:
     return key, GPUS[key]
 
 
-def tensor_core_formats(gpu: str) -> list[str]:
-    """Input formats the tensor cores of ``gpu`` take.
+def _block_name(bf: BlockFormat) -> str | None:
+    """The table's name of a block format: ``mxfp8_e4m3``, ``nvfp4``, ``mxfp4_e2m1_b16`` ..."""
+    if len(bf.block_shape) != 1 or not isinstance(bf.element, FloatFormat):
+        return None
+    elem, scale, n = str(bf.element), str(bf.scale), bf.block_shape[0]
+    if scale == "e8m0":
+        base = {
+            "e4m3": "mxfp8_e4m3",
+            "e5m2": "mxfp8_e5m2",
+            "e3m2": "mxfp6_e3m2",
+            "e2m3": "mxfp6_e2m3",
+            "e2m1": "mxfp4_e2m1",
+        }.get(elem)
+        if base is None:
+            return None
+        if n == 32:
+            return base
+        return f"{base}_b16" if n == 16 and elem == "e2m1" else None
+    if scale == "e4m3" and elem == "e2m1":
+        return {16: "nvfp4", 32: "nvfp4_b32"}.get(n)
+    return None
 
-    >>> tensor_core_formats("a100")
-    ['fp16', 'bf16', 'tf32']
-    """
-    return list(ARCHITECTURES[_gpu_arch(gpu)[1]])
+
+def _operand_name(fmt: Any, which: str) -> str:
+    """The table's name of one operand format (a float format or a block format)."""
+    if isinstance(fmt, BlockFormat):
+        name = _block_name(fmt)
+        if name is None:
+            raise ValueError(
+                f"{which}: no matrix core takes the block format {fmt} "
+                f"(element {fmt.element}, scale {fmt.scale}, blocks {fmt.block_shape})"
+            )
+        return name
+    if isinstance(fmt, str):
+        if fmt.strip().lower() in _block_names():
+            return fmt.strip().lower()
+        try:
+            return _operand_name(get_block_format(fmt), which)
+        except (TypeError, ValueError) as exc:
+            if fmt.strip().lower() in _block_names():
+                raise ValueError(f"{which}: {exc}") from None
+    try:
+        f = get_format(fmt)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{which}: {exc}") from None
+    name = str(f)
+    try:
+        same = get_format(name) == f
+    except (TypeError, ValueError):
+        same = False
+    return name if same else repr(f)
 
 
-def tensor_core(
-    gpu: str, input_format: str | FloatFormat, *, out_format: str | FloatFormat = "fp32"
+def _block_names() -> set[str]:
+    return {p.input_format[0] for p in PRESETS.values() if p.block_scaled}
+
+
+def _parse_instruction(instruction: str | None) -> tuple[str | None, str | None]:
+    if instruction is None:
+        return None, None
+    if not isinstance(instruction, str):
+        raise ValueError(
+            f"instruction must be one of {', '.join(INSTRUCTIONS)} or None, got {instruction!r}"
+        )
+    base, _, kind = instruction.strip().lower().partition(".")
+    if base not in INSTRUCTIONS:
+        raise ValueError(
+            f"instruction must be one of {', '.join(INSTRUCTIONS)} (optionally with a kind, "
+            f"e.g. 'tcgen05.kind::mxf8f6f4', 'mfma.bf16'), or None, got {instruction!r}"
+        )
+    return base, kind or None
+
+
+def _tensor_core(
+    gpu: str,
+    input_format: Any,
+    *,
+    out_format: str | FloatFormat = "fp32",
+    instruction: str | None = None,
 ) -> Accumulator:
-    """The accumulator model of ``gpu``'s tensor cores for ``input_format`` inputs.
+    """The accumulator model of ``gpu``'s matrix cores for ``input_format`` operands.
+
+    :func:`tensor_core_list` (``pl.tensor_core.list()``) is the table of every preset with its
+    evidence.
 
     Parameters
     ----------
     gpu:
-        ``"v100"``, ``"a100"``, ``"a2"``, ``"a30"``, ``"ada"``, ``"l40s"``, ``"rtx4090"``,
-        ``"h100"``, ``"h200"`` or ``"b200"``.
+        ``"v100"``, ``"t4"``/``"rtx2080"``, ``"a100"``/``"a2"``/``"a30"``,
+        ``"ada"``/``"l40s"``/``"rtx4090"``, ``"h100"``/``"h200"``, ``"b200"``,
+        ``"rtx5090"``/``"rtxpro6000"``, ``"mi100"``, ``"mi210"``/``"mi250"``,
+        ``"mi300a"``/``"mi300x"``/``"mi325x"``.
     input_format:
-        ``"fp16"``, ``"bf16"``, ``"tf32"``, ``"e4m3"`` or ``"e5m2"`` where the GPU has it.
+        The operands' format (``"fp16"``, ``"bf16"``, ``"tf32"``, ``"fp32"``, ``"fp64"``,
+        ``"e4m3"``, ``"e5m2"``, ``"e3m2"``, ``"e2m3"``, ``"e2m1"``, ``"e4m3fnuz"``,
+        ``"e5m2fnuz"`` where the instruction takes it), a pair ``(format_a, format_b)`` for
+        mixed operands, or for block-scaled kinds the block format (``"mxfp8_e4m3"``,
+        ``"mxfp8_e5m2"``, ``"mxfp6_e2m3"``, ``"mxfp6_e3m2"``, ``"mxfp4_e2m1"``, ``"nvfp4"`` or
+        a :class:`~precision_lab.BlockFormat`, e.g. MXFP4 with blocks of 16); run those through
+        :func:`~precision_lab.gemm_blocks`.
     out_format:
-        ``"fp32"`` (default) or ``"fp16"`` (fp16 and FP8 inputs): the type of C and D; pass the
-        same ``out_format`` to :func:`~precision_lab.gemm`.
+        ``"fp32"`` (default), ``"fp16"`` (where the instruction has an f16 accumulator) or
+        ``"fp64"`` (fp64 operands): the type of C and D; pass the same ``out_format`` to
+        :func:`~precision_lab.gemm`.
+    instruction:
+        ``"mma"``, ``"wgmma"``, ``"tcgen05"`` or ``"mfma"``, optionally with the kind after a
+        dot (``"tcgen05.kind::mxf8f6f4"``, ``"mfma.bf16"`` for CDNA2's pre-``_1k`` bf16);
+        ``None``: what GEMM libraries issue on that GPU (wgmma on Hopper, tcgen05 on B200).
 
     Examples
     --------
     >>> print(tensor_core("a100", "fp16", out_format="fp16").describe())
     block FMA of 8 products, 24 fraction bits kept after alignment, normalised into fp16
-    (nearest_even)
+    (nearest_even); zeros align with exponent -126, NaN is 0x7fffffff [a100 fp16 -> fp16
+    (mma.m16n8k16)]
+    >>> tensor_core("b200", "nvfp4", instruction="tcgen05").group
+    16
     """
     key, arch = _gpu_arch(gpu)
-    try:
-        fin = get_format(input_format)
-    except (TypeError, ValueError) as exc:
-        raise type(exc)(f"input_format: {exc}") from None
-    table = ARCHITECTURES[arch]
-    fname = str(fin)
-    if fname not in table or fin != get_format(fname):
-        raise ValueError(
-            f"input_format: {key} ({arch}) tensor cores take {', '.join(table)}, "
-            f"got {input_format!r}"
+    if isinstance(input_format, tuple | list):
+        if len(input_format) != 2:
+            raise ValueError(
+                f"input_format must be one format or a pair (format_a, format_b), got "
+                f"{len(input_format)} items"
+            )
+        pair = (
+            _operand_name(input_format[0], "input_format[0]"),
+            _operand_name(input_format[1], "input_format[1]"),
         )
+    else:
+        one = _operand_name(input_format, "input_format")
+        pair = (one, one)
     try:
-        fout = get_format(out_format)
+        out_name = str(get_format(out_format))
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"out_format: {exc}") from None
-    out_name = str(fout)
-    fp8 = fname in ("e4m3", "e5m2")
-    allowed = ("fp32", "fp16") if fname == "fp16" or fp8 else ("fp32",)
-    if out_name not in allowed or fout != get_format(out_name):
+    base, kind = _parse_instruction(instruction)
+    arch_rows = [p for p in PRESETS.values() if p.arch == arch]
+    if base is not None:
+        rows = [p for p in arch_rows if p.instruction == base]
+        if not rows:
+            have = sorted({p.instruction for p in arch_rows}, key=INSTRUCTIONS.index)
+            raise ValueError(
+                f"instruction: {key} ({arch}) has {', '.join(have)}, got {instruction!r}"
+            )
+        if kind is not None:
+            krows = [p for p in rows if p.kind.lower() == kind]
+            if not krows:
+                kinds = sorted({p.kind for p in rows})
+                raise ValueError(
+                    f"instruction: {key} ({arch}) {base} has the kinds {', '.join(kinds)}, "
+                    f"got {instruction!r}"
+                )
+            rows = krows
+    else:
+        rows = arch_rows
+    shown = pair[0] if pair[0] == pair[1] else f"{pair[0]} x {pair[1]}"
+    fmt_rows = [p for p in rows if p.input_format == pair]
+    if not fmt_rows:
+        what = (
+            instruction_name(base, kind)
+            if base and kind
+            else base
+            if base
+            else " / ".join(sorted({p.instruction for p in rows}, key=INSTRUCTIONS.index))
+        )
+        takes = sorted({p.row()["input_format"] for p in rows}, key=lambda s: (len(s.split()), s))
         raise ValueError(
-            f"out_format: {key} tensor cores with {fname} inputs output "
-            f"{' or '.join(allowed)}, got {out_format!r}"
+            f"input_format: {key} ({arch}) {what} takes {', '.join(takes)}, got {input_format!r}"
         )
-    n, bits = table[fname]
-    label = f"{key} {fname} -> {out_name}"
-    if fp8 and arch in ("hopper", "blackwell") and (out_name == "fp16" or arch == "blackwell"):
-        # mma.sync FP8 emulated on the fp16 tensor cores: two chained fp16-input block FMAs
-        # (the fp16 model of the GPU: 16 products, 25 fraction bits) from 0, then c added
-        emu = FP8_MMA_SYNC_EMULATION
-        acc_fmt, inner_rounding = (
-            ("fp16", "nearest_even") if out_name == "fp16" else ("fp32", "toward_zero")
+    out_rows = [p for p in fmt_rows if p.out_format == out_name]
+    if not out_rows:
+        outs = sorted({p.out_format for p in fmt_rows})
+        raise ValueError(
+            f"out_format: {key} {base or 'matrix cores'} with {shown} inputs output "
+            f"{' or '.join(outs)}, got {out_format!r}"
         )
-        return Accumulator(
-            acc_fmt,
-            "nearest_even",
-            order="block_fma",
-            block=emu["block"],
-            align_bits=table["fp16"][1],
-            addend="after_block",
-            block_rounding=inner_rounding,
-            inner_block=emu["inner_block"],
-            inner_interleave=emu["inner_interleave"],
-            name=label + " (mma.sync, emulated on fp16 tensor cores)",
+    if base is None:
+        chosen = _default_of(arch, pair, out_name)
+        assert chosen is not None
+    elif kind is None:
+        chosen = _kind_default(out_rows)
+    else:
+        chosen = out_rows[0]
+    acc = chosen.accumulator
+    assert acc.name is not None
+    return dataclasses.replace(acc, name=acc.name.replace("{gpu}", key))
+
+
+def _kind_default(rows: list[Preset]) -> Preset:
+    """Among the kinds of one instruction: the one libraries use (``bf16_1k`` on CDNA2)."""
+    for p in rows:
+        if p.kind.endswith("_1k"):
+            return p
+    return rows[0]
+
+
+def measured_preset(gpu: str, fmt: str, out_format: str) -> Accumulator:
+    """The preset of the instruction a measured data set was recorded with.
+
+    >>> measured_preset("b200", "e4m3", "fp32").inner_block
+    16
+    """
+    _, arch = _gpu_arch(gpu)
+    m = MEASURED.get((arch, fmt, out_format))
+    return _tensor_core(gpu, fmt, out_format=out_format, instruction=m[1] if m else None)
+
+
+def tensor_core_formats(
+    gpu: str, *, instruction: str | None = None, block_formats: bool = False
+) -> list[str]:
+    """Operand formats the matrix cores of ``gpu`` take (same-format operands; every
+    instruction, or one; with ``block_formats``, the block formats of block-scaled kinds
+    instead).
+
+    >>> tensor_core_formats("a100")
+    ['fp16', 'bf16', 'tf32', 'fp64']
+    """
+    _, arch = _gpu_arch(gpu)
+    base, _ = _parse_instruction(instruction)
+    out: list[str] = []
+    for p in PRESETS.values():
+        fa, fb = p.input_format
+        if (
+            p.arch == arch
+            and fa == fb
+            and p.block_scaled == block_formats
+            and (base is None or p.instruction == base)
+        ):
+            if fa not in out:
+                out.append(fa)
+    return out
+
+
+def tensor_core_list(gpu: str | None = None) -> list[dict[str, Any]]:
+    """The table of every preset: one dict per GPU architecture x instruction x kind x
+    input/output format, with ``gpus``, ``arch``, ``instruction``, ``kind``,
+    ``input_format``, ``out_format``, ``default`` (what ``instruction=None`` picks),
+    ``products_per_block``, ``fraction_bits``, ``rounding``, ``special_values``, ``evidence``
+    and ``model`` (the accumulator's one-line description). ``gpu`` restricts it to one GPU.
+
+    >>> rows = tensor_core_list("h100")
+    >>> [r["evidence"].split(":")[0] for r in rows][:2]
+    ['measured', 'measured']
+    """
+    arch = None if gpu is None else _gpu_arch(gpu)[1]
+    return [p.row() for p in PRESETS.values() if arch is None or p.arch == arch]
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    """The table as fixed-width text (what ``precision-lab tensor-cores`` prints)."""
+    cols = [
+        ("gpus", "GPUs"),
+        ("instruction", "instruction"),
+        ("kind", "kind"),
+        ("input_format", "inputs"),
+        ("out_format", "out"),
+        ("products_per_block", "block"),
+        ("fraction_bits", "bits"),
+        ("rounding", "rounding"),
+        ("special_values", "special values"),
+        ("evidence", "evidence"),
+    ]
+    cells = [[h for _, h in cols]]
+    for r in rows:
+        line = []
+        for k, _ in cols:
+            v = r[k]
+            txt = "-" if v is None else str(v)
+            if k == "instruction" and r["default"]:
+                txt += "*"
+            line.append(txt)
+        cells.append(line)
+    widths = [max(len(c[i]) for c in cells[:]) for i in range(len(cols) - 1)]
+    out = []
+    for c in cells:
+        out.append(
+            "  ".join(x.ljust(w) for x, w in zip(c[:-1], widths, strict=True)) + "  " + c[-1]
         )
-    if out_name == "fp16":
-        return Accumulator(
-            "fp16", "nearest_even", order="block_fma", block=n, align_bits=bits, name=label
-        )
-    fmt = FP8_ACCUMULATOR if fp8 else "fp32"
-    return Accumulator(fmt, "toward_zero", order="block_fma", block=n, align_bits=bits, name=label)
+    out.append("* the default instruction (what GEMM libraries issue on that GPU)")
+    notes = sorted({r["special_evidence"] for r in rows})
+    out += [f"special values: {n}" for n in notes]
+    return "\n".join(out)
+
+
+class TensorCore:
+    """``pl.tensor_core``: call it for a preset (see ``_tensor_core``'s parameters, which
+    it has); ``pl.tensor_core.list()`` is the table (:func:`tensor_core_list`)."""
+
+    def __init__(self) -> None:
+        functools.update_wrapper(self, _tensor_core)
+        self.__name__ = "tensor_core"
+        self.__qualname__ = "tensor_core"
+
+    def __call__(
+        self,
+        gpu: str,
+        input_format: Any,
+        *,
+        out_format: str | FloatFormat = "fp32",
+        instruction: str | None = None,
+    ) -> Accumulator:
+        return _tensor_core(gpu, input_format, out_format=out_format, instruction=instruction)
+
+    @staticmethod
+    def list(gpu: str | None = None) -> list[dict[str, Any]]:
+        """The table of every preset (:func:`tensor_core_list`).
+
+        >>> len(tensor_core.list("b200")) > 40
+        True
+        """
+        return tensor_core_list(gpu)
+
+    def __repr__(self) -> str:
+        return "<precision_lab.tensor_core: call for a preset, .list() for the table>"
+
+
+#: the accumulator model of a GPU's matrix cores; ``tensor_core.list()`` is the table
+tensor_core = TensorCore()

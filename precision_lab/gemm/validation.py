@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from .reference import gemm
-from .tensor_core import tensor_core
+from .tensor_core import measured_preset
 
 __all__ = ["SetResult", "TensorCoreSet", "check_set", "load_archive", "load_subset"]
 
@@ -127,11 +127,13 @@ def load_subset(path: str | Path) -> list[TensorCoreSet]:
 def check_set(s: TensorCoreSet, out_format: str) -> SetResult:
     """Run the preset of ``s.gpu`` on every case of ``s`` and compare bit patterns with the GPU.
 
-    For Hopper FP8 with fp32 output the instruction (wgmma) ran with a zero accumulator, so c is
-    taken as 0 there, as in the published validation.
+    The preset is that of the instruction the set was recorded with
+    (:func:`~precision_lab.gemm.tensor_core.measured_preset`: ``mma``, and ``wgmma`` for Hopper
+    FP8 with fp32 output). That instruction ran with a zero accumulator, so c is taken as 0
+    there, as in the published validation.
     """
     gpu, fmt = s.gpu.lower(), s.fmt.lower()
-    acc = tensor_core(gpu, fmt, out_format=out_format)
+    acc = measured_preset(gpu, fmt, out_format)
     c = s.c
     if gpu in ("h100", "h200") and fmt in ("e4m3", "e5m2") and out_format == "fp32":
         c = np.zeros_like(c)

@@ -31,6 +31,8 @@ from ..core.rounding import (
     check_rounding,
     for_chunks,
     round_to,
+    sr_mode,
+    word_bits,
     working_dtype,
 )
 from . import block_layout
@@ -262,8 +264,8 @@ class _Kernel:
     def __init__(
         self, elem: FloatFormat | IntFormat, mode: str, seed: int | None, random_bits: int | None
     ) -> None:
-        self.elem, self.mode = elem, mode
         self.rbits = check_random_bits(random_bits)
+        self.elem, self.mode = elem, sr_mode(mode, self.rbits)
         self.key = check_seed(seed) if mode in STOCHASTIC_MODES else 0
 
     def __call__(self, scaled: np.ndarray, start: int, out: np.ndarray | None = None) -> np.ndarray:
@@ -277,7 +279,7 @@ class _Kernel:
         res = out
         out = out.reshape(-1)
         rw = (
-            _random_for(self.rbits, self.key, src.size, start)
+            _random_for(word_bits(self.mode, self.rbits), self.key, src.size, start)
             if self.mode in STOCHASTIC_MODES
             else None
         )
@@ -316,7 +318,7 @@ def _elements(
     (whose padded layout is not x's) scales in one pass, rounds x's whole scaled array in ONE call
     of the core, and scales back in another pass; both key the random words by x's flat index.
     """
-    mode = check_rounding(rounding)
+    mode = sr_mode(check_rounding(rounding), check_random_bits(random_bits))
     data, lay = _prepare(x, bf, axis, pad)
     ext = _native_ext(data, lay, bf, mode)
     ps = _Pass(data, lay, bf, mode, tensor_scales=ext is None)
@@ -430,7 +432,8 @@ def _native_blocks(
     m = ROUNDING_MODES.index(mode)
     key = None
     if mode in STOCHASTIC_MODES:
-        key = np.array([kern.key & (2**64 - 1), kern.key >> 64, kern.rbits], dtype=np.uint64)
+        rb = word_bits(mode, kern.rbits)
+        key = np.array([kern.key & (2**64 - 1), kern.key >> 64, rb], dtype=np.uint64)
 
     def work(lo: int, hi: int) -> None:
         ext.blocks(data, out, dims, rule, m, codes, is_int, 8, efmt, sfmt, ints, dbls,

@@ -65,6 +65,8 @@ from ..core.rounding import (
     check_rounding,
     for_chunks,
     round_to,
+    sr_mode,
+    word_bits,
 )
 from ..core.shapes import broadcast_shapes
 
@@ -354,7 +356,7 @@ def quantize(
            [ 2, -2]], dtype=int8)
     """
     f = _int_format(fmt)
-    mode = check_rounding(rounding)
+    mode = sr_mode(check_rounding(rounding), check_random_bits(random_bits))
     if division not in DIVISIONS:
         raise ValueError(f"division must be one of {DIVISIONS}, got {division!r}")
     x, restore = as_input(x)
@@ -403,7 +405,7 @@ def _quantize_numpy(
                 quotient = _odd_quotient(flat[lo:hi].astype(np.float64), sc)
             else:
                 quotient = _torch_quotient(flat[lo:hi], sc)
-        rw = None if key is None else _random_for(rbits, key, hi - lo, lo)
+        rw = None if key is None else _random_for(word_bits(mode, rbits), key, hi - lo, lo)
         k = np.empty(hi - lo, dtype=np.float64)
         _round_int_chunk(_WIDE, mode, quotient, k, rw)
         k += zc  # exact: integers below 2**53

@@ -42,7 +42,7 @@ def test_no_preset_is_approximate():
 def test_published_in_block_model_does_not_fit_b200_fp8():
     # what the published model says for B200 FP8 (c aligned with the products, truncation)
     s = next(s for s in SETS if s.name == "B200_E4M3")
-    tc = pl.tensor_core("b200", "e4m3")
+    tc = pl.tensor_core("b200", "e4m3", instruction="mma")
     published = tc.replace(addend="in_block", rounding="toward_zero", inner_block=None,
                            inner_interleave=None)  # fmt: skip
     d = pl.gemm(s.a[:, None, :], s.b[:, :, None], s.c[:, None, None], input_format="e4m3",
@@ -51,10 +51,10 @@ def test_published_in_block_model_does_not_fit_b200_fp8():
     assert 250 < match < 400  # about 64%, as reported (3207/5000 on the full set)
 
 
-def _dot(gpu, fmt, a, b, c=0.0, out="fp32"):
+def _dot(gpu, fmt, a, b, c=0.0, out="fp32", instruction=None):
     a = np.asarray(a, dtype=np.float64)[None, :]
     b = np.asarray(b, dtype=np.float64)[:, None]
-    acc = pl.tensor_core(gpu, fmt, out_format=out)
+    acc = pl.tensor_core(gpu, fmt, out_format=out, instruction=instruction)
     d = pl.gemm(a, b, np.array([[c]]), input_format=fmt, accumulator=acc, out_format=out,
                 input_rounding="exact")  # fmt: skip
     return float(d[0, 0])
@@ -122,15 +122,22 @@ def test_h100_fp8_keeps_13_fraction_bits():
     assert _dot("ada", "e4m3", ones[:16] + [0.0] * 16, [2.0**-9] * 32) == 2.0**-5
 
 
-@pytest.mark.parametrize("gpu", sorted(GPUS))
+MEASURED_GPUS = ["v100", "a100", "a2", "a30", "ada", "l40s", "rtx4090", "h100", "h200", "b200"]
+
+
+@pytest.mark.parametrize("gpu", MEASURED_GPUS)
 def test_every_gpu_has_presets(gpu):
     formats = tensor_core_formats(gpu)
     assert "fp16" in formats
     assert ("e4m3" in formats) == (GPUS[gpu] in ("ada", "hopper", "blackwell"))
     assert ("bf16" in formats) == (GPUS[gpu] != "volta")
+    assert ("fp64" in formats) == (GPUS[gpu] in ("ampere", "ada", "hopper"))
     for fmt in formats:
-        acc = pl.tensor_core(gpu, fmt)
-        assert acc.order == "block_fma" and acc.block in (4, 8, 16, 32)
+        acc = pl.tensor_core(gpu, fmt, out_format="fp64" if fmt == "fp64" else "fp32")
+        if fmt == "fp64":  # DMMA: a chain of fp64 FMAs
+            assert acc.order == "sequential" and acc.format == pl.get_format("fp64")
+        else:
+            assert acc.order == "block_fma" and acc.block in (4, 8, 16, 32)
         assert acc.name.startswith(gpu)
 
 
@@ -143,11 +150,11 @@ def test_same_architecture_same_model():
 @pytest.mark.parametrize(
     ("args", "kw", "match"),
     [
-        (("t4", "fp16"), {}, "gpu must be one of"),
-        (("v100", "bf16"), {}, "input_format: v100 .volta. tensor cores take fp16"),
+        (("p100", "fp16"), {}, "gpu must be one of"),
+        (("v100", "bf16"), {}, "input_format: v100 .volta. mma takes fp16"),
         (("a100", "e4m3"), {}, "input_format: a100"),
         (("h100", "fp32"), {}, "input_format"),
-        (("h100", "bf16"), {"out_format": "fp16"}, "out_format: h100 tensor cores with bf16"),
+        (("h100", "bf16"), {"out_format": "fp16"}, "out_format: h100 matrix cores with bf16"),
         (("h100", "nope"), {}, "input_format: unknown format"),
     ],
 )
@@ -165,11 +172,11 @@ def test_fp8_fp16_output_deals_register_byte_pairs_to_two_fp16_mmas(gpu):
     s = 2.0**-5  # 2**-11 = 2**-5 * 2**-6, both on the e4m3 grid
     a = [1.0, s, s] + [0.0] * 29
     b = [1.0, 2.0**-6, 2.0**-6] + [0.0] * 29
-    assert _dot(gpu, "e4m3", a, b, out="fp16") == 1.0
+    assert _dot(gpu, "e4m3", a, b, out="fp16", instruction="mma") == 1.0
     # with the second small product at k=4 (first MMA again) the first MMA sums all exactly
     a4 = [1.0, s, 0.0, 0.0, s] + [0.0] * 27
     b4 = [1.0, 2.0**-6, 0.0, 0.0, 2.0**-6] + [0.0] * 27
-    assert _dot(gpu, "e4m3", a4, b4, out="fp16") == 1.0 + 2.0**-10
+    assert _dot(gpu, "e4m3", a4, b4, out="fp16", instruction="mma") == 1.0 + 2.0**-10
 
 
 def test_fp8_fp16_output_adds_c_after_the_products():
@@ -178,7 +185,7 @@ def test_fp8_fp16_output_adds_c_after_the_products():
     # With c inside the first MMA, 1 + 2**-11 would round to 1 twice.
     a = [2.0**-5, 0.0, 2.0**-5] + [0.0] * 29
     b = [2.0**-6, 0.0, 2.0**-6] + [0.0] * 29
-    assert _dot("h100", "e4m3", a, b, c=1.0, out="fp16") == 1.0 + 2.0**-10
+    assert _dot("h100", "e4m3", a, b, c=1.0, out="fp16", instruction="mma") == 1.0 + 2.0**-10
     # c aligned inside chained fp16 MMAs (the fp16-input model) loses both: 1 + 2**-11 -> 1
     in_block = pl.tensor_core("h100", "fp16", out_format="fp16")
     a16, b16 = [2.0**-5] + [0.0] * 15 + [2.0**-5] + [0.0] * 15, [2.0**-6] * 32
@@ -230,7 +237,8 @@ def test_fp8_emulation_matches_an_independent_fraction_oracle(k, out):
     a = pl.round_to(rng.standard_normal((20, k)), "e4m3")
     b = pl.round_to(rng.standard_normal((k, 1)), "e4m3")
     c = rng.uniform(-2, 2, (20, 1))
-    acc = pl.tensor_core("h100" if out == "fp16" else "b200", "e4m3", out_format=out)
+    gpu = "h100" if out == "fp16" else "b200"
+    acc = pl.tensor_core(gpu, "e4m3", out_format=out, instruction="mma")
     d = pl.gemm(a, b, c, input_format="e4m3", accumulator=acc, out_format=out)[:, 0]
     want = [_emulated_oracle(list(a[i]), list(b[:, 0]), c[i, 0], out) for i in range(20)]
     assert d.astype(np.float64).tolist() == want

@@ -44,7 +44,7 @@ from ...core.formats import FloatFormat, get_format
 from ...core.inputs import as_numpy
 from ...core.rounding import STOCHASTIC_MODES, _fits_float32, as_float_array, round_to
 from ...gemm.accumulator import Accumulator, _float_format
-from ...gemm.reference import _as_accumulator, gemm
+from ...gemm.reference import _as_accumulator, _canonical_nan, gemm
 from ...gemm.reference import _on_grid as _put_on_grid
 
 __all__ = ["cumsum", "dot", "sum"]
@@ -303,7 +303,9 @@ def cumsum(
     fmt = acc.format
     assert isinstance(fmt, FloatFormat)
     seed = 0 if acc.seed is None else acc.seed
-    r = Rounder(fmt, acc.rounding, acc.overflow, acc.subnormals, seed, acc.random_bits)
+    r = Rounder(
+        fmt, acc.rounding, acc.overflow, acc.subnormals, seed, acc.random_bits, acc.zero_sign
+    )
 
     def add(p: np.ndarray, q: np.ndarray, event: int) -> np.ndarray:
         w = None
@@ -327,10 +329,19 @@ def cumsum(
         y = add(p, -comp, 5 * K + k)
         t = add(s, y, k)
         comp = add(add(t, -s, 6 * K + k), -y, 7 * K + k)
+        # an infinity or NaN (input or overflow) is added as it is, the compensation dropped,
+        # as gemm's compensated order does (accumulator spec section 5)
+        with np.errstate(invalid="ignore"):
+            bad = ~(np.isfinite(p) & np.isfinite(s))
+            t = np.where(bad, s + p, t)
+        comp = np.where(bad, 0.0, comp)
         s = out[:, k] = t
     # on the grid already, but for the signs of zero and NaN of the format, and infinities,
     # which the running state keeps (as sum's model does) and each output rounds with the
     # overflow rule (to max under "saturate", as sum's result)
-    res = round_to(out, fmt, overflow=acc.overflow).reshape(v.shape)
-    res = res.astype(np.float32 if _fits_float32(fmt) else np.float64)
+    overflow = "ieee" if acc.overflow == "infinity" else acc.overflow  # (the same on the grid)
+    res = round_to(out, fmt, overflow=overflow).reshape(v.shape)
+    res = _canonical_nan(
+        res.astype(np.float32 if _fits_float32(fmt) else np.float64), acc.nan_encoding
+    )
     return res if axis is None else np.moveaxis(res, -1, axis)

@@ -17,14 +17,33 @@
 struct pl_rounder {
   pl_plan<double> p;  // format, mode, overflow (saturate), subnormals (flush)
   int fp64_native;    // fp64 with nearest_even: the float64 sum is the answer
+  int inf_over;       // overflow="infinity": from max + ulp(max) on, +-inf in every mode
+  int zero_pos;       // zero_sign="positive": every zero result is +0
+  double top;         // max + ulp(max) (inf for fp64)
 };
 
-PL_HD_CALL pl_rounder pl_make_rounder(const pl_i64* q) {
+PL_HD double pl_overflow_top(const pl_format& f) {
+  const int emax = (int)(pl_max_code_magnitude(f) >> f.mbits) - f.bias;
+  return pl_fmt_max(f) + ldexp(1.0, emax - f.mbits);
+}
+
+// A rounder of plan p with the IEEE rules (inf_over, zero_pos 0): build every pl_rounder here
+// or by pl_make_rounder, so that no field is left uninitialised.
+PL_HD_CALL pl_rounder pl_rounder_of(const pl_plan<double>& p, int fp64_native) {
   pl_rounder r;
-  r.p = pl_make_plan<double>(pl_make_format((int)q[0], (int)q[1], (int)q[2], (int)q[3], (int)q[4]),
-                             (int)q[5], (int)q[6], (int)q[7]);
-  r.fp64_native = (int)q[8];
+  r.p = p;
+  r.fp64_native = fp64_native;
+  r.inf_over = 0;
+  r.zero_pos = 0;
+  r.top = pl_overflow_top(p.fmt);
   return r;
+}
+
+PL_HD_CALL pl_rounder pl_make_rounder(const pl_i64* q) {
+  return pl_rounder_of(
+      pl_make_plan<double>(pl_make_format((int)q[0], (int)q[1], (int)q[2], (int)q[3], (int)q[4]),
+                           (int)q[5], (int)q[6], (int)q[7]),
+      (int)q[8]);
 }
 
 // round_to(x, fmt, rounding=mode, overflow=(the rounder's), subnormals=flush ? flush : keep)
@@ -65,10 +84,19 @@ PL_HD pl_i64 pl_cvt_i64(double x) {
   return (pl_i64)x;
 }
 
+// The rounder's overflow="infinity" and zero-sign rules applied to `out`, the rounding of the
+// exact (or 53-bit round-to-odd) z (exact.Rounder.finish): |z| >= max + ulp(max) overflows as
+// round-to-nearest does (+-inf, NaN without inf), and a zero is +0 with zero_pos.
+PL_HD double pl_rounder_finish(const pl_rounder& r, double z, double out) {
+  if (r.inf_over && fabs(z) >= r.top) out = pl_round_with(r.p, z, PL_RNE, 0);
+  if (r.zero_pos) out = out + 0.0;
+  return out;
+}
+
 // Round the exact s + t onto the rounder's format once (exact.round_sum); w: the random word.
 // Stochastic modes: PL_SR rounds away from zero iff frac + w >= 2**64 (frac: the exact discarded
 // fraction times 2**64), PL_SRE iff the value is inexact and w's top bit is set.
-PL_HD_CALL double pl_round_sum(const pl_rounder& r, double s, double t, pl_u64 w) {
+PL_HD_CALL double pl_round_sum_core(const pl_rounder& r, double s, double t, pl_u64 w) {
   const pl_plan<double>& p = r.p;
   if (r.fp64_native) return pl_round_with(p, s, PL_RNE, p.flush);
   if (!pl_is_stochastic(p.mode)) return pl_round_with(p, pl_odd_collapse(s, t), p.mode, p.flush);
@@ -104,13 +132,19 @@ PL_HD_CALL double pl_round_sum(const pl_rounder& r, double s, double t, pl_u64 w
   return out;
 }
 
+PL_HD_CALL double pl_round_sum(const pl_rounder& r, double s, double t, pl_u64 w) {
+  const double out = pl_round_sum_core(r, s, t, w);
+  if (!(r.inf_over || r.zero_pos)) return out;
+  return pl_rounder_finish(r, pl_odd_collapse(s, t), out);
+}
+
 // Rounder.round: round an exact double x.
 PL_HD_CALL double pl_rounder_round(const pl_rounder& r, double x, pl_u64 w) {
   if (pl_is_stochastic(r.p.mode)) return pl_round_sum(r, x, 0.0, w);
-  return pl_round_with(r.p, x, r.p.mode, r.p.flush);
+  return pl_rounder_finish(r, x, pl_round_with(r.p, x, r.p.mode, r.p.flush));
 }
 
-// ----- special values: numpy's float64 arithmetic on x86 (the reference's "shadow" sum) ----------
+// ----- numpy's float64 arithmetic on x86 (NaN signs and payloads; blocks.inc) -------------------
 // A NaN operand propagates (the first one when both are), quieted; an invalid operation gives
 // x86's default NaN, which is negative.
 PL_HD double pl_x86_nan_result(double a, double b, double r) {
@@ -130,16 +164,19 @@ enum {
   PL_P_SEG, PL_P_PROMOTE, PL_P_PRODUCT, PL_P_SCALES, PL_P_SA_ROWS, PL_P_SB_COLS, PL_P_NK,
   PL_P_KBLOCK, PL_P_EMIN_A, PL_P_EMIN_B, PL_P_SEED_LO, PL_P_SEED_HI, PL_P_RBITS, PL_P_SPECIAL,
   PL_P_TK, PL_P_HAS_C, PL_P_STOCHASTIC, PL_P_INNER, PL_P_INTERLEAVE,
+  PL_P_ZEROS, PL_P_ZERO_POS, PL_P_INF_OVER,  // zeros_in_anchor, zero_sign, overflow=infinity
   PL_P_ROUNDERS = 32,  // 6 rounders of 9 entries: acc, block, promote, scale, product, out
   PL_P_SIZE = 32 + 6 * 9
 };
 #define PL_GEMM_NO_TERM (-(1 << 20))
+#define PL_GEMM_ZERO_EXP (-126)  // accumulator.ZERO_EXPONENT (zeros_in_anchor)
 #define PL_PAIR_STACK 64
 
 struct pl_gemm_cfg {
   pl_i64 M, N, K, NB, T, seg, sa_rows, sb_cols, nk, kblock;
   int order, block, align_bits, in_block, promote, has_product, has_scales, emin_a, emin_b;
   int random_bits, has_special, tk, has_c, stochastic, inner, interleave;
+  int zero_exp;  // alignment exponent of a zero operand: PL_GEMM_ZERO_EXP or PL_GEMM_NO_TERM
   pl_u64 seed_lo, seed_hi;
   pl_rounder acc, blk, prom, scale, prod, out;
 };
@@ -179,6 +216,12 @@ PL_HD_CALL void pl_gemm_load_cfg(pl_gemm_cfg* c, const pl_i64* q) {
   c->scale = pl_make_rounder(q + PL_P_ROUNDERS + 3 * 9);
   c->prod = pl_make_rounder(q + PL_P_ROUNDERS + 4 * 9);
   c->out = pl_make_rounder(q + PL_P_ROUNDERS + 5 * 9);
+  c->zero_exp = q[PL_P_ZEROS] ? PL_GEMM_ZERO_EXP : PL_GEMM_NO_TERM;
+  pl_rounder* all[6] = {&c->acc, &c->blk, &c->prom, &c->scale, &c->prod, &c->out};
+  for (int i = 0; i < 6; ++i) {
+    all[i]->zero_pos = (int)q[PL_P_ZERO_POS];
+    all[i]->inf_over = (int)q[PL_P_INF_OVER];
+  }
 }
 
 // ----- the state of one output element -----------------------------------------------------------
@@ -189,7 +232,6 @@ struct pl_gemm_elem {
   int has_s0;
   double acc;      // sequential: running sum; blocked: running total; block_fma: r
   double bsum;     // blocked: the current block's sum
-  double shadow;   // IEEE float64 sum of the raw values (special values)
   // pairwise: a stack of (level, index, value) and the event offsets of the segment's levels
   int depth;
   int lev[PL_PAIR_STACK];
@@ -215,21 +257,34 @@ PL_HD_CALL double pl_gemm_add(const pl_gemm_cfg& c, const pl_rounder& r, double 
   return pl_round_sum(r, sg * s, sg * t, pl_gemm_word(c, r, event, idx));
 }
 
-// The model's product of inputs a and b at index k (exact, or rounded to the product format).
-PL_HD double pl_gemm_product(const pl_gemm_cfg& c, double a, double b, pl_i64 k, pl_u64 idx) {
-  const double p = a * b;
-  if (!c.has_product) return p;
-  return pl_rounder_round(c.prod, p, pl_gemm_word(c, c.prod, 4 * c.K + k, idx));
+// An addition of the model with special values (spec section 5): infinities and NaNs in the
+// inputs (has_special) are never rounded: a step with one gives the IEEE sum (reference._add).
+PL_HD_CALL double pl_gemm_add_sp(const pl_gemm_cfg& c, const pl_rounder& r, double x, double y,
+                                 pl_i64 event, pl_u64 idx) {
+  if (c.has_special && !(pl_finite(x) && pl_finite(y))) return x + y;
+  return pl_gemm_add(c, r, x, y, event, idx);
 }
 
 PL_HD double pl_model_value(const pl_gemm_cfg& c, double v) {
   return (c.has_special && !pl_finite(v)) ? 0.0 : v;
 }
 
+// The model's product of inputs a and b at index k (exact, or rounded to the product format);
+// an infinite or NaN input gives the IEEE product, unrounded (reference._product).
+PL_HD double pl_gemm_product(const pl_gemm_cfg& c, double a, double b, pl_i64 k, pl_u64 idx) {
+  double p = pl_model_value(c, a) * pl_model_value(c, b);
+  if (c.has_product) p = pl_rounder_round(c.prod, p, pl_gemm_word(c, c.prod, 4 * c.K + k, idx));
+  if (c.has_special) {
+    const double raw = a * b;
+    if (!pl_finite(raw)) p = raw;
+  }
+  return p;
+}
+
 PL_HD void pl_gemm_begin(const pl_gemm_cfg& c, pl_gemm_elem* e, pl_u64 idx, double cval) {
+  (void)c;
   e->idx = idx;
-  e->shadow = cval;
-  e->W = pl_model_value(c, cval);
+  e->W = cval;
   e->depth = 0;
 }
 
@@ -260,7 +315,7 @@ PL_HD_CALL void pl_pair_push(const pl_gemm_cfg& c, pl_gemm_elem* e, pl_i64 k0, i
     --e->depth;
     ++lev;
     q /= 2;
-    v = pl_gemm_add(c, c.acc, x, v, k0 + e->offsets[lev] + q, e->idx);
+    v = pl_gemm_add_sp(c, c.acc, x, v, k0 + e->offsets[lev] + q, e->idx);
   }
   e->lev[e->depth] = lev;
   e->q[e->depth] = q;
@@ -271,26 +326,26 @@ PL_HD_CALL void pl_pair_push(const pl_gemm_cfg& c, pl_gemm_elem* e, pl_i64 k0, i
 // Streaming orders: feed the product of a and b at global index k of segment [k0, k1).
 PL_HD_CALL void pl_gemm_feed(const pl_gemm_cfg& c, pl_gemm_elem* e, pl_i64 k0, pl_i64 k1, pl_i64 k,
                         double a, double b) {
-  if (c.has_special) e->shadow = pl_x86_add(e->shadow, pl_x86_mul(a, b));
-  const double p = pl_gemm_product(c, pl_model_value(c, a), pl_model_value(c, b), k, e->idx);
+  const double p = pl_gemm_product(c, a, b, k, e->idx);
   if (c.order == PL_SEQUENTIAL) {
-    e->acc = pl_gemm_add(c, c.acc, e->acc, p, k, e->idx);
+    e->acc = pl_gemm_add_sp(c, c.acc, e->acc, p, k, e->idx);
   } else if (c.order == PL_BLOCKED) {
     const pl_i64 pos = (k - k0) % c.block;
     if (pos == 0) e->bsum = 0.0;
-    e->bsum = pl_gemm_add(c, c.acc, e->bsum, p, k, e->idx);
+    e->bsum = pl_gemm_add_sp(c, c.acc, e->bsum, p, k, e->idx);
     if (pos == c.block - 1 || k == k1 - 1) {
       const pl_i64 j0 = k - pos;
-      e->acc = pl_gemm_add(c, c.acc, e->acc, e->bsum, c.K + j0 / c.block, e->idx);
+      e->acc = pl_gemm_add_sp(c, c.acc, e->acc, e->bsum, c.K + j0 / c.block, e->idx);
     }
   } else {  // pairwise
     pl_pair_push(c, e, k0, 0, k - k0, p);
   }
 }
 
-// Alignment exponent max(floor(log2|x|), emin); PL_GEMM_NO_TERM for zero.
-PL_HD int pl_align_exp(double x, int emin) {
-  if (x == 0.0) return PL_GEMM_NO_TERM;
+// Alignment exponent max(floor(log2|x|), emin); `zero` for zero (PL_GEMM_NO_TERM: no part;
+// PL_GEMM_ZERO_EXP with zeros_in_anchor).
+PL_HD int pl_align_exp(double x, int emin, int zero = PL_GEMM_NO_TERM) {
+  if (x == 0.0) return zero;
   int e;
   frexp(x, &e);
   e -= 1;
@@ -305,13 +360,13 @@ PL_HD_CALL double pl_fma_sum(const pl_gemm_cfg& c, const double* a, int as, cons
   int E = PL_GEMM_NO_TERM;
   for (int i = 0; i < n; ++i) {
     if (groups > 1 && (i / q) % groups != g) continue;
-    const int ea = pl_align_exp(pl_model_value(c, a[i * as]), c.emin_a);
-    const int eb = pl_align_exp(pl_model_value(c, b[i * bs]), c.emin_b);
+    const int ea = pl_align_exp(pl_model_value(c, a[i * as]), c.emin_a, c.zero_exp);
+    const int eb = pl_align_exp(pl_model_value(c, b[i * bs]), c.emin_b, c.zero_exp);
     if (ea + eb > E) E = ea + eb;
   }
   const double rr = pl_finite(r) ? r : 0.0;
   if (has_r) {
-    const int er = pl_align_exp(rr, c.acc.p.emin);
+    const int er = pl_align_exp(rr, c.acc.p.emin, c.zero_exp);
     if (er > E) E = er;
   }
   int sh = c.align_bits - E;
@@ -329,36 +384,64 @@ PL_HD_CALL double pl_fma_sum(const pl_gemm_cfg& c, const double* a, int as, cons
   return X + 0.0;
 }
 
+// The special values of a block step (reference._specials / _special_step): *sum gets the IEEE
+// sum of the non-finite raw products of group g (as pl_fma_sum selects them); true if any.
+PL_HD bool pl_block_specials(const pl_gemm_cfg& c, const double* a, int as, const double* b,
+                             int bs, int n, int g, int groups, int q, double* sum) {
+  bool has = false;
+  double acc = 0.0;
+  if (!c.has_special) return false;
+  for (int i = 0; i < n; ++i) {
+    if (groups > 1 && (i / q) % groups != g) continue;
+    const double raw = a[i * as] * b[i * bs];
+    if (!pl_finite(raw)) {
+      acc = has ? acc + raw : raw;
+      has = true;
+    }
+  }
+  *sum = acc;
+  return has;
+}
+
+// The running value after a block step: `nr`, unless the running value r or the step's
+// products hold special values: then their IEEE sum.
+PL_HD double pl_special_step(double r, double nr, bool has, double sum) {
+  if (has) return r + sum;
+  return pl_finite(r) ? nr : r;
+}
+
 // block_fma: one block of products j0 .. j1-1; a[i * as], b[i * bs] for i = 0 .. j1-j0-1.
 PL_HD_CALL void pl_gemm_feed_block(const pl_gemm_cfg& c, pl_gemm_elem* e, pl_i64 j0, pl_i64 j1,
                                    const double* a, int as, const double* b, int bs) {
   const int n = (int)(j1 - j0);
-  if (c.has_special) {
-    for (int i = 0; i < n; ++i) e->shadow = pl_x86_add(e->shadow, pl_x86_mul(a[i * as], b[i * bs]));
-  }
   const double r = e->acc;
-  double nr;
+  double sp;
   if (c.in_block) {
     const double X = pl_fma_sum(c, a, as, b, bs, n, 0, 1, 1, true, r);
-    nr = pl_rounder_round(c.acc, X, pl_gemm_word(c, c.acc, j0, e->idx));
-  } else {
-    double t;
-    if (!c.inner) {
-      const double X = pl_fma_sum(c, a, as, b, bs, n, 0, 1, 1, false, 0.0);
-      t = pl_rounder_round(c.blk, X, pl_gemm_word(c, c.blk, j0, e->idx));
-    } else {  // a chain of inner block FMAs from 0
-      const int groups = c.block / c.inner;
-      const int q = c.interleave ? c.interleave : c.inner;
-      t = 0.0;
-      for (int g = 0; g < groups; ++g) {
-        const double X = pl_fma_sum(c, a, as, b, bs, n, g, groups, q, true, t);
-        const double nt = pl_rounder_round(c.blk, X, pl_gemm_word(c, c.blk, j0 + g, e->idx));
-        if (pl_finite(t)) t = nt;
-      }
-    }
-    nr = pl_gemm_add(c, c.acc, r, t, c.K + j0, e->idx);
+    const double nr = pl_rounder_round(c.acc, X, pl_gemm_word(c, c.acc, j0, e->idx));
+    const bool has = pl_block_specials(c, a, as, b, bs, n, 0, 1, 1, &sp);
+    e->acc = pl_special_step(r, nr, has, sp);
+    return;
   }
-  if (pl_finite(r)) e->acc = nr;
+  double t;
+  if (!c.inner) {
+    const double X = pl_fma_sum(c, a, as, b, bs, n, 0, 1, 1, false, 0.0);
+    t = pl_rounder_round(c.blk, X, pl_gemm_word(c, c.blk, j0, e->idx));
+    const bool has = pl_block_specials(c, a, as, b, bs, n, 0, 1, 1, &sp);
+    t = pl_special_step(0.0, t, has, sp);
+  } else {  // a chain of inner block FMAs from 0
+    const int groups = c.block / c.inner;
+    const int q = c.interleave ? c.interleave : c.inner;
+    t = 0.0;
+    for (int g = 0; g < groups; ++g) {
+      const double X = pl_fma_sum(c, a, as, b, bs, n, g, groups, q, true, t);
+      const double nt = pl_rounder_round(c.blk, X, pl_gemm_word(c, c.blk, j0 + g, e->idx));
+      const bool has = pl_block_specials(c, a, as, b, bs, n, g, groups, q, &sp);
+      t = pl_special_step(t, nt, has, sp);
+    }
+  }
+  const double nr = pl_gemm_add_sp(c, c.acc, r, t, c.K + j0, e->idx);
+  if (pl_finite(r) || c.has_special) e->acc = nr;
 }
 
 // End of segment s = [k0, k1): the segment's value, promoted into W.
@@ -386,7 +469,7 @@ PL_HD_CALL void pl_gemm_end_segment(const pl_gemm_cfg& c, pl_gemm_elem* e, pl_i6
     // round(s0 + T), event K + k0; skipped when s0 is the constant 0 and T a pair sum (a lone
     // product is rounded once, from 0 or from c: never rounded first and then added to c)
     if (e->has_s0 || k1 - k0 == 1) {
-      P = pl_gemm_add(c, c.acc, e->has_s0 ? e->s0 : 0.0, v, c.K + k0, e->idx);
+      P = pl_gemm_add_sp(c, c.acc, e->has_s0 ? e->s0 : 0.0, v, c.K + k0, e->idx);
     } else {
       P = v;
     }
@@ -399,7 +482,7 @@ PL_HD_CALL void pl_gemm_end_segment(const pl_gemm_cfg& c, pl_gemm_elem* e, pl_i6
     const double sig = pl_rounder_round(c.scale, sa * sb, 0ULL);
     P = P * sig;
   }
-  e->W = pl_gemm_add(c, c.prom, e->W, P, 2 * c.K + s, e->idx);
+  e->W = pl_gemm_add_sp(c, c.prom, e->W, P, 2 * c.K + s, e->idx);
 }
 
 // The output value d = round(W, out_format, out_rounding) of element idx (exact double).
@@ -409,9 +492,7 @@ PL_HD_CALL double pl_gemm_output(const pl_gemm_cfg& c, double W, pl_u64 idx) {
 
 // The output value of an element.
 PL_HD double pl_gemm_finish(const pl_gemm_cfg& c, pl_gemm_elem* e) {
-  double W = e->W;
-  if (c.has_special && !pl_finite(e->shadow)) W = e->shadow;
-  return pl_gemm_output(c, W, e->idx);
+  return pl_gemm_output(c, e->W, e->idx);
 }
 
 // The segment [k0, k1) of segment number s.

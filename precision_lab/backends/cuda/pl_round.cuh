@@ -46,10 +46,14 @@ enum {
   PL_RTO = 5,  // odd
   PL_SR = 6,   // stochastic
   PL_RNZ = 7,  // nearest_zero (ties toward zero)
-  PL_SRE = 8   // stochastic_equal (inexact: up or down with probability 1/2, top random bit)
+  PL_SRE = 8,  // stochastic_equal (inexact: up or down with probability 1/2, top random bit)
+  PL_SRF = 9,  // stochastic_offset (Fitzgibbon & Felix's SRF: PL_SR on words carrying the offset)
+  PL_SRC = 10  // stochastic_corrected (their SRC: the fraction rounded to N bits, then PL_SR)
 };
 // Whether a mode draws random words (rounding.STOCHASTIC_MODES).
-PL_HD bool pl_is_stochastic(int mode) { return mode == PL_SR || mode == PL_SRE; }
+PL_HD bool pl_is_stochastic(int mode) {
+  return mode == PL_SR || mode == PL_SRE || mode == PL_SRF || mode == PL_SRC;
+}
 enum { PL_NAN_IEEE = 0, PL_NAN_FN = 1, PL_NAN_FNUZ = 2, PL_NAN_NONE = 3 };
 enum { PL_HAS_INF = 1, PL_HAS_SUBNORMALS = 2, PL_HAS_ZERO = 4, PL_SIGNED = 8 };
 
@@ -256,13 +260,22 @@ PL_HD void pl_philox4x64_10(pl_u64 c[4], pl_u64 k0, pl_u64 k1) {
   }
 }
 
-// The mask that keeps the top random_bits bits (1..64) of a random word.
+// The mask that keeps the top random_bits bits (1..64) of a random word. random_bits = N + 64
+// (65..127, rounding.word_bits) asks for the words of the SR variants PL_SRF and PL_SRC with N
+// bits: the top N bits and the marker bit 2**(63 - N) (pl_random_mark).
 PL_HD pl_u64 pl_random_mask(int random_bits) {
-  return random_bits >= 64 ? ~0ULL : ~((1ULL << (64 - random_bits)) - 1);
+  const int n = random_bits > 64 ? random_bits - 64 : random_bits;
+  return n >= 64 ? ~0ULL : ~((1ULL << (64 - n)) - 1);
+}
+
+// The marker bit of the SR variants' words (0 for random_bits <= 64): SRF's offset of half a
+// random unit, and how SRC learns N.
+PL_HD pl_u64 pl_random_mark(int random_bits) {
+  return random_bits > 64 && random_bits < 128 ? 1ULL << (127 - random_bits) : 0ULL;
 }
 
 // The random words of flat indices 4*group .. 4*group+3 for seed (seed_lo + 2**64 seed_hi), with
-// the low 64 - random_bits bits cleared (random_bits in 1..64).
+// the low 64 - random_bits bits cleared (random_bits in 1..64; 65..127: pl_random_mask).
 PL_HD void pl_random_group(pl_u64 group, pl_u64 seed_lo, pl_u64 seed_hi, int random_bits,
                            pl_u64 w[4]) {
   w[0] = group;
@@ -270,8 +283,22 @@ PL_HD void pl_random_group(pl_u64 group, pl_u64 seed_lo, pl_u64 seed_hi, int ran
   w[2] = 0;
   w[3] = 0;
   pl_philox4x64_10(w, seed_lo, seed_hi);
-  const pl_u64 keep = pl_random_mask(random_bits);
-  for (int j = 0; j < 4; ++j) w[j] &= keep;
+  const pl_u64 keep = pl_random_mask(random_bits), mark = pl_random_mark(random_bits);
+  for (int j = 0; j < 4; ++j) w[j] = (w[j] & keep) | mark;
+}
+
+// Stochastic rounding's choice (rounding._sr_up): away from zero iff frac64 + R >= 2**64, frac64
+// the discarded fraction times 2**64, floored, R the word (PL_SRF's words carry its offset).
+// PL_SRC first rounds frac64 to its top N bits (nearest, ties to even; N from the marker bit) and
+// adds the word without the marker; a fraction that rounds up to 1 always goes away.
+PL_HD bool pl_sr_up(pl_u64 frac64, pl_u64 rw, int mode) {
+  if (mode != PL_SRC) return frac64 != 0 && rw >= 0ULL - frac64;
+  const pl_u64 low = rw & (0ULL - rw), unit = low << 1;
+  const pl_u64 rem = frac64 & (unit - 1), t = frac64 - rem;
+  const bool inc = rem > low || (rem == low && (t & unit) != 0);
+  const pl_u64 c = t + (inc ? unit : 0ULL);
+  const pl_u64 r = rw ^ low;
+  return (inc && c == 0) || (c != 0 && r >= 0ULL - c);
 }
 
 // The random word of one flat index.
@@ -305,9 +332,9 @@ PL_HD double pl_round_quantum(double mag, bool neg, int qexp, int mode, pl_u64 r
       return f + (v - f > 0.5 ? 1.0 : 0.0);
     case PL_SRE:
       return f + ((v != f && (rw >> 63) != 0) ? 1.0 : 0.0);
-    default: {  // stochastic: up iff floor(frac * 2**64) + R >= 2**64
+    default: {  // stochastic modes: up iff floor(frac * 2**64) + R >= 2**64 (pl_sr_up)
       const pl_u64 frac64 = (pl_u64)floor(ldexp(v - f, 64));
-      return f + ((frac64 != 0 && rw >= 0ULL - frac64) ? 1.0 : 0.0);
+      return f + (pl_sr_up(frac64, rw, mode) ? 1.0 : 0.0);
     }
   }
 }
@@ -476,7 +503,15 @@ PL_HD typename pl_traits<F>::U pl_round_bits(const pl_plan<F>& p, typename pl_tr
         r = u & ~mask;
         if ((u & mask) != 0 && (((r >> s) & 1) ^ (U)p.flip_parity) == 0) r += (U)1 << s;
         break;
-      default: {  // stochastic: the top s bits of the random word
+      case PL_SRC: {  // the dropped bits rounded to N (nearest even), then the word's top s bits
+        const pl_u64 low = rw & (0ULL - rw);              // the marker 2**(63 - N)
+        const pl_u64 unit = (low << 1) >> (64 - s);       // 2**(s - N), or 0/1 when N >= s
+        r = u;
+        if (unit > 1) r = (u + ((u / (U)unit) & 1) + ((U)unit / 2 - 1)) & ~((U)unit - 1);
+        r += (U)((rw ^ low) >> (64 - s));
+        break;
+      }
+      default: {  // stochastic (and stochastic_offset): the top s bits of the random word
         const U top = (U)(rw >> (64 - W));
         r = u + (top >> (W - s));
       }

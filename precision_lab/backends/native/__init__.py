@@ -42,6 +42,7 @@ from ...core.rounding import (
     as_float_array,
     check_choice,
     for_chunks,
+    word_bits,
     working_dtype,
 )
 from ..kernel_sources import format_args
@@ -146,7 +147,7 @@ ext, WHY = load_or_warn("precision_lab.backends._native")
 
 
 def _sr(o: RoundingOptions) -> tuple[int, int, int]:
-    return o.seed & _M64, (o.seed >> 64) & _M64, o.random_bits
+    return o.seed & _M64, (o.seed >> 64) & _M64, word_bits(o.mode, o.random_bits)
 
 
 def _source(x: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -332,6 +332,9 @@ PL_CLONES_BMI2 void fill_random(const philox_keys& k, pl_u64 keep, int sh, size_
 // rw[i] = the (masked) random word of flat index start + i, for i < n (n <= BLOCK)
 void fill_words(const pl_sr_key& key, size_t start, int n, pl_u64* __restrict rw) {
   fill_random<pl_u64>(philox_keys(key), pl_random_mask(key.random_bits), 0, start, n, rw);
+  const pl_u64 mark = pl_random_mark(key.random_bits);  // the SR variants' marker bit
+  if (mark)
+    for (int i = 0; i < n; ++i) rw[i] |= mark;
 }
 
 // ra[i] = the fast path's addend (word_out with shift sh) of the masked word rw[i]
@@ -535,7 +538,7 @@ struct job {
   pl_u64 word(size_t index) const {  // the (masked) random word of one flat index
     pl_u64 w[4];
     philox_group(pk, (pl_u64)(index >> 2), w);
-    return w[index & 3] & keep;
+    return (w[index & 3] & keep) | pl_random_mark(key.random_bits);
   }
 };
 

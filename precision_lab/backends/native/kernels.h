@@ -1,6 +1,7 @@
 // kernels.h: the CPU kernels of precision_lab._native_kernels, built twice (kernels_base.cpp for
-// baseline x86-64 / any CPU, kernels_avx2.cpp for AVX2+FMA), and the fp32 FMA GEMM a third time
-// for AVX-512 (kernels_avx512.cpp); module.cpp picks them at import.
+// baseline x86-64 / any CPU, kernels_avx2.cpp for AVX2+FMA), and the fp32 FMA GEMM and the
+// block-FMA fast path a third time for AVX-512 (kernels_avx512.cpp); module.cpp picks them at
+// import.
 #ifndef PL_NATIVE_KERNELS_H
 #define PL_NATIVE_KERNELS_H
 
@@ -13,12 +14,23 @@
                          long long r1, const int* grid);                                        \
   int k_fma32_tile(int which);
 
+// the block-FMA fast path (blockfma_fast.inc), built for each instruction set
+#define PL_BFMA_DECLS                                                                            \
+  void k_bfma_info(const long long* params, const int* opts, long long* out);                   \
+  long long k_bfma_pack_b(const long long* params, const int* opts, const float* B, float* Bs, \
+                          int* Be, int* OB, long long q0, long long q1, const int* grid,        \
+                          int* spread);                                                         \
+  long long k_bfma_rows(const long long* params, const int* opts, const float* A,              \
+                        const float* Bs, const int* Be, const int* OB, const float* C, void* D, \
+                        int f32, long long r0, long long r1, const int* grid, int spread_b);
+
 #define PL_KERNEL_DECLS                                                                          \
   void k_gemm_rows(const long long* params, const double* A, const double* B, const double* C, \
                    const double* SA, const double* SB, const short* EA, const short* EB,       \
                    const float* B32, void* D, int f32, long long r0, long long r1, int flags); \
   void k_align_exps(const double* x, short* out, long long n, int emin);                       \
   PL_FMA32_DECLS                                                                                \
+  PL_BFMA_DECLS                                                                                 \
   long long k_quantize(const void* x, int x_f64, void* out, int out_code, long long C,         \
                        long long inner, const double* S, const double* Z, int mode,            \
                        int short_path, int torch, double qmin, double qmax, long long lo,      \
@@ -45,6 +57,7 @@ PL_KERNEL_DECLS
 }
 namespace pl_avx512 {
 PL_FMA32_DECLS
+PL_BFMA_DECLS
 }
 #endif
 

@@ -5,7 +5,8 @@ Built by ``setup.py`` from ``precision_lab/backends/native/`` and the CUDA heade
 ``precision_lab/backends/cuda/``; optional: where it is not built, :data:`ext` is None and every
 caller runs its numpy reference. ``PRECISION_LAB_NATIVE_ISA=baseline`` forces the kernels built for
 the baseline instruction set (otherwise AVX2+FMA ones where the CPU has them, and the fp32 FMA GEMM
-for AVX-512 where it has AVX-512F); ``PRECISION_LAB_NATIVE_ISA=avx2`` leaves out AVX-512.
+and the block-FMA fast path for AVX-512 where it has AVX-512F); ``PRECISION_LAB_NATIVE_ISA=avx2``
+leaves out AVX-512.
 
 >>> available() == (ext is not None)
 True
@@ -37,6 +38,7 @@ def active() -> bool:
 
 
 def isa() -> str | None:
-    """Instruction set of the kernels in use (``"avx2+fma, avx512f fp32 gemm"``, ``"avx2+fma"``,
-    ``"baseline"``), None if not built."""
+    """Instruction set of the kernels in use (``"avx2+fma, avx512f gemm"``: the fp32 FMA GEMM
+    and the block-FMA fast path built for AVX-512; ``"avx2+fma"``, ``"baseline"``), None if not
+    built."""
     return None if ext is None else str(ext.isa())

@@ -19,6 +19,7 @@ namespace pl_avx2 {
 #include "common.inc"
 #include "kernels.inc"
 #include "fma32.inc"
+#include "blockfma_fast.inc"
 #include "quant.inc"
 #include "blocks.inc"
 #include "hadamard.inc"

@@ -12,6 +12,7 @@ namespace pl_base {
 #include "common.inc"
 #include "kernels.inc"
 #include "fma32.inc"
+#include "blockfma_fast.inc"
 #include "quant.inc"
 #include "blocks.inc"
 #include "hadamard.inc"

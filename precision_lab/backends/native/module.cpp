@@ -1,6 +1,6 @@
 // precision_lab._native_kernels: GEMM model kernels on the CPU (CPython C API and the buffer
 // protocol; no numpy headers). Python drives them from precision_lab/gemm/native_backend.py,
-// which splits the output rows over precision_lab.rounding.for_chunks; every call releases the
+// which splits the output rows over precision_lab.core.pool.for_chunks; every call releases the
 // GIL. The arithmetic is that of precision_lab/cuda/pl_gemm.cuh (shared with the CUDA kernels).
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -18,6 +18,9 @@ struct kernels {
   decltype(&pl_base::k_fma32_pack) fma32_pack;
   decltype(&pl_base::k_fma32_rows) fma32_rows;
   decltype(&pl_base::k_fma32_tile) fma32_tile;
+  decltype(&pl_base::k_bfma_info) bfma_info;
+  decltype(&pl_base::k_bfma_pack_b) bfma_pack_b;
+  decltype(&pl_base::k_bfma_rows) bfma_rows;
   decltype(&pl_base::k_quantize) quantize;
   decltype(&pl_base::k_dequantize) dequantize;
   decltype(&pl_base::k_blocks) blocks;
@@ -25,10 +28,7 @@ struct kernels {
   decltype(&pl_base::k_hadamard) hadamard;
   const char* isa;
 };
-kernels KT = {pl_base::k_gemm_rows,  pl_base::k_align_exps, pl_base::k_fma32_pack,
-              pl_base::k_fma32_rows, pl_base::k_fma32_tile, pl_base::k_quantize,
-              pl_base::k_dequantize, pl_base::k_blocks,     pl_base::k_block_amax,
-              pl_base::k_hadamard,   "baseline"};
+kernels KT = {pl_base::k_gemm_rows, pl_base::k_align_exps, pl_base::k_fma32_pack, pl_base::k_fma32_rows, pl_base::k_fma32_tile, pl_base::k_bfma_info, pl_base::k_bfma_pack_b, pl_base::k_bfma_rows, pl_base::k_quantize, pl_base::k_dequantize, pl_base::k_blocks, pl_base::k_block_amax, pl_base::k_hadamard, "baseline"};
 
 // A C-contiguous buffer of `kind` ('f' float, 'i' integer) and itemsize, or None when allowed.
 struct buf {
@@ -363,6 +363,109 @@ PyObject* py_hadamard(PyObject*, PyObject* args) {
   PL_END_NATIVE Py_RETURN_NONE;
 }
 
+// The int32 options of the block-FMA fast path (blockfma_fast.inc, BF_O_SIZE entries).
+bool get_bfma_opts(PyObject* o, buf* b) {
+  if (!get_buf(o, b, 'i', 4, false, "opts", false)) return false;
+  if (b->n < 7) {
+    PyErr_Format(PyExc_ValueError, "opts must hold 7 int32, got %zd values", b->n);
+    return false;
+  }
+  return true;
+}
+
+bool get_params(PyObject* o, buf* b) {
+  if (!get_buf(o, b, 'i', 8, false, "params", false)) return false;
+  if (b->n < 86) {
+    PyErr_SetString(PyExc_ValueError, "params: expected the 86 int64 entries of pl_gemm.cuh");
+    return false;
+  }
+  return true;
+}
+
+// bfma_info(params, opts) -> (MR, NR, units): the register tile of the block-FMA fast path and
+// the number of block FMAs (units) along K.
+PyObject* py_bfma_info(PyObject*, PyObject* args) {
+  PyObject *op, *oo;
+  if (!PyArg_ParseTuple(args, "OO", &op, &oo)) return nullptr;
+  buf p, o;
+  if (!get_params(op, &p) || !get_bfma_opts(oo, &o)) return nullptr;
+  long long out[3];
+  KT.bfma_info((const long long*)p.ptr, (const int*)o.ptr, out);
+  return Py_BuildValue("LLL", out[0], out[1], out[2]);
+}
+
+// bfma_pack_b(params, opts, B, Bs, Be, OB, q0, q1, grid=None) -> (bad, spread): panels q0..q1-1
+// of B (nb x K x N float32, put on its grid as it is packed) into Bs (float32), Be (int32):
+// nb * ceil(N / NR) panels of K x NR, and OB (int32): panels of units x NR; bad: inputs off the
+// grid (with check) or not finite.
+PyObject* py_bfma_pack_b(PyObject*, PyObject* args) {
+  PyObject *op, *oo, *ob, *obs, *obe, *oob, *og = Py_None;
+  long long q0, q1;
+  if (!PyArg_ParseTuple(args, "OOOOOOLL|O", &op, &oo, &ob, &obs, &obe, &oob, &q0, &q1, &og))
+    return nullptr;
+  buf p, o, b, bs, be, obb, g;
+  if (!get_params(op, &p) || !get_bfma_opts(oo, &o) || !get_buf(ob, &b, 'f', 4, false, "B", false) ||
+      !get_buf(obs, &bs, 'f', 4, true, "Bs", false) || !get_buf(obe, &be, 'i', 4, true, "Be", false) ||
+      !get_buf(oob, &obb, 'i', 4, true, "OB", false) || !get_grid(og, &g, "grid"))
+    return nullptr;
+  const long long* q = (const long long*)p.ptr;
+  const long long N = q[1], K = q[2], NB = q[3];
+  long long info[3];
+  KT.bfma_info(q, (const int*)o.ptr, info);
+  const long long npan = (N + info[1] - 1) / info[1];
+  if (q0 < 0 || q0 > q1 || q1 > NB * npan || b.n < NB * K * N || bs.n < NB * npan * K * info[1] ||
+      be.n < NB * npan * K * info[1] || obb.n < NB * npan * info[2] * info[1]) {
+    PyErr_SetString(PyExc_ValueError, "bfma_pack_b: buffer sizes do not match params / panel range");
+    return nullptr;
+  }
+  long long bad;
+  int spread = 0;
+  PL_BEGIN_NATIVE bad = KT.bfma_pack_b(q, (const int*)o.ptr, (const float*)b.ptr, (float*)bs.ptr,
+                                       (int*)be.ptr, (int*)obb.ptr, q0, q1, (const int*)g.ptr,
+                                       &spread);
+  PL_END_NATIVE return Py_BuildValue("Li", bad, spread);
+}
+
+// bfma_rows(params, opts, A, Bs, Be, OB, C, D, r0, r1, grid_a, spread_b) -> bad: output rows
+// r0..r1-1 of the block-FMA model on float32 A (put on its grid as it is packed), the packed B
+// (bfma_pack_b) and C (float32 or None); bad (inputs of A off the grid or not finite, units whose
+// spread is too wide) non-zero: D is not the model's.
+PyObject* py_bfma_rows(PyObject*, PyObject* args) {
+  PyObject *op, *oo, *oa, *obs, *obe, *oob, *oc, *od, *og;
+  long long r0, r1;
+  int spread_b;
+  if (!PyArg_ParseTuple(args, "OOOOOOOOLLOi", &op, &oo, &oa, &obs, &obe, &oob, &oc, &od, &r0, &r1,
+                        &og, &spread_b))
+    return nullptr;
+  buf p, o, a, bs, be, obb, c, d, g;
+  if (!get_params(op, &p) || !get_bfma_opts(oo, &o) || !get_buf(oa, &a, 'f', 4, false, "A", false) ||
+      !get_buf(obs, &bs, 'f', 4, false, "Bs", false) || !get_buf(obe, &be, 'i', 4, false, "Be", false) ||
+      !get_buf(oob, &obb, 'i', 4, false, "OB", false) || !get_buf(oc, &c, 'f', 4, false, "C", true) ||
+      !get_grid(og, &g, "grid_a"))
+    return nullptr;
+  if (PyObject_GetBuffer(od, &d.v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) != 0)
+    return nullptr;
+  d.held = true;
+  const long long* q = (const long long*)p.ptr;
+  const long long M = q[0], N = q[1], K = q[2], NB = q[3];
+  long long info[3];
+  KT.bfma_info(q, (const int*)o.ptr, info);
+  const long long npan = (N + info[1] - 1) / info[1];
+  if (r0 < 0 || r1 > NB * M || r0 > r1 || a.n < NB * M * K || bs.n < NB * npan * K * info[1] ||
+      be.n < NB * npan * K * info[1] || obb.n < NB * npan * info[2] * info[1] ||
+      d.v.len / d.v.itemsize < NB * M * N || (c.ptr && c.n < NB * M * N) ||
+      !(d.v.itemsize == 4 || d.v.itemsize == 8)) {
+    PyErr_SetString(PyExc_ValueError, "bfma_rows: buffer sizes do not match params / row range");
+    return nullptr;
+  }
+  const int f32 = d.v.itemsize == 4;
+  long long bad;
+  PL_BEGIN_NATIVE bad = KT.bfma_rows(q, (const int*)o.ptr, (const float*)a.ptr, (const float*)bs.ptr,
+                                     (const int*)be.ptr, (const int*)obb.ptr, (const float*)c.ptr,
+                                     d.v.buf, f32, r0, r1, (const int*)g.ptr, spread_b);
+  PL_END_NATIVE return PyLong_FromLongLong(bad);
+}
+
 PyObject* py_isa(PyObject*, PyObject*) { return PyUnicode_FromString(KT.isa); }
 
 PyMethodDef methods[] = {
@@ -372,6 +475,11 @@ PyMethodDef methods[] = {
     {"fma32_pack", py_fma32_pack, METH_VARARGS,
      "fma32_pack(B, Bp, K, N, q0, q1, grid=None) -> inputs off the grid"},
     {"fma32_tile", py_fma32_tile, METH_NOARGS, "(MR, NR) of the fp32 FMA kernel"},
+    {"bfma_info", py_bfma_info, METH_VARARGS, "bfma_info(params, opts) -> (MR, NR, units)"},
+    {"bfma_pack_b", py_bfma_pack_b, METH_VARARGS,
+     "bfma_pack_b(params, opts, B, Bs, Be, OB, q0, q1, grid=None) -> (bad, spread)"},
+    {"bfma_rows", py_bfma_rows, METH_VARARGS,
+     "bfma_rows(params, opts, A, Bs, Be, OB, C, D, r0, r1, grid_a, spread_b) -> bad"},
     {"align_exponents", py_align_exponents, METH_VARARGS, "align_exponents(x, emin, out)"},
     {"quantize", py_quantize, METH_VARARGS,
      "quantize(x, out, out_code, C, inner, S, Z, mode, short, torch, qmin, qmax, lo, hi)"},
@@ -402,15 +510,15 @@ PyMODINIT_FUNC PyInit__native_kernels(void) {
   const bool no512 = baseline || (want && strcmp(want, "avx2") == 0);
   __builtin_cpu_init();
   if (!baseline && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    KT = {pl_avx2::k_gemm_rows,  pl_avx2::k_align_exps, pl_avx2::k_fma32_pack,
-          pl_avx2::k_fma32_rows, pl_avx2::k_fma32_tile, pl_avx2::k_quantize,
-          pl_avx2::k_dequantize, pl_avx2::k_blocks,     pl_avx2::k_block_amax,
-          pl_avx2::k_hadamard,   "avx2+fma"};
+    KT = {pl_avx2::k_gemm_rows, pl_avx2::k_align_exps, pl_avx2::k_fma32_pack, pl_avx2::k_fma32_rows, pl_avx2::k_fma32_tile, pl_avx2::k_bfma_info, pl_avx2::k_bfma_pack_b, pl_avx2::k_bfma_rows, pl_avx2::k_quantize, pl_avx2::k_dequantize, pl_avx2::k_blocks, pl_avx2::k_block_amax, pl_avx2::k_hadamard, "avx2+fma"};
     if (!no512 && __builtin_cpu_supports("avx512f")) {  // (checks the OS saves zmm state too)
       KT.fma32_pack = pl_avx512::k_fma32_pack;
       KT.fma32_rows = pl_avx512::k_fma32_rows;
       KT.fma32_tile = pl_avx512::k_fma32_tile;
-      KT.isa = "avx2+fma, avx512f fp32 gemm";
+      KT.bfma_info = pl_avx512::k_bfma_info;
+      KT.bfma_pack_b = pl_avx512::k_bfma_pack_b;
+      KT.bfma_rows = pl_avx512::k_bfma_rows;
+      KT.isa = "avx2+fma, avx512f gemm";
     }
   }
 #endif

@@ -34,6 +34,7 @@ EXTENSIONS: dict[str, list[str]] = {
         "native/common.inc",
         "native/kernels.inc",
         "native/fma32.inc",
+        "native/blockfma_fast.inc",
         "native/quant.inc",
         "native/blocks.inc",
         "native/hadamard.inc",
