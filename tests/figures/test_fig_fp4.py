@@ -143,3 +143,43 @@ def test_training_rows_regenerate() -> None:
     for name, runs in res.items():
         per = ", ".join(f"{100 * a:.2f}" for a in runs["test_acc"])
         assert rows[fig_fp4.LABELS[name]][1].endswith(f"[{per}]"), (name, per)
+
+
+def test_sr_bias_verdicts_follow_the_table() -> None:
+    rows = _rows(_section(), "SR(FF|F|C)")
+    assert len(rows) == len(fig_fp4.SR_BITS) * 2 * 3
+    for variant, n, d, measured, closed, diff, verdict in rows:
+        m, c, df = float(measured), float(closed), float(diff)
+        assert abs((m - c) - df) <= 1.5e-6, (variant, n, d)
+        assert verdict == ("yes" if abs(df) < 1e-3 else "**no**"), (variant, n, d)
+        if variant == "SRFF" and d == "inf":  # the published closed form -2**-(N+1)
+            assert c == pytest.approx(-(2.0 ** -(int(n) + 1)), abs=5e-7)
+
+
+def test_one_sr_bias_regenerates() -> None:
+    """One row of the bias table recomputed (one rounding of 2**22 values)."""
+    from precision_lab.studies import sr_variants
+
+    b = sr_variants.measured_bias("stochastic", 2, None, draws=fig_fp4.SR_DRAWS)
+    row = next(r for r in _rows(_section(), "SRFF") if r[1] == "2" and r[2] == "inf")
+    assert row[3] == f"{b:+.6f}"
+
+
+def test_summation_prose_follows_the_table() -> None:
+    section = _section()
+    rows = {r[0]: r[1:] for r in _rows(section, "stochastic(_offset|_corrected)?")}
+    header = next(ln for ln in section.splitlines() if ln.startswith("| mode | r = 1"))
+    keys = [c.strip()[4:] for c in header.strip("|").split("|")[1:]]
+    ff = dict(zip(keys, map(float, rows["stochastic"]), strict=True))
+    r_star = int(re.search(r"ceil\(log2\(n\) / 2\) = (\d+)\.", section).group(1))
+    ratio = ff[str(r_star)] / ff["exact"]
+    assert f"= {r_star} has {ratio:.2f}x the error of exact SR" in section
+    rn = float(re.search(r"Round to nearest: ([\d.]+);", section).group(1))
+    if ff["1"] == rn:
+        assert "SRFF gives exactly round to nearest's error" in section
+
+
+@pytest.mark.slow  # the SR studies of the section: about 40 s on two cores
+def test_the_sr_part_of_the_section_regenerates_byte_for_byte() -> None:
+    text = "\n".join(fig_fp4.sr_text(*fig_fp4.sr_numbers())).strip()
+    assert text in _section()
