@@ -7,6 +7,10 @@
   that is not reproduced (:func:`~precision_lab.studies.fp4.quartet2_sr_attempts`).
 * MX scale rules (OCP floor, ceil, torchao's EVEN and RCEIL) on standard normal blocks of 32:
   clipped blocks and QSNR (:func:`~precision_lab.studies.fp4.mx_scale_rule_numbers`).
+* Stochastic rounding with few random bits: the biases of SRFF, SRF and SRC against the closed
+  forms of Fitzgibbon & Felix (ARITH 2025), and the summation error of few-bit SR against the
+  number of random bits (El Arar et al., arXiv 2408.03069)
+  (:mod:`precision_lab.studies.sr_variants`).
 * The digits MLP trained under each recipe (FP32, BF16, TE MXFP8, TE NVFP4, "FP4 all the way" with
   and without stochastic rounding, Quartet) on the same seeds
   (:func:`~precision_lab.studies.fp4.recipe_training`).
