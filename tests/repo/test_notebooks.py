@@ -38,6 +38,7 @@ EXPECTED = {
     "04_gemm_accumulation.ipynb",
     "05_policies_and_int8.ipynb",
     "06_emulated_algorithms.ipynb",
+    "07_fp4_recipes.ipynb",
     "08_torch_models.ipynb",
 }
 
