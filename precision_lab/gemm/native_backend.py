@@ -573,7 +573,7 @@ def _blockfma_plan(
     has_c: bool,
 ) -> tuple[np.ndarray, np.ndarray, np.dtype, tuple[int, int, int]]:
     """The kernel's parameter block and options (read-only: shared between calls), the output
-    dtype and (MR, NR, units)."""
+    dtype and (MR, NR, entries of OB per column: units x planes)."""
     params, out_dtype = _fma32_plan(a_shape, b_shape, fa, fb, acc, out_fmt, has_c)
     opts = _blockfma_opts(acc, fa, fb)
     opts.flags.writeable = False

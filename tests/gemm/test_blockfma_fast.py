@@ -165,3 +165,51 @@ def test_hands_back_what_it_does_not_compute(fast_calls: dict[str, int]) -> None
         ref = pl.gemm(x, b, input_format="bf16", accumulator=acc, backend="numpy")
         assert same_bits(fast, ref)
     assert fast_calls == {"fast": 0, "back": 2}
+
+
+def _structured(kind: str, m: int, k: int, n: int, block: int) -> tuple[np.ndarray, np.ndarray]:
+    """Inputs whose anchors take each route of the fused unit (blockfma_fast.inc, anchor planes):
+    "apart": every row's largest a and every column's largest b sit at different positions of a
+    block, so the anchor is below the sum of the two maxima (the max-plus loop, scaled terms);
+    "partial": only some rows and columns meet; "zero_rows": rows and columns of zeros (and
+    padding) next to ones that meet (the unscaled products)."""
+    kk = np.arange(k)
+    if kind == "apart":
+        a = np.where(kk % 2 == 0, 1.0, 0.375)[None, :] * np.ones((m, 1))
+        b = np.where(kk % 2 == 1, -1.5, 0.3125)[:, None] * np.ones((1, n))
+    elif kind == "partial":
+        a = np.where((kk + np.arange(m)[:, None]) % 3 == 0, 1.0, 0.4375)
+        b = np.where((kk[:, None] + np.arange(n)) % 4 == 0, 1.75, -0.28125)
+    else:
+        rng = np.random.default_rng(3)
+        a = rng.uniform(-1, 1, (m, k))
+        b = rng.uniform(-1, 1, (k, n))
+        a[::3] = 0.0
+        b[:, 1::4] = 0.0
+        a[1, : block // 2] = 0.0  # a block of a row without a non-zero input
+    return a.astype(np.float32), b.astype(np.float32)
+
+
+@pytest.mark.parametrize("kind", ["apart", "partial", "zero_rows"])
+@pytest.mark.parametrize(
+    ("gpu", "fmt", "rules"),
+    [
+        ("h100", "e4m3", {}),
+        ("v100", "fp16", {}),
+        ("a100", "bf16", {"zeros_in_anchor": False}),
+        ("b200", "bf16", {"block": 64}),  # a block of more than 32 products: no position masks
+    ],
+)
+def test_anchor_routes_equal_the_reference(
+    kind: str, gpu: str, fmt: str, rules: dict[str, object], fast_calls: dict[str, int]
+) -> None:
+    acc = dataclasses.replace(pl.tensor_core(gpu, fmt), **rules)
+    a, b = _structured(kind, 13, 3 * (acc.block or 1) + 5, 45, acc.block or 1)
+    a, b = pl.round_to(a, fmt), pl.round_to(b, fmt)
+    c = pl.round_to(np.linspace(-3, 3, 13 * 45).reshape(13, 45).astype(np.float32), "fp32")
+    for cc in (None, c):
+        kw = dict(input_format=fmt, accumulator=acc)
+        fast = pl.gemm(a, b, cc, backend="native", **kw)
+        ref = pl.gemm(a, b, cc, backend="numpy", **kw)
+        assert same_bits(fast, ref), (kind, np.argwhere(fast != ref)[:3])
+    assert fast_calls["fast"] == 2

@@ -382,8 +382,8 @@ bool get_params(PyObject* o, buf* b) {
   return true;
 }
 
-// bfma_info(params, opts) -> (MR, NR, units): the register tile of the block-FMA fast path and
-// the number of block FMAs (units) along K.
+// bfma_info(params, opts) -> (MR, NR, entries): the register tile of the block-FMA fast path and
+// the int32 entries of OB per column of a panel (the block FMAs along K x the planes of each).
 PyObject* py_bfma_info(PyObject*, PyObject* args) {
   PyObject *op, *oo;
   if (!PyArg_ParseTuple(args, "OO", &op, &oo)) return nullptr;
