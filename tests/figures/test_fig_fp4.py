@@ -8,6 +8,7 @@ rerun (``slow``) and their per-seed accuracies compared with the committed table
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -182,4 +183,31 @@ def test_summation_prose_follows_the_table() -> None:
 @pytest.mark.slow  # the SR studies of the section: about 40 s on two cores
 def test_the_sr_part_of_the_section_regenerates_byte_for_byte() -> None:
     text = "\n".join(fig_fp4.sr_text(*fig_fp4.sr_numbers())).strip()
+    assert text in _section()
+
+
+def test_gradient_noise_prose_follows_its_table() -> None:
+    """The ratio range, the crossing verdict and the switch epoch printed in the prose are
+    those of the table's rows (a subset of the epochs: the prose's range may only be wider)."""
+    section = _section()
+    part = section.split("### When FP4 training stops improving", 1)[1]
+    rows = _rows(part, r"\d+( \(switch\))?")
+    assert rows, "no gradient-noise table in the fp4 section"
+    ratios = [float(r[1]) for r in rows]
+    switch = [int(r[0].split()[0]) for r in rows if r[0].endswith("(switch)")]
+    assert len(switch) == 1
+    assert f"switching the backward to fp32 at epoch {switch[0]}" in part.lower()
+    if min(ratios) >= math.sqrt(3):
+        m = re.search(r"never falls below sqrt\(3\) = 1\.73: it stays between ([\d.]+) ", part)
+        assert m and float(m.group(1)) <= min(ratios)
+        assert "sqrt(3) criterion does not predict it" in part or "recovers" in part
+    fp32 = [float(r[3]) for r in rows]
+    assert f"to {fp32[-1]:.4f}"[:8] in part  # the final FP32 loss (printed with 5 decimals)
+
+
+@pytest.mark.slow  # the gradient-noise study of the section: about 25 s on two cores
+def test_the_gradient_noise_part_of_the_section_regenerates_byte_for_byte() -> None:
+    from precision_lab.studies import gradient_noise
+
+    text = "\n".join(fig_fp4.noise_text(gradient_noise.gradient_noise_study())).strip()
     assert text in _section()
