@@ -223,9 +223,9 @@ def nvfp4_quartet2_code(
     magnitude. Float64 arithmetic (the code's is float32).
 
     >>> x = np.linspace(-1.0, 1.0, 32)
-    >>> q = nvfp4_quartet2_code(x, rounding="nearest_away")
-    >>> float(np.abs(q).max()) <= 1.0, q.shape
-    (True, (32,))
+    >>> q = nvfp4_quartet2_code(x, rounding="nearest_away")  # amax 1 -> 5.65 -> 6: 6 / 5.65
+    >>> round(float(q.max()), 4), q.shape
+    (1.0625, (32,))
     """
     b = np.asarray(x, dtype=np.float64).reshape(-1, 16)
     val_max = 6.0 / (QUARTET2_SR_HEADROOM * scale_override)
