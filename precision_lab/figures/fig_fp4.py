@@ -214,8 +214,8 @@ def noise_text(gn: dict[str, Any]) -> list[str]:
             if cross is not None
             else f"The ratio never falls below sqrt(3) = {gn['threshold']:.2f}: it stays between "
             f"{min(ratio):.2f} (epoch {lo + 1}) and {max(ratio):.2f}, because on this model the "
-            "noise of stochastic rounding shrinks with the gradients it rounds (left panel: "
-            "the two norms fall together as the loss goes to zero on every example). "
+            "noise of stochastic rounding scales with the gradients it rounds (left panel: "
+            "the two norms move together, step by step). "
         )
         + f"Yet FP4 stops improving: its best training loss is {fp4_l[best4]:.4f} in epoch "
         f"{best4 + 1}, and it ends at {fp4_l[-1]:.4f} (largest after epoch {sw}: "
