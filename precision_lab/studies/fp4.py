@@ -46,6 +46,7 @@ from ..training.recipe_model import recipe_model
 __all__ = [
     "MX_RULES",
     "QUARTET2_PUBLISHED",
+    "QUARTET2_RTN_OVERRIDE",
     "QUARTET2_SR_HEADROOM",
     "Number",
     "markdown",
@@ -200,8 +201,8 @@ SR_ATTEMPTS = {
 #: Quartet II's code (IST-DASLab/Quartet-II, ``sr_1x16s_fp4_kernel`` and
 #: ``EdenSRQuantizer``): every NVFP4 quantizer of its E4M3 path divides 6 by ``17/16`` times a
 #: scale override (1 for stochastic rounding, 0.93 for round to nearest), so a block's amax
-#: maps to ``6 * 16/17`` (E4M3's rounding of the block scale can raise it by 1/16, back to at
-#: most 6: no SR value overflows)
+#: maps to ``6 * 16/17`` (rounding the block scale to E4M3, 3 mantissa bits, raises a scaled
+#: value by a factor of at most 17/16, back to at most 6: no SR value overflows)
 QUARTET2_SR_HEADROOM = 17 / 16
 QUARTET2_RTN_OVERRIDE = 0.93
 
