@@ -204,6 +204,8 @@ SR_ATTEMPTS = {
 #: maps to ``6 * 16/17`` (rounding the block scale to E4M3, 3 mantissa bits, raises a scaled
 #: value by a factor of at most 17/16, back to at most 6: no SR value overflows)
 QUARTET2_SR_HEADROOM = 17 / 16
+#: the scale override of Quartet II's code for round to nearest with E4M3 scales
+#: (``notebooks/unbiasedness.ipynb``): a block's amax maps to ``6 / (0.93 * 17/16) = 6.07``
 QUARTET2_RTN_OVERRIDE = 0.93
 
 
