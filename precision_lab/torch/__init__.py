@@ -52,6 +52,7 @@ from .casts import (
     round_to,
     round_to_blocks,
 )
+from .recipes import hadamard, quantize_operand, recipe_matmul
 from .scaler import LossScaling
 from .simulate import Simulated, emulated_matmul, simulate
 
@@ -66,7 +67,10 @@ __all__ = [
     "dequantize",
     "emulated_matmul",
     "fake_quantize",
+    "hadamard",
     "quantize",
+    "quantize_operand",
+    "recipe_matmul",
     "round_to",
     "round_to_blocks",
     "simulate",
