@@ -44,8 +44,8 @@ from ..core.codec import decode
 from ..core.formats import FloatFormat
 from ..gemm import Accumulator, gemm
 from ..gemm.recipes import recipe_gemm
-from ..quant.hadamard import hadamard as _np_hadamard
 from ..quant.blocks import QuantizedBlocks, dequantize_blocks
+from ..quant.hadamard import hadamard as _np_hadamard
 from ..quant.recipes import ROLES, Operand, Recipe, _resolve, get_recipe
 from ..quant.recipes import quantize_operand as _quantize_operand
 from .casts import _check_grad, _check_tensor
@@ -199,14 +199,10 @@ def _rotated(a: np.ndarray, op: Operand, axis: int, hseed: int) -> np.ndarray:
         width = [(0, 0)] * a.ndim
         width[axis] = (0, -length % n)
         a = np.pad(a, width)
-    return np.asarray(
-        _np_hadamard(a, block=n, axis=axis, seed=hseed).astype(np.float32)
-    )
+    return np.asarray(_np_hadamard(a, block=n, axis=axis, seed=hseed).astype(np.float32))
 
 
-def _inside(
-    a: np.ndarray, q: Any, y: np.ndarray, op: Operand, axis: int, hseed: int
-) -> np.ndarray:
+def _inside(a: np.ndarray, q: Any, y: np.ndarray, op: Operand, axis: int, hseed: int) -> np.ndarray:
     """The clipped estimator's mask (bool, ``y``'s shape): the (rotated) values that were not
     clipped: for a block format, not saturated at the element format's maximum (as
     :func:`~precision_lab.torch.round_to_blocks`); for an element format, ``|v| <= fmt.max``."""

@@ -66,8 +66,8 @@ from torch.overrides import TorchFunctionMode
 from ..core.formats import FloatFormat, get_format
 from ..core.rounding import round_to as _round_to
 from ..gemm import Accumulator, gemm
-from ..scaling.fp8 import DelayedScaling, scale_from_amax
 from ..quant.recipes import RECIPES, Recipe, get_recipe
+from ..scaling.fp8 import DelayedScaling, scale_from_amax
 from ..training.policy import POLICIES, LayerPrecision, Policy, get_policy
 from .recipes import recipe_matmul
 
