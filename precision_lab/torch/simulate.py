@@ -1,4 +1,5 @@
-"""Emulated execution of a real torch model under a precision policy: ``simulate(model, policy)``.
+"""Emulated execution of a real torch model under a precision policy or a training recipe:
+``simulate(model, policy_or_recipe)``.
 
 :func:`simulate` wraps an unmodified ``torch.nn.Module`` in :class:`Simulated`, whose forward runs
 the model inside a ``torch.overrides.TorchFunctionMode`` that sends every GEMM through
@@ -35,6 +36,25 @@ is stored in the activation format (their internal steps are not rounded separat
 ``norm_statistics`` off the result is the same). Elementwise operations (ReLU, GELU, residual
 adds ...) run in float32 on their inputs, which are already on the activation grid.
 
+**Under a training recipe** (``simulate(model, "te_nvfp4")``, any name of
+:data:`~precision_lab.quant.recipes.RECIPES` or a :class:`~precision_lab.Recipe`), every
+emulated GEMM is a linear layer of the recipe, run by :func:`~precision_lab.torch.recipe_matmul`:
+its first operand is the layer input ``x`` (for a convolution, the im2col patches ``(N*L, K)``),
+its second the transposed weight ``w^T`` (for a functional matmul, the second operand: attention's
+``k^T`` and ``v``), and forward, dgrad and wgrad are the recipe's three roles, each
+:func:`precision_lab.recipe_gemm` (so :func:`precision_lab.apply_recipe`) bit for bit: operand
+formats with blocks along each GEMM's contraction axis, scale rules, the Hadamard rotation of
+both operands, round-to-nearest or stochastic rounding, and the role's accumulator.
+``accumulator=`` takes precedence over the recipe's (every role then accumulates with it).
+Seeding: the ``j``-th emulated GEMM of a forward pass (0-based, in call order) at training step
+``t`` runs with ``apply_recipe``'s seed ``seed + 2**32 t + 16 j`` (:meth:`Simulated.gemm_seed`):
+Hadamard signs and the first operand's stochastic rounding of role ``r`` (0 forward, 1 dgrad, 2
+wgrad) use ``+ 4 r``, the second operand's ``+ 4 r + 1``. ``t`` is :attr:`Simulated.step`, which
+advances after each forward pass in training mode with gradients enabled (evaluation passes do
+not move it), so a run is reproducible from ``seed`` alone. Biases are added to the FP32 GEMM
+result in float32 (the epilogue), their gradient summed pairwise in FP32; everything else runs
+as under the ``"float32"`` policy (no storage rounding).
+
 GEMM layers (Linear and conv modules, in ``model.modules()`` order) are the policy's layers for
 its per-layer overrides; functional matmuls use the policy's default formats. Slow (every GEMM is
 an emulated one) but exact: the values are :func:`precision_lab.gemm`'s bit for bit.
@@ -48,6 +68,10 @@ an emulated one) but exact: the values are :func:`precision_lab.gemm`'s bit for 
 >>> ref = pl.round_to(pl.gemm(x, lin.weight.detach().T, input_format="bf16",
 ...                           accumulator=pl.Accumulator()), "bf16")
 >>> torch.equal(y, ref)
+True
+>>> sim = plt.simulate(lin, "te_mxfp8", seed=1)          # a training recipe
+>>> torch.equal(sim(x), torch.from_numpy(pl.recipe_gemm(x, lin.weight.detach().T, "te_mxfp8",
+...                                                     "forward", seed=1)))
 True
 """
 
