@@ -257,8 +257,9 @@ def quantize_operand(
 
     Returns
     -------
-    The dequantized values, float32 (float64 for float64 input and an element format), longer
-    along ``axis`` where the rotation padded it.
+    The dequantized values in the numpy function's dtype (float32 for float32, float16 and
+    bfloat16 input; float64 input stays float64 unless a rotation, which returns float32, comes
+    first), longer along ``axis`` where the rotation padded it.
 
     >>> x = torch.tensor([[0.3, -1.7] * 16], requires_grad=True)
     >>> y = quantize_operand(x, "te_mxfp8", "forward", "x")

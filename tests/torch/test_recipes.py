@@ -165,6 +165,10 @@ def test_seeds_per_gemm_and_step():
         sim.train()
         sim(xt)
     assert sim.step == 2  # evaluation passes take no step
+    sim.trace = []
+    sim(xt)
+    assert sim.trace == [("linear", 0, "fp4_all_the_way", "recipe"),
+                         ("linear", 1, "fp4_all_the_way", "recipe")]  # fmt: skip
 
 
 def test_same_seed_same_bits_other_seed_other_sr():
