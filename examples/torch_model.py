@@ -15,8 +15,12 @@ so FP32 training can reach close to 100%. The script
    ``pl.gemm``), with PyTorch's dynamic loss scaler starting at the chosen scale
    (``precision_lab.torch.LossScaling``), and compares the accuracy with FP32's.
 
+4. with ``--recipe te_mxfp8`` (any name of ``pl.quant.recipes.RECIPES``), also trains it under
+   that FP4/FP8 training recipe (``plt.simulate(net, recipe)``: every GEMM's forward, input
+   gradient and weight gradient quantized and accumulated as ``pl.apply_recipe`` does).
+
 Run: ``python examples/torch_model.py`` (needs ``pip install 'precision_lab[torch]'``; about
-10 s on two cores). ``--epochs``, ``--gpu`` and ``--policy`` change the run.
+10 s on two cores). ``--epochs``, ``--gpu``, ``--policy`` and ``--recipe`` change the run.
 """
 
 from __future__ import annotations
@@ -94,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--epochs", type=int, default=6)
     ap.add_argument("--gpu", default="a100", help="tensor-core model (pl.tensor_core)")
     ap.add_argument("--policy", default="mixed_float16", help="a name of pl.POLICIES")
+    ap.add_argument(
+        "--recipe", default=None, help="also train under this recipe (te_mxfp8, te_nvfp4 ...)"
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     train_set, test_set = data(1024, seed=0), data(512, seed=1)
@@ -129,6 +136,19 @@ def main(argv: list[str] | None = None) -> int:
         f"({100 * (acc_sim - acc32):+.2f} pp vs FP32), {int(scaling.skipped.sum())} of "
         f"{len(scaling.history)} steps skipped, final loss scale {scaling.get_scale():g}"
     )
+
+    # 4. the same model under an FP4/FP8 training recipe (block scaling: no loss scale)
+    if args.recipe is not None:
+        torch.manual_seed(0)
+        net = Attention()
+        sim = plt.simulate(net, args.recipe, seed=0)
+        train(sim, list(net.parameters()), plt.LossScaling(pl.scaling.StaticLossScaler(1.0)),
+              train_set, args.epochs)  # fmt: skip
+        acc_r = accuracy(sim, test_set)
+        print(
+            f"recipe {args.recipe}: test accuracy {100 * acc_r:.2f}% "
+            f"({100 * (acc_r - acc32):+.2f} pp vs FP32)"
+        )
     return 0
 
 

@@ -11,7 +11,7 @@ Main entry points (all at the top level, ``import precision_lab as pl``):
 * quantization: ``pl.quantize`` / ``pl.dequantize`` / ``pl.calibrate`` (INT8 ...),
   ``pl.round_to_blocks`` / ``pl.quantize_blocks`` / ``pl.dequantize_blocks`` (MX, NVFP4 ...),
   ``pl.hadamard`` (blockwise random Hadamard rotations), ``pl.get_recipe`` / ``pl.Recipe`` and
-  ``pl.apply_recipe`` (FP4/FP8 training recipes per GEMM role)
+  ``pl.apply_recipe`` / ``pl.recipe_gemm`` (FP4/FP8 training recipes per GEMM role)
 * GEMM: ``pl.gemm(a, b, input_format=..., accumulator=...)``, ``pl.Accumulator``,
   ``pl.tensor_core("h100", "e4m3")``
 * analysis: ``pl.underflow_stats``, ``pl.pick_loss_scale``, ``pl.error_stats``,
@@ -87,6 +87,7 @@ from .gemm import (
     gemm,
     gemm_blocks,
     probe_gemm,
+    recipe_gemm,
     tensor_core,
 )
 from .quant import (
@@ -149,6 +150,7 @@ __all__ = [
     "probe_gemm",
     "quantize",
     "quantize_blocks",
+    "recipe_gemm",
     "round_to",
     "round_to_blocks",
     "scaling",

@@ -11,7 +11,7 @@ models of real tensor cores.
 * :func:`probe_gemm` (:mod:`.probe`): recover the accumulation model of a black-box matmul.
 * :func:`gemm_blocks` (:mod:`.blocks`): GEMM on block-quantized operands (MX, NVFP4, FP8 tiles).
 * :func:`apply_recipe` (:mod:`.recipes`): the three GEMMs of a linear layer under a training
-  recipe (:mod:`precision_lab.quant.recipes`).
+  recipe (:mod:`precision_lab.quant.recipes`), and :func:`recipe_gemm`, one of them (any batch).
 * :mod:`.native_backend` and :mod:`.cupy_backend`: the same models on the C++ kernels and on CUDA.
 
 May import: :mod:`precision_lab.core`, :mod:`precision_lab.backends` and
@@ -33,7 +33,7 @@ and native) and the test matrix; a new tensor-core preset is an entry of the tab
 from .accumulator import ORDERS, Accumulator
 from .blocks import gemm_blocks
 from .probe import ProbeResult, probe_gemm
-from .recipes import LinearGemms, apply_recipe
+from .recipes import LinearGemms, apply_recipe, recipe_gemm
 from .reference import gemm
 from .tensor_core import GPUS, tensor_core, tensor_core_formats, tensor_core_list
 
@@ -47,6 +47,7 @@ __all__ = [
     "gemm",
     "gemm_blocks",
     "probe_gemm",
+    "recipe_gemm",
     "tensor_core",
     "tensor_core_formats",
     "tensor_core_list",

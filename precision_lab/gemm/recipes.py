@@ -28,11 +28,12 @@ import numpy as np
 from ..core.rounding import as_float_array
 from ..quant.blocks import QuantizedBlocks
 from ..quant.recipes import ROLES, Operand, Recipe, get_recipe, quantize_operand
+from .accumulator import Accumulator
 from .blocks import gemm_blocks
 from .reference import gemm
 from .tensor_core import tensor_core
 
-__all__ = ["LinearGemms", "apply_recipe"]
+__all__ = ["LinearGemms", "apply_recipe", "recipe_gemm"]
 
 
 @dataclass(frozen=True)
@@ -55,13 +56,75 @@ def _accumulator(gpu: str | None, operand: Operand) -> Any:
         return None  # no preset for this format: FP32 promotion per block
 
 
-def _run(
-    a: np.ndarray, b: np.ndarray, oa: Operand, ob: Operand, gpu: str | None, seed: int
+def recipe_gemm(
+    a: Any,
+    b: Any,
+    recipe: str | Recipe,
+    role: str,
+    *,
+    seed: int = 0,
+    accumulator: Accumulator | None = None,
 ) -> np.ndarray:
-    """``a @ b`` with a quantized along its last axis and b along its first."""
-    qa = quantize_operand(a, oa, axis=-1, seed=seed, hadamard_seed=seed)
-    qb = quantize_operand(b, ob, axis=0, seed=seed + 1, hadamard_seed=seed)
-    acc = _accumulator(gpu, oa)
+    """``a @ b`` as one GEMM role of a recipe runs it: what :func:`apply_recipe` does per role.
+
+    ``a`` (``(..., M, K)``) is quantized with the role's first operand along its last axis,
+    ``b`` (``(..., K, N)``) with the second along axis -2 (blocks along the contraction K; 2-D
+    tiles cover the last two axes; a batch shares one NVFP4 per-tensor scale); the role's random
+    Hadamard rotation (size of each operand's ``hadamard``) uses the signs of ``seed`` for both
+    operands, and stochastic rounding the seeds ``seed`` (``a``) and ``seed + 1`` (``b``)
+    (:func:`~precision_lab.quant.recipes.quantize_operand`). Then the GEMM:
+    :func:`~precision_lab.gemm_blocks` for block formats, :func:`~precision_lab.gemm` for element
+    formats, under ``accumulator`` if given, else the tensor-core preset of the role's ``gpu``
+    for the first operand's format where one exists, else the default (FP32 sequential,
+    promoted to FP32 at every block of K).
+
+    Parameters
+    ----------
+    a, b:
+        Float arrays ``(..., M, K)`` and ``(..., K, N)`` (batch dimensions broadcast).
+    recipe:
+        A name of :data:`~precision_lab.quant.recipes.RECIPES` or a
+        :class:`~precision_lab.quant.recipes.Recipe`.
+    role:
+        ``"forward"``, ``"dgrad"`` or ``"wgrad"`` (:data:`~precision_lab.quant.recipes.ROLES`).
+    seed:
+        As above; :func:`apply_recipe` passes ``seed + 4 r`` for role ``r``.
+    accumulator:
+        A :class:`~precision_lab.Accumulator` (or :func:`~precision_lab.tensor_core` preset)
+        that replaces the role's: it takes precedence over the recipe's GPU.
+
+    Returns
+    -------
+    The float32 result ``(..., M, N)``.
+
+    >>> import numpy as np
+    >>> a, b = np.ones((2, 32)), np.full((32, 3), 0.5)
+    >>> recipe_gemm(a, b, "te_mxfp8", "forward")
+    array([[16., 16., 16.],
+           [16., 16., 16.]], dtype=float32)
+    """
+    r = get_recipe(recipe)
+    gr = r.role(role)
+    if accumulator is not None and not isinstance(accumulator, Accumulator):
+        raise TypeError(
+            f"accumulator must be a precision_lab.Accumulator (pl.tensor_core(...) gives one) "
+            f"or None, got {accumulator!r}"
+        )
+    aa, ba = as_float_array(a, "a"), as_float_array(b, "b")
+    if aa.ndim < 2 or ba.ndim < 2:
+        raise ValueError(
+            f"a and b must be at least 2-D, (..., M, K) and (..., K, N), got shapes {aa.shape} "
+            f"and {ba.shape}"
+        )
+    if aa.shape[-1] != ba.shape[-2]:
+        raise ValueError(
+            f"a and b do not share the contraction K: a {aa.shape} (..., M, K), b {ba.shape} "
+            "(..., K, N)"
+        )
+    oa, ob = gr.a, gr.b
+    qa = quantize_operand(aa, oa, axis=-1, seed=seed, hadamard_seed=seed)
+    qb = quantize_operand(ba, ob, axis=-2, seed=seed + 1, hadamard_seed=seed)
+    acc = accumulator if accumulator is not None else _accumulator(gr.gpu, oa)
     if isinstance(qa, QuantizedBlocks) and isinstance(qb, QuantizedBlocks):
         return np.asarray(gemm_blocks(qa, qb, accumulator=acc))
     if isinstance(qa, QuantizedBlocks) or isinstance(qb, QuantizedBlocks):
@@ -111,7 +174,6 @@ def apply_recipe(x: Any, w: Any, dy: Any, recipe: str | Recipe, *, seed: int = 0
     }
     out = {}
     for i, name in enumerate(ROLES):
-        role = r.role(name)
         a, b = operands[name]
-        out[name] = _run(a, b, role.a, role.b, role.gpu, seed + 4 * i)
+        out[name] = recipe_gemm(a, b, r, name, seed=seed + 4 * i)
     return LinearGemms(out["forward"], out["dgrad"], out["wgrad"], r)

@@ -13,7 +13,8 @@ axis, or an element format such as ``"bf16"`` for an operand cast per element), 
 (``"nearest_even"`` or ``"stochastic"``) and whether a random Hadamard rotation of a given size
 is applied along the contraction axis first (both operands of a role alike, so the product is
 unchanged in exact arithmetic). :data:`RECIPES` holds the published ones; each entry names its
-source. :func:`precision_lab.gemm.apply_recipe` runs them.
+source. :func:`precision_lab.gemm.apply_recipe` runs them (one role:
+:func:`precision_lab.recipe_gemm`; in a torch model: :func:`precision_lab.torch.simulate`).
 
 >>> r = get_recipe("te_nvfp4")
 >>> r.wgrad.a.format, r.wgrad.a.rounding, r.wgrad.a.hadamard

@@ -18,14 +18,20 @@ module raises an ImportError that says how to install it.
 * :mod:`.simulate`: :func:`simulate` (``simulate(model, policy)``) runs a model's Linear /
   conv / matmul / bmm GEMMs through :func:`precision_lab.gemm` (emulated input formats, any
   :class:`~precision_lab.Accumulator` or tensor-core preset), forward and backward, and its other
-  operations by the policy's rules;
+  operations by the policy's rules; ``simulate(model, recipe)`` (an FP4/FP8 training recipe,
+  ``"te_nvfp4"``, ``"te_mxfp8"``, ``"deepseek_v3"`` ...) runs every GEMM's forward, dgrad and
+  wgrad as :func:`precision_lab.apply_recipe` does, bit for bit, seeded deterministically;
+* :mod:`.recipes`: the FP4-era recipe pieces as autograd functions: :func:`hadamard` (its
+  gradient the exact transpose transform), :func:`quantize_operand` (one GEMM operand as a
+  recipe's role quantizes it; ``grad`` as the casts) and :func:`recipe_matmul` (a recipe's
+  linear layer, three GEMMs);
 * :mod:`.scaler`: :class:`LossScaling` drives a real ``torch.optim`` optimizer step with any
   loss scaler of :mod:`precision_lab.scaling` (the presets of PyTorch, Keras, apex, DeepSpeed,
   Megatron), with torch's ``GradScaler`` trajectory where they coincide.
 
 May import every layer below (core ... training); nothing below imports it (import-linter's
 layers contract). Where a new thing goes: a new differentiable cast into :mod:`.casts`, a new
-emulated torch operation into :mod:`.simulate`.
+recipe piece into :mod:`.recipes`, a new emulated torch operation into :mod:`.simulate`.
 
 >>> import torch, precision_lab.torch as plt
 >>> x = torch.tensor([0.1, 1000.0], requires_grad=True)
@@ -52,6 +58,7 @@ from .casts import (
     round_to,
     round_to_blocks,
 )
+from .recipes import hadamard, quantize_operand, recipe_matmul
 from .scaler import LossScaling
 from .simulate import Simulated, emulated_matmul, simulate
 
@@ -66,7 +73,10 @@ __all__ = [
     "dequantize",
     "emulated_matmul",
     "fake_quantize",
+    "hadamard",
     "quantize",
+    "quantize_operand",
+    "recipe_matmul",
     "round_to",
     "round_to_blocks",
     "simulate",

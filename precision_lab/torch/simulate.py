@@ -1,4 +1,5 @@
-"""Emulated execution of a real torch model under a precision policy: ``simulate(model, policy)``.
+"""Emulated execution of a real torch model under a precision policy or a training recipe:
+``simulate(model, policy_or_recipe)``.
 
 :func:`simulate` wraps an unmodified ``torch.nn.Module`` in :class:`Simulated`, whose forward runs
 the model inside a ``torch.overrides.TorchFunctionMode`` that sends every GEMM through
@@ -35,6 +36,25 @@ is stored in the activation format (their internal steps are not rounded separat
 ``norm_statistics`` off the result is the same). Elementwise operations (ReLU, GELU, residual
 adds ...) run in float32 on their inputs, which are already on the activation grid.
 
+**Under a training recipe** (``simulate(model, "te_nvfp4")``, any name of
+:data:`~precision_lab.quant.recipes.RECIPES` or a :class:`~precision_lab.Recipe`), every
+emulated GEMM is a linear layer of the recipe, run by :func:`~precision_lab.torch.recipe_matmul`:
+its first operand is the layer input ``x`` (for a convolution, the im2col patches ``(N*L, K)``),
+its second the transposed weight ``w^T`` (for a functional matmul, the second operand: attention's
+``k^T`` and ``v``), and forward, dgrad and wgrad are the recipe's three roles, each
+:func:`precision_lab.recipe_gemm` (so :func:`precision_lab.apply_recipe`) bit for bit: operand
+formats with blocks along each GEMM's contraction axis, scale rules, the Hadamard rotation of
+both operands, round-to-nearest or stochastic rounding, and the role's accumulator.
+``accumulator=`` takes precedence over the recipe's (every role then accumulates with it).
+Seeding: the ``j``-th emulated GEMM of a forward pass (0-based, in call order) at training step
+``t`` runs with ``apply_recipe``'s seed ``seed + 2**32 t + 16 j`` (:meth:`Simulated.gemm_seed`):
+Hadamard signs and the first operand's stochastic rounding of role ``r`` (0 forward, 1 dgrad, 2
+wgrad) use ``+ 4 r``, the second operand's ``+ 4 r + 1``. ``t`` is :attr:`Simulated.step`, which
+advances after each forward pass in training mode with gradients enabled (evaluation passes do
+not move it), so a run is reproducible from ``seed`` alone. Biases are added to the FP32 GEMM
+result in float32 (the epilogue), their gradient summed pairwise in FP32; everything else runs
+as under the ``"float32"`` policy (no storage rounding).
+
 GEMM layers (Linear and conv modules, in ``model.modules()`` order) are the policy's layers for
 its per-layer overrides; functional matmuls use the policy's default formats. Slow (every GEMM is
 an emulated one) but exact: the values are :func:`precision_lab.gemm`'s bit for bit.
@@ -48,6 +68,10 @@ an emulated one) but exact: the values are :func:`precision_lab.gemm`'s bit for 
 >>> ref = pl.round_to(pl.gemm(x, lin.weight.detach().T, input_format="bf16",
 ...                           accumulator=pl.Accumulator()), "bf16")
 >>> torch.equal(y, ref)
+True
+>>> sim = plt.simulate(lin, "te_mxfp8", seed=1)          # a training recipe
+>>> torch.equal(sim(x), torch.from_numpy(pl.recipe_gemm(x, lin.weight.detach().T, "te_mxfp8",
+...                                                     "forward", seed=1)))
 True
 """
 
@@ -66,8 +90,10 @@ from torch.overrides import TorchFunctionMode
 from ..core.formats import FloatFormat, get_format
 from ..core.rounding import round_to as _round_to
 from ..gemm import Accumulator, gemm
+from ..quant.recipes import RECIPES, Recipe, get_recipe
 from ..scaling.fp8 import DelayedScaling, scale_from_amax
-from ..training.policy import LayerPrecision, Policy, get_policy
+from ..training.policy import POLICIES, LayerPrecision, Policy, get_policy
+from .recipes import recipe_matmul
 
 __all__ = ["GemmSpec", "Simulated", "emulated_matmul", "simulate"]
 
@@ -349,9 +375,10 @@ class Simulated(torch.nn.Module):
     def __init__(
         self,
         module: torch.nn.Module,
-        policy: str | Policy = "float32",
+        policy: str | Policy | Recipe = "float32",
         *,
         accumulator: Accumulator | None = None,
+        seed: int = 0,
     ) -> None:
         super().__init__()
         if not isinstance(module, torch.nn.Module):
@@ -361,10 +388,31 @@ class Simulated(torch.nn.Module):
                 f"accumulator must be a precision_lab.Accumulator (pl.tensor_core(...) gives "
                 f"one) or None, got {accumulator!r}"
             )
+        if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
+            raise TypeError(f"seed must be an int in [0, 2**64), got {seed!r}")
+        if not 0 <= int(seed) < 1 << 64:
+            raise ValueError(f"seed must be an int in [0, 2**64), got {seed!r}")
         self.module = module
+        #: the recipe whose roles every GEMM follows (None: the policy's formats)
+        self.recipe: Recipe | None = None
+        if isinstance(policy, Recipe) or (isinstance(policy, str) and policy in RECIPES):
+            self.recipe = get_recipe(policy)
+            policy = "float32"
+        elif isinstance(policy, str) and policy not in POLICIES:
+            raise ValueError(
+                f"policy: unknown name {policy!r}; known policies: {', '.join(POLICIES)}; "
+                f"known recipes: {', '.join(RECIPES)}"
+            )
         self.policy = get_policy(policy)
+        #: under a recipe: the accumulator replacing every role's (None: the recipe's)
+        self.recipe_accumulator = accumulator
         acc = accumulator if accumulator is not None else self.policy.accumulator
         self.accumulator = acc if acc is not None else Accumulator()
+        #: the base seed of a recipe's stochastic rounding and Hadamard signs
+        self.seed = int(seed)
+        #: training steps taken under a recipe (forward passes in training mode with grad on)
+        self.step = 0
+        self._recipe_calls = 0
         self.gemm_layers = [m for m in module.modules() if isinstance(m, _GEMM_MODULES)]
         self._layer_of = {id(m): i for i, m in enumerate(self.gemm_layers)}
         self._current: list[int] = []
@@ -416,10 +464,43 @@ class Simulated(torch.nn.Module):
         if self.trace is not None:
             self.trace.append((kind, self._layer(), str(spec.fa), spec.accumulator.describe()))
 
+    def gemm_seed(self, index: int, step: int | None = None) -> int:
+        """Under a recipe: the seed :func:`precision_lab.apply_recipe` would take for the
+        ``index``-th emulated GEMM (0-based, in call order) of a forward pass at ``step``
+        (default: the current :attr:`step`): ``seed + 2**32 * step + 16 * index``. Its roles
+        use ``+ 0`` (forward), ``+ 4`` (dgrad) and ``+ 8`` (wgrad), and the second operand of a
+        role one more for its stochastic rounding."""
+        t = self.step if step is None else step
+        return self.seed + (int(t) << 32) + 16 * int(index)
+
+    def _recipe_gemm(
+        self, kind: str, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None
+    ) -> torch.Tensor:
+        """``c + a @ b`` under the recipe (``a`` the layer input, ``b`` the transposed
+        weight); ``c`` a bias ``(N,)`` (the recipe GEMM's epilogue) or anything else torch adds
+        in float32."""
+        assert self.recipe is not None
+        seed = self.gemm_seed(self._recipe_calls)
+        self._recipe_calls += 1
+        if self.trace is not None:
+            acc = self.recipe_accumulator
+            self.trace.append(
+                (kind, self._layer(), self.recipe.name, "recipe" if acc is None else acc.describe())
+            )
+        n = b.shape[-1] if b.dim() > 1 else 1
+        bias = c if c is not None and c.dim() == 1 and c.shape[0] == n and b.dim() > 1 else None
+        out = recipe_matmul(a, b, self.recipe, bias=bias, seed=seed,
+                            accumulator=self.recipe_accumulator)  # fmt: skip
+        if c is not None and bias is None:
+            out = out + c
+        return out
+
     # ----- the emulated operations --------------------------------------------------------------
     def _linear(
         self, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     ) -> torch.Tensor:
+        if self.recipe is not None:
+            return self._recipe_gemm("linear", input, weight.t(), bias)
         layer = self._layer()
         spec = self.spec(layer)
         self._record("linear", spec)
@@ -437,6 +518,8 @@ class Simulated(torch.nn.Module):
     ) -> torch.Tensor:
         if kw.get("out") is not None:
             raise NotImplementedError("simulate: matmul with out= is not emulated")
+        if self.recipe is not None:
+            return self._recipe_gemm("matmul", a, b, c)
         spec = self.spec(self._layer())
         self._record("matmul", spec)
         # each functional matmul of a forward pass has its own per-tensor scaling state
@@ -501,10 +584,17 @@ class Simulated(torch.nn.Module):
         oh = (h + 2 * pd[0] - dl[0] * (kh - 1) - 1) // st[0] + 1
         ow = (w + 2 * pd[1] - dl[1] * (kw - 1) - 1) // st[1] + 1
         cols = F.unfold(input, (kh, kw), dilation=dl, padding=pd, stride=st)  # (N, C*kh*kw, L)
+        o = weight.shape[0]
+        if self.recipe is not None:  # a linear layer on the patches: (N*L, K) @ (K, O)
+            patches = cols.transpose(1, 2).reshape(-1, cols.shape[1])
+            y = self._recipe_gemm("conv", patches, weight.reshape(o, -1).t(), bias)
+            out = y.reshape(n, oh * ow, o).transpose(1, 2).reshape(n, o, oh, ow)
+            if not batched:
+                out = out.squeeze(0)
+            return out.squeeze(-2) if one_d else out
         layer = self._layer()
         spec = self.spec(layer)
         self._record("conv", spec)
-        o = weight.shape[0]
         w2 = weight.reshape(o, -1)  # (O, C*kh*kw)
         # one GEMM over the whole batch: (O, K) @ (K, N*L)
         cols2 = cols.transpose(0, 1).reshape(cols.shape[1], -1)
@@ -566,8 +656,12 @@ class Simulated(torch.nn.Module):
         """The wrapped model's forward, with the emulated operations."""
         self._current = []
         self._matmul_calls = 0
+        self._recipe_calls = 0
         with _Mode(self):
-            return self.module(*args, **kwargs)
+            out = self.module(*args, **kwargs)
+        if self.recipe is not None and self._update():
+            self.step += 1
+        return out
 
     def remove(self) -> torch.nn.Module:
         """Remove the layer hooks; returns the wrapped model (unchanged)."""
@@ -577,6 +671,12 @@ class Simulated(torch.nn.Module):
         return self.module
 
     def extra_repr(self) -> str:
+        if self.recipe is not None:
+            acc = self.recipe_accumulator
+            return (
+                f"recipe={self.recipe.name!r}, accumulator="
+                f"{'the recipe' if acc is None else acc.describe()!r}, seed={self.seed}"
+            )
         return f"policy={self.policy.name!r}, accumulator={self.accumulator.describe()!r}"
 
 
@@ -593,13 +693,21 @@ def _one(v: Any) -> int:
 
 def simulate(
     model: torch.nn.Module,
-    policy: str | Policy = "float32",
+    policy: str | Policy | Recipe = "float32",
     *,
     accumulator: Accumulator | None = None,
+    seed: int = 0,
 ) -> Simulated:
-    """``model`` with its GEMMs emulated under ``policy`` (a :class:`~precision_lab.Policy` or a
-    name of :data:`~precision_lab.POLICIES`): see the module docstring. Returns a
-    :class:`Simulated` module sharing ``model``'s parameters."""
-    if isinstance(policy, str | Policy):
-        return Simulated(model, policy, accumulator=accumulator)
-    raise TypeError(f"policy must be a Policy or a policy name, got {type(policy).__name__}")
+    """``model`` with its GEMMs emulated under ``policy``: a :class:`~precision_lab.Policy` or a
+    name of :data:`~precision_lab.POLICIES`, or a training recipe, a
+    :class:`~precision_lab.Recipe` or a name of :data:`~precision_lab.quant.recipes.RECIPES`
+    (see the module docstring). ``accumulator`` overrides the policy's, or every role's of the
+    recipe; ``seed`` (an int in [0, 2**64)) seeds a recipe's stochastic rounding and Hadamard
+    signs (:meth:`Simulated.gemm_seed`). Returns a :class:`Simulated` module sharing ``model``'s
+    parameters."""
+    if isinstance(policy, str | Policy | Recipe):
+        return Simulated(model, policy, accumulator=accumulator, seed=seed)
+    raise TypeError(
+        f"policy must be a Policy, a Recipe, or a policy or recipe name, got "
+        f"{type(policy).__name__}"
+    )

@@ -144,3 +144,35 @@ def test_rotation_pads_the_contraction_axis() -> None:
     assert np.allclose(out.y, exact, rtol=0, atol=1e-4 * np.abs(exact).max())
     q = pl.apply_recipe(x, w, dy, "quartet", seed=2)  # MXFP4 blocks of 32 after padding
     assert q.y.shape == (40, 24) and q.dw.shape == (24, 40)
+
+
+def test_recipe_gemm_one_role_batches_and_accumulator_precedence() -> None:
+    """pl.recipe_gemm: a role of an element-format recipe is pl.gemm of the rounded operands; a
+    given accumulator replaces the role's (here BF16 accumulation, which changes the bits); a
+    batch without SR or per-tensor scales is the 2-D GEMM per batch; errors name the argument."""
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((6, 50)).astype(np.float32)
+    b = rng.standard_normal((50, 7)).astype(np.float32)
+    ra, rb = pl.round_to(a, "bf16"), pl.round_to(b, "bf16")
+    acc = pl.Accumulator("bf16")
+    got = pl.recipe_gemm(a, b, "bf16", "dgrad", accumulator=acc)
+    want = pl.gemm(ra, rb, input_format="bf16", accumulator=acc)
+    assert np.array_equal(got, want)
+    assert not np.array_equal(got, pl.recipe_gemm(a, b, "bf16", "dgrad"))
+    assert np.array_equal(
+        pl.recipe_gemm(a, b, "bf16", "dgrad"),
+        pl.gemm(ra, rb, input_format="bf16", accumulator=None),
+    )
+    A = rng.standard_normal((3, 4, 200)).astype(np.float32)
+    B = rng.standard_normal((3, 200, 5)).astype(np.float32)
+    for name in ("te_mxfp8", "te_fp8_block"):
+        y = pl.recipe_gemm(A, B, name, "forward", seed=3)
+        assert y.shape == (3, 4, 5) and y.dtype == np.float32
+        for i in range(3):
+            assert np.array_equal(y[i], pl.recipe_gemm(A[i], B[i], name, "forward", seed=3))
+    with pytest.raises(TypeError, match=r"accumulator must be a precision_lab\.Accumulator"):
+        pl.recipe_gemm(a, b, "bf16", "forward", accumulator="fp32")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"a and b must be at least 2-D"):
+        pl.recipe_gemm(a[0], b, "bf16", "forward")
+    with pytest.raises(ValueError, match=r"unknown recipe 'nvfp4'"):
+        pl.recipe_gemm(a, b, "nvfp4", "forward")

@@ -196,7 +196,9 @@ def test_softmax_rule_and_bad_arguments():
     assert _bits_equal(low, _store(_np(torch.softmax(z, -1)), "fp16"))
     with pytest.raises(TypeError, match=r"accumulator must be a precision_lab\.Accumulator"):
         plt.simulate(torch.nn.Linear(2, 2), "float32", accumulator="fp16")
-    with pytest.raises(TypeError, match="policy must be a Policy or a policy name"):
+    with pytest.raises(
+        TypeError, match="policy must be a Policy, a Recipe, or a policy or recipe name, got int"
+    ):
         plt.simulate(torch.nn.Linear(2, 2), 3)
     with pytest.raises(NotImplementedError, match="grouped"):
         plt.simulate(torch.nn.Conv2d(2, 2, 1, groups=2), "float32")(torch.randn(1, 2, 2, 2))
