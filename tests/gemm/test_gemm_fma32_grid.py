@@ -11,6 +11,7 @@ input and count the elements that rounding would change.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import itertools
 
@@ -182,3 +183,23 @@ def test_gemm_on_adversarial_inputs_equals_the_reference(mode):
     with ftz_daz(), use_workers(1):
         got = pl.gemm(x, y, input_format=bf16, input_rounding=mode, backend="native")
     assert np.array_equal(want.view(np.uint32), got.view(np.uint32)) and want[0, 0] != 0
+
+
+@pytest.mark.parametrize(
+    "fmt",
+    [
+        dataclasses.replace(pl.get_format(name), has_subnormals=False, name=f"{name}_nosub")
+        for name in ("e5m2", "e4m3", "bf16")
+    ]
+    + [pl.get_format("tf32"), pl.get_format("e2m3")],
+    ids=lambda f: f.name,
+)
+def test_the_exact_check_counts_per_chunk(fmt):
+    """The check's bit tests (grid_sure in fma32.inc) decide most elements without rounding
+    them: in chunks of 512 adversarial values, formats without subnormals included, the count
+    equals the elements that rounding would change."""
+    x = adversarial(fmt)
+    for i in range(0, x.size, 512):
+        xs = x[i : i + 512]
+        _, count = pack(xs, grid_of(xs, fmt, "exact"))
+        assert count == np.count_nonzero(~(reference(xs, fmt, "nearest_even") == xs)), i
