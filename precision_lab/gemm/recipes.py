@@ -56,6 +56,16 @@ def _accumulator(gpu: str | None, operand: Operand) -> Any:
         return None  # no preset for this format: FP32 promotion per block
 
 
+def _check_accumulator(accumulator: Any) -> None:
+    """Raise TypeError unless ``accumulator`` is a :class:`~precision_lab.Accumulator` or None
+    (the ``accumulator=`` option of the recipe GEMMs, which replaces a role's preset)."""
+    if accumulator is not None and not isinstance(accumulator, Accumulator):
+        raise TypeError(
+            f"accumulator must be a precision_lab.Accumulator (pl.tensor_core(...) gives one) "
+            f"or None, got {accumulator!r}"
+        )
+
+
 def recipe_gemm(
     a: Any,
     b: Any,
@@ -105,11 +115,7 @@ def recipe_gemm(
     """
     r = get_recipe(recipe)
     gr = r.role(role)
-    if accumulator is not None and not isinstance(accumulator, Accumulator):
-        raise TypeError(
-            f"accumulator must be a precision_lab.Accumulator (pl.tensor_core(...) gives one) "
-            f"or None, got {accumulator!r}"
-        )
+    _check_accumulator(accumulator)
     aa, ba = as_float_array(a, "a"), as_float_array(b, "b")
     if aa.ndim < 2 or ba.ndim < 2:
         raise ValueError(

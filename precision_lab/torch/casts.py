@@ -71,6 +71,26 @@ def _check_tensor(x: Any, name: str = "x") -> torch.Tensor:
     return x
 
 
+def _as_matrices(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    """``a`` and ``b`` with 1-D operands promoted as ``torch.matmul`` promotes them (a vector ``a``
+    a row, a vector ``b`` a column), and the dimensions to squeeze from the product after."""
+    squeeze = []
+    if a.dim() == 1:
+        a = a.unsqueeze(0)
+        squeeze.append(-2)
+    if b.dim() == 1:
+        b = b.unsqueeze(-1)
+        squeeze.append(-1)
+    return a, b, squeeze
+
+
+def _squeezed(out: torch.Tensor, squeeze: list[int]) -> torch.Tensor:
+    """The product of :func:`_as_matrices`'s operands with the promoted dimensions removed."""
+    for d in sorted(squeeze):
+        out = out.squeeze(d)
+    return out
+
+
 def _result_dtype(x: torch.Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 

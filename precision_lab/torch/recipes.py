@@ -43,12 +43,12 @@ import torch
 from ..core.codec import decode
 from ..core.formats import FloatFormat
 from ..gemm import Accumulator, gemm
-from ..gemm.recipes import recipe_gemm
+from ..gemm.recipes import _check_accumulator, recipe_gemm
 from ..quant.blocks import QuantizedBlocks, dequantize_blocks
 from ..quant.hadamard import hadamard as _np_hadamard
 from ..quant.recipes import ROLES, Operand, Recipe, _resolve, get_recipe
 from ..quant.recipes import quantize_operand as _quantize_operand
-from .casts import _check_grad, _check_tensor
+from .casts import _as_matrices, _check_grad, _check_tensor, _squeezed
 
 __all__ = ["hadamard", "quantize_operand", "recipe_matmul"]
 
@@ -382,20 +382,10 @@ def recipe_matmul(
     _check_tensor(a, "a")
     _check_tensor(b, "b")
     r = get_recipe(recipe)
-    if accumulator is not None and not isinstance(accumulator, Accumulator):
-        raise TypeError(
-            f"accumulator must be a precision_lab.Accumulator (pl.tensor_core(...) gives one) "
-            f"or None, got {accumulator!r}"
-        )
+    _check_accumulator(accumulator)
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 1 << 127:
         raise ValueError(f"seed must be an int in [0, 2**127), got {seed!r}")
-    squeeze = []
-    if a.dim() == 1:
-        a = a.unsqueeze(0)
-        squeeze.append(-2)
-    if b.dim() == 1:
-        b = b.unsqueeze(-1)
-        squeeze.append(-1)
+    a, b, squeeze = _as_matrices(a, b)
     if a.shape[-1] != b.shape[-2]:
         raise ValueError(
             f"a and b do not share the contraction K: a {tuple(a.shape)} (..., M, K), "
@@ -417,6 +407,4 @@ def recipe_matmul(
                 f"bias must have shape ({out.shape[-1]},) (N of b), got {tuple(bias.shape)}"
             )
         out = _BiasFn.apply(out, bias)
-    for d in sorted(squeeze):
-        out = out.squeeze(d)
-    return out  # type: ignore[no-any-return]
+    return _squeezed(out, squeeze)

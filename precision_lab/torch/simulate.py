@@ -90,9 +90,11 @@ from torch.overrides import TorchFunctionMode
 from ..core.formats import FloatFormat, get_format
 from ..core.rounding import round_to as _round_to
 from ..gemm import Accumulator, gemm
+from ..gemm.recipes import _check_accumulator
 from ..quant.recipes import RECIPES, Recipe, get_recipe
 from ..scaling.fp8 import DelayedScaling, scale_from_amax
 from ..training.policy import POLICIES, LayerPrecision, Policy, get_policy
+from .casts import _as_matrices, _squeezed
 from .recipes import recipe_matmul
 
 __all__ = ["GemmSpec", "Simulated", "emulated_matmul", "simulate"]
@@ -274,17 +276,9 @@ def emulated_matmul(
     differentiable (see the module). ``a``: (..., M, K), ``b``: (..., K, N) (1-D operands as
     ``torch.matmul`` treats them); ``operands`` is the per-tensor scaling state of
     :class:`Simulated` (None: no scaling)."""
-    squeeze = []
-    if a.dim() == 1:
-        a = a.unsqueeze(0)
-        squeeze.append(-2)
-    if b.dim() == 1:
-        b = b.unsqueeze(-1)
-        squeeze.append(-1)
+    a, b, squeeze = _as_matrices(a, b)
     out = _GemmFn.apply(a, b, c, spec, operands, key, update)
-    for d in sorted(squeeze):
-        out = out.squeeze(d)
-    return out  # type: ignore[no-any-return]
+    return _squeezed(out, squeeze)
 
 
 class _StoreFn(torch.autograd.Function):
@@ -383,11 +377,7 @@ class Simulated(torch.nn.Module):
         super().__init__()
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(module).__name__}")
-        if accumulator is not None and not isinstance(accumulator, Accumulator):
-            raise TypeError(
-                f"accumulator must be a precision_lab.Accumulator (pl.tensor_core(...) gives "
-                f"one) or None, got {accumulator!r}"
-            )
+        _check_accumulator(accumulator)
         if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
             raise TypeError(f"seed must be an int in [0, 2**64), got {seed!r}")
         if not 0 <= int(seed) < 1 << 64:
