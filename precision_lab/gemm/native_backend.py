@@ -51,6 +51,7 @@ True
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import threading
 from typing import Any
@@ -628,12 +629,15 @@ def _blockfma_gemm(
     Be = np.empty(panels * k * nr, dtype=np.int32)
     OB = np.empty(panels * units * nr, dtype=np.int32)
     workers = _parallel.current_workers() if nb * m * n * k >= _PARALLEL_MACS else 1
-    packed: list[tuple[int, int]] = []
-    per = panels if panels * k * nr <= _PACKED_B else max(1, panels // (4 * workers))
-    for_chunks(
-        panels,
-        lambda lo, hi: packed.append(_ext.bfma_pack_b(params, opts, B, Bs, Be, OB, lo, hi, grid_b)),
-        per,
+    # B in one contiguous range of panels per worker (the pack reads B row by row across its
+    # panels), in parallel from _PACKED_B / 8 floats (decoding costs about 10x fma32_pack's)
+    parts = min(workers, panels) if panels * k * nr * 8 > _PACKED_B else 1
+    bounds = [panels * i // parts for i in range(parts + 1)]
+    packed = _parallel.run_together(
+        *(
+            functools.partial(_ext.bfma_pack_b, params, opts, B, Bs, Be, OB, lo, hi, grid_b)
+            for lo, hi in itertools.pairwise(bounds)
+        )
     )
     if any(bad for bad, _ in packed):
         return None
