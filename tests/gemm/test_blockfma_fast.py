@@ -117,6 +117,7 @@ RULES = [
     {"zeros_in_anchor": True, "overflow": "infinity", "zero_sign": "positive"},
     {"overflow": "saturate"},
     {"zero_sign": "positive", "promote_every": 64},
+    {"zero_sign": "ieee", "promote_every": 32},  # (float32 promotion: -0 + -0 stays -0)
 ]
 
 
