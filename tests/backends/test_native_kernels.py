@@ -392,6 +392,24 @@ def test_blocks_match_numpy(monkeypatch, bf, dtype, magnitude):
 
 
 @needs_native
+@pytest.mark.parametrize("bits", [0x7F800001, 0xFF800001, 0x7FFFFFFF, 0x7FA00000, 0xFFC00000])
+@pytest.mark.parametrize("name", ["mxint8", "mxfp8_e4m3", "nvfp4"])
+def test_blocks_nan_payloads_match_numpy(bits, name):
+    """A NaN with a payload (or signalling) in a block: the integer elements' rounding gave
+    the payload back (0x7fc00001 for 0x7f800001) where round_to gives the canonical +NaN."""
+    x = np.ones(64, np.float32)
+    x.view(np.uint32)[0] = bits
+    got = pl.round_to_blocks(x, name, pad=True)
+    saved = native_kernels.ext
+    native_kernels.ext = None
+    try:
+        ref = pl.round_to_blocks(x, name, pad=True)
+    finally:
+        native_kernels.ext = saved
+    assert same_bits(got, ref)
+
+
+@needs_native
 @settings(max_examples=40, deadline=None)
 @given(
     x=hnp.arrays(np.float32, st.sampled_from([(64,), (2, 96), (3, 32)])),
