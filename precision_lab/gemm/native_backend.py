@@ -378,6 +378,25 @@ def _fma32_plan(
     return plan.params, plan.out_dtype
 
 
+def _row_items(rows: int, mr: int, k: int, workers: int) -> list[tuple[int, int]]:
+    """Work items of whole register tiles of ``mr`` rows: about 6 per worker, of equal numbers
+    of tiles (within one), each packing at most ``_PACKED_A`` floats of A. The workers take them
+    one at a time, so one that another process delays takes fewer; equal items let two equal
+    workers finish together (``-(-tiles // (6 * workers))`` tiles per item left 11 items of 8
+    tiles for 86 tiles: 6 for one worker, 5 for the other).
+
+    >>> _row_items(20, 6, 10, 1)
+    [(0, 6), (6, 12), (12, 18), (18, 20)]
+    >>> [(hi - lo) // 6 for lo, hi in _row_items(516, 6, 512, 2)]
+    [7, 7, 7, 7, 7, 8, 7, 7, 7, 7, 7, 8]
+    """
+    tiles = -(-rows // mr)
+    cap = max(1, _PACKED_A // (mr * max(k, 1)))  # tiles per item
+    items = min(tiles, max(6 * workers, -(-tiles // cap)))
+    cuts = [tiles * i // items * mr for i in range(items)] + [rows]
+    return list(itertools.pairwise(cuts))
+
+
 def _fma32_gemm(
     a: np.ndarray,
     b: np.ndarray,
@@ -438,28 +457,24 @@ def _fma32_gemm(
             return None  # (an input off its grid)
     same_out = int(out_fmt == _FP32 and not is_stochastic(acc.out_rounding))
     rows = nb * m
-    # work items of whole register tiles (packed A at most _PACKED_A floats), about 6 per worker,
-    # handed out one at a time: a worker that another process delays takes fewer of them (the
-    # caller is one of the workers)
-    tiles = -(-rows // mr)
-    per = min(max(1, -(-tiles // (6 * workers))), max(1, _PACKED_A // (mr * max(k, 1))))
-    starts = iter(range(0, rows, per * mr))  # (shared: next() is atomic under the GIL)
+    # (the caller is one of the workers)
+    items = _row_items(rows, mr, k, workers)
+    starts = iter(items)  # (shared: next() is atomic under the GIL)
     stop = threading.Event()  # set by a worker that raised (Ctrl-C in the caller too)
 
     def worker() -> int:
         count = 0
         try:
-            for r in starts:
+            for r, hi in starts:
                 if stop.is_set():
                     break
-                hi = min(r + per * mr, rows)
                 count += _ext.gemm_fma32(params, A, Bp, C, D, same_out, r, hi, grid_a)
         except BaseException:
             stop.set()
             raise
         return count
 
-    bad += _parallel.run_together(*([worker] * min(workers, -(-tiles // per))))
+    bad += _parallel.run_together(*([worker] * min(workers, len(items))))
     return None if any(bad) else D.reshape(out_shape)
 
 
@@ -644,18 +659,16 @@ def _blockfma_gemm(
     spread_b = max(sp for _, sp in packed)
     D = np.empty((nb, m, n), dtype=out_dtype)
     rows = nb * m
-    tiles = -(-rows // mr)
-    per = min(max(1, -(-tiles // (6 * workers))), max(1, _PACKED_A // (mr * max(k, 1))))
-    starts = iter(range(0, rows, per * mr))  # (shared: next() is atomic under the GIL)
+    items = _row_items(rows, mr, k, workers)
+    starts = iter(items)  # (shared: next() is atomic under the GIL)
     stop = threading.Event()
 
     def worker() -> int:
         count = 0
         try:
-            for r in starts:
+            for r, hi in starts:
                 if stop.is_set() or count:
                     break
-                hi = min(r + per * mr, rows)
                 count += _ext.bfma_rows(params, opts, A, Bs, Be, OB, C, D, r, hi, grid_a, spread_b)
         except BaseException:
             stop.set()
@@ -664,5 +677,5 @@ def _blockfma_gemm(
             stop.set()
         return count
 
-    bad = _parallel.run_together(*([worker] * min(workers, -(-tiles // per))))
+    bad = _parallel.run_together(*([worker] * min(workers, len(items))))
     return None if any(bad) else D.reshape(out_shape)
