@@ -49,6 +49,7 @@ def bfma_pack_b(
     q0: int,
     q1: int,
     grid: Any = ...,
+    sexp: Any = ...,
     /,
 ) -> tuple[int, int]: ...
 def bfma_rows(
@@ -64,6 +65,7 @@ def bfma_rows(
     r1: int,
     grid_a: Any,
     spread_b: int,
+    sexp: Any = ...,
     /,
 ) -> int: ...
 def align_exponents(x: Any, emin: int, out: Any, /) -> None: ...

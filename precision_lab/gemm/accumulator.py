@@ -733,7 +733,10 @@ class Accumulator:
 
 
 def reference_only(acc: Accumulator) -> str | None:
-    """Why only the numpy reference computes ``acc`` (None: every backend does).
+    """Why the general kernels (CuPy's, the native per-element ones) do not compute ``acc``
+    (None: every backend does). The numpy reference does; of these models the native backend
+    also takes block-scaled MMA without groups (``scales="in_block"``, E8M0 scales: its
+    block-FMA fast path, ``native_backend.gemm_block_scaled``).
 
     >>> reference_only(Accumulator(order="exact_block", block=4))
     "order='exact_block'"

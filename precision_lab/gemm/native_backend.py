@@ -557,7 +557,9 @@ def blockfma_applies(
     )
 
 
-def _blockfma_opts(acc: Accumulator, fa: FloatFormat, fb: FloatFormat) -> np.ndarray:
+def _blockfma_opts(
+    acc: Accumulator, fa: FloatFormat, fb: FloatFormat, kblock: int = 0
+) -> np.ndarray:
     """The int32 options of the fast path: products per int32 run (the most whose truncated
     terms, each at most ``(2 - 2**-ma) * (2 - 2**-mb) * 2**F``, sum below 2**31), the alignment
     exponents of zero operands and of a zero running value (no part in the anchor, or
@@ -565,7 +567,7 @@ def _blockfma_opts(acc: Accumulator, fa: FloatFormat, fb: FloatFormat) -> np.nda
     largest exponent span of a unit's inputs (``2**(F + span)`` stays a float32 normal), and
     whether a block's int32 sum plus the running value's term (below ``2**(F + 1)``) stays
     below 2**31, and the special-value rules (bit 0 ``overflow="infinity"``, bit 1
-    ``zero_sign="positive"``)."""
+    ``zero_sign="positive"``), and the scale block along K of block-scaled MMA (0: none)."""
     F = int(acc.align_bits or 0)
     sig_a = 2.0 - 2.0**-fa.mantissa_bits
     sig_b = 2.0 - 2.0**-fb.mantissa_bits
@@ -575,7 +577,9 @@ def _blockfma_opts(acc: Accumulator, fa: FloatFormat, fb: FloatFormat) -> np.nda
     safe = int((unit or 1) * term + 2 ** (F + 1) <= 2**31 - 1)
     zero = ZERO_EXPONENT if acc.zeros_in_anchor else _NO_TERM
     rules = int(acc.overflow == "infinity") | int(acc.zero_sign == "positive") << 1
-    return np.array([run, zero, zero, zero, _BLOCKFMA_SPAN - F, safe, rules], dtype=np.int32)
+    return np.array(
+        [run, zero, zero, zero, _BLOCKFMA_SPAN - F, safe, rules, kblock], dtype=np.int32
+    )
 
 
 @functools.lru_cache(maxsize=64)
@@ -587,11 +591,12 @@ def _blockfma_plan(
     acc: Accumulator,
     out_fmt: FloatFormat,
     has_c: bool,
+    kblock: int = 0,
 ) -> tuple[np.ndarray, np.ndarray, np.dtype, tuple[int, int, int]]:
     """The kernel's parameter block and options (read-only: shared between calls), the output
     dtype and (MR, NR, entries of OB per column: units x planes)."""
     params, out_dtype = _fma32_plan(a_shape, b_shape, fa, fb, acc, out_fmt, has_c)
-    opts = _blockfma_opts(acc, fa, fb)
+    opts = _blockfma_opts(acc, fa, fb, kblock)
     opts.flags.writeable = False
     return params, opts, out_dtype, tuple(_ext.bfma_info(params, opts))
 
@@ -605,10 +610,13 @@ def _blockfma_gemm(
     acc: Accumulator,
     out_fmt: FloatFormat,
     input_rounding: str,
+    scales: tuple[np.ndarray, np.ndarray, int] | None = None,
 ) -> np.ndarray | None:
     """The GEMM on the block-FMA fast path (:func:`blockfma_applies`), or None: use the general
     path (an input or ``c`` not finite, an input off its grid with ``"exact"``, exponents of a
-    block spread too wide, a stochastic input rounding).
+    block spread too wide, a stochastic input rounding). ``scales``: block-scaled MMA (see
+    :func:`gemm_block_scaled`), the int32 exponents of A's and B's scales (batch entries x M x
+    scale blocks, batch entries x scale blocks x N) and the scale block (0: one along K).
 
     The inputs are put on their grids as float32 while the kernels pack them (as
     :func:`_fma32_gemm`), decoded once: B into panels of NR columns, A into tiles of MR rows,
@@ -632,8 +640,9 @@ def _blockfma_gemm(
         if not np.isfinite(C).all():
             return None
         C = np.ascontiguousarray(C).reshape(nb, m, n)
+    sexp_a, sexp_b, kblock = (None, None, 0) if scales is None else scales
     params, opts, out_dtype, (mr, nr, units) = _blockfma_plan(
-        a.shape, b.shape, fa, fb, acc, out_fmt, C is not None
+        a.shape, b.shape, fa, fb, acc, out_fmt, C is not None, kblock
     )
     if nb * m * n == 0 or k == 0:
         return None  # (nothing to pack: the general path checks the inputs and handles K = 0)
@@ -650,7 +659,7 @@ def _blockfma_gemm(
     bounds = [panels * i // parts for i in range(parts + 1)]
     packed = _parallel.run_together(
         *(
-            functools.partial(_ext.bfma_pack_b, params, opts, B, Bs, Be, OB, lo, hi, grid_b)
+            functools.partial(_ext.bfma_pack_b, params, opts, B, Bs, Be, OB, lo, hi, grid_b, sexp_b)
             for lo, hi in itertools.pairwise(bounds)
         )
     )
@@ -669,7 +678,9 @@ def _blockfma_gemm(
             for r, hi in starts:
                 if stop.is_set() or count:
                     break
-                count += _ext.bfma_rows(params, opts, A, Bs, Be, OB, C, D, r, hi, grid_a, spread_b)
+                count += _ext.bfma_rows(
+                    params, opts, A, Bs, Be, OB, C, D, r, hi, grid_a, spread_b, sexp_a
+                )
         except BaseException:
             stop.set()
             raise
@@ -679,3 +690,63 @@ def _blockfma_gemm(
 
     bad = _parallel.run_together(*([worker] * min(workers, len(items))))
     return None if any(bad) else D.reshape(out_shape)
+
+
+def gemm_block_scaled(
+    a: np.ndarray,
+    b: np.ndarray,
+    c: Any,
+    *,
+    input_format: FloatFormat | tuple[FloatFormat, FloatFormat],
+    accumulator: Accumulator,
+    out_format: FloatFormat,
+    input_rounding: str,
+    scale_a: Any,
+    scale_b: Any,
+    scale_block: int | None,
+) -> np.ndarray | None:
+    """Block-scaled MMA (``scales="in_block"`` without ``group``, spec 3b: tcgen05
+    ``kind::mxf8f6f4``, sm_120 ``mma.block_scale`` with E8M0 scales) on the block-FMA fast path,
+    or None where it does not apply (then the numpy reference computes it).
+
+    Each product's power-of-two scale ``sa * sb`` is constant over a block FMA (the scale block
+    is a multiple of the block), so the fast path runs on the unscaled inputs with every
+    non-zero input's alignment exponent, and the offset its terms are scaled by, raised by its
+    scale's exponent (a zero's exponent is not scaled: reference ``_Model._scaled_terms``). It
+    declines grouped models (``kind::mxf4nvf4``), scales that are not powers of two, and
+    whatever :func:`blockfma_applies` does not take; the kernels hand back inputs that are not
+    finite (NaN blocks) and exponents spread too wide.
+
+    >>> import precision_lab as pl
+    >>> acc = pl.tensor_core("b200", "mxfp8_e4m3", instruction="tcgen05")
+    >>> a = np.ones((2, 64)); b = np.full((64, 3), 0.5)
+    >>> sa = np.array([[2.0**-3, 4.0]] * 2); sb = np.ones((2, 3))
+    >>> if available():
+    ...     d = gemm_block_scaled(a, b, None, input_format=get_format("e4m3"), accumulator=acc,
+    ...                           out_format=get_format("fp32"), input_rounding="exact",
+    ...                           scale_a=sa, scale_b=sb, scale_block=32)
+    ...     assert d.tolist() == [[66.0] * 3] * 2   # 32 * 0.5 * (2**-3 + 4)
+    """
+    from .scales import expand_scales
+
+    acc = accumulator
+    fa, fb = input_format if isinstance(input_format, tuple) else (input_format, input_format)
+    if _ext is None or acc.scales != "in_block" or acc.group is not None or acc.block is None:
+        return None
+    plain = acc.replace(scales="promote", scale_format=None)
+    if reference_only(plain) is not None or not blockfma_applies(plain, fa, fb, out_format):
+        return None
+    sa, sb, kblock = expand_scales(a, b, scale_a, scale_b, scale_block)
+    if sa is None or sb is None or (kblock is not None and kblock % acc.block):
+        return None
+    batch, m, _, n = gemm_shapes(a.shape, b.shape)
+    nb = math.prod(batch)
+    exps = []
+    for s, shape in ((sa, (nb, m, sa.shape[-1])), (sb, (nb, sb.shape[1], n))):
+        frac, e = np.frexp(np.broadcast_to(s, shape))
+        if not (frac == 0.5).all():
+            return None  # (not powers of two: the reference says so)
+        exps.append(np.ascontiguousarray(e - 1, dtype=np.int32).reshape(-1))
+    return _blockfma_gemm(
+        a, b, c, fa, fb, plain, out_format, input_rounding, (exps[0], exps[1], kblock or 0)
+    )

@@ -186,6 +186,21 @@ def gemm(
                 scale_block=scale_block,
             )
             return restore(_canonical_nan(out, acc.nan_encoding))
+        if acc.scales == "in_block" and native.available():  # (block-scaled MMA: or None)
+            out = native.gemm_block_scaled(
+                _float64_or_float(as_float_array(a, "a")),
+                _float64_or_float(as_float_array(b, "b")),
+                None if c is None else _float64_or_float(as_float_array(c, "c")),
+                input_format=(fa, fb) if fa != fb else fa,
+                accumulator=acc,
+                out_format=out_fmt,
+                input_rounding=input_rounding,
+                scale_a=scale_a,
+                scale_b=scale_b,
+                scale_block=scale_block,
+            )
+            if out is not None:
+                return restore(_canonical_nan(out, acc.nan_encoding))
     out = _gemm_numpy(a, b, c, fa, fb, acc, out_fmt, input_rounding, scale_a, scale_b, scale_block)
     return restore(_canonical_nan(out, acc.nan_encoding))
 

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import precision_lab as pl
+from precision_lab.backends.native import kernels as native_kernels
 from precision_lab.gemm import native_backend
 from precision_lab.gemm.tensor_core import GPUS, INSTRUCTIONS, PRESETS, tensor_core_list
 
@@ -268,14 +269,18 @@ def _gst_oracle(qa, qb, c, scale_emin):
     return out
 
 
+@pytest.mark.parametrize("backend", ["numpy", "native"])
 @pytest.mark.parametrize("fmt", ["mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp4_e2m1"])
 @pytest.mark.parametrize("gpu", ["b200", "rtx5090"])
-def test_mxf8f6f4_scales_enter_the_block_fma(fmt, gpu):
+def test_mxf8f6f4_scales_enter_the_block_fma(fmt, gpu, backend):
+    if backend == "native" and not native_kernels.available():
+        pytest.skip("precision_lab.backends._native_kernels is not built")
     ins = "tcgen05" if gpu == "b200" else "mma"
     acc = pl.tensor_core(gpu, fmt, instruction=f"{ins}.kind::mxf8f6f4")
     assert acc.scales == "in_block" and acc.block == 32 and acc.align_bits == 25
     qa, qb = _operands(fmt, 4, 96, 3, seed=len(fmt))
-    got = pl.gemm_blocks(qa, qb, np.full((4, 3), 0.375), accumulator=acc).astype(np.float64)
+    c = np.full((4, 3), 0.375)
+    got = pl.gemm_blocks(qa, qb, c, accumulator=acc, backend=backend).astype(np.float64)
     np.testing.assert_array_equal(got, _st_oracle(qa, qb, 0.375))
 
 

@@ -19,10 +19,11 @@
   void k_bfma_info(const long long* params, const int* opts, long long* out);                   \
   long long k_bfma_pack_b(const long long* params, const int* opts, const float* B, float* Bs, \
                           int* Be, int* OB, long long q0, long long q1, const int* grid,        \
-                          int* spread);                                                         \
+                          int* spread, const int* sexp);                                        \
   long long k_bfma_rows(const long long* params, const int* opts, const float* A,              \
                         const float* Bs, const int* Be, const int* OB, const float* C, void* D, \
-                        int f32, long long r0, long long r1, const int* grid, int spread_b);
+                        int f32, long long r0, long long r1, const int* grid, int spread_b,     \
+                        const int* sexp);
 
 #define PL_KERNEL_DECLS                                                                          \
   void k_gemm_rows(const long long* params, const double* A, const double* B, const double* C, \

@@ -366,8 +366,8 @@ PyObject* py_hadamard(PyObject*, PyObject* args) {
 // The int32 options of the block-FMA fast path (blockfma_fast.inc, BF_O_SIZE entries).
 bool get_bfma_opts(PyObject* o, buf* b) {
   if (!get_buf(o, b, 'i', 4, false, "opts", false)) return false;
-  if (b->n < 7) {
-    PyErr_Format(PyExc_ValueError, "opts must hold 7 int32, got %zd values", b->n);
+  if (b->n < 8) {
+    PyErr_Format(PyExc_ValueError, "opts must hold 8 int32, got %zd values", b->n);
     return false;
   }
   return true;
@@ -394,19 +394,27 @@ PyObject* py_bfma_info(PyObject*, PyObject* args) {
   return Py_BuildValue("LLL", out[0], out[1], out[2]);
 }
 
-// bfma_pack_b(params, opts, B, Bs, Be, OB, q0, q1, grid=None) -> (bad, spread): panels q0..q1-1
-// of B (nb x K x N float32, put on its grid as it is packed) into Bs (float32), Be (int32):
-// nb * ceil(N / NR) panels of K x NR, and OB (int32): panels of units x NR; bad: inputs off the
-// grid (with check) or not finite.
+// The scale blocks along K of a block-FMA call (opts[7]: the scale block, 0 for none).
+long long bfma_scale_blocks(const buf& o, long long K) {
+  const long long kb = ((const int*)o.ptr)[7];
+  return kb > 0 ? (K + kb - 1) / kb : 1;
+}
+
+// bfma_pack_b(params, opts, B, Bs, Be, OB, q0, q1, grid=None, sexp=None) -> (bad, spread):
+// panels q0..q1-1 of B (nb x K x N float32, put on its grid as it is packed) into Bs (float32),
+// Be (int32): nb * ceil(N / NR) panels of K x NR, and OB (int32): panels of units x NR; bad:
+// inputs off the grid (with check) or not finite. sexp: the exponents of B's power-of-two block
+// scales (int32, nb x scale blocks x N; block-scaled MMA).
 PyObject* py_bfma_pack_b(PyObject*, PyObject* args) {
-  PyObject *op, *oo, *ob, *obs, *obe, *oob, *og = Py_None;
+  PyObject *op, *oo, *ob, *obs, *obe, *oob, *og = Py_None, *osx = Py_None;
   long long q0, q1;
-  if (!PyArg_ParseTuple(args, "OOOOOOLL|O", &op, &oo, &ob, &obs, &obe, &oob, &q0, &q1, &og))
+  if (!PyArg_ParseTuple(args, "OOOOOOLL|OO", &op, &oo, &ob, &obs, &obe, &oob, &q0, &q1, &og, &osx))
     return nullptr;
-  buf p, o, b, bs, be, obb, g;
+  buf p, o, b, bs, be, obb, g, sx;
   if (!get_params(op, &p) || !get_bfma_opts(oo, &o) || !get_buf(ob, &b, 'f', 4, false, "B", false) ||
       !get_buf(obs, &bs, 'f', 4, true, "Bs", false) || !get_buf(obe, &be, 'i', 4, true, "Be", false) ||
-      !get_buf(oob, &obb, 'i', 4, true, "OB", false) || !get_grid(og, &g, "grid"))
+      !get_buf(oob, &obb, 'i', 4, true, "OB", false) || !get_grid(og, &g, "grid") ||
+      !get_buf(osx, &sx, 'i', 4, false, "sexp", true))
     return nullptr;
   const long long* q = (const long long*)p.ptr;
   const long long N = q[1], K = q[2], NB = q[3];
@@ -414,7 +422,8 @@ PyObject* py_bfma_pack_b(PyObject*, PyObject* args) {
   KT.bfma_info(q, (const int*)o.ptr, info);
   const long long npan = (N + info[1] - 1) / info[1];
   if (q0 < 0 || q0 > q1 || q1 > NB * npan || b.n < NB * K * N || bs.n < NB * npan * K * info[1] ||
-      be.n < NB * npan * K * info[1] || obb.n < NB * npan * info[2] * info[1]) {
+      be.n < NB * npan * K * info[1] || obb.n < NB * npan * info[2] * info[1] ||
+      (sx.ptr && sx.n < NB * bfma_scale_blocks(o, K) * N)) {
     PyErr_SetString(PyExc_ValueError, "bfma_pack_b: buffer sizes do not match params / panel range");
     return nullptr;
   }
@@ -422,26 +431,27 @@ PyObject* py_bfma_pack_b(PyObject*, PyObject* args) {
   int spread = 0;
   PL_BEGIN_NATIVE bad = KT.bfma_pack_b(q, (const int*)o.ptr, (const float*)b.ptr, (float*)bs.ptr,
                                        (int*)be.ptr, (int*)obb.ptr, q0, q1, (const int*)g.ptr,
-                                       &spread);
+                                       &spread, (const int*)sx.ptr);
   PL_END_NATIVE return Py_BuildValue("Li", bad, spread);
 }
 
-// bfma_rows(params, opts, A, Bs, Be, OB, C, D, r0, r1, grid_a, spread_b) -> bad: output rows
-// r0..r1-1 of the block-FMA model on float32 A (put on its grid as it is packed), the packed B
-// (bfma_pack_b) and C (float32 or None); bad (inputs of A off the grid or not finite, units whose
-// spread is too wide) non-zero: D is not the model's.
+// bfma_rows(params, opts, A, Bs, Be, OB, C, D, r0, r1, grid_a, spread_b, sexp=None) -> bad:
+// output rows r0..r1-1 of the block-FMA model on float32 A (put on its grid as it is packed),
+// the packed B (bfma_pack_b) and C (float32 or None); bad (inputs of A off the grid or not
+// finite, units whose spread is too wide) non-zero: D is not the model's. sexp: the exponents
+// of A's power-of-two block scales (int32, nb x M x scale blocks; block-scaled MMA).
 PyObject* py_bfma_rows(PyObject*, PyObject* args) {
-  PyObject *op, *oo, *oa, *obs, *obe, *oob, *oc, *od, *og;
+  PyObject *op, *oo, *oa, *obs, *obe, *oob, *oc, *od, *og, *osx = Py_None;
   long long r0, r1;
   int spread_b;
-  if (!PyArg_ParseTuple(args, "OOOOOOOOLLOi", &op, &oo, &oa, &obs, &obe, &oob, &oc, &od, &r0, &r1,
-                        &og, &spread_b))
+  if (!PyArg_ParseTuple(args, "OOOOOOOOLLOi|O", &op, &oo, &oa, &obs, &obe, &oob, &oc, &od, &r0,
+                        &r1, &og, &spread_b, &osx))
     return nullptr;
-  buf p, o, a, bs, be, obb, c, d, g;
+  buf p, o, a, bs, be, obb, c, d, g, sx;
   if (!get_params(op, &p) || !get_bfma_opts(oo, &o) || !get_buf(oa, &a, 'f', 4, false, "A", false) ||
       !get_buf(obs, &bs, 'f', 4, false, "Bs", false) || !get_buf(obe, &be, 'i', 4, false, "Be", false) ||
       !get_buf(oob, &obb, 'i', 4, false, "OB", false) || !get_buf(oc, &c, 'f', 4, false, "C", true) ||
-      !get_grid(og, &g, "grid_a"))
+      !get_grid(og, &g, "grid_a") || !get_buf(osx, &sx, 'i', 4, false, "sexp", true))
     return nullptr;
   if (PyObject_GetBuffer(od, &d.v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) != 0)
     return nullptr;
@@ -454,6 +464,7 @@ PyObject* py_bfma_rows(PyObject*, PyObject* args) {
   if (r0 < 0 || r1 > NB * M || r0 > r1 || a.n < NB * M * K || bs.n < NB * npan * K * info[1] ||
       be.n < NB * npan * K * info[1] || obb.n < NB * npan * info[2] * info[1] ||
       d.v.len / d.v.itemsize < NB * M * N || (c.ptr && c.n < NB * M * N) ||
+      (sx.ptr && sx.n < NB * M * bfma_scale_blocks(o, K)) ||
       !(d.v.itemsize == 4 || d.v.itemsize == 8)) {
     PyErr_SetString(PyExc_ValueError, "bfma_rows: buffer sizes do not match params / row range");
     return nullptr;
@@ -462,7 +473,8 @@ PyObject* py_bfma_rows(PyObject*, PyObject* args) {
   long long bad;
   PL_BEGIN_NATIVE bad = KT.bfma_rows(q, (const int*)o.ptr, (const float*)a.ptr, (const float*)bs.ptr,
                                      (const int*)be.ptr, (const int*)obb.ptr, (const float*)c.ptr,
-                                     d.v.buf, f32, r0, r1, (const int*)g.ptr, spread_b);
+                                     d.v.buf, f32, r0, r1, (const int*)g.ptr, spread_b,
+                                     (const int*)sx.ptr);
   PL_END_NATIVE return PyLong_FromLongLong(bad);
 }
 
@@ -477,9 +489,9 @@ PyMethodDef methods[] = {
     {"fma32_tile", py_fma32_tile, METH_NOARGS, "(MR, NR) of the fp32 FMA kernel"},
     {"bfma_info", py_bfma_info, METH_VARARGS, "bfma_info(params, opts) -> (MR, NR, units)"},
     {"bfma_pack_b", py_bfma_pack_b, METH_VARARGS,
-     "bfma_pack_b(params, opts, B, Bs, Be, OB, q0, q1, grid=None) -> (bad, spread)"},
+     "bfma_pack_b(params, opts, B, Bs, Be, OB, q0, q1, grid=None, sexp=None) -> (bad, spread)"},
     {"bfma_rows", py_bfma_rows, METH_VARARGS,
-     "bfma_rows(params, opts, A, Bs, Be, OB, C, D, r0, r1, grid_a, spread_b) -> bad"},
+     "bfma_rows(params, opts, A, Bs, Be, OB, C, D, r0, r1, grid_a, spread_b, sexp=None) -> bad"},
     {"align_exponents", py_align_exponents, METH_VARARGS, "align_exponents(x, emin, out)"},
     {"quantize", py_quantize, METH_VARARGS,
      "quantize(x, out, out_code, C, inner, S, Z, mode, short, torch, qmin, qmax, lo, hi)"},

@@ -1,0 +1,138 @@
+"""Block-scaled MMA (``scales="in_block"`` without groups: tcgen05 ``kind::mxf8f6f4``, sm_120
+``mma.block_scale``) on the native block-FMA fast path: bit for bit the numpy reference on every
+such preset of the tensor-core table, on input classes that move the anchor (zeros, scales far
+apart, results that overflow or underflow float32), and it must run (a spy counts the calls it
+answers), so that a silent fall-back to the reference cannot pass for it. The presets' values
+against an independent exact oracle: tests/gemm/test_tensor_core_presets.py."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+
+import precision_lab as pl
+from precision_lab.backends.native import kernels as native_kernels
+
+nbk = importlib.import_module("precision_lab.gemm.native_backend")
+
+pytestmark = pytest.mark.skipif(
+    not native_kernels.available(), reason="precision_lab.backends._native_kernels is not built"
+)
+
+
+def _presets() -> list[tuple[str, str, str, str]]:
+    """(gpu, instruction, format of a, format of b) of every block-scaled row without groups."""
+    out = []
+    for row in pl.tensor_core.list():
+        fmt = row["input_format"]
+        fa, _, fb = fmt.partition(" x ")
+        gpu = row["gpus"].split(",")[0].split()[0]
+        fmts, ins = (fa, fb) if fb else fa, row["instruction"]
+        acc = pl.tensor_core(gpu, fmts, out_format=row["out_format"], instruction=ins)
+        if acc.scales == "in_block" and acc.group is None and row["out_format"] == "fp32":
+            out.append((gpu, row["instruction"], fa, fb or fa))
+    return out
+
+
+PRESETS = _presets()
+KINDS = ("normal", "wide", "zeros", "tiny", "huge", "zero_scales", "apart")
+
+
+def _operand(rng: np.random.Generator, kind: str, shape: tuple[int, int], fmt: str, axis: int):
+    x = rng.standard_normal(shape)
+    if kind == "wide":  # block scales 2**-40 .. 2**40 apart within a row
+        x *= 2.0 ** rng.integers(-40, 40, shape)
+    elif kind == "zeros":  # zeros take the exponent -126 unscaled (zeros_in_anchor)
+        x *= rng.random(shape) < 0.4
+    elif kind == "tiny":  # scales near E8M0's 2**-127: sums underflow float32
+        x *= 2.0**-120
+    elif kind == "huge":  # scales near 2**127: sums overflow float32
+        x *= 2.0**124
+    elif kind == "zero_scales":  # whole blocks of zeros (scale 0 or the smallest)
+        x[(rng.random(shape) < 0.5)] = 0.0
+    elif kind == "apart":  # a's non-zeros at even k, b's at odd k: every product is zero, and
+        # the zeros' exponents (-126 plus the partner's; the zero's own scale not added) meet c
+        odd = np.arange(shape[axis]) % 2 == 1
+        x = np.where(odd[None, :] if axis else ~odd[:, None], 0.0, x)
+        x *= 2.0 ** rng.integers(-110, 110, (shape[0], 1) if axis else (1, shape[1]))
+    return pl.quantize_blocks(x.astype(np.float32), fmt, axis=axis, pad=True)
+
+
+@pytest.fixture
+def native_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Counts the block-scaled calls the native path answers (and those it hands back)."""
+    calls = {"native": 0, "back": 0}
+    run = nbk.gemm_block_scaled
+
+    def spy(*args: object, **kwargs: object) -> object:
+        out = run(*args, **kwargs)
+        calls["native" if out is not None else "back"] += 1
+        return out
+
+    monkeypatch.setattr(nbk, "gemm_block_scaled", spy)
+    return calls
+
+
+def test_every_row_without_groups_is_listed():
+    # tcgen05 kind::mxf8f6f4 and sm_120 mma.block_scale: 24 format pairs each
+    assert len(PRESETS) >= 48
+    assert {p[0] for p in PRESETS} >= {"b200", "rtx5090"}
+
+
+@pytest.mark.parametrize(("gpu", "ins", "fa", "fb"), PRESETS)
+def test_native_equals_the_reference(gpu, ins, fa, fb, native_calls):
+    rng = np.random.default_rng(abs(hash((gpu, ins, fa, fb))) % 2**32)
+    acc = pl.tensor_core(gpu, (fa, fb), instruction=ins)
+    for i, kind in enumerate(KINDS):
+        m, n = int(rng.integers(1, 20)), int(rng.integers(1, 40))
+        k = (64, 96, 45, 7, 160, 32, 64)[i]  # (45, 7: the last block padded with zeros)
+        qa = _operand(rng, kind, (m, k), fa, -1)
+        qb = _operand(rng, kind, (k, n), fb, 0)
+        c = None if i % 2 else rng.standard_normal((m, n)).astype(np.float32) * 2.0**-40
+        want = pl.gemm_blocks(qa, qb, c, accumulator=acc, backend="numpy")
+        got = pl.gemm_blocks(qa, qb, c, accumulator=acc, backend="native")
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32), err_msg=kind)
+    assert native_calls == {"native": len(KINDS), "back": 0}
+
+
+def test_batches_and_scales_along_rows_and_columns(native_calls):
+    rng = np.random.default_rng(5)
+    acc = pl.tensor_core("b200", "mxfp8_e4m3", instruction="tcgen05")
+    e4m3 = pl.get_format("e4m3")
+    a = pl.round_to(rng.uniform(-1, 1, (3, 5, 96)).astype(np.float32), e4m3)
+    b = pl.round_to(rng.uniform(-1, 1, (96, 7)).astype(np.float32), e4m3)
+    sa = 2.0 ** rng.integers(-20, 20, (3, 5, 3)).astype(np.float64)
+    sb = 2.0 ** rng.integers(-20, 20, (3, 7)).astype(np.float64)  # (K-blocks, N)
+    kw = dict(input_format="e4m3", accumulator=acc, input_rounding="exact", scale_a=sa,
+              scale_b=sb, scale_block=32)  # fmt: skip
+    want = pl.gemm(a, b, backend="numpy", **kw)
+    got = pl.gemm(a, b, backend="native", **kw)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert native_calls == {"native": 1, "back": 0}
+
+
+def test_hands_back_what_it_does_not_compute(native_calls):
+    rng = np.random.default_rng(9)
+    acc = pl.tensor_core("b200", "mxfp8_e4m3", instruction="tcgen05")
+    x = rng.standard_normal((4, 64)).astype(np.float32)
+    x[1, 40] = np.nan  # a NaN element: the kernels hand the call back
+    qa = pl.quantize_blocks(x, "mxfp8_e4m3")
+    qb = pl.quantize_blocks(rng.standard_normal((64, 3)).astype(np.float32), "mxfp8_e4m3", axis=0)
+    want = pl.gemm_blocks(qa, qb, accumulator=acc, backend="numpy")
+    got = pl.gemm_blocks(qa, qb, accumulator=acc, backend="native")
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert np.isnan(got[1]).all() and not np.isnan(got[[0, 2, 3]]).any()
+    assert native_calls == {"native": 0, "back": 1}
+    # grouped models (kind::mxf4nvf4) and scales that are not powers of two: not taken
+    grouped = pl.tensor_core("b200", "mxfp4_e2m1", instruction="tcgen05")
+    assert grouped.group is not None
+    qa4 = pl.quantize_blocks(x[[0, 2, 3]], "mxfp4_e2m1")
+    qb4 = pl.quantize_blocks(rng.standard_normal((64, 3)).astype(np.float32), "mxfp4_e2m1", axis=0)
+    pl.gemm_blocks(qa4, qb4, accumulator=grouped, backend="native")
+    assert native_calls == {"native": 0, "back": 2}
+    with pytest.raises(ValueError, match="power-of-two scales"):
+        pl.gemm(np.ones((1, 32)), np.ones((32, 1)), input_format="e4m3", accumulator=acc,
+                scale_a=np.full((1, 1), 3.0), scale_block=32, backend="native")  # fmt: skip
+    assert native_calls == {"native": 0, "back": 3}
