@@ -750,3 +750,67 @@ def gemm_block_scaled(
     return _blockfma_gemm(
         a, b, c, fa, fb, plain, out_format, input_rounding, (exps[0], exps[1], kblock or 0)
     )
+
+
+def gemm_fma64(
+    a: np.ndarray,
+    b: np.ndarray,
+    c: Any,
+    *,
+    input_format: FloatFormat | tuple[FloatFormat, FloatFormat],
+    accumulator: Accumulator,
+    out_format: FloatFormat,
+    input_rounding: str,
+) -> np.ndarray | None:
+    """The fp64 FMA chain (FP64 DMMA, AMD f64 MFMA: ``order="sequential"`` in fp64,
+    ``nearest_even``, exact products, the IEEE rules) on the native kernel ``fma64_rows``: ``s =
+    fma(a_k, b_k, s)`` in increasing k, the hardware's fused multiply-add, which rounds the exact
+    ``a*b + s`` once (also where ``a*b`` alone overflows or underflows) and gives IEEE results
+    for inf/NaN. None where the model is not that chain (another rule, output format or
+    rounding; the numpy reference computes it).
+
+    >>> import precision_lab as pl
+    >>> acc = pl.tensor_core("h100", "fp64", out_format="fp64")
+    >>> a = np.array([[1.0, 2.0**-60]]); b = np.array([[1.0 + 2.0**-52], [1.0]])
+    >>> if available():
+    ...     d = gemm_fma64(a, b, None, input_format=get_format("fp64"), accumulator=acc,
+    ...                    out_format=get_format("fp64"), input_rounding="nearest_even")
+    ...     assert d[0, 0] == 1.0 + 2.0**-52   # (+ 2**-60 rounds away: one rounding per step)
+    """
+    from .reference import _broadcast_c, _on_grid
+
+    acc = accumulator
+    fa, fb = input_format if isinstance(input_format, tuple) else (input_format, input_format)
+    fp64 = get_format("fp64")
+    if (
+        _ext is None
+        or acc.order != "sequential"
+        or acc.format != fp64
+        or out_format != fp64
+        or acc.rounding != "nearest_even"
+        or acc.product_format is not None
+        or acc.promote_every is not None
+        or acc.overflow not in ("ieee", "infinity")  # (the same under nearest_even)
+        or acc.zero_sign != "ieee"
+        or acc.subnormals != "keep"
+        or acc.input_subnormals != "keep"
+        or acc.scales == "in_block"
+    ):
+        return None
+    batch, m, k, n = gemm_shapes(a.shape, b.shape)
+    seed = 0 if acc.seed is None else acc.seed
+    nb = math.prod(batch)
+    A = _batched(_on_grid(a.astype(np.float64), fa, "a", input_rounding, seed), (*batch, m, k))
+    B = _batched(_on_grid(b.astype(np.float64), fb, "b", input_rounding, seed + 1), (*batch, k, n))
+    C = None
+    if c is not None:
+        C = round_to(_broadcast_c(c, (*batch, m, n)).astype(np.float64), out_format)
+        C = np.ascontiguousarray(C, dtype=np.float64).reshape(nb, m, n)
+    D = np.empty((nb, m, n))
+    if nb * m * n:
+        for_chunks(
+            nb * m,
+            lambda lo, hi: _ext.fma64_rows(A, B, C, D, m, n, k, lo, hi),
+            _rows_chunk(nb * m, n * max(k, 1) // 64 + n),
+        )
+    return D.reshape(*batch, m, n)

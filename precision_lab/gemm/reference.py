@@ -22,6 +22,7 @@ import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -186,6 +187,19 @@ def gemm(
                 scale_block=scale_block,
             )
             return restore(_canonical_nan(out, acc.nan_encoding))
+        wide = max(fa.precision, fb.precision) > _EXACT_PRODUCT_BITS
+        if wide and scale_a is None and scale_b is None and native.available():
+            out = native.gemm_fma64(  # (fp64 FMA chains: or None)
+                _float64_or_float(as_float_array(a, "a")),
+                _float64_or_float(as_float_array(b, "b")),
+                None if c is None else _float64_or_float(as_float_array(c, "c")),
+                input_format=(fa, fb) if fa != fb else fa,
+                accumulator=acc,
+                out_format=out_fmt,
+                input_rounding=input_rounding,
+            )
+            if out is not None:
+                return restore(_canonical_nan(out, acc.nan_encoding))
         if acc.scales == "in_block" and native.available():  # (block-scaled MMA: or None)
             out = native.gemm_block_scaled(
                 _float64_or_float(as_float_array(a, "a")),
@@ -742,10 +756,12 @@ class _Model:
                     acc32 += tmp
             return acc32.astype(np.float64)
         acc = np.zeros(shape) if s0 is None else s0
-        if self.fma64:  # fp64 inputs: a chain of fused multiply-adds in fp64
+        if self.fma64:  # fp64 inputs: a chain of fused multiply-adds in fp64 (specials: IEEE
+            # fma's, _fma64: an infinite running value meets only the inputs' inf/NaN)
+            A = ch.A if ch.Araw is None else ch.Araw  # (the raw inputs, inf and NaN kept)
+            B = ch.B if ch.Braw is None else ch.Braw
             for k in range(k0, k1):
-                fused = self.r_acc.round(_fma64(ch.A[:, :, k, None], ch.B[:, None, k, :], acc))
-                acc = self._special_step(acc, fused, self._specials(ch, [k]))
+                acc = self.r_acc.round(_fma64(A[:, :, k, None], B[:, None, k, :], acc))
             return acc
         for k in range(k0, k1):
             first_c = s0 is not None and k == k0  # c may be off the accumulator's grid
@@ -1121,12 +1137,17 @@ def _cut(x: np.ndarray, q: np.ndarray, mode: str) -> np.ndarray:
 
 
 def _fma64(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """``RN(a * b + c)`` in float64, one rounding (Boldo & Melquiond 2008, "Emulation of FMA
-    and correctly rounded sums: proved algorithms using rounding to odd", algorithm 5.4:
-    ``a*b = p + e`` exactly (Dekker), ``c + p = th + tl`` (two-sum), ``v = RO(tl + e)``,
-    result ``RN(th + v)``). Exact while ``a * b`` neither overflows nor falls below
-    2**-969 (where Dekker's error term underflows); non-finite inputs give IEEE results."""
-    with np.errstate(invalid="ignore", over="ignore"):
+    """``fma(a, b, c)`` in float64: ``RN(a * b + c)`` rounded once, as IEEE 754's
+    fusedMultiplyAdd (and the hardware's). Boldo & Melquiond 2008 ("Emulation of FMA and
+    correctly rounded sums: proved algorithms using rounding to odd", algorithm 5.4: ``a*b = p +
+    e`` exactly (Dekker), ``c + p = th + tl`` (two-sum), ``v = RO(tl + e)``, result ``RN(th +
+    v)``) where it is exact: ``2**-969 <= |a*b| < 2**1022``, ``|a|, |b| < 2**995`` (Dekker's
+    split and error term stay in range) and ``c + p`` finite; the other finite cases (rare)
+    from exact rationals (:func:`_fma_exact`). Special values as IEEE: a finite ``a * b`` (even
+    one beyond float64's range) added to an infinite ``c`` gives ``c``; an infinite or NaN
+    ``a`` or ``b`` gives ``a * b + c``."""
+    a, b, c = np.broadcast_arrays(a, b, c)
+    with np.errstate(invalid="ignore", over="ignore", under="ignore"):
         p = a * b
         e = two_product_error(a, b, p)
         np.copyto(e, 0.0, where=~np.isfinite(e))
@@ -1134,4 +1155,40 @@ def _fma64(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
         u, w = two_sum(tl, e)
         v = odd_collapse(u, w)
         out = th + v
-    return np.where(np.isfinite(th), out, th)
+        fin_ab = np.isfinite(a) & np.isfinite(b)
+        fin = fin_ab & np.isfinite(c)
+        out = np.where(fin, out, np.where(fin_ab, c, p + c))
+        ap = np.abs(p)
+        risky = (
+            fin
+            & (a != 0)
+            & (b != 0)
+            & (
+                (ap < 2.0**-969)
+                | (ap >= 2.0**1022)
+                | (np.maximum(np.abs(a), np.abs(b)) >= 2.0**995)
+                | ~np.isfinite(th)
+            )
+        )
+    if risky.any():
+        out = out.copy()
+        for i in zip(*np.nonzero(risky), strict=True):
+            out[i] = _fma_exact(float(a[i]), float(b[i]), float(c[i]))
+    return out
+
+
+def _fma_exact(a: float, b: float, c: float) -> float:
+    """``fma(a, b, c)`` of finite non-zero ``a``, ``b`` and finite ``c`` from exact rationals
+    (``int / int`` is correctly rounded to nearest even, subnormals included; an exact zero is
+    +0: ``a * b`` is not zero).
+
+    >>> _fma_exact(2.0**600, 2.0**424, -(2.0**1023)) == 2.0**1023   # a * b alone overflows
+    True
+    >>> _fma_exact(2.0**-537, 2.0**-537, 0.0) == 2.0**-1074, _fma_exact(2.0**-600, 2.0**-500, 1.0)
+    (True, 1.0)
+    """
+    x = Fraction(a) * Fraction(b) + Fraction(c)
+    try:
+        return float(x)  # (exact zero: +0.0)
+    except OverflowError:
+        return math.inf if x > 0 else -math.inf
