@@ -34,6 +34,11 @@ released inside the kernels). Four kernels:
 * the header's per-element state machine for everything else (pairwise, blocked, rounded
   products, stochastic rounding, inf/NaN inputs).
 
+Also: block-scaled MMA without groups on the block-FMA fast path (:func:`gemm_block_scaled`:
+the scales' exponents raise the alignment exponents), the fp64 FMA chain of FP64 DMMA and AMD's
+f64 MFMA (:func:`gemm_fma64`: the hardware's fma), and ``input_subnormals="flush"`` (the
+reference flushes the inputs, these kernels run the model with them kept).
+
 Not covered (``gemm`` uses numpy): ``order="blas"`` (numpy's float32 BLAS is that model),
 ``order="compensated"`` and
 ``block_fma`` blocks longer than 128 products.

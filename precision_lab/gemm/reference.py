@@ -200,6 +200,13 @@ def gemm(
             )
             if out is not None:
                 return restore(_canonical_nan(out, acc.nan_encoding))
+        if acc.input_subnormals == "flush" and not wide and native.available():
+            out = _flushed_native(
+                a, b, c, fa, fb, acc, out_fmt, input_rounding, native,
+                scale_a=scale_a, scale_b=scale_b, scale_block=scale_block,
+            )  # fmt: skip
+            if out is not None:
+                return restore(_canonical_nan(out, acc.nan_encoding))
         if acc.scales == "in_block" and native.available():  # (block-scaled MMA: or None)
             out = native.gemm_block_scaled(
                 _float64_or_float(as_float_array(a, "a")),
@@ -386,9 +393,7 @@ def _gemm_numpy(
     else:
         c64 = round_to(_broadcast_c(c, out_shape).astype(np.float64), out_fmt).astype(np.float64)
     if acc.input_subnormals == "flush":  # spec 3c: subnormal inputs become +0
-        a64 = np.where(np.abs(a64) < fa.smallest_normal, 0.0, a64)
-        b64 = np.where(np.abs(b64) < fb.smallest_normal, 0.0, b64)
-        c64 = np.where(np.abs(c64) < out_fmt.smallest_normal, 0.0, c64)
+        a64, b64, c64 = _flushed(a64, fa), _flushed(b64, fb), _flushed(c64, out_fmt)
     sa, sb, kblock = expand_scales(a, b, scale_a, scale_b, scale_block)
     if sa is not None and acc.scales == "promote":
         assert isinstance(acc.promote_format, FloatFormat) and isinstance(acc.format, FloatFormat)
@@ -408,6 +413,51 @@ def _gemm_numpy(
     out = model.out_rounder.round(W, model.words(3 * k, W.shape))
     dtype = np.float32 if _fits_float32(out_fmt) else np.float64
     return out.astype(dtype).reshape(out_shape)
+
+
+def _flushed(x: np.ndarray, fmt: FloatFormat) -> np.ndarray:
+    """Spec 3c (``input_subnormals="flush"``, AMD CDNA2): ``x`` (on ``fmt``'s grid) with its
+    subnormals replaced by +0.
+
+    >>> _flushed(np.array([2.0**-15, -(2.0**-14), -0.0]), get_format("fp16")).tolist()
+    [0.0, -6.103515625e-05, -0.0]
+    """
+    return np.where(np.abs(x) < fmt.smallest_normal, 0.0, x)
+
+
+def _flushed_native(
+    a: Any,
+    b: Any,
+    c: Any,
+    fa: FloatFormat,
+    fb: FloatFormat,
+    acc: Accumulator,
+    out_fmt: FloatFormat,
+    input_rounding: str,
+    native: Any,
+    **scales: Any,
+) -> np.ndarray | None:
+    """Spec 3c on the native kernels: the inputs put on their grids and flushed here (as
+    :func:`_gemm_numpy` does), then the model with ``input_subnormals="keep"`` on inputs that
+    are on their grids; None where the native backend does not compute that model."""
+    keep = acc.replace(input_subnormals="keep")
+    if not native.covers(keep) or reference_only(keep) is not None:
+        return None
+    seed = 0 if acc.seed is None else acc.seed
+    a = as_float_array(a, "a")
+    b = as_float_array(b, "b")
+    a64 = _flushed(_on_grid(a.astype(np.float64), fa, "a", input_rounding, seed), fa)
+    b64 = _flushed(_on_grid(b.astype(np.float64), fb, "b", input_rounding, seed + 1), fb)
+    c64 = None
+    if c is not None:
+        batch, m, _, n = gemm_shapes(tuple(a.shape), tuple(b.shape))
+        c64 = round_to(_broadcast_c(c, (*batch, m, n)).astype(np.float64), out_fmt)
+        c64 = _flushed(np.asarray(c64, dtype=np.float64), out_fmt)
+    out: np.ndarray = native.gemm(
+        a64, b64, c64, input_format=(fa, fb) if fa != fb else fa, accumulator=keep,
+        out_format=out_fmt, input_rounding="exact", **scales,
+    )  # fmt: skip
+    return out
 
 
 def _blas_fast_path_applies(
