@@ -42,6 +42,10 @@ NATIVE_TARGETS = {
     "fp16 sequential toward_zero": ("numpy", 5.0),
     "H100 FP8 tensor-core model": ("numpy", 5.0),
     "B200 FP8 tensor-core model": ("numpy", 5.0),
+    # issue 20: the presets off the block-FMA fast path's first domain
+    "B200 MXFP8 block-scaled (tcgen05)": ("numpy", 5.0),
+    "H100 FP64 DMMA (fp64 FMA chain)": ("numpy", 5.0),
+    "MI210 fp16 (flushed inputs, pairwise)": ("numpy", 5.0),
 }
 #: issue 20: native block-FMA models (every row whose target key is "tensor-core") / BLAS
 BLOCKFMA_BLAS = 0.25
@@ -85,6 +89,14 @@ def main(argv: list[str] | None = None) -> int:
         b = pl.round_to(rng.uniform(-1, 1, (k, n)).astype(np.float32), fmt)
         return a, b
 
+    def mx_scales(m: int, k: int, n: int) -> dict[str, object]:
+        """E8M0 block scales along K (blocks of 32): powers of two 2**-8 .. 2**8."""
+        return {
+            "scale_a": 2.0 ** rng.integers(-8, 9, (m, k // 32)),
+            "scale_b": 2.0 ** rng.integers(-8, 9, (k // 32, n)),
+            "scale_block": 32,
+        }
+
     cases = [
         ("fp32 sequential RNE", "fp32 sequential", (512 // s, 512 // s, 512 // s), "e4m3",
          pl.Accumulator("fp32")),
@@ -112,22 +124,31 @@ def main(argv: list[str] | None = None) -> int:
          pl.tensor_core("b200", "bf16")),
         ("H100 bf16 tensor-core model", "tensor-core", (512 // s,) * 3, "bf16",
          pl.tensor_core("h100", "bf16")),
+        ("B200 MXFP8 block-scaled (tcgen05)", "tensor-core", (256 // s, 1024 // s, 256 // s),
+         "e4m3", pl.tensor_core("b200", "mxfp8_e4m3", instruction="tcgen05"),
+         mx_scales(256 // s, 1024 // s, 256 // s)),
+        ("H100 FP64 DMMA (fp64 FMA chain)", None, (128 // s,) * 3, "fp64",
+         pl.tensor_core("h100", "fp64", out_format="fp64"), {"out_format": "fp64"}),
+        ("MI210 fp16 (flushed inputs, pairwise)", None, (128 // s,) * 3, "fp16",
+         pl.tensor_core("mi210", "fp16")),
     ]  # fmt: skip
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; native kernels: "
           f"{importlib.import_module('precision_lab.backends.native.kernels').isa()}")  # fmt: skip
     print(f"{'model':38s} {'M x K x N':>14s} {'numpy':>8s} {'native':>8s} {'BLAS':>9s} "
           f"{'nat/np':>7s} {'nat/BLAS':>9s}  targets (MMAC/s)")  # fmt: skip
     ok = True
-    for label, target_key, (m, k, n), fmt, acc in cases:
+    for label, target_key, (m, k, n), fmt, acc, *more in cases:
         if args.only.lower() not in label.lower():
             continue
         a, b = inputs(m, k, n, fmt)
         macs = m * k * n
+        extra = more[0] if more else {}
 
-        def run(backend: str, a=a, b=b, acc=acc, fmt=fmt) -> object:
+        def run(backend: str, a=a, b=b, acc=acc, fmt=fmt, extra=extra) -> object:
             return pl.gemm(
-                a, b, input_format=fmt, accumulator=acc, input_rounding="exact", backend=backend
-            )
+                a, b, input_format=fmt, accumulator=acc, input_rounding="exact", backend=backend,
+                **extra,
+            )  # fmt: skip
 
         rate = macs / median_time(lambda: run("numpy"), args.numpy_repeat)
         nrate = macs / median_time(lambda: run("native"), args.repeat) if native else 0.0
