@@ -35,7 +35,8 @@ released inside the kernels). Four kernels:
   products, stochastic rounding, inf/NaN inputs).
 
 Also: block-scaled MMA without groups on the block-FMA fast path (:func:`gemm_block_scaled`:
-the scales' exponents raise the alignment exponents), the fp64 FMA chain of FP64 DMMA and AMD's
+the scales' exponents raise the alignment exponents), AMD CDNA3's ``addend="separate"`` on its
+packs and float64 units (:func:`gemm_separate`), the fp64 FMA chain of FP64 DMMA and AMD's
 f64 MFMA (:func:`gemm_fma64`: the hardware's fma), and ``input_subnormals="flush"`` (the
 reference flushes the inputs, these kernels run the model with them kept).
 
@@ -572,7 +573,9 @@ def _blockfma_opts(
     largest exponent span of a unit's inputs (``2**(F + span)`` stays a float32 normal), and
     whether a block's int32 sum plus the running value's term (below ``2**(F + 1)``) stays
     below 2**31, and the special-value rules (bit 0 ``overflow="infinity"``, bit 1
-    ``zero_sign="positive"``), and the scale block along K of block-scaled MMA (0: none)."""
+    ``zero_sign="positive"``), the scale block along K of block-scaled MMA (0: none), and
+    ``addend="separate"``'s ``sum_bits + 1`` (0: another addend) and whether its
+    ``align_rounding`` is ``"down"``."""
     F = int(acc.align_bits or 0)
     sig_a = 2.0 - 2.0**-fa.mantissa_bits
     sig_b = 2.0 - 2.0**-fb.mantissa_bits
@@ -582,8 +585,10 @@ def _blockfma_opts(
     safe = int((unit or 1) * term + 2 ** (F + 1) <= 2**31 - 1)
     zero = ZERO_EXPONENT if acc.zeros_in_anchor else _NO_TERM
     rules = int(acc.overflow == "infinity") | int(acc.zero_sign == "positive") << 1
+    sep = int(acc.sum_bits) + 1 if acc.addend == "separate" and acc.sum_bits is not None else 0
+    down = int(acc.align_rounding == "down")
     return np.array(
-        [run, zero, zero, zero, _BLOCKFMA_SPAN - F, safe, rules, kblock], dtype=np.int32
+        [run, zero, zero, zero, _BLOCKFMA_SPAN - F, safe, rules, kblock, sep, down], dtype=np.int32
     )
 
 
@@ -819,3 +824,39 @@ def gemm_fma64(
             _rows_chunk(nb * m, n * max(k, 1) // 64 + n),
         )
     return D.reshape(*batch, m, n)
+
+
+def gemm_separate(
+    a: np.ndarray,
+    b: np.ndarray,
+    c: Any,
+    *,
+    input_format: FloatFormat | tuple[FloatFormat, FloatFormat],
+    accumulator: Accumulator,
+    out_format: FloatFormat,
+    input_rounding: str,
+) -> np.ndarray | None:
+    """``addend="separate"`` (AMD CDNA3 MFMA, MMA-Sim's TR-FDPA / GTR-FDPA) on the block-FMA
+    fast path's packs and float64 units, or None where it does not apply (the numpy reference
+    computes it). Each unit (a block, or its inner blocks) is summed exactly at its own anchor as
+    in the other block FMAs; ``blockfma_fast.inc``'s ``bf_tile_run_separate`` then aligns the
+    block's sum and the running value as the spec says. It declines what
+    :func:`blockfma_applies` does not take (rounded products, stochastic modes ...); the kernels
+    hand back inputs that are not finite and exponents spread too wide.
+
+    >>> import precision_lab as pl
+    >>> acc = pl.tensor_core("mi300x", "fp16")
+    >>> a = np.array([[1.0, -(2.0**-14)] + [0.0] * 6])
+    >>> b = np.array([[1.0, 2.0**-14] + [0.0] * 6]).T
+    >>> if available():
+    ...     d = gemm_separate(a, b, None, input_format=get_format("fp16"), accumulator=acc,
+    ...                       out_format=get_format("fp32"), input_rounding="exact")
+    ...     assert d[0, 0] == 1.0   # -2**-28 lies below the block's 24 fraction bits: cut
+    """
+    acc = accumulator
+    fa, fb = input_format if isinstance(input_format, tuple) else (input_format, input_format)
+    if _ext is None or acc.addend != "separate" or acc.scales == "in_block":
+        return None
+    if acc.input_subnormals != "keep" or not blockfma_applies(acc, fa, fb, out_format):
+        return None
+    return _blockfma_gemm(a, b, c, fa, fb, acc, out_format, input_rounding)

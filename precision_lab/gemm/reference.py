@@ -207,6 +207,19 @@ def gemm(
             )  # fmt: skip
             if out is not None:
                 return restore(_canonical_nan(out, acc.nan_encoding))
+        plain = scale_a is None and scale_b is None
+        if acc.addend == "separate" and plain and not wide and native.available():  # (CDNA3)
+            out = native.gemm_separate(
+                _float64_or_float(as_float_array(a, "a")),
+                _float64_or_float(as_float_array(b, "b")),
+                None if c is None else _float64_or_float(as_float_array(c, "c")),
+                input_format=(fa, fb) if fa != fb else fa,
+                accumulator=acc,
+                out_format=out_fmt,
+                input_rounding=input_rounding,
+            )
+            if out is not None:
+                return restore(_canonical_nan(out, acc.nan_encoding))
         if acc.scales == "in_block" and native.available():  # (block-scaled MMA: or None)
             out = native.gemm_block_scaled(
                 _float64_or_float(as_float_array(a, "a")),

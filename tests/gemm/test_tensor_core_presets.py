@@ -453,12 +453,15 @@ def _tr_oracle(a, b, c, fa, fb, block, fp8):
     return r
 
 
+@pytest.mark.parametrize("backend", ["numpy", "native"])
 @pytest.mark.parametrize(
     ("fmt", "block", "fp8"),
     [("fp16", 8, False), ("bf16", 8, False), ("tf32", 4, False),
      (("e4m3fnuz", "e4m3fnuz"), 16, True), (("e5m2fnuz", "e4m3fnuz"), 16, True)],
 )  # fmt: skip
-def test_cdna3_aligns_products_then_the_accumulator(fmt, block, fp8):
+def test_cdna3_aligns_products_then_the_accumulator(fmt, block, fp8, backend):
+    if backend == "native" and not native_kernels.available():
+        pytest.skip("precision_lab.backends._native_kernels is not built")
     gpu = "mi300x"
     acc = pl.tensor_core(gpu, fmt)
     assert acc.addend == "separate" and acc.block == block and acc.sum_bits == 31
@@ -469,19 +472,22 @@ def test_cdna3_aligns_products_then_the_accumulator(fmt, block, fp8):
     a = _grid_values(fa, rng, (60, 3 * block), -span, span)
     b = _grid_values(fb, rng, (60, 3 * block), -span, span)
     c = pl.round_to(rng.standard_normal(60) * np.exp2(rng.integers(-30, 30, 60)), "fp32")
-    got = _row_gemm(a, b, c.astype(np.float64), (fa_n, fb_n), acc)
+    got = _row_gemm(a, b, c.astype(np.float64), (fa_n, fb_n), acc, backend=backend)
     want = [float(_tr_oracle(a[i], b[i], Fr(float(c[i])), fa, fb, block, fp8))
             for i in range(60)]  # fmt: skip
     assert got.tolist() == want
 
 
-def test_cdna3_floor_moves_a_tiny_negative_accumulator_down():
+@pytest.mark.parametrize("backend", ["numpy", "native"])
+def test_cdna3_floor_moves_a_tiny_negative_accumulator_down(backend):
     # c = -2**-40 below a block sum of 1: floor at 24 bits below the anchor gives -2**-24,
     # so 1 + (-2**-24) = 1 - 2**-24 (a truncation toward zero would give 1)
+    if backend == "native" and not native_kernels.available():
+        pytest.skip("precision_lab.backends._native_kernels is not built")
     acc = pl.tensor_core("mi300x", "fp16")
     a = np.array([[1.0] + [0.0] * 7])
     b = np.array([[1.0] + [0.0] * 7])
-    assert _row_gemm(a, b, [-(2.0**-40)], "fp16", acc)[0] == 1 - 2.0**-24
+    assert _row_gemm(a, b, [-(2.0**-40)], "fp16", acc, backend=backend)[0] == 1 - 2.0**-24
 
 
 # ----- instruction choice, describe, errors ---------------------------------------------------
