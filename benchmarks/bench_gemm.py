@@ -46,6 +46,8 @@ NATIVE_TARGETS = {
     "B200 MXFP8 block-scaled (tcgen05)": ("numpy", 5.0),
     "H100 FP64 DMMA (fp64 FMA chain)": ("numpy", 5.0),
     "MI210 fp16 (flushed inputs, pairwise)": ("numpy", 5.0),
+    "MI300X fp16 (separate addend)": ("numpy", 5.0),
+    "MI100 fp16 (exact blocks of 4)": ("numpy", 5.0),
 }
 #: issue 20: native block-FMA models (every row whose target key is "tensor-core") / BLAS
 BLOCKFMA_BLAS = 0.25
@@ -131,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
          pl.tensor_core("h100", "fp64", out_format="fp64"), {"out_format": "fp64"}),
         ("MI210 fp16 (flushed inputs, pairwise)", None, (128 // s,) * 3, "fp16",
          pl.tensor_core("mi210", "fp16")),
+        ("MI300X fp16 (separate addend)", None, (256 // s, 1024 // s, 256 // s), "fp16",
+         pl.tensor_core("mi300x", "fp16")),
+        ("MI100 fp16 (exact blocks of 4)", None, (128 // s,) * 3, "fp16",
+         pl.tensor_core("mi100", "fp16")),
     ]  # fmt: skip
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; native kernels: "
           f"{importlib.import_module('precision_lab.backends.native.kernels').isa()}")  # fmt: skip

@@ -42,6 +42,9 @@ def bfma_info(params: Any, opts: Any, /) -> tuple[int, int, int]: ...
 def fma64_rows(
     A: Any, B: Any, C: Any, D: Any, M: int, N: int, K: int, r0: int, r1: int, /
 ) -> None: ...
+def exact_block_rows(
+    A: Any, B: Any, C: Any, D: Any, M: int, N: int, K: int, block: int, r0: int, r1: int, /
+) -> None: ...
 def bfma_pack_b(
     params: Any,
     opts: Any,

@@ -112,7 +112,8 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
 
    ``exact_block`` (AMD CDNA1 fp16/bf16 MFMA, MMA-Sim's E-FDPA): consecutive blocks of
    ``block`` products; ``r = round(r + sum of the block's products, acc, mode)`` with the sum
-   exact (one rounding per block). Numpy reference only; deterministic modes only.
+   exact (one rounding per block). Deterministic modes only; the numpy reference, and the
+   native backend into fp32 to nearest even (the CDNA1 presets); no CuPy kernel.
 
    ``compensated`` (Kahan summation, every operation in ``acc``): ``s = s0``, ``c = 0``; for
    each k: ``y = round(p_k - c)``, ``t = round(s + y)``, ``c = round(round(t - s) - y)``,
@@ -737,8 +738,9 @@ def reference_only(acc: Accumulator) -> str | None:
     (None: every backend does). The numpy reference does; of these models the native backend
     also takes block-scaled MMA without groups (``scales="in_block"``, E8M0 scales: its
     block-FMA fast path, ``native_backend.gemm_block_scaled``), ``addend="separate"`` (its
-    block-FMA units, ``native_backend.gemm_separate``) and ``input_subnormals="flush"`` (the
-    inputs flushed first, then its kernels with them kept).
+    block-FMA units, ``native_backend.gemm_separate``), ``order="exact_block"`` into fp32
+    (``native_backend.gemm_exact_block``) and ``input_subnormals="flush"`` (the inputs flushed
+    first, then its kernels with them kept).
 
     >>> reference_only(Accumulator(order="exact_block", block=4))
     "order='exact_block'"

@@ -36,7 +36,8 @@ released inside the kernels). Four kernels:
 
 Also: block-scaled MMA without groups on the block-FMA fast path (:func:`gemm_block_scaled`:
 the scales' exponents raise the alignment exponents), AMD CDNA3's ``addend="separate"`` on its
-packs and float64 units (:func:`gemm_separate`), the fp64 FMA chain of FP64 DMMA and AMD's
+packs and float64 units (:func:`gemm_separate`), CDNA1's exact block sums
+(:func:`gemm_exact_block`), the fp64 FMA chain of FP64 DMMA and AMD's
 f64 MFMA (:func:`gemm_fma64`: the hardware's fma), and ``input_subnormals="flush"`` (the
 reference flushes the inputs, these kernels run the model with them kept).
 
@@ -860,3 +861,76 @@ def gemm_separate(
     if acc.input_subnormals != "keep" or not blockfma_applies(acc, fa, fb, out_format):
         return None
     return _blockfma_gemm(a, b, c, fa, fb, acc, out_format, input_rounding)
+
+
+def gemm_exact_block(
+    a: np.ndarray,
+    b: np.ndarray,
+    c: Any,
+    *,
+    input_format: FloatFormat | tuple[FloatFormat, FloatFormat],
+    accumulator: Accumulator,
+    out_format: FloatFormat,
+    input_rounding: str,
+) -> np.ndarray | None:
+    """``order="exact_block"`` into fp32 (AMD CDNA1 fp16/bf16 MFMA, MMA-Sim's E-FDPA) on the
+    native kernel ``exact_block_rows``: per block, the running value plus the block's products
+    summed exactly (Shewchuk's partials, as ``math.fsum``) and rounded once to float32 (a 53-bit
+    round-to-odd, then float32's rounding to nearest even), as the reference. None where the
+    model is not that (another format, rounding or rule, promotion, rounded products, fp32
+    output rounding elsewhere) or an input or c is not finite: the reference computes it.
+
+    >>> import precision_lab as pl
+    >>> acc = pl.tensor_core("mi100", "fp16")
+    >>> a = np.array([[1.0, 2.0**-24, 2.0**-24, 0.0]]); b = np.ones((4, 1))
+    >>> if available():
+    ...     d = gemm_exact_block(a, b, None, input_format=get_format("fp16"), accumulator=acc,
+    ...                          out_format=get_format("fp32"), input_rounding="exact")
+    ...     assert d[0, 0] == 1.0 + 2.0**-23   # (sequential fp32 sums would give 1.0)
+    """
+    from .reference import _broadcast_c, _on_grid
+
+    acc = accumulator
+    fa, fb = input_format if isinstance(input_format, tuple) else (input_format, input_format)
+    if (
+        _ext is None
+        or acc.order != "exact_block"
+        or acc.block is None
+        or acc.format != _FP32
+        or out_format != _FP32
+        or acc.rounding != "nearest_even"
+        or acc.overflow not in ("ieee", "infinity")  # (the same under nearest_even)
+        or acc.zero_sign != "ieee"
+        or acc.subnormals != "keep"
+        or acc.input_subnormals != "keep"
+        or acc.promote_every is not None
+        or acc.product_format is not None
+        or acc.scales == "in_block"
+        or max(fa.precision, fb.precision) > 26  # (products exact in float64)
+    ):
+        return None
+    batch, m, k, n = gemm_shapes(a.shape, b.shape)
+    seed = 0 if acc.seed is None else acc.seed
+    a64 = _on_grid(np.asarray(a, dtype=np.float64), fa, "a", input_rounding, seed)
+    b64 = _on_grid(np.asarray(b, dtype=np.float64), fb, "b", input_rounding, seed + 1)
+    if not (np.isfinite(a64).all() and np.isfinite(b64).all()):
+        return None
+    if max(float(np.abs(a64).max(initial=0)) * float(np.abs(b64).max(initial=0)), 1.0) > 2.0**900:
+        return None  # (the partials' sums must not overflow)
+    nb = math.prod(batch)
+    A = _batched(a64, (*batch, m, k))
+    B = _batched(b64, (*batch, k, n))
+    C = None
+    if c is not None:
+        C = round_to(_broadcast_c(c, (*batch, m, n)).astype(np.float64), out_format)
+        if not np.isfinite(C).all():
+            return None
+        C = np.ascontiguousarray(C, dtype=np.float64).reshape(nb, m, n)
+    D = np.empty((nb, m, n), dtype=np.float32)
+    if nb * m * n:
+        for_chunks(
+            nb * m,
+            lambda lo, hi: _ext.exact_block_rows(A, B, C, D, m, n, k, acc.block, lo, hi),
+            _rows_chunk(nb * m, n * max(k, 1) // 8 + n),
+        )
+    return D.reshape(*batch, m, n)

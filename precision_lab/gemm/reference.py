@@ -220,6 +220,18 @@ def gemm(
             )
             if out is not None:
                 return restore(_canonical_nan(out, acc.nan_encoding))
+        if acc.order == "exact_block" and plain and native.available():  # (AMD CDNA1)
+            out = native.gemm_exact_block(
+                _float64_or_float(as_float_array(a, "a")),
+                _float64_or_float(as_float_array(b, "b")),
+                None if c is None else _float64_or_float(as_float_array(c, "c")),
+                input_format=(fa, fb) if fa != fb else fa,
+                accumulator=acc,
+                out_format=out_fmt,
+                input_rounding=input_rounding,
+            )
+            if out is not None:
+                return restore(_canonical_nan(out, acc.nan_encoding))
         if acc.scales == "in_block" and native.available():  # (block-scaled MMA: or None)
             out = native.gemm_block_scaled(
                 _float64_or_float(as_float_array(a, "a")),

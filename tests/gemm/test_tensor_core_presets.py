@@ -368,8 +368,11 @@ def test_amd_f32_mfma_is_an_fp32_fma_chain():
 
 
 # ----- AMD CDNA1 (E-FDPA), CDNA2 (FTZ mul-add), CDNA3 (TR-FDPA, GTR-FDPA) ----------------------
+@pytest.mark.parametrize("backend", ["numpy", "native"])
 @pytest.mark.parametrize(("fmt", "block"), [("fp16", 4), ("bf16", 2)])
-def test_cdna1_sums_each_block_exactly_and_rounds_once(fmt, block):
+def test_cdna1_sums_each_block_exactly_and_rounds_once(fmt, block, backend):
+    if backend == "native" and not native_kernels.available():
+        pytest.skip("precision_lab.backends._native_kernels is not built")
     acc = pl.tensor_core("mi100", fmt)
     assert acc.order == "exact_block" and acc.block == block
     rng = np.random.default_rng(block)
@@ -378,7 +381,7 @@ def test_cdna1_sums_each_block_exactly_and_rounds_once(fmt, block):
     a = _grid_values(f, rng, (40, 8), -span, span)
     b = _grid_values(f, rng, (40, 8), -span, span)
     c = pl.round_to(rng.standard_normal(40) * 1e3, "fp32").astype(np.float64)
-    got = _row_gemm(a, b, c, fmt, acc)
+    got = _row_gemm(a, b, c, fmt, acc, backend=backend)
     for i in range(40):
         r = Fr(c[i])
         for j0 in range(0, 8, block):
@@ -391,7 +394,7 @@ def test_cdna1_sums_each_block_exactly_and_rounds_once(fmt, block):
     if block == 4:
         a1 = np.array([[2.0**10, 2.0**-24, -(2.0**10), 2.0**-12]])
         b1 = np.array([[2.0**10, 2.0**-24, 2.0**10, 2.0**-12]])
-        assert _row_gemm(a1, b1, [1.0], fmt, acc)[0] == 1 + 2.0**-23
+        assert _row_gemm(a1, b1, [1.0], fmt, acc, backend=backend)[0] == 1 + 2.0**-23
 
 
 def _ftz(x: Fr, fmt) -> Fr:

@@ -14,7 +14,10 @@
                          long long r1, const int* grid);                                        \
   int k_fma32_tile(int which);                                                                 \
   void k_fma64_rows(const double* A, const double* B, const double* C, double* D, long long M, \
-                    long long N, long long K, long long r0, long long r1);
+                    long long N, long long K, long long r0, long long r1);                    \
+  void k_exact_block_rows(const double* A, const double* B, const double* C, float* D,          \
+                          long long M, long long N, long long K, long long block, long long r0, \
+                          long long r1);
 
 // the block-FMA fast path (blockfma_fast.inc), built for each instruction set
 #define PL_BFMA_DECLS                                                                            \

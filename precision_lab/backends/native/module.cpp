@@ -16,6 +16,7 @@ struct kernels {
   decltype(&pl_base::k_gemm_rows) gemm_rows;
   decltype(&pl_base::k_align_exps) align_exps;
   decltype(&pl_base::k_fma64_rows) fma64_rows;
+  decltype(&pl_base::k_exact_block_rows) exact_block_rows;
   decltype(&pl_base::k_fma32_pack) fma32_pack;
   decltype(&pl_base::k_fma32_rows) fma32_rows;
   decltype(&pl_base::k_fma32_tile) fma32_tile;
@@ -29,7 +30,7 @@ struct kernels {
   decltype(&pl_base::k_hadamard) hadamard;
   const char* isa;
 };
-kernels KT = {pl_base::k_gemm_rows, pl_base::k_align_exps, pl_base::k_fma64_rows, pl_base::k_fma32_pack, pl_base::k_fma32_rows, pl_base::k_fma32_tile, pl_base::k_bfma_info, pl_base::k_bfma_pack_b, pl_base::k_bfma_rows, pl_base::k_quantize, pl_base::k_dequantize, pl_base::k_blocks, pl_base::k_block_amax, pl_base::k_hadamard, "baseline"};
+kernels KT = {pl_base::k_gemm_rows, pl_base::k_align_exps, pl_base::k_fma64_rows, pl_base::k_exact_block_rows, pl_base::k_fma32_pack, pl_base::k_fma32_rows, pl_base::k_fma32_tile, pl_base::k_bfma_info, pl_base::k_bfma_pack_b, pl_base::k_bfma_rows, pl_base::k_quantize, pl_base::k_dequantize, pl_base::k_blocks, pl_base::k_block_amax, pl_base::k_hadamard, "baseline"};
 
 // A C-contiguous buffer of `kind` ('f' float, 'i' integer) and itemsize, or None when allowed.
 struct buf {
@@ -501,6 +502,30 @@ PyObject* py_fma64_rows(PyObject*, PyObject* args) {
   PL_END_NATIVE Py_RETURN_NONE;
 }
 
+// exact_block_rows(A, B, C, D, M, N, K, block, r0, r1): output rows r0..r1-1 of the exact block
+// sums rounded once to float32 on float64 A ((nb x M) x K), B (nb x K x N), C ((nb x M) x N, or
+// None: +0) into float32 D ((nb x M) x N).
+PyObject* py_exact_block_rows(PyObject*, PyObject* args) {
+  PyObject *oa, *ob, *oc, *od;
+  long long M, N, K, blk, r0, r1;
+  if (!PyArg_ParseTuple(args, "OOOOLLLLLL", &oa, &ob, &oc, &od, &M, &N, &K, &blk, &r0, &r1))
+    return nullptr;
+  buf a, b, c, d;
+  if (!get_buf(oa, &a, 'f', 8, false, "A", false) || !get_buf(ob, &b, 'f', 8, false, "B", false) ||
+      !get_buf(oc, &c, 'f', 8, false, "C", true) || !get_buf(od, &d, 'f', 4, true, "D", false))
+    return nullptr;
+  const long long rows = M > 0 ? d.n / (N > 0 ? N : 1) : 0, nb = M > 0 ? rows / M : 0;
+  if (M < 0 || N < 0 || K < 0 || blk < 1 || blk > 1024 || r0 < 0 || r0 > r1 || r1 > nb * M ||
+      d.n < nb * M * N || a.n < nb * M * K || b.n < nb * K * N || (c.ptr && c.n < nb * M * N)) {
+    PyErr_SetString(PyExc_ValueError,
+                    "exact_block_rows: buffer sizes do not match M, N, K, block / row range");
+    return nullptr;
+  }
+  PL_BEGIN_NATIVE KT.exact_block_rows((const double*)a.ptr, (const double*)b.ptr,
+                                      (const double*)c.ptr, (float*)d.ptr, M, N, K, blk, r0, r1);
+  PL_END_NATIVE Py_RETURN_NONE;
+}
+
 PyObject* py_isa(PyObject*, PyObject*) { return PyUnicode_FromString(KT.isa); }
 
 PyMethodDef methods[] = {
@@ -512,6 +537,8 @@ PyMethodDef methods[] = {
     {"fma32_tile", py_fma32_tile, METH_NOARGS, "(MR, NR) of the fp32 FMA kernel"},
     {"bfma_info", py_bfma_info, METH_VARARGS, "bfma_info(params, opts) -> (MR, NR, units)"},
     {"fma64_rows", py_fma64_rows, METH_VARARGS, "fma64_rows(A, B, C, D, M, N, K, r0, r1)"},
+    {"exact_block_rows", py_exact_block_rows, METH_VARARGS,
+     "exact_block_rows(A, B, C, D, M, N, K, block, r0, r1)"},
     {"bfma_pack_b", py_bfma_pack_b, METH_VARARGS,
      "bfma_pack_b(params, opts, B, Bs, Be, OB, q0, q1, grid=None, sexp=None) -> (bad, spread)"},
     {"bfma_rows", py_bfma_rows, METH_VARARGS,
@@ -546,12 +573,13 @@ PyMODINIT_FUNC PyInit__native_kernels(void) {
   const bool no512 = baseline || (want && strcmp(want, "avx2") == 0);
   __builtin_cpu_init();
   if (!baseline && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    KT = {pl_avx2::k_gemm_rows, pl_avx2::k_align_exps, pl_avx2::k_fma64_rows, pl_avx2::k_fma32_pack, pl_avx2::k_fma32_rows, pl_avx2::k_fma32_tile, pl_avx2::k_bfma_info, pl_avx2::k_bfma_pack_b, pl_avx2::k_bfma_rows, pl_avx2::k_quantize, pl_avx2::k_dequantize, pl_avx2::k_blocks, pl_avx2::k_block_amax, pl_avx2::k_hadamard, "avx2+fma"};
+    KT = {pl_avx2::k_gemm_rows, pl_avx2::k_align_exps, pl_avx2::k_fma64_rows, pl_avx2::k_exact_block_rows, pl_avx2::k_fma32_pack, pl_avx2::k_fma32_rows, pl_avx2::k_fma32_tile, pl_avx2::k_bfma_info, pl_avx2::k_bfma_pack_b, pl_avx2::k_bfma_rows, pl_avx2::k_quantize, pl_avx2::k_dequantize, pl_avx2::k_blocks, pl_avx2::k_block_amax, pl_avx2::k_hadamard, "avx2+fma"};
     if (!no512 && __builtin_cpu_supports("avx512f")) {  // (checks the OS saves zmm state too)
       KT.fma32_pack = pl_avx512::k_fma32_pack;
       KT.fma32_rows = pl_avx512::k_fma32_rows;
       KT.fma32_tile = pl_avx512::k_fma32_tile;
       KT.fma64_rows = pl_avx512::k_fma64_rows;
+      KT.exact_block_rows = pl_avx512::k_exact_block_rows;
       KT.bfma_info = pl_avx512::k_bfma_info;
       KT.bfma_pack_b = pl_avx512::k_bfma_pack_b;
       KT.bfma_rows = pl_avx512::k_bfma_rows;
