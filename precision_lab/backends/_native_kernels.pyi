@@ -45,6 +45,20 @@ def fma64_rows(
 def exact_block_rows(
     A: Any, B: Any, C: Any, D: Any, M: int, N: int, K: int, block: int, r0: int, r1: int, /
 ) -> None: ...
+def pairwise32_rows(
+    A: Any,
+    B: Any,
+    C: Any,
+    D: Any,
+    M: int,
+    N: int,
+    K: int,
+    P: int,
+    flush: int,
+    r0: int,
+    r1: int,
+    /,
+) -> None: ...
 def bfma_pack_b(
     params: Any,
     opts: Any,

@@ -38,8 +38,9 @@ Also: block-scaled MMA without groups on the block-FMA fast path (:func:`gemm_bl
 the scales' exponents raise the alignment exponents), AMD CDNA3's ``addend="separate"`` on its
 packs and float64 units (:func:`gemm_separate`), CDNA1's exact block sums
 (:func:`gemm_exact_block`), the fp64 FMA chain of FP64 DMMA and AMD's
-f64 MFMA (:func:`gemm_fma64`: the hardware's fma), and ``input_subnormals="flush"`` (the
-reference flushes the inputs, these kernels run the model with them kept).
+f64 MFMA (:func:`gemm_fma64`: the hardware's fma), CDNA2's promoted float32 pairwise sums
+(:func:`pairwise32_applies`), and ``input_subnormals="flush"`` (the reference flushes the
+inputs, these kernels run the model with them kept).
 
 Not covered (``gemm`` uses numpy): ``order="blas"`` (numpy's float32 BLAS is that model),
 ``order="compensated"`` and
@@ -243,6 +244,10 @@ def gemm(
     fa, fb = input_format if isinstance(input_format, tuple) else (input_format, input_format)
     if scale_a is None and scale_b is None and fma32_applies(accumulator, fa, fb, out_format):
         out = _fma32_gemm(a, b, c, fa, fb, accumulator, out_format, input_rounding)
+        if out is not None:
+            return out
+    if scale_a is None and scale_b is None and pairwise32_applies(accumulator, fa, fb, out_format):
+        out = _pairwise32_gemm(a, b, c, fa, fb, accumulator, input_rounding)
         if out is not None:
             return out
     if scale_a is None and scale_b is None and blockfma_applies(accumulator, fa, fb, out_format):
@@ -933,4 +938,90 @@ def gemm_exact_block(
             lambda lo, hi: _ext.exact_block_rows(A, B, C, D, m, n, k, acc.block, lo, hi),
             _rows_chunk(nb * m, n * max(k, 1) // 8 + n),
         )
+    return D.reshape(*batch, m, n)
+
+
+def pairwise32_applies(
+    acc: Accumulator, fa: FloatFormat, fb: FloatFormat, out_fmt: FloatFormat
+) -> bool:
+    """Whether the float32 pairwise kernel (``pairwise32_rows``) computes ``acc``'s model
+    (without scales): order ``"pairwise"`` in fp32 to nearest even, products rounded to fp32
+    (nearest even), promoted every ``P <= 64`` products into fp32 to nearest even, the IEEE
+    overflow and zero-sign rules, subnormal results kept or flushed, fp32 output: AMD CDNA2's
+    fp16/bf16 MFMA (whose inputs ``gemm`` flushes first). Every step is then one IEEE float32
+    operation (and the flush).
+
+    >>> import precision_lab as pl
+    >>> fp16, fp32 = get_format("fp16"), get_format("fp32")
+    >>> acc = pl.tensor_core("mi210", "fp16")
+    >>> pairwise32_applies(acc.replace(input_subnormals="keep"), fp16, fp16, fp32)
+    True
+    >>> pairwise32_applies(acc.replace(promote_every=None), fp16, fp16, fp32)
+    False
+    """
+    fp32 = _FP32
+    return (
+        _ext is not None
+        and acc.order == "pairwise"
+        and acc.format == fp32
+        and acc.rounding == "nearest_even"
+        and acc.product_format == fp32
+        and acc.product_rounding == "nearest_even"
+        and acc.promote_every is not None
+        and 1 <= acc.promote_every <= 64
+        and acc.promote_format == fp32
+        and acc.promote_rounding == "nearest_even"
+        and out_fmt == fp32
+        and acc.out_rounding == "nearest_even"
+        and acc.overflow in ("ieee", "infinity")  # (the same under nearest_even)
+        and acc.zero_sign == "ieee"
+        and acc.input_subnormals == "keep"
+        and not acc.stochastic
+        and _fits_float32(fa)
+        and _fits_float32(fb)
+    )
+
+
+def _pairwise32_gemm(
+    a: np.ndarray,
+    b: np.ndarray,
+    c: Any,
+    fa: FloatFormat,
+    fb: FloatFormat,
+    acc: Accumulator,
+    input_rounding: str,
+) -> np.ndarray | None:
+    """The model of :func:`pairwise32_applies` on ``pairwise32_rows``, or None (the general
+    kernels): an input or c not finite, or an output not finite (an overflow on the way, whose
+    special values the general kernels follow step by step)."""
+    from .reference import _broadcast_c, _on_grid
+
+    batch, m, k, n = gemm_shapes(a.shape, b.shape)
+    seed = 0 if acc.seed is None else acc.seed
+    a32 = _on_grid(np.asarray(a, dtype=np.float64), fa, "a", input_rounding, seed)
+    b32 = _on_grid(np.asarray(b, dtype=np.float64), fb, "b", input_rounding, seed + 1)
+    if not (np.isfinite(a32).all() and np.isfinite(b32).all()):
+        return None
+    nb = math.prod(batch)
+    A = _batched(a32.astype(np.float32), (*batch, m, k))
+    B = _batched(b32.astype(np.float32), (*batch, k, n))
+    C = None
+    if c is not None:
+        C = np.asarray(round_to(_broadcast_c(c, (*batch, m, n)), _FP32), dtype=np.float32)
+        if not np.isfinite(C).all():
+            return None
+        C = np.ascontiguousarray(C).reshape(nb, m, n)
+    D = np.empty((nb, m, n), dtype=np.float32)
+    flush = int(acc.subnormals == "flush")
+    assert acc.promote_every is not None
+    if nb * m * n:
+        for_chunks(
+            nb * m,
+            lambda lo, hi: _ext.pairwise32_rows(
+                A, B, C, D, m, n, k, acc.promote_every, flush, lo, hi
+            ),
+            _rows_chunk(nb * m, n * max(k, 1) // 16 + n),
+        )
+    if not np.isfinite(D).all():
+        return None
     return D.reshape(*batch, m, n)

@@ -405,7 +405,10 @@ def _ftz(x: Fr, fmt) -> Fr:
     ("fmt", "instruction", "pairs"),
     [("fp16", None, 4), ("bf16", None, 4), ("bf16", "mfma.bf16", 2), ("bf16", "mfma.bf16_1k", 4)],
 )
-def test_cdna2_ftz_mul_add(fmt, instruction, pairs):
+@pytest.mark.parametrize("backend", ["numpy", "native"])
+def test_cdna2_ftz_mul_add(fmt, instruction, pairs, backend):
+    if backend == "native" and not native_kernels.available():
+        pytest.skip("precision_lab.backends._native_kernels is not built")
     acc = pl.tensor_core("mi250", fmt, instruction=instruction)
     f = pl.get_format(fmt)
     rng = np.random.default_rng(pairs)
@@ -414,7 +417,7 @@ def test_cdna2_ftz_mul_add(fmt, instruction, pairs):
     a[0, 0] = f.smallest_subnormal  # a subnormal input is flushed
     c = pl.round_to(rng.standard_normal(40), "fp32").astype(np.float64)
     c[1] = 2.0**-130  # a subnormal c is flushed
-    got = _row_gemm(a, b, c, fmt, acc)
+    got = _row_gemm(a, b, c, fmt, acc, backend=backend)
 
     def rnd(x: Fr) -> Fr:
         return _ftz(_round(x, F32, "rne"), F32)

@@ -17,7 +17,10 @@
                     long long N, long long K, long long r0, long long r1);                    \
   void k_exact_block_rows(const double* A, const double* B, const double* C, float* D,          \
                           long long M, long long N, long long K, long long block, long long r0, \
-                          long long r1);
+                          long long r1);                                                       \
+  void k_pairwise32_rows(const float* A, const float* B, const float* C, float* D, long long M, \
+                         long long N, long long K, long long P, int flush, long long r0,        \
+                         long long r1);
 
 // the block-FMA fast path (blockfma_fast.inc), built for each instruction set
 #define PL_BFMA_DECLS                                                                            \

@@ -17,6 +17,7 @@ struct kernels {
   decltype(&pl_base::k_align_exps) align_exps;
   decltype(&pl_base::k_fma64_rows) fma64_rows;
   decltype(&pl_base::k_exact_block_rows) exact_block_rows;
+  decltype(&pl_base::k_pairwise32_rows) pairwise32_rows;
   decltype(&pl_base::k_fma32_pack) fma32_pack;
   decltype(&pl_base::k_fma32_rows) fma32_rows;
   decltype(&pl_base::k_fma32_tile) fma32_tile;
@@ -30,7 +31,7 @@ struct kernels {
   decltype(&pl_base::k_hadamard) hadamard;
   const char* isa;
 };
-kernels KT = {pl_base::k_gemm_rows, pl_base::k_align_exps, pl_base::k_fma64_rows, pl_base::k_exact_block_rows, pl_base::k_fma32_pack, pl_base::k_fma32_rows, pl_base::k_fma32_tile, pl_base::k_bfma_info, pl_base::k_bfma_pack_b, pl_base::k_bfma_rows, pl_base::k_quantize, pl_base::k_dequantize, pl_base::k_blocks, pl_base::k_block_amax, pl_base::k_hadamard, "baseline"};
+kernels KT = {pl_base::k_gemm_rows, pl_base::k_align_exps, pl_base::k_fma64_rows, pl_base::k_exact_block_rows, pl_base::k_pairwise32_rows, pl_base::k_fma32_pack, pl_base::k_fma32_rows, pl_base::k_fma32_tile, pl_base::k_bfma_info, pl_base::k_bfma_pack_b, pl_base::k_bfma_rows, pl_base::k_quantize, pl_base::k_dequantize, pl_base::k_blocks, pl_base::k_block_amax, pl_base::k_hadamard, "baseline"};
 
 // A C-contiguous buffer of `kind` ('f' float, 'i' integer) and itemsize, or None when allowed.
 struct buf {
@@ -526,6 +527,31 @@ PyObject* py_exact_block_rows(PyObject*, PyObject* args) {
   PL_END_NATIVE Py_RETURN_NONE;
 }
 
+// pairwise32_rows(A, B, C, D, M, N, K, P, flush, r0, r1): output rows r0..r1-1 of the float32
+// pairwise sums of segments of P products promoted into float32 (subnormal results flushed with
+// flush) on float32 A ((nb x M) x K), B (nb x K x N), C ((nb x M) x N, or None: +0) into D.
+PyObject* py_pairwise32_rows(PyObject*, PyObject* args) {
+  PyObject *oa, *ob, *oc, *od;
+  long long M, N, K, P, r0, r1;
+  int flush;
+  if (!PyArg_ParseTuple(args, "OOOOLLLLiLL", &oa, &ob, &oc, &od, &M, &N, &K, &P, &flush, &r0, &r1))
+    return nullptr;
+  buf a, b, c, d;
+  if (!get_buf(oa, &a, 'f', 4, false, "A", false) || !get_buf(ob, &b, 'f', 4, false, "B", false) ||
+      !get_buf(oc, &c, 'f', 4, false, "C", true) || !get_buf(od, &d, 'f', 4, true, "D", false))
+    return nullptr;
+  const long long rows = M > 0 ? d.n / (N > 0 ? N : 1) : 0, nb = M > 0 ? rows / M : 0;
+  if (M < 0 || N < 0 || K < 0 || P < 1 || P > 64 || r0 < 0 || r0 > r1 || r1 > nb * M ||
+      d.n < nb * M * N || a.n < nb * M * K || b.n < nb * K * N || (c.ptr && c.n < nb * M * N)) {
+    PyErr_SetString(PyExc_ValueError,
+                    "pairwise32_rows: buffer sizes do not match M, N, K, P (1..64) / row range");
+    return nullptr;
+  }
+  PL_BEGIN_NATIVE KT.pairwise32_rows((const float*)a.ptr, (const float*)b.ptr, (const float*)c.ptr,
+                                     (float*)d.ptr, M, N, K, P, flush, r0, r1);
+  PL_END_NATIVE Py_RETURN_NONE;
+}
+
 PyObject* py_isa(PyObject*, PyObject*) { return PyUnicode_FromString(KT.isa); }
 
 PyMethodDef methods[] = {
@@ -537,6 +563,8 @@ PyMethodDef methods[] = {
     {"fma32_tile", py_fma32_tile, METH_NOARGS, "(MR, NR) of the fp32 FMA kernel"},
     {"bfma_info", py_bfma_info, METH_VARARGS, "bfma_info(params, opts) -> (MR, NR, units)"},
     {"fma64_rows", py_fma64_rows, METH_VARARGS, "fma64_rows(A, B, C, D, M, N, K, r0, r1)"},
+    {"pairwise32_rows", py_pairwise32_rows, METH_VARARGS,
+     "pairwise32_rows(A, B, C, D, M, N, K, P, flush, r0, r1)"},
     {"exact_block_rows", py_exact_block_rows, METH_VARARGS,
      "exact_block_rows(A, B, C, D, M, N, K, block, r0, r1)"},
     {"bfma_pack_b", py_bfma_pack_b, METH_VARARGS,
@@ -573,13 +601,14 @@ PyMODINIT_FUNC PyInit__native_kernels(void) {
   const bool no512 = baseline || (want && strcmp(want, "avx2") == 0);
   __builtin_cpu_init();
   if (!baseline && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    KT = {pl_avx2::k_gemm_rows, pl_avx2::k_align_exps, pl_avx2::k_fma64_rows, pl_avx2::k_exact_block_rows, pl_avx2::k_fma32_pack, pl_avx2::k_fma32_rows, pl_avx2::k_fma32_tile, pl_avx2::k_bfma_info, pl_avx2::k_bfma_pack_b, pl_avx2::k_bfma_rows, pl_avx2::k_quantize, pl_avx2::k_dequantize, pl_avx2::k_blocks, pl_avx2::k_block_amax, pl_avx2::k_hadamard, "avx2+fma"};
+    KT = {pl_avx2::k_gemm_rows, pl_avx2::k_align_exps, pl_avx2::k_fma64_rows, pl_avx2::k_exact_block_rows, pl_avx2::k_pairwise32_rows, pl_avx2::k_fma32_pack, pl_avx2::k_fma32_rows, pl_avx2::k_fma32_tile, pl_avx2::k_bfma_info, pl_avx2::k_bfma_pack_b, pl_avx2::k_bfma_rows, pl_avx2::k_quantize, pl_avx2::k_dequantize, pl_avx2::k_blocks, pl_avx2::k_block_amax, pl_avx2::k_hadamard, "avx2+fma"};
     if (!no512 && __builtin_cpu_supports("avx512f")) {  // (checks the OS saves zmm state too)
       KT.fma32_pack = pl_avx512::k_fma32_pack;
       KT.fma32_rows = pl_avx512::k_fma32_rows;
       KT.fma32_tile = pl_avx512::k_fma32_tile;
       KT.fma64_rows = pl_avx512::k_fma64_rows;
       KT.exact_block_rows = pl_avx512::k_exact_block_rows;
+      KT.pairwise32_rows = pl_avx512::k_pairwise32_rows;
       KT.bfma_info = pl_avx512::k_bfma_info;
       KT.bfma_pack_b = pl_avx512::k_bfma_pack_b;
       KT.bfma_rows = pl_avx512::k_bfma_rows;
