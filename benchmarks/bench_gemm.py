@@ -44,6 +44,7 @@ NATIVE_TARGETS = {
     "B200 FP8 tensor-core model": ("numpy", 5.0),
     # issue 20: the presets off the block-FMA fast path's first domain
     "B200 MXFP8 block-scaled (tcgen05)": ("numpy", 5.0),
+    "B200 MXFP4 block-scaled, groups of 16": ("numpy", 5.0),
     "H100 FP64 DMMA (fp64 FMA chain)": ("numpy", 5.0),
     "MI210 fp16 (flushed inputs, pairwise)": ("numpy", 5.0),
     "MI300X fp16 (separate addend)": ("numpy", 5.0),
@@ -129,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
         ("B200 MXFP8 block-scaled (tcgen05)", "tensor-core", (256 // s, 1024 // s, 256 // s),
          "e4m3", pl.tensor_core("b200", "mxfp8_e4m3", instruction="tcgen05"),
          mx_scales(256 // s, 1024 // s, 256 // s)),
+        ("B200 MXFP4 block-scaled, groups of 16", "tensor-core", (512 // s, 1024 // s, 512 // s),
+         "e2m1", pl.tensor_core("b200", "mxfp4_e2m1", instruction="tcgen05"),
+         mx_scales(512 // s, 1024 // s, 512 // s)),
         ("H100 FP64 DMMA (fp64 FMA chain)", None, (128 // s,) * 3, "fp64",
          pl.tensor_core("h100", "fp64", out_format="fp64"), {"out_format": "fp64"}),
         ("MI210 fp16 (flushed inputs, pairwise)", None, (128 // s,) * 3, "fp16",

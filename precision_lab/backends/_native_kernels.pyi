@@ -59,6 +59,24 @@ def pairwise32_rows(
     r1: int,
     /,
 ) -> None: ...
+def bfma_grouped_rows(
+    params: Any,
+    opts: Any,
+    A: Any,
+    B: Any,
+    SA: Any,
+    SB: Any,
+    ESA: Any,
+    ESB: Any,
+    C: Any,
+    D: Any,
+    G: int,
+    kblock: int,
+    r0: int,
+    r1: int,
+    grid: Any = ...,
+    /,
+) -> int: ...
 def bfma_pack_b(
     params: Any,
     opts: Any,

@@ -736,8 +736,9 @@ class Accumulator:
 def reference_only(acc: Accumulator) -> str | None:
     """Why the general kernels (CuPy's, the native per-element ones) do not compute ``acc``
     (None: every backend does). The numpy reference does; of these models the native backend
-    also takes block-scaled MMA without groups (``scales="in_block"``, E8M0 scales: its
-    block-FMA fast path, ``native_backend.gemm_block_scaled``), ``addend="separate"`` (its
+    also takes block-scaled MMA (``scales="in_block"``: power-of-two scales on its block-FMA
+    fast path, groups on a float64 kernel; ``native_backend.gemm_block_scaled``),
+    ``addend="separate"`` (its
     block-FMA units, ``native_backend.gemm_separate``), ``order="exact_block"`` into fp32
     (``native_backend.gemm_exact_block``) and ``input_subnormals="flush"`` (the inputs flushed
     first, then its kernels with them kept).

@@ -34,11 +34,11 @@ released inside the kernels). Four kernels:
 * the header's per-element state machine for everything else (pairwise, blocked, rounded
   products, stochastic rounding, inf/NaN inputs).
 
-Also: block-scaled MMA without groups on the block-FMA fast path (:func:`gemm_block_scaled`:
-the scales' exponents raise the alignment exponents), AMD CDNA3's ``addend="separate"`` on its
-packs and float64 units (:func:`gemm_separate`), CDNA1's exact block sums
-(:func:`gemm_exact_block`), the fp64 FMA chain of FP64 DMMA and AMD's
-f64 MFMA (:func:`gemm_fma64`: the hardware's fma), CDNA2's promoted float32 pairwise sums
+Also: block-scaled MMA on the block-FMA fast path (:func:`gemm_block_scaled`: the scales'
+exponents raise the alignment exponents; with groups, ``bfma_grouped_rows``), AMD CDNA3's
+``addend="separate"`` on its packs and float64 units (:func:`gemm_separate`), CDNA1's exact
+block sums (:func:`gemm_exact_block`), the fp64 FMA chain of FP64 DMMA and AMD's f64 MFMA
+(:func:`gemm_fma64`: the hardware's fma), CDNA2's promoted float32 pairwise sums
 (:func:`pairwise32_applies`), and ``input_subnormals="flush"`` (the reference flushes the
 inputs, these kernels run the model with them kept).
 
@@ -496,6 +496,9 @@ _NO_TERM = -(1 << 20)
 #: fraction bits kept after alignment that the fast path takes (terms below 2**(F + 2) units fit
 #: int32 lanes)
 _BLOCKFMA_MAX_ALIGN = 28
+#: fraction bits kept that the grouped kernel (block-scaled MMA with groups) takes: its terms,
+#: below 2**(F + 13) units (FP4 group sums times scales), and their sums are float64 integers
+_GROUPED_MAX_ALIGN = 38
 #: binades that a unit's a and b (non-zero, together) and F may span: 2**g stays a float32 normal
 _BLOCKFMA_SPAN = 120
 
@@ -503,7 +506,7 @@ _BLOCKFMA_SPAN = 120
 _NEAREST = ("nearest_even", "nearest_away", "nearest_zero")
 
 
-def _blockfma_accepts(acc: Accumulator) -> bool:
+def _blockfma_accepts(acc: Accumulator, max_align: int = _BLOCKFMA_MAX_ALIGN) -> bool:
     """The part of :func:`blockfma_applies` that does not depend on the formats of a call.
 
     With ``overflow="infinity"`` the roundings outside a block FMA (the addition of an
@@ -532,7 +535,7 @@ def _blockfma_accepts(acc: Accumulator) -> bool:
         and acc.block is not None
         and acc.block <= _MAX_BLOCK
         and acc.align_bits is not None
-        and 0 <= acc.align_bits <= _BLOCKFMA_MAX_ALIGN
+        and 0 <= acc.align_bits <= max_align
         and not acc.stochastic
         and acc.product_format is None
         and fmt.precision <= 51
@@ -542,7 +545,11 @@ def _blockfma_accepts(acc: Accumulator) -> bool:
 
 
 def blockfma_applies(
-    acc: Accumulator, fa: FloatFormat, fb: FloatFormat, out_fmt: FloatFormat
+    acc: Accumulator,
+    fa: FloatFormat,
+    fb: FloatFormat,
+    out_fmt: FloatFormat,
+    max_align: int = _BLOCKFMA_MAX_ALIGN,
 ) -> bool:
     """Whether the block-FMA fast path (``blockfma_fast.inc``) computes ``acc``'s model (without
     scales): ``order="block_fma"`` with deterministic roundings, exact products, inputs whose
@@ -561,7 +568,7 @@ def blockfma_applies(
     False
     """
     return (
-        _blockfma_accepts(acc)
+        _blockfma_accepts(acc, max_align)
         and fa.precision + fb.precision <= 24
         and _fits_float32(fa)
         and _fits_float32(fb)
@@ -747,11 +754,16 @@ def gemm_block_scaled(
 
     acc = accumulator
     fa, fb = input_format if isinstance(input_format, tuple) else (input_format, input_format)
-    if _ext is None or acc.scales != "in_block" or acc.group is not None or acc.block is None:
+    if _ext is None or acc.scales != "in_block" or acc.block is None:
         return None
-    plain = acc.replace(scales="promote", scale_format=None)
-    if reference_only(plain) is not None or not blockfma_applies(plain, fa, fb, out_format):
+    plain = acc.replace(scales="promote", scale_format=None, group=None)
+    # (groups: float64 terms below 2**(F + 13) of 2**(E - F), so F up to 40; int32 lanes: 28)
+    limit = _GROUPED_MAX_ALIGN if acc.group is not None else _BLOCKFMA_MAX_ALIGN
+    if reference_only(plain) is not None or not blockfma_applies(plain, fa, fb, out_format, limit):
         return None
+    if acc.group is not None:
+        return _grouped_gemm(a, b, c, fa, fb, acc, plain, out_format, input_rounding,
+                             (scale_a, scale_b, scale_block))  # fmt: skip
     sa, sb, kblock = expand_scales(a, b, scale_a, scale_b, scale_block)
     if sa is None or sb is None or (kblock is not None and kblock % acc.block):
         return None
@@ -1025,3 +1037,76 @@ def _pairwise32_gemm(
     if not np.isfinite(D).all():
         return None
     return D.reshape(*batch, m, n)
+
+
+def _grouped_gemm(
+    a: np.ndarray,
+    b: np.ndarray,
+    c: Any,
+    fa: FloatFormat,
+    fb: FloatFormat,
+    acc: Accumulator,
+    plain: Accumulator,
+    out_fmt: FloatFormat,
+    input_rounding: str,
+    scales: tuple[Any, Any, int | None],
+) -> np.ndarray | None:
+    """Block-scaled MMA with groups (``kind::mxf4nvf4``: exact sums of ``group`` products times
+    their scales, spec 3b) on ``bfma_grouped_rows``, or None (the reference: group sums that
+    float64 may not hold, a scale block that is not a multiple of the group, inputs or c not
+    finite, inputs off their grids with ``"exact"``: the kernel checks them, once, as it reads
+    them). ``plain``: ``acc`` without the scales (the kernel's parameter block)."""
+    from .reference import _broadcast_c, _exponents, _on_grid
+    from .scales import expand_scales
+
+    g = int(acc.group or 1)
+    span = math.log2(fa.max * fb.max * g) - math.log2(fa.smallest_subnormal * fb.smallest_subnormal)
+    if span > 52:
+        return None  # (the reference raises)
+    batch, m, k, n = gemm_shapes(a.shape, b.shape)
+    sa, sb, kblock = expand_scales(a, b, *scales)
+    kb = kblock or max(k, 1)
+    if sa is None or sb is None or kb % g or k == 0:
+        return None
+    nb = math.prod(batch)
+    seed = 0 if acc.seed is None else acc.seed
+    grid = None  # ("exact": the kernel checks the inputs, inf and NaN included)
+    if input_rounding == "exact":
+        a64, b64 = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+        grid = np.array([f for x in (fa, fb) for f in (x.mantissa_bits, x.emin, x.max)])
+    else:
+        a64 = _on_grid(np.asarray(a, dtype=np.float64), fa, "a", input_rounding, seed)
+        b64 = _on_grid(np.asarray(b, dtype=np.float64), fb, "b", input_rounding, seed + 1)
+        if not (np.isfinite(a64).all() and np.isfinite(b64).all()):
+            return None
+    A = _batched(a64, (*batch, m, k))
+    B = _batched(b64, (*batch, k, n))
+    nk = max(sa.shape[-1], sb.shape[1])
+    SA = np.ascontiguousarray(np.broadcast_to(sa, (nb, m, nk)), dtype=np.float64)
+    SB = np.ascontiguousarray(np.broadcast_to(sb, (nb, nk, n)), dtype=np.float64)
+    if not (np.isfinite(SA).all() and np.isfinite(SB).all() and (SA > 0).all() and (SB > 0).all()):
+        return None
+    sf = acc.scale_format
+    emin = sf.emin if isinstance(sf, FloatFormat) else -(1 << 16)
+    ESA = np.ascontiguousarray(_exponents(SA, emin), dtype=np.int32)
+    ESB = np.ascontiguousarray(_exponents(SB, emin), dtype=np.int32)
+    C = None
+    if c is not None:
+        C = round_to(_broadcast_c(c, (*batch, m, n)), out_fmt).astype(np.float32)
+        if not np.isfinite(C).all():
+            return None
+        C = np.ascontiguousarray(C).reshape(nb, m, n)
+    params, opts, out_dtype, (mr, _, _) = _blockfma_plan(
+        a.shape, b.shape, fa, fb, plain, out_fmt, C is not None
+    )
+    D = np.empty((nb, m, n), dtype=out_dtype)
+    rows = max(mr, _rows_chunk(nb * m, n * k // 16 + n) // mr * mr)  # (whole register tiles)
+    bad: list[int] = []
+    for_chunks(
+        nb * m,
+        lambda lo, hi: bad.append(
+            _ext.bfma_grouped_rows(params, opts, A, B, SA, SB, ESA, ESB, C, D, g, kb, lo, hi, grid)
+        ),
+        rows,
+    )
+    return None if any(bad) else D.reshape(*batch, m, n)

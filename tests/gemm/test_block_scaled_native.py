@@ -125,14 +125,82 @@ def test_hands_back_what_it_does_not_compute(native_calls):
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
     assert np.isnan(got[1]).all() and not np.isnan(got[[0, 2, 3]]).any()
     assert native_calls == {"native": 0, "back": 1}
-    # grouped models (kind::mxf4nvf4) and scales that are not powers of two: not taken
-    grouped = pl.tensor_core("b200", "mxfp4_e2m1", instruction="tcgen05")
-    assert grouped.group is not None
-    qa4 = pl.quantize_blocks(x[[0, 2, 3]], "mxfp4_e2m1")
-    qb4 = pl.quantize_blocks(rng.standard_normal((64, 3)).astype(np.float32), "mxfp4_e2m1", axis=0)
-    pl.gemm_blocks(qa4, qb4, accumulator=grouped, backend="native")
-    assert native_calls == {"native": 0, "back": 2}
+    # scales that are not powers of two: not taken (the reference's error)
     with pytest.raises(ValueError, match="power-of-two scales"):
         pl.gemm(np.ones((1, 32)), np.ones((32, 1)), input_format="e4m3", accumulator=acc,
                 scale_a=np.full((1, 1), 3.0), scale_block=32, backend="native")  # fmt: skip
-    assert native_calls == {"native": 0, "back": 3}
+    assert native_calls == {"native": 0, "back": 2}
+
+
+# ----- with groups (tcgen05 kind::mxf4nvf4, sm_120 mma.block_scale with FP4) ---------------------
+MXFP4_B16 = pl.BlockFormat("mxfp4_b16", "e2m1", "e8m0", (16,), "floor")
+GROUPED = [
+    (gpu, ins, fmt)
+    for gpu, ins in (("b200", "tcgen05"), ("rtx5090", "mma"))
+    for fmt in ("nvfp4", "mxfp4_e2m1", MXFP4_B16)
+]
+
+
+@pytest.fixture
+def grouped_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    calls = {"native": 0, "back": 0}
+    run = nbk._grouped_gemm
+
+    def spy(*args: object, **kwargs: object) -> object:
+        out = run(*args, **kwargs)
+        calls["native" if out is not None else "back"] += 1
+        return out
+
+    monkeypatch.setattr(nbk, "_grouped_gemm", spy)
+    return calls
+
+
+@pytest.mark.parametrize(("gpu", "ins", "fmt"), GROUPED, ids=str)
+def test_groups_native_equals_the_reference(gpu, ins, fmt, grouped_calls):
+    acc = pl.tensor_core(gpu, fmt, instruction=ins)
+    assert acc.group == 16 and acc.block == 64
+    rng = np.random.default_rng(7)
+    kinds = ("normal", "wide", "zeros", "tiny", "huge", "apart", "zero_groups")
+    for i, kind in enumerate(kinds):
+        m, n = int(rng.integers(1, 20)), int(rng.integers(1, 40))
+        k = (64, 128, 96, 48, 200, 64, 128)[i]
+        qa = _operand(rng, "tiny" if kind == "zero_groups" else kind, (m, k), fmt, -1)
+        qb = _operand(rng, kind, (k, n), fmt, 0)
+        if kind == "zero_groups":  # every other group of a row zero (scale 0: exponent 0), the
+            # others far below 1: a zero group must not move the anchor (its exponent is -126)
+            x = rng.standard_normal((m, k)) * 2.0**-60
+            x[:, (np.arange(k) // 16) % 2 == 1] = 0.0
+            qa = pl.quantize_blocks(x.astype(np.float32), fmt, axis=-1, pad=True)
+        c = None
+        if qa.tensor_scale == 1 and qb.tensor_scale == 1 and (i % 2 == 0 or kind == "apart"):
+            c = rng.standard_normal((m, n)).astype(np.float32) * 2.0**-10  # (NVFP4: no c)
+        want = pl.gemm_blocks(qa, qb, c, accumulator=acc, backend="numpy")
+        got = pl.gemm_blocks(qa, qb, c, accumulator=acc, backend="native")
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32), err_msg=kind)
+    assert grouped_calls == {"native": len(kinds), "back": 0}
+
+
+def test_groups_hand_back_nan_and_check_the_grid(grouped_calls):
+    acc = pl.tensor_core("b200", "nvfp4", instruction="tcgen05")
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    x[1, 5] = np.nan
+    qa = pl.quantize_blocks(x, "nvfp4")
+    qb = pl.quantize_blocks(rng.standard_normal((64, 2)).astype(np.float32), "nvfp4", axis=0)
+    want = pl.gemm_blocks(qa, qb, accumulator=acc, backend="numpy")
+    got = pl.gemm_blocks(qa, qb, accumulator=acc, backend="native")
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert np.isnan(got[1]).all() and grouped_calls == {"native": 0, "back": 1}
+    # values off e2m1's grid with input_rounding="exact": the reference's error, not a result
+    kw = {"input_format": "e2m1", "accumulator": acc, "scale_a": np.ones((1, 4)),
+          "scale_b": np.ones((4, 1)), "scale_block": 16}  # fmt: skip
+    with pytest.raises(ValueError, match="not on the e2m1 grid"):
+        pl.gemm(np.full((1, 64), 0.7), np.ones((64, 1)), input_rounding="exact", backend="native",
+                **kw)  # fmt: skip
+    # other input roundings round first (the kernel then takes the grid values)
+    a = rng.uniform(-6, 6, (4, 64))
+    b = rng.uniform(-6, 6, (64, 3))
+    want = pl.gemm(a, b, backend="numpy", **kw)
+    got = pl.gemm(a, b, backend="native", **kw)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert grouped_calls["native"] == 1

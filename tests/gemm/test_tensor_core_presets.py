@@ -288,20 +288,23 @@ def test_mxf8f6f4_scales_enter_the_block_fma(fmt, gpu, backend):
     ("fmt", "scale_emin"),
     [("nvfp4", -6), ("mxfp4_e2m1", -127), ("mxfp4_b16", -127)],
 )
-def test_mxf4nvf4_groups_of_16_and_35_bits(fmt, scale_emin):
+@pytest.mark.parametrize("backend", ["numpy", "native"])
+def test_mxf4nvf4_groups_of_16_and_35_bits(fmt, scale_emin, backend):
+    if backend == "native" and not native_kernels.available():
+        pytest.skip("precision_lab.backends._native_kernels is not built")
     if fmt == "mxfp4_b16":
         fmt = pl.BlockFormat("mxfp4_b16", "e2m1", "e8m0", (16,), "floor")
     acc = pl.tensor_core("b200", fmt, instruction="tcgen05")
     assert (acc.block, acc.group, acc.align_bits) == (64, 16, 35)
     qa, qb = _operands(fmt, 3, 128, 2, seed=7)
     c = np.array([[0.0, -1.5], [2.0**-20, 3.0], [-7.25, 0.0]])
-    kw: dict = {}
+    kw: dict = {"backend": backend}
     if qa.tensor_scale != 1 or qb.tensor_scale != 1:  # NVFP4's per-tensor scales: no c
         got = pl.gemm_blocks(qa, qb, accumulator=acc, **kw).astype(np.float64)
         alpha = np.float32(qa.tensor_scale) * np.float32(qb.tensor_scale)
         want = pl.round_to(_gst_oracle(qa, qb, 0.0, scale_emin) * float(alpha), "fp32")
     else:
-        got = pl.gemm_blocks(qa, qb, c, accumulator=acc).astype(np.float64)
+        got = pl.gemm_blocks(qa, qb, c, accumulator=acc, **kw).astype(np.float64)
         want = np.array([[float(_gst_oracle(qa, qb, c[i, j], scale_emin)[i, j])
                           for j in range(2)] for i in range(3)])  # fmt: skip
     np.testing.assert_array_equal(got, want)

@@ -31,7 +31,12 @@
   long long k_bfma_rows(const long long* params, const int* opts, const float* A,              \
                         const float* Bs, const int* Be, const int* OB, const float* C, void* D, \
                         int f32, long long r0, long long r1, const int* grid, int spread_b,     \
-                        const int* sexp);
+                        const int* sexp);                                                        \
+  long long k_bfma_grouped_rows(const long long* params, const int* opts, const double* A,      \
+                                const double* B, const double* SA, const double* SB,             \
+                                const int* ESA, const int* ESB, const float* C, void* D, int f32, \
+                                long long G, long long kblock, long long nkb, long long r0,      \
+                                long long r1, const double* grid);
 
 #define PL_KERNEL_DECLS                                                                          \
   void k_gemm_rows(const long long* params, const double* A, const double* B, const double* C, \

@@ -24,6 +24,7 @@ struct kernels {
   decltype(&pl_base::k_bfma_info) bfma_info;
   decltype(&pl_base::k_bfma_pack_b) bfma_pack_b;
   decltype(&pl_base::k_bfma_rows) bfma_rows;
+  decltype(&pl_base::k_bfma_grouped_rows) bfma_grouped_rows;
   decltype(&pl_base::k_quantize) quantize;
   decltype(&pl_base::k_dequantize) dequantize;
   decltype(&pl_base::k_blocks) blocks;
@@ -31,7 +32,7 @@ struct kernels {
   decltype(&pl_base::k_hadamard) hadamard;
   const char* isa;
 };
-kernels KT = {pl_base::k_gemm_rows, pl_base::k_align_exps, pl_base::k_fma64_rows, pl_base::k_exact_block_rows, pl_base::k_pairwise32_rows, pl_base::k_fma32_pack, pl_base::k_fma32_rows, pl_base::k_fma32_tile, pl_base::k_bfma_info, pl_base::k_bfma_pack_b, pl_base::k_bfma_rows, pl_base::k_quantize, pl_base::k_dequantize, pl_base::k_blocks, pl_base::k_block_amax, pl_base::k_hadamard, "baseline"};
+kernels KT = {pl_base::k_gemm_rows, pl_base::k_align_exps, pl_base::k_fma64_rows, pl_base::k_exact_block_rows, pl_base::k_pairwise32_rows, pl_base::k_fma32_pack, pl_base::k_fma32_rows, pl_base::k_fma32_tile, pl_base::k_bfma_info, pl_base::k_bfma_pack_b, pl_base::k_bfma_rows, pl_base::k_bfma_grouped_rows, pl_base::k_quantize, pl_base::k_dequantize, pl_base::k_blocks, pl_base::k_block_amax, pl_base::k_hadamard, "baseline"};
 
 // A C-contiguous buffer of `kind` ('f' float, 'i' integer) and itemsize, or None when allowed.
 struct buf {
@@ -552,6 +553,51 @@ PyObject* py_pairwise32_rows(PyObject*, PyObject* args) {
   PL_END_NATIVE Py_RETURN_NONE;
 }
 
+// bfma_grouped_rows(params, opts, A, B, SA, SB, ESA, ESB, C, D, G, kblock, r0, r1, grid=None)
+// -> bad: output rows r0..r1-1 of block-scaled MMA with groups of G products (float64 A ((nb x
+// M) x K) and B (nb x K x N), scales SA ((nb x M) x nkb) and SB (nb x nkb x N) with their int32
+// exponents, float32 C or None) into D (float32 or float64), nkb = ceil(K / kblock). grid (6
+// float64: mantissa bits, emin, max of A's format, then B's): the inputs are checked to lie on
+// it (rows r0..r1-1 of A; all of B where r0 = 0); bad: those that do not or are not finite
+// (D then not computed).
+PyObject* py_bfma_grouped_rows(PyObject*, PyObject* args) {
+  PyObject *op, *oo, *oa, *ob, *osa, *osb, *oea, *oeb, *oc, *od, *og = Py_None;
+  long long G, kblock, r0, r1;
+  if (!PyArg_ParseTuple(args, "OOOOOOOOOOLLLL|O", &op, &oo, &oa, &ob, &osa, &osb, &oea, &oeb, &oc,
+                        &od, &G, &kblock, &r0, &r1, &og))
+    return nullptr;
+  buf p, o, a, b, sa, sb, ea, eb, c, d, g;
+  if (!get_buf(og, &g, 'f', 8, false, "grid", true)) return nullptr;
+  if (g.ptr && g.n < 6) {
+    PyErr_SetString(PyExc_ValueError, "grid must hold 6 float64");
+    return nullptr;
+  }
+  if (!get_params(op, &p) || !get_bfma_opts(oo, &o) || !get_buf(oa, &a, 'f', 8, false, "A", false) ||
+      !get_buf(ob, &b, 'f', 8, false, "B", false) || !get_buf(osa, &sa, 'f', 8, false, "SA", false) ||
+      !get_buf(osb, &sb, 'f', 8, false, "SB", false) || !get_buf(oea, &ea, 'i', 4, false, "ESA", false) ||
+      !get_buf(oeb, &eb, 'i', 4, false, "ESB", false) || !get_buf(oc, &c, 'f', 4, false, "C", true))
+    return nullptr;
+  if (PyObject_GetBuffer(od, &d.v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) != 0)
+    return nullptr;
+  d.held = true;
+  const long long* q = (const long long*)p.ptr;
+  const long long M = q[0], N = q[1], K = q[2], NB = q[3];
+  const long long nkb = kblock > 0 ? (K + kblock - 1) / kblock : 0;
+  if (G < 1 || kblock < 1 || r0 < 0 || r1 > NB * M || r0 > r1 || a.n < NB * M * K ||
+      b.n < NB * K * N || sa.n < NB * M * nkb || ea.n < NB * M * nkb || sb.n < NB * nkb * N ||
+      eb.n < NB * nkb * N || (c.ptr && c.n < NB * M * N) || d.v.len / d.v.itemsize < NB * M * N ||
+      !(d.v.itemsize == 4 || d.v.itemsize == 8) || (q[6] + G - 1) / G > 128) {  // (q[6]: block)
+    PyErr_SetString(PyExc_ValueError, "bfma_grouped_rows: buffer sizes do not match params / rows");
+    return nullptr;
+  }
+  long long bad;
+  PL_BEGIN_NATIVE bad = KT.bfma_grouped_rows(
+      q, (const int*)o.ptr, (const double*)a.ptr, (const double*)b.ptr, (const double*)sa.ptr,
+      (const double*)sb.ptr, (const int*)ea.ptr, (const int*)eb.ptr, (const float*)c.ptr, d.v.buf,
+      d.v.itemsize == 4, G, kblock, nkb, r0, r1, (const double*)g.ptr);
+  PL_END_NATIVE return PyLong_FromLongLong(bad);
+}
+
 PyObject* py_isa(PyObject*, PyObject*) { return PyUnicode_FromString(KT.isa); }
 
 PyMethodDef methods[] = {
@@ -563,6 +609,8 @@ PyMethodDef methods[] = {
     {"fma32_tile", py_fma32_tile, METH_NOARGS, "(MR, NR) of the fp32 FMA kernel"},
     {"bfma_info", py_bfma_info, METH_VARARGS, "bfma_info(params, opts) -> (MR, NR, units)"},
     {"fma64_rows", py_fma64_rows, METH_VARARGS, "fma64_rows(A, B, C, D, M, N, K, r0, r1)"},
+    {"bfma_grouped_rows", py_bfma_grouped_rows, METH_VARARGS,
+     "bfma_grouped_rows(params, opts, A, B, SA, SB, ESA, ESB, C, D, G, kblock, r0, r1, grid=None) -> bad"},
     {"pairwise32_rows", py_pairwise32_rows, METH_VARARGS,
      "pairwise32_rows(A, B, C, D, M, N, K, P, flush, r0, r1)"},
     {"exact_block_rows", py_exact_block_rows, METH_VARARGS,
@@ -601,7 +649,7 @@ PyMODINIT_FUNC PyInit__native_kernels(void) {
   const bool no512 = baseline || (want && strcmp(want, "avx2") == 0);
   __builtin_cpu_init();
   if (!baseline && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    KT = {pl_avx2::k_gemm_rows, pl_avx2::k_align_exps, pl_avx2::k_fma64_rows, pl_avx2::k_exact_block_rows, pl_avx2::k_pairwise32_rows, pl_avx2::k_fma32_pack, pl_avx2::k_fma32_rows, pl_avx2::k_fma32_tile, pl_avx2::k_bfma_info, pl_avx2::k_bfma_pack_b, pl_avx2::k_bfma_rows, pl_avx2::k_quantize, pl_avx2::k_dequantize, pl_avx2::k_blocks, pl_avx2::k_block_amax, pl_avx2::k_hadamard, "avx2+fma"};
+    KT = {pl_avx2::k_gemm_rows, pl_avx2::k_align_exps, pl_avx2::k_fma64_rows, pl_avx2::k_exact_block_rows, pl_avx2::k_pairwise32_rows, pl_avx2::k_fma32_pack, pl_avx2::k_fma32_rows, pl_avx2::k_fma32_tile, pl_avx2::k_bfma_info, pl_avx2::k_bfma_pack_b, pl_avx2::k_bfma_rows, pl_avx2::k_bfma_grouped_rows, pl_avx2::k_quantize, pl_avx2::k_dequantize, pl_avx2::k_blocks, pl_avx2::k_block_amax, pl_avx2::k_hadamard, "avx2+fma"};
     if (!no512 && __builtin_cpu_supports("avx512f")) {  // (checks the OS saves zmm state too)
       KT.fma32_pack = pl_avx512::k_fma32_pack;
       KT.fma32_rows = pl_avx512::k_fma32_rows;
@@ -612,6 +660,7 @@ PyMODINIT_FUNC PyInit__native_kernels(void) {
       KT.bfma_info = pl_avx512::k_bfma_info;
       KT.bfma_pack_b = pl_avx512::k_bfma_pack_b;
       KT.bfma_rows = pl_avx512::k_bfma_rows;
+      KT.bfma_grouped_rows = pl_avx512::k_bfma_grouped_rows;
       KT.isa = "avx2+fma, avx512f gemm";
     }
   }
