@@ -1110,3 +1110,87 @@ def _grouped_gemm(
         rows,
     )
     return None if any(bad) else D.reshape(*batch, m, n)
+
+
+def _flushed_gemm(
+    a: np.ndarray,
+    b: np.ndarray,
+    c: Any,
+    fa: FloatFormat,
+    fb: FloatFormat,
+    acc: Accumulator,
+    out_fmt: FloatFormat,
+    input_rounding: str,
+    **scales: Any,
+) -> np.ndarray | None:
+    """Spec 3c (``input_subnormals="flush"``, AMD CDNA2) on the native kernels: the inputs put on
+    their grids and flushed here (as the reference does), then the model with
+    ``input_subnormals="keep"`` on inputs that are on their grids; None where this backend does
+    not compute that model."""
+    from .reference import _broadcast_c, _flushed, _on_grid
+
+    keep = acc.replace(input_subnormals="keep")
+    if not covers(keep) or reference_only(keep) is not None:
+        return None
+    seed = 0 if acc.seed is None else acc.seed
+    a64 = _flushed(_on_grid(a.astype(np.float64), fa, "a", input_rounding, seed), fa)
+    b64 = _flushed(_on_grid(b.astype(np.float64), fb, "b", input_rounding, seed + 1), fb)
+    c64 = None
+    if c is not None:
+        batch, m, _, n = gemm_shapes(a.shape, b.shape)
+        c64 = round_to(_broadcast_c(c, (*batch, m, n)).astype(np.float64), out_fmt)
+        c64 = _flushed(np.asarray(c64, dtype=np.float64), out_fmt)
+    return gemm(
+        a64, b64, c64, input_format=(fa, fb), accumulator=keep, out_format=out_fmt,
+        input_rounding="exact", **scales,
+    )  # fmt: skip
+
+
+def gemm_special(
+    a: np.ndarray,
+    b: np.ndarray,
+    c: Any,
+    *,
+    input_format: FloatFormat | tuple[FloatFormat, FloatFormat],
+    accumulator: Accumulator,
+    out_format: FloatFormat,
+    input_rounding: str,
+    scale_a: Any = None,
+    scale_b: Any = None,
+    scale_block: int | None = None,
+) -> np.ndarray | None:
+    """The models that the general kernels do not compute (:func:`covers` is False or the inputs
+    are fp64), on this backend's kernels for them: fp64 FMA chains (:func:`gemm_fma64`), flushed
+    inputs (AMD CDNA2), ``addend="separate"`` (:func:`gemm_separate`), ``order="exact_block"``
+    (:func:`gemm_exact_block`) and block-scaled MMA (:func:`gemm_block_scaled`); None where
+    none of them applies (the numpy reference computes the model).
+
+    >>> import precision_lab as pl
+    >>> fp64 = get_format("fp64")
+    >>> acc = pl.tensor_core("h100", "fp64", out_format="fp64")
+    >>> if available():
+    ...     d = gemm_special(np.ones((1, 3)), np.ones((3, 1)), None, input_format=fp64,
+    ...                      accumulator=acc, out_format=fp64, input_rounding="nearest_even")
+    ...     assert d.tolist() == [[3.0]]
+    """
+    from .reference import _EXACT_PRODUCT_BITS
+
+    acc = accumulator
+    fa, fb = input_format if isinstance(input_format, tuple) else (input_format, input_format)
+    kw: dict[str, Any] = {
+        "input_format": input_format, "accumulator": acc, "out_format": out_format,
+        "input_rounding": input_rounding,
+    }  # fmt: skip
+    plain = scale_a is None and scale_b is None
+    if max(fa.precision, fb.precision) > _EXACT_PRODUCT_BITS:
+        return gemm_fma64(a, b, c, **kw) if plain else None
+    scales = {"scale_a": scale_a, "scale_b": scale_b, "scale_block": scale_block}
+    if acc.input_subnormals == "flush":
+        return _flushed_gemm(a, b, c, fa, fb, acc, out_format, input_rounding, **scales)
+    if acc.addend == "separate":
+        return gemm_separate(a, b, c, **kw) if plain else None
+    if acc.order == "exact_block":
+        return gemm_exact_block(a, b, c, **kw) if plain else None
+    if acc.scales == "in_block":
+        return gemm_block_scaled(a, b, c, **kw, **scales)
+    return None

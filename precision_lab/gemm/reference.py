@@ -187,53 +187,8 @@ def gemm(
                 scale_block=scale_block,
             )
             return restore(_canonical_nan(out, acc.nan_encoding))
-        wide = max(fa.precision, fb.precision) > _EXACT_PRODUCT_BITS
-        if wide and scale_a is None and scale_b is None and native.available():
-            out = native.gemm_fma64(  # (fp64 FMA chains: or None)
-                _float64_or_float(as_float_array(a, "a")),
-                _float64_or_float(as_float_array(b, "b")),
-                None if c is None else _float64_or_float(as_float_array(c, "c")),
-                input_format=(fa, fb) if fa != fb else fa,
-                accumulator=acc,
-                out_format=out_fmt,
-                input_rounding=input_rounding,
-            )
-            if out is not None:
-                return restore(_canonical_nan(out, acc.nan_encoding))
-        if acc.input_subnormals == "flush" and not wide and native.available():
-            out = _flushed_native(
-                a, b, c, fa, fb, acc, out_fmt, input_rounding, native,
-                scale_a=scale_a, scale_b=scale_b, scale_block=scale_block,
-            )  # fmt: skip
-            if out is not None:
-                return restore(_canonical_nan(out, acc.nan_encoding))
-        plain = scale_a is None and scale_b is None
-        if acc.addend == "separate" and plain and not wide and native.available():  # (CDNA3)
-            out = native.gemm_separate(
-                _float64_or_float(as_float_array(a, "a")),
-                _float64_or_float(as_float_array(b, "b")),
-                None if c is None else _float64_or_float(as_float_array(c, "c")),
-                input_format=(fa, fb) if fa != fb else fa,
-                accumulator=acc,
-                out_format=out_fmt,
-                input_rounding=input_rounding,
-            )
-            if out is not None:
-                return restore(_canonical_nan(out, acc.nan_encoding))
-        if acc.order == "exact_block" and plain and native.available():  # (AMD CDNA1)
-            out = native.gemm_exact_block(
-                _float64_or_float(as_float_array(a, "a")),
-                _float64_or_float(as_float_array(b, "b")),
-                None if c is None else _float64_or_float(as_float_array(c, "c")),
-                input_format=(fa, fb) if fa != fb else fa,
-                accumulator=acc,
-                out_format=out_fmt,
-                input_rounding=input_rounding,
-            )
-            if out is not None:
-                return restore(_canonical_nan(out, acc.nan_encoding))
-        if acc.scales == "in_block" and native.available():  # (block-scaled MMA: or None)
-            out = native.gemm_block_scaled(
+        if native.available():  # (models the general kernels lack: a kernel of their own, or None)
+            out = native.gemm_special(
                 _float64_or_float(as_float_array(a, "a")),
                 _float64_or_float(as_float_array(b, "b")),
                 None if c is None else _float64_or_float(as_float_array(c, "c")),
@@ -448,41 +403,6 @@ def _flushed(x: np.ndarray, fmt: FloatFormat) -> np.ndarray:
     [0.0, -6.103515625e-05, -0.0]
     """
     return np.where(np.abs(x) < fmt.smallest_normal, 0.0, x)
-
-
-def _flushed_native(
-    a: Any,
-    b: Any,
-    c: Any,
-    fa: FloatFormat,
-    fb: FloatFormat,
-    acc: Accumulator,
-    out_fmt: FloatFormat,
-    input_rounding: str,
-    native: Any,
-    **scales: Any,
-) -> np.ndarray | None:
-    """Spec 3c on the native kernels: the inputs put on their grids and flushed here (as
-    :func:`_gemm_numpy` does), then the model with ``input_subnormals="keep"`` on inputs that
-    are on their grids; None where the native backend does not compute that model."""
-    keep = acc.replace(input_subnormals="keep")
-    if not native.covers(keep) or reference_only(keep) is not None:
-        return None
-    seed = 0 if acc.seed is None else acc.seed
-    a = as_float_array(a, "a")
-    b = as_float_array(b, "b")
-    a64 = _flushed(_on_grid(a.astype(np.float64), fa, "a", input_rounding, seed), fa)
-    b64 = _flushed(_on_grid(b.astype(np.float64), fb, "b", input_rounding, seed + 1), fb)
-    c64 = None
-    if c is not None:
-        batch, m, _, n = gemm_shapes(tuple(a.shape), tuple(b.shape))
-        c64 = round_to(_broadcast_c(c, (*batch, m, n)).astype(np.float64), out_fmt)
-        c64 = _flushed(np.asarray(c64, dtype=np.float64), out_fmt)
-    out: np.ndarray = native.gemm(
-        a64, b64, c64, input_format=(fa, fb) if fa != fb else fa, accumulator=keep,
-        out_format=out_fmt, input_rounding="exact", **scales,
-    )  # fmt: skip
-    return out
 
 
 def _blas_fast_path_applies(

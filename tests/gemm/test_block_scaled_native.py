@@ -161,9 +161,11 @@ def test_groups_native_equals_the_reference(gpu, ins, fmt, grouped_calls):
     assert acc.group == 16 and acc.block == 64
     rng = np.random.default_rng(7)
     kinds = ("normal", "wide", "zeros", "tiny", "huge", "apart", "zero_groups")
+    if fmt == "nvfp4":  # (its per-tensor scales' float32 product over- or underflows there)
+        kinds = tuple(k for k in kinds if k not in ("tiny", "huge"))
     for i, kind in enumerate(kinds):
         m, n = int(rng.integers(1, 20)), int(rng.integers(1, 40))
-        k = (64, 128, 96, 48, 200, 64, 128)[i]
+        k = (64, 128, 96, 48, 200, 64, 128)[i % 7]
         qa = _operand(rng, "tiny" if kind == "zero_groups" else kind, (m, k), fmt, -1)
         qb = _operand(rng, kind, (k, n), fmt, 0)
         if kind == "zero_groups":  # every other group of a row zero (scale 0: exponent 0), the
