@@ -780,6 +780,71 @@ def gemm_block_scaled(
     )
 
 
+def _row_operands(
+    a: np.ndarray,
+    b: np.ndarray,
+    c: Any,
+    fa: FloatFormat,
+    fb: FloatFormat,
+    acc: Accumulator,
+    out_fmt: Any,
+    input_rounding: str | None,
+    dtype: Any = np.float64,
+) -> tuple[tuple[int, ...], np.ndarray, np.ndarray, np.ndarray | None]:
+    """The operands of the row kernels (fma64, exact_block, pairwise32, grouped): a and b put on
+    their grids (input_rounding None: taken as they are, the kernel checks them) as ``dtype``,
+    batched to (entries, M, K) and (entries, K, N); c rounded to ``out_fmt`` (entries, M, N), or
+    None; and the output shape.
+
+    >>> e4m3, fp32 = get_format("e4m3"), get_format("fp32")
+    >>> shape, A, B, C = _row_operands(np.full((2, 3), 0.3), np.ones((3, 1)), 1.0, e4m3, e4m3,
+    ...                                Accumulator(), fp32, "nearest_even")
+    >>> shape, A[0, 0].tolist(), C.shape
+    ((2, 1), [0.3125, 0.3125, 0.3125], (1, 2, 1))
+    """
+    from .reference import _broadcast_c, _on_grid
+
+    batch, m, k, n = gemm_shapes(a.shape, b.shape)
+    seed = 0 if acc.seed is None else acc.seed
+    a64, b64 = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if input_rounding is not None:
+        a64 = _on_grid(a64, fa, "a", input_rounding, seed)
+        b64 = _on_grid(b64, fb, "b", input_rounding, seed + 1)
+    nb = math.prod(batch)
+    A = _batched(a64.astype(dtype, copy=False), (*batch, m, k)).reshape(nb, m, k)
+    B = _batched(b64.astype(dtype, copy=False), (*batch, k, n)).reshape(nb, k, n)
+    C = None
+    if c is not None:
+        C = np.asarray(round_to(_broadcast_c(c, (*batch, m, n)), out_fmt), dtype=dtype)
+        C = np.ascontiguousarray(C).reshape(nb, m, n)
+    return (*batch, m, n), A, B, C
+
+
+def _finite(*xs: np.ndarray | None) -> bool:
+    """Whether every value of the given arrays (None: none) is finite."""
+    return all(x is None or bool(np.isfinite(x).all()) for x in xs)
+
+
+def _ieee_nearest_even(acc: Accumulator) -> bool:
+    """Whether every rounding of ``acc`` is to nearest even with the IEEE rules (overflow to
+    inf, IEEE zero signs, subnormals kept), its products exact, without promotion, input flush
+    or in-block scales (the row kernels' common ground).
+
+    >>> _ieee_nearest_even(Accumulator("fp32")), _ieee_nearest_even(Accumulator("fp32", "rtz"))
+    (True, False)
+    """
+    return (
+        acc.rounding == "nearest_even"
+        and acc.product_format is None
+        and acc.promote_every is None
+        and acc.overflow in ("ieee", "infinity")  # (the same under nearest_even)
+        and acc.zero_sign == "ieee"
+        and acc.subnormals == "keep"
+        and acc.input_subnormals == "keep"
+        and acc.scales != "in_block"
+    )
+
+
 def gemm_fma64(
     a: np.ndarray,
     b: np.ndarray,
@@ -805,7 +870,6 @@ def gemm_fma64(
     ...                    out_format=get_format("fp64"), input_rounding="nearest_even")
     ...     assert d[0, 0] == 1.0 + 2.0**-52   # (+ 2**-60 rounds away: one rounding per step)
     """
-    from .reference import _broadcast_c, _on_grid
 
     acc = accumulator
     fa, fb = input_format if isinstance(input_format, tuple) else (input_format, input_format)
@@ -815,25 +879,12 @@ def gemm_fma64(
         or acc.order != "sequential"
         or acc.format != fp64
         or out_format != fp64
-        or acc.rounding != "nearest_even"
-        or acc.product_format is not None
-        or acc.promote_every is not None
-        or acc.overflow not in ("ieee", "infinity")  # (the same under nearest_even)
-        or acc.zero_sign != "ieee"
-        or acc.subnormals != "keep"
-        or acc.input_subnormals != "keep"
-        or acc.scales == "in_block"
+        or not _ieee_nearest_even(acc)
     ):
         return None
-    batch, m, k, n = gemm_shapes(a.shape, b.shape)
-    seed = 0 if acc.seed is None else acc.seed
-    nb = math.prod(batch)
-    A = _batched(_on_grid(a.astype(np.float64), fa, "a", input_rounding, seed), (*batch, m, k))
-    B = _batched(_on_grid(b.astype(np.float64), fb, "b", input_rounding, seed + 1), (*batch, k, n))
-    C = None
-    if c is not None:
-        C = round_to(_broadcast_c(c, (*batch, m, n)).astype(np.float64), out_format)
-        C = np.ascontiguousarray(C, dtype=np.float64).reshape(nb, m, n)
+    shape, A, B, C = _row_operands(a, b, c, fa, fb, acc, out_format, input_rounding)
+    nb, m, k = A.shape
+    n = B.shape[2]
     D = np.empty((nb, m, n))
     if nb * m * n:
         for_chunks(
@@ -841,7 +892,7 @@ def gemm_fma64(
             lambda lo, hi: _ext.fma64_rows(A, B, C, D, m, n, k, lo, hi),
             _rows_chunk(nb * m, n * max(k, 1) // 64 + n),
         )
-    return D.reshape(*batch, m, n)
+    return D.reshape(shape)
 
 
 def gemm_separate(
@@ -905,7 +956,6 @@ def gemm_exact_block(
     ...                          out_format=get_format("fp32"), input_rounding="exact")
     ...     assert d[0, 0] == 1.0 + 2.0**-23   # (sequential fp32 sums would give 1.0)
     """
-    from .reference import _broadcast_c, _on_grid
 
     acc = accumulator
     fa, fb = input_format if isinstance(input_format, tuple) else (input_format, input_format)
@@ -915,34 +965,17 @@ def gemm_exact_block(
         or acc.block is None
         or acc.format != _FP32
         or out_format != _FP32
-        or acc.rounding != "nearest_even"
-        or acc.overflow not in ("ieee", "infinity")  # (the same under nearest_even)
-        or acc.zero_sign != "ieee"
-        or acc.subnormals != "keep"
-        or acc.input_subnormals != "keep"
-        or acc.promote_every is not None
-        or acc.product_format is not None
-        or acc.scales == "in_block"
+        or not _ieee_nearest_even(acc)
         or max(fa.precision, fb.precision) > 26  # (products exact in float64)
     ):
         return None
-    batch, m, k, n = gemm_shapes(a.shape, b.shape)
-    seed = 0 if acc.seed is None else acc.seed
-    a64 = _on_grid(np.asarray(a, dtype=np.float64), fa, "a", input_rounding, seed)
-    b64 = _on_grid(np.asarray(b, dtype=np.float64), fb, "b", input_rounding, seed + 1)
-    if not (np.isfinite(a64).all() and np.isfinite(b64).all()):
+    shape, A, B, C = _row_operands(a, b, c, fa, fb, acc, out_format, input_rounding)
+    if not _finite(A, B, C):
         return None
-    if max(float(np.abs(a64).max(initial=0)) * float(np.abs(b64).max(initial=0)), 1.0) > 2.0**900:
+    if float(np.abs(A).max(initial=0)) * float(np.abs(B).max(initial=0)) > 2.0**900:
         return None  # (the partials' sums must not overflow)
-    nb = math.prod(batch)
-    A = _batched(a64, (*batch, m, k))
-    B = _batched(b64, (*batch, k, n))
-    C = None
-    if c is not None:
-        C = round_to(_broadcast_c(c, (*batch, m, n)).astype(np.float64), out_format)
-        if not np.isfinite(C).all():
-            return None
-        C = np.ascontiguousarray(C, dtype=np.float64).reshape(nb, m, n)
+    nb, m, k = A.shape
+    n = B.shape[2]
     D = np.empty((nb, m, n), dtype=np.float32)
     if nb * m * n:
         for_chunks(
@@ -950,7 +983,7 @@ def gemm_exact_block(
             lambda lo, hi: _ext.exact_block_rows(A, B, C, D, m, n, k, acc.block, lo, hi),
             _rows_chunk(nb * m, n * max(k, 1) // 8 + n),
         )
-    return D.reshape(*batch, m, n)
+    return D.reshape(shape)
 
 
 def pairwise32_applies(
@@ -1006,23 +1039,11 @@ def _pairwise32_gemm(
     """The model of :func:`pairwise32_applies` on ``pairwise32_rows``, or None (the general
     kernels): an input or c not finite, or an output not finite (an overflow on the way, whose
     special values the general kernels follow step by step)."""
-    from .reference import _broadcast_c, _on_grid
-
-    batch, m, k, n = gemm_shapes(a.shape, b.shape)
-    seed = 0 if acc.seed is None else acc.seed
-    a32 = _on_grid(np.asarray(a, dtype=np.float64), fa, "a", input_rounding, seed)
-    b32 = _on_grid(np.asarray(b, dtype=np.float64), fb, "b", input_rounding, seed + 1)
-    if not (np.isfinite(a32).all() and np.isfinite(b32).all()):
+    shape, A, B, C = _row_operands(a, b, c, fa, fb, acc, _FP32, input_rounding, np.float32)
+    if not _finite(A, B, C):
         return None
-    nb = math.prod(batch)
-    A = _batched(a32.astype(np.float32), (*batch, m, k))
-    B = _batched(b32.astype(np.float32), (*batch, k, n))
-    C = None
-    if c is not None:
-        C = np.asarray(round_to(_broadcast_c(c, (*batch, m, n)), _FP32), dtype=np.float32)
-        if not np.isfinite(C).all():
-            return None
-        C = np.ascontiguousarray(C).reshape(nb, m, n)
+    nb, m, k = A.shape
+    n = B.shape[2]
     D = np.empty((nb, m, n), dtype=np.float32)
     flush = int(acc.subnormals == "flush")
     assert acc.promote_every is not None
@@ -1036,7 +1057,7 @@ def _pairwise32_gemm(
         )
     if not np.isfinite(D).all():
         return None
-    return D.reshape(*batch, m, n)
+    return D.reshape(shape)
 
 
 def _grouped_gemm(
@@ -1056,7 +1077,7 @@ def _grouped_gemm(
     float64 may not hold, a scale block that is not a multiple of the group, inputs or c not
     finite, inputs off their grids with ``"exact"``: the kernel checks them, once, as it reads
     them). ``plain``: ``acc`` without the scales (the kernel's parameter block)."""
-    from .reference import _broadcast_c, _exponents, _on_grid
+    from .reference import _exponents
     from .scales import expand_scales
 
     g = int(acc.group or 1)
@@ -1069,18 +1090,14 @@ def _grouped_gemm(
     if sa is None or sb is None or kb % g or k == 0:
         return None
     nb = math.prod(batch)
-    seed = 0 if acc.seed is None else acc.seed
     grid = None  # ("exact": the kernel checks the inputs, inf and NaN included)
+    rounding: str | None = input_rounding
     if input_rounding == "exact":
-        a64, b64 = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
         grid = np.array([f for x in (fa, fb) for f in (x.mantissa_bits, x.emin, x.max)])
-    else:
-        a64 = _on_grid(np.asarray(a, dtype=np.float64), fa, "a", input_rounding, seed)
-        b64 = _on_grid(np.asarray(b, dtype=np.float64), fb, "b", input_rounding, seed + 1)
-        if not (np.isfinite(a64).all() and np.isfinite(b64).all()):
-            return None
-    A = _batched(a64, (*batch, m, k))
-    B = _batched(b64, (*batch, k, n))
+        rounding = None
+    _, A, B, C = _row_operands(a, b, c, fa, fb, acc, out_fmt, rounding)
+    if grid is None and not _finite(A, B):
+        return None
     nk = max(sa.shape[-1], sb.shape[1])
     SA = np.ascontiguousarray(np.broadcast_to(sa, (nb, m, nk)), dtype=np.float64)
     SB = np.ascontiguousarray(np.broadcast_to(sb, (nb, nk, n)), dtype=np.float64)
@@ -1090,12 +1107,9 @@ def _grouped_gemm(
     emin = sf.emin if isinstance(sf, FloatFormat) else -(1 << 16)
     ESA = np.ascontiguousarray(_exponents(SA, emin), dtype=np.int32)
     ESB = np.ascontiguousarray(_exponents(SB, emin), dtype=np.int32)
-    C = None
-    if c is not None:
-        C = round_to(_broadcast_c(c, (*batch, m, n)), out_fmt).astype(np.float32)
-        if not np.isfinite(C).all():
-            return None
-        C = np.ascontiguousarray(C).reshape(nb, m, n)
+    C = None if C is None else C.astype(np.float32)
+    if not _finite(C):
+        return None
     params, opts, out_dtype, (mr, _, _) = _blockfma_plan(
         a.shape, b.shape, fa, fb, plain, out_fmt, C is not None
     )
