@@ -588,7 +588,8 @@ def _blockfma_opts(
     below 2**31, and the special-value rules (bit 0 ``overflow="infinity"``, bit 1
     ``zero_sign="positive"``), the scale block along K of block-scaled MMA (0: none), and
     ``addend="separate"``'s ``sum_bits + 1`` (0: another addend) and whether its
-    ``align_rounding`` is ``"down"``."""
+    ``align_rounding`` is ``"down"``; the last entry (whether block-scaled groups sum exactly
+    in float32) is set by :func:`_grouped_gemm` on its copy."""
     F = int(acc.align_bits or 0)
     sig_a = 2.0 - 2.0**-fa.mantissa_bits
     sig_b = 2.0 - 2.0**-fb.mantissa_bits
@@ -601,7 +602,8 @@ def _blockfma_opts(
     sep = int(acc.sum_bits) + 1 if acc.addend == "separate" and acc.sum_bits is not None else 0
     down = int(acc.align_rounding == "down")
     return np.array(
-        [run, zero, zero, zero, _BLOCKFMA_SPAN - F, safe, rules, kblock, sep, down], dtype=np.int32
+        [run, zero, zero, zero, _BLOCKFMA_SPAN - F, safe, rules, kblock, sep, down, 0],
+        dtype=np.int32,
     )
 
 
@@ -1113,6 +1115,9 @@ def _grouped_gemm(
     params, opts, out_dtype, (mr, _, _) = _blockfma_plan(
         a.shape, b.shape, fa, fb, plain, out_fmt, C is not None
     )
+    if span <= 24 and fa.max * fb.max * g < 2.0**127:  # (every group sum an exact float32)
+        opts = opts.copy()
+        opts[-1] = 1
     D = np.empty((nb, m, n), dtype=out_dtype)
     rows = max(mr, _rows_chunk(nb * m, n * k // 16 + n) // mr * mr)  # (whole register tiles)
     bad: list[int] = []

@@ -206,3 +206,18 @@ def test_groups_hand_back_nan_and_check_the_grid(grouped_calls):
     got = pl.gemm(a, b, backend="native", **kw)
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
     assert grouped_calls["native"] == 1
+
+
+def test_groups_of_fp8_sums_in_float64(grouped_calls):
+    # the kind::mxf4nvf4 model on MXFP8 operands: group sums of 16 e4m3 products span 40 bits,
+    # beyond float32 (the FP4 presets' float32 group sums): the kernel's float64 sums
+    acc = pl.tensor_core("b200", "mxfp4_e2m1", instruction="tcgen05")
+    rng = np.random.default_rng(11)
+    for kind in ("normal", "wide", "zeros", "apart"):
+        qa = _operand(rng, kind, (5, 96), "mxfp8_e4m3", -1)
+        qb = _operand(rng, kind, (96, 7), "mxfp8_e4m3", 0)
+        c = rng.standard_normal((5, 7)).astype(np.float32)
+        want = pl.gemm_blocks(qa, qb, c, accumulator=acc, backend="numpy")
+        got = pl.gemm_blocks(qa, qb, c, accumulator=acc, backend="native")
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32), err_msg=kind)
+    assert grouped_calls == {"native": 4, "back": 0}

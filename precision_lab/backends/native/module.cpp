@@ -370,8 +370,8 @@ PyObject* py_hadamard(PyObject*, PyObject* args) {
 // The int32 options of the block-FMA fast path (blockfma_fast.inc, BF_O_SIZE entries).
 bool get_bfma_opts(PyObject* o, buf* b) {
   if (!get_buf(o, b, 'i', 4, false, "opts", false)) return false;
-  if (b->n < 10) {
-    PyErr_Format(PyExc_ValueError, "opts must hold 10 int32, got %zd values", b->n);
+  if (b->n < 11) {
+    PyErr_Format(PyExc_ValueError, "opts must hold 11 int32, got %zd values", b->n);
     return false;
   }
   return true;
