@@ -169,37 +169,29 @@ def gemm(
         native = _native_backend()
         if backend == "native" and not native.available():
             native.gemm(a, b, c, input_format=fa, accumulator=acc, out_format=out_fmt)  # raises
-        if (
-            native.covers(acc)
-            and reference_only(acc) is None
-            and max(fa.precision, fb.precision) <= _EXACT_PRODUCT_BITS
-        ):
-            out = native.gemm(
+        if native.available():
+            args = (
                 _float64_or_float(as_float_array(a, "a")),
                 _float64_or_float(as_float_array(b, "b")),
                 None if c is None else _float64_or_float(as_float_array(c, "c")),
-                input_format=(fa, fb) if fa != fb else fa,
-                accumulator=acc,
-                out_format=out_fmt,
-                input_rounding=input_rounding,
-                scale_a=scale_a,
-                scale_b=scale_b,
-                scale_block=scale_block,
             )
-            return restore(_canonical_nan(out, acc.nan_encoding))
-        if native.available():  # (models the general kernels lack: a kernel of their own, or None)
-            out = native.gemm_special(
-                _float64_or_float(as_float_array(a, "a")),
-                _float64_or_float(as_float_array(b, "b")),
-                None if c is None else _float64_or_float(as_float_array(c, "c")),
-                input_format=(fa, fb) if fa != fb else fa,
-                accumulator=acc,
-                out_format=out_fmt,
-                input_rounding=input_rounding,
-                scale_a=scale_a,
-                scale_b=scale_b,
-                scale_block=scale_block,
-            )
+            kw = {
+                "input_format": (fa, fb) if fa != fb else fa,
+                "accumulator": acc,
+                "out_format": out_fmt,
+                "input_rounding": input_rounding,
+                "scale_a": scale_a,
+                "scale_b": scale_b,
+                "scale_block": scale_block,
+            }
+            if (
+                native.covers(acc)
+                and reference_only(acc) is None
+                and max(fa.precision, fb.precision) <= _EXACT_PRODUCT_BITS
+            ):
+                return restore(_canonical_nan(native.gemm(*args, **kw), acc.nan_encoding))
+            # models the general kernels lack: a kernel of their own, or None
+            out = native.gemm_special(*args, **kw)
             if out is not None:
                 return restore(_canonical_nan(out, acc.nan_encoding))
     out = _gemm_numpy(a, b, c, fa, fb, acc, out_fmt, input_rounding, scale_a, scale_b, scale_block)

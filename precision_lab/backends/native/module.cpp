@@ -482,6 +482,25 @@ PyObject* py_bfma_rows(PyObject*, PyObject* args) {
   PL_END_NATIVE return PyLong_FromLongLong(bad);
 }
 
+// The buffers of a row kernel (fma64_rows, exact_block_rows, pairwise32_rows): A ((nb x M) x K),
+// B (nb x K x N), C ((nb x M) x N, or None) of itemsize isz, D ((nb x M) x N) of itemsize dsz, nb
+// from D's size; false (a Python error set, naming `name`) when they or the row range r0..r1 do
+// not match M, N, K.
+bool get_row_bufs(const char* name, PyObject* oa, PyObject* ob, PyObject* oc, PyObject* od, int isz,
+                  int dsz, long long M, long long N, long long K, long long r0, long long r1, buf* a,
+                  buf* b, buf* c, buf* d) {
+  if (!get_buf(oa, a, 'f', isz, false, "A", false) || !get_buf(ob, b, 'f', isz, false, "B", false) ||
+      !get_buf(oc, c, 'f', isz, false, "C", true) || !get_buf(od, d, 'f', dsz, true, "D", false))
+    return false;
+  const long long rows = M > 0 ? d->n / (N > 0 ? N : 1) : 0, nb = M > 0 ? rows / M : 0;
+  if (M < 0 || N < 0 || K < 0 || r0 < 0 || r0 > r1 || r1 > nb * M || d->n < nb * M * N ||
+      a->n < nb * M * K || b->n < nb * K * N || (c->ptr && c->n < nb * M * N)) {
+    PyErr_Format(PyExc_ValueError, "%s: buffer sizes do not match M, N, K / row range", name);
+    return false;
+  }
+  return true;
+}
+
 // fma64_rows(A, B, C, D, M, N, K, r0, r1): output rows r0..r1-1 of the fp64 FMA chain d = c +
 // sum a_k * b_k (one fma per k, in k order) on float64 A ((nb x M) x K), B (nb x K x N), C
 // ((nb x M) x N, or None: +0) into D ((nb x M) x N).
@@ -490,15 +509,8 @@ PyObject* py_fma64_rows(PyObject*, PyObject* args) {
   long long M, N, K, r0, r1;
   if (!PyArg_ParseTuple(args, "OOOOLLLLL", &oa, &ob, &oc, &od, &M, &N, &K, &r0, &r1)) return nullptr;
   buf a, b, c, d;
-  if (!get_buf(oa, &a, 'f', 8, false, "A", false) || !get_buf(ob, &b, 'f', 8, false, "B", false) ||
-      !get_buf(oc, &c, 'f', 8, false, "C", true) || !get_buf(od, &d, 'f', 8, true, "D", false))
+  if (!get_row_bufs("fma64_rows", oa, ob, oc, od, 8, 8, M, N, K, r0, r1, &a, &b, &c, &d))
     return nullptr;
-  const long long rows = M > 0 ? d.n / (N > 0 ? N : 1) : 0, nb = M > 0 ? rows / M : 0;
-  if (M < 0 || N < 0 || K < 0 || r0 < 0 || r0 > r1 || r1 > nb * M || d.n < nb * M * N ||
-      a.n < nb * M * K || b.n < nb * K * N || (c.ptr && c.n < nb * M * N)) {
-    PyErr_SetString(PyExc_ValueError, "fma64_rows: buffer sizes do not match M, N, K / row range");
-    return nullptr;
-  }
   PL_BEGIN_NATIVE KT.fma64_rows((const double*)a.ptr, (const double*)b.ptr, (const double*)c.ptr,
                                 (double*)d.ptr, M, N, K, r0, r1);
   PL_END_NATIVE Py_RETURN_NONE;
@@ -513,14 +525,10 @@ PyObject* py_exact_block_rows(PyObject*, PyObject* args) {
   if (!PyArg_ParseTuple(args, "OOOOLLLLLL", &oa, &ob, &oc, &od, &M, &N, &K, &blk, &r0, &r1))
     return nullptr;
   buf a, b, c, d;
-  if (!get_buf(oa, &a, 'f', 8, false, "A", false) || !get_buf(ob, &b, 'f', 8, false, "B", false) ||
-      !get_buf(oc, &c, 'f', 8, false, "C", true) || !get_buf(od, &d, 'f', 4, true, "D", false))
+  if (!get_row_bufs("exact_block_rows", oa, ob, oc, od, 8, 4, M, N, K, r0, r1, &a, &b, &c, &d))
     return nullptr;
-  const long long rows = M > 0 ? d.n / (N > 0 ? N : 1) : 0, nb = M > 0 ? rows / M : 0;
-  if (M < 0 || N < 0 || K < 0 || blk < 1 || blk > 1024 || r0 < 0 || r0 > r1 || r1 > nb * M ||
-      d.n < nb * M * N || a.n < nb * M * K || b.n < nb * K * N || (c.ptr && c.n < nb * M * N)) {
-    PyErr_SetString(PyExc_ValueError,
-                    "exact_block_rows: buffer sizes do not match M, N, K, block / row range");
+  if (blk < 1 || blk > 1024) {
+    PyErr_Format(PyExc_ValueError, "exact_block_rows: block must be in 1..1024, got %lld", blk);
     return nullptr;
   }
   PL_BEGIN_NATIVE KT.exact_block_rows((const double*)a.ptr, (const double*)b.ptr,
@@ -538,14 +546,10 @@ PyObject* py_pairwise32_rows(PyObject*, PyObject* args) {
   if (!PyArg_ParseTuple(args, "OOOOLLLLiLL", &oa, &ob, &oc, &od, &M, &N, &K, &P, &flush, &r0, &r1))
     return nullptr;
   buf a, b, c, d;
-  if (!get_buf(oa, &a, 'f', 4, false, "A", false) || !get_buf(ob, &b, 'f', 4, false, "B", false) ||
-      !get_buf(oc, &c, 'f', 4, false, "C", true) || !get_buf(od, &d, 'f', 4, true, "D", false))
+  if (!get_row_bufs("pairwise32_rows", oa, ob, oc, od, 4, 4, M, N, K, r0, r1, &a, &b, &c, &d))
     return nullptr;
-  const long long rows = M > 0 ? d.n / (N > 0 ? N : 1) : 0, nb = M > 0 ? rows / M : 0;
-  if (M < 0 || N < 0 || K < 0 || P < 1 || P > 64 || r0 < 0 || r0 > r1 || r1 > nb * M ||
-      d.n < nb * M * N || a.n < nb * M * K || b.n < nb * K * N || (c.ptr && c.n < nb * M * N)) {
-    PyErr_SetString(PyExc_ValueError,
-                    "pairwise32_rows: buffer sizes do not match M, N, K, P (1..64) / row range");
+  if (P < 1 || P > 64) {
+    PyErr_Format(PyExc_ValueError, "pairwise32_rows: P must be in 1..64, got %lld", P);
     return nullptr;
   }
   PL_BEGIN_NATIVE KT.pairwise32_rows((const float*)a.ptr, (const float*)b.ptr, (const float*)c.ptr,
