@@ -1,8 +1,9 @@
 """Block formats: what a block-scaled format is, and the registry of named ones.
 
 A :class:`BlockFormat` names an element format, a scale format, a block shape and a scale rule
-(:data:`SCALE_RULES`); :data:`BLOCK_FORMATS` holds OCP MX (FP8, FP6, FP4, INT8), NVFP4 and the
-DeepSeek-V3 FP8 tiles. The arithmetic that uses them is in :mod:`precision_lab.quant.blocks`.
+(:data:`SCALE_RULES`); :data:`BLOCK_FORMATS` holds OCP MX (FP8, FP6, FP4, INT8), NVFP4, the two
+other block shapes matrix cores take (``mxfp4_e2m1_b16``, ``nvfp4_b32``) and the DeepSeek-V3 FP8
+tiles. The arithmetic that uses them is in :mod:`precision_lab.quant.blocks`.
 
 >>> get_block_format("nvfp4").block_shape
 (16,)
@@ -218,6 +219,10 @@ BLOCK_FORMATS: dict[str, BlockFormat] = {
         BlockFormat(
             "nvfp4_4over6", _float("e2m1"), _float("e4m3"), (16,), "4over6_mse", tensor_scale=True
         ),
+        # the two other block shapes the matrix cores take (gemm.tensor_core: sm_100
+        # kind::mxf4nvf4 takes E8M0 scales on blocks of 16, sm_120 UE4M3 on blocks of 32)
+        BlockFormat("mxfp4_e2m1_b16", _float("e2m1"), _float("e8m0"), (16,), "floor"),
+        BlockFormat("nvfp4_b32", _float("e2m1"), _float("e4m3"), (32,), "amax", tensor_scale=True),
         BlockFormat("fp8_1x128", _float("e4m3"), _float("fp32"), (128,), "amax"),
         BlockFormat("fp8_128x128", _float("e4m3"), _float("fp32"), (128, 128), "amax"),
     )

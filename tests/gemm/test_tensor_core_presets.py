@@ -285,16 +285,20 @@ def test_mxf8f6f4_scales_enter_the_block_fma(fmt, gpu, backend):
 
 
 @pytest.mark.parametrize(
-    ("fmt", "scale_emin"),
-    [("nvfp4", -6), ("mxfp4_e2m1", -127), ("mxfp4_b16", -127)],
+    ("gpu", "fmt", "scale_emin"),
+    [
+        ("b200", "nvfp4", -6),
+        ("b200", "mxfp4_e2m1", -127),
+        ("b200", "mxfp4_e2m1_b16", -127),
+        ("rtx5090", "nvfp4", -6),
+        ("rtx5090", "nvfp4_b32", -6),  # sm_120 only: UE4M3 scales on blocks of 32
+    ],
 )
 @pytest.mark.parametrize("backend", ["numpy", "native"])
-def test_mxf4nvf4_groups_of_16_and_35_bits(fmt, scale_emin, backend):
+def test_mxf4nvf4_groups_of_16_and_35_bits(gpu, fmt, scale_emin, backend):
     if backend == "native" and not native_kernels.available():
         pytest.skip("precision_lab.backends._native_kernels is not built")
-    if fmt == "mxfp4_b16":
-        fmt = pl.BlockFormat("mxfp4_b16", "e2m1", "e8m0", (16,), "floor")
-    acc = pl.tensor_core("b200", fmt, instruction="tcgen05")
+    acc = pl.tensor_core(gpu, fmt, instruction="tcgen05" if gpu == "b200" else "mma")
     assert (acc.block, acc.group, acc.align_bits) == (64, 16, 35)
     qa, qb = _operands(fmt, 3, 128, 2, seed=7)
     c = np.array([[0.0, -1.5], [2.0**-20, 3.0], [-7.25, 0.0]])
@@ -316,6 +320,20 @@ def test_nvfp4_operands_have_subnormal_ue4m3_scales():
     qa, qb = _operands("nvfp4", 3, 128, 2, seed=7)
     scales = np.concatenate([np.ravel(qa.scales), np.ravel(qb.scales)]).astype(np.float64)
     assert ((scales > 0) & (scales < 2.0**-6)).any()
+
+
+def test_every_block_format_of_the_table_is_a_named_block_format():
+    # the table's input_format names are what users pass to quantize_blocks and tensor_core
+    rows = [r for r in pl.tensor_core.list() if r["kind"].startswith("kind::mx")]
+    names = {name for r in rows for name in r["input_format"].split(" x ")}  # (mixed: "a x b")
+    assert {"mxfp4_e2m1_b16", "nvfp4_b32"} <= names
+    for name in names:
+        bf = pl.get_block_format(name)
+        assert bf.name == name
+        gpu = next(r["gpus"].split()[0] for r in rows if r["input_format"] == name)
+        assert pl.tensor_core(gpu, bf) == pl.tensor_core(gpu, name)
+    assert pl.get_block_format("nvfp4_b32").block_shape == (32,)
+    assert str(pl.get_block_format("mxfp4_e2m1_b16").scale) == "e8m0"
 
 
 def test_gemm_blocks_checks_the_presets_scale_format():

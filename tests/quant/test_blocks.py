@@ -47,6 +47,8 @@ ELEMENT = {
     "nvfp4": "e2m1",
     "nvfp4_16x16": "e2m1",
     "nvfp4_4over6": "e2m1",
+    "mxfp4_e2m1_b16": "e2m1",
+    "nvfp4_b32": "e2m1",
     "fp8_1x128": "e4m3",
     "fp8_128x128": "e4m3",
 }
@@ -651,6 +653,8 @@ def test_registry_and_custom_formats():
         "nvfp4",
         "nvfp4_16x16",
         "nvfp4_4over6",
+        "mxfp4_e2m1_b16",
+        "nvfp4_b32",
         "fp8_1x128",
         "fp8_128x128",
     ]
