@@ -275,14 +275,28 @@ def gemm_agreement() -> dict[str, Any]:
     special = [v.copy() for v in base]
     special[0][0, 1, 3], special[0][0, 2, 5], special[1][-1, 4, 7] = np.inf, np.nan, -np.inf
     special[2][0, 5, 5], special[0][-1, 3, 6] = np.inf, np.inf
+    import test_gpu  # block-scaled MMA without groups: E8M0 scales on blocks of 32
+
+    # (label, keyword arguments of pl.gemm, input classes: (name, (a, b, c)))
+    runs = [
+        (label, {"input_format": fmt, "accumulator": acc, "out_format": out},
+         (("random", base), ("large", big), ("special", special)))
+        for label, fmt, acc, out in _gemm_configs()
+    ]  # fmt: skip
+    bshape = (1, 6, 9, 64) if SMALL else (2, 64, 96, 512)
+    for label, fmt, acc in test_gpu.block_scaled_configs():
+        for kind in ("random", "wide"):
+            a, b, c, sa, sb = test_gpu.block_scaled_inputs(len(label), bshape, kind == "wide")
+            kw = {"input_format": fmt, "accumulator": acc, "out_format": "fp32",
+                  "scale_a": sa, "scale_b": sb, "scale_block": 32}  # fmt: skip
+            runs.append((f"block-scaled {label} {kind}", kw, (("random", (a, b, c)),)))
     results, failures, total, bad = {}, [], 0, 0
-    for label, fmt, acc, out in _gemm_configs():
+    for label, kw, inputs in runs:
         if left() < 25:
             failures.append("stopped early: time budget")
             break
         row = {}
-        for kind, (a, b, c) in (("random", base), ("large", big), ("special", special)):
-            kw = {"input_format": fmt, "accumulator": acc, "out_format": out}
+        for kind, (a, b, c) in inputs:
             want = pl.gemm(a, b, c, backend="numpy", **kw)
             got = pl.gemm(cp.asarray(a), cp.asarray(b), cp.asarray(c), **kw)
             nbad, idx, sign_only = gemm_equal(got, want)

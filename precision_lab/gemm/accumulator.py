@@ -130,12 +130,17 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
    GST-FDPA). No promotion (``promote_every`` must be None): the scale blocks of
    :func:`~precision_lab.gemm_blocks` enter the ``block_fma`` terms. Without ``group`` each
    product ``a_k * b_k`` becomes ``a_k * b_k * sa * sb`` (``sa``, ``sb`` the scales of
-   ``k``'s block, powers of two) with alignment exponent ``e(a_k) + e(b_k) + log2(sa * sb)``.
+   ``k``'s block, powers of two) with alignment exponent ``e(a_k) + e(b_k) + log2(sa * sb)``;
+   a zero operand's exponent (``zeros_in_anchor``) is not scaled: ``-126 + e(b_k) + log2(sb)``
+   for ``a_k = 0``.
    With ``group = G`` (dividing ``block`` and the scale block) the terms are groups of ``G``
    consecutive products: ``(sum of the group's products, exact) * sa * sb`` with alignment
    exponent ``e(sa) + e(sb)``, ``e(s) = max(floor(log2 s), emin)`` of ``scale_format`` (the
    group's own magnitude does not move the anchor; a zero group is a zero term). The running
-   value ``r`` is aligned with them (``addend="in_block"``).
+   value ``r`` is aligned with them (``addend="in_block"``). Every backend computes the model
+   without groups (the CuPy and native per-element kernels in ``pl_gemm.cuh``, and the native
+   block-FMA fast path); with groups, the numpy reference and a native float64 kernel (no CuPy
+   kernel).
 
 3c. Input subnormals (``input_subnormals="flush"``, AMD CDNA2 fp16/bf16): a, b (in their
    input formats) and c (in ``out_format``) that are subnormal become ``+0`` before anything
@@ -736,21 +741,23 @@ class Accumulator:
 def reference_only(acc: Accumulator) -> str | None:
     """Why the general kernels (CuPy's, the native per-element ones) do not compute ``acc``
     (None: every backend does). The numpy reference does; of these models the native backend
-    also takes block-scaled MMA (``scales="in_block"``: power-of-two scales on its block-FMA
-    fast path, groups on a float64 kernel; ``native_backend.gemm_block_scaled``),
-    ``addend="separate"`` (its
-    block-FMA units, ``native_backend.gemm_separate``), ``order="exact_block"`` into fp32
+    also takes block-scaled MMA with groups (``kind::mxf4nvf4``: a float64 kernel,
+    ``native_backend.gemm_block_scaled``), ``addend="separate"`` (its block-FMA units,
+    ``native_backend.gemm_separate``), ``order="exact_block"`` into fp32
     (``native_backend.gemm_exact_block``) and ``input_subnormals="flush"`` (the inputs flushed
-    first, then its kernels with them kept).
+    first, then its kernels with them kept). Block-scaled MMA without groups
+    (``scales="in_block"``: E8M0 scales on the products of a block FMA) is the general
+    kernels' (``pl_gemm.cuh``), and the native block-FMA fast path's.
 
     >>> reference_only(Accumulator(order="exact_block", block=4))
     "order='exact_block'"
     """
     if acc.order in ("compensated", "exact_block"):
         return f"order={acc.order!r}"
+    if acc.scales == "in_block" and acc.group is not None:
+        return f"scales='in_block' with group={acc.group}"
     for name_, value, default in (
         ("addend", acc.addend, "separate"),
-        ("scales", acc.scales, "in_block"),
         ("input_subnormals", acc.input_subnormals, "flush"),
     ):
         if value == default:

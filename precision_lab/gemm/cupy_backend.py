@@ -59,7 +59,7 @@ _P = {
     for i, name in enumerate(
         "M N K NB T ORDER BLOCK ALIGN IN_BLOCK SEG PROMOTE PRODUCT SCALES SA_ROWS SB_COLS NK "
         "KBLOCK EMIN_A EMIN_B SEED_LO SEED_HI RBITS SPECIAL TK HAS_C STOCHASTIC INNER "
-        "INTERLEAVE ZEROS ZERO_POS INF_OVER".split()
+        "INTERLEAVE ZEROS ZERO_POS INF_OVER SCALES_IN".split()
     )
 }
 _P_ROUNDERS, _P_SIZE = 32, 32 + 6 * 9
@@ -118,6 +118,9 @@ def kernel_plan(
         )
     kblock = None if scales is None else scales[2]
     promote, seg = acc.segments(k, kblock, scales is not None)
+    in_block = acc.scales == "in_block" and scales is not None
+    if acc.scales == "in_block":  # spec 3b: the scales enter the block FMAs, no segments
+        promote, seg = False, max(k, 1)
     if acc.order == "block_fma":
         blk = int(acc.block or 1)
         if blk > _G_TKMAX:
@@ -161,6 +164,7 @@ def kernel_plan(
         "ZEROS": int(acc.zeros_in_anchor),
         "ZERO_POS": int(acc.zero_sign == "positive"),
         "INF_OVER": int(acc.overflow == "infinity"),
+        "SCALES_IN": int(in_block),
     }
     for name, v in vals.items():
         p[_P[name]] = int(v)
@@ -268,7 +272,14 @@ def run(
         c64 = c64.astype(np.float64)
     sa, sb, kblock = expand_scales(a, b, _host(scale_a), _host(scale_b), scale_block)
     scales = None if sa is None or sb is None else (sa, sb, kblock)
-    if scales is not None:
+    if scales is not None and acc.scales == "in_block":
+        for s, name in ((sa, "scale_a"), (sb, "scale_b")):
+            if not (np.frexp(_host(s))[0] == 0.5).all():
+                raise ValueError(
+                    f"{name}: scales='in_block' without group takes power-of-two scales "
+                    "(E8M0), got other values"
+                )
+    elif scales is not None:
         assert isinstance(acc.format, FloatFormat) and isinstance(acc.promote_format, FloatFormat)
         if acc.format.precision + acc.promote_format.precision > 53:
             raise ValueError(

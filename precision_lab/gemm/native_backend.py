@@ -242,6 +242,14 @@ def gemm(
     from .reference import sum_bound, sum_is_exact
 
     fa, fb = input_format if isinstance(input_format, tuple) else (input_format, input_format)
+    if accumulator.scales == "in_block":  # block-scaled MMA: the fast path, else generic_rows
+        out = gemm_block_scaled(
+            a, b, c, input_format=input_format, accumulator=accumulator, out_format=out_format,
+            input_rounding=input_rounding, scale_a=scale_a, scale_b=scale_b,
+            scale_block=scale_block,
+        )  # fmt: skip
+        if out is not None:
+            return out
     if scale_a is None and scale_b is None and fma32_applies(accumulator, fa, fb, out_format):
         out = _fma32_gemm(a, b, c, fa, fb, accumulator, out_format, input_rounding)
         if out is not None:

@@ -843,6 +843,59 @@ def test_gemm_kernels_match_reference(gemm_lib, case) -> None:
     _same_gemm(got, want, f"gemm {name} via {launched}", a)
 
 
+def _block_scaled_case(rng, kind: str, m: int, k: int, n: int):
+    """Operands, E8M0 scales (blocks of 32 along K) and c of one input class."""
+    nk = -(-k // 32)
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    ea, eb = rng.integers(-8, 9, (m, nk)), rng.integers(-8, 9, (nk, n))
+    c = rng.standard_normal((m, n))
+    if kind == "wide":  # scales 2**-127 .. 2**127: results overflow and underflow float32
+        ea, eb = rng.integers(-127, 128, (m, nk)), rng.integers(-127, 128, (nk, n))
+    elif kind == "zeros":  # zeros align at -126 unscaled (zeros_in_anchor), next to huge scales
+        a *= rng.random(a.shape) < 0.4
+        b *= rng.random(b.shape) < 0.4
+        ea += 60
+    elif kind == "apart":  # no product is non-zero: the zeros' exponents (their partner's plus
+        # -126; a zero's own scale, 2**100 in the first block, is not added) meet c
+        a[:, :32], b[32:, :] = 0.0, 0.0
+        ea[:, 0] += 100
+        c *= 2.0**-100
+    elif kind == "specials":  # inf and NaN products among scaled ones
+        a[0, 3], b[5, 1], a[1, 40 % k] = np.inf, -np.inf, np.nan
+    return a, b, c, 2.0**ea, 2.0**eb
+
+
+@pytest.mark.parametrize(
+    ("gpu", "ins", "fmt"),
+    [("b200", "tcgen05", f) for f in ("e4m3", "e5m2", "e2m3", "e3m2")]
+    + [("rtx5090", "mma", f) for f in ("e4m3", "e2m1", ("e5m2", "e2m1"))],
+    ids=str,
+)
+def test_gemm_block_scaled_in_block(gemm_lib, gpu, ins, fmt) -> None:
+    """Block-scaled MMA without groups (tcgen05 kind::mxf8f6f4, sm_120 mma.block_scale): the E8M0
+    scales enter the block FMAs of pl_gemm.cuh, bit for bit the numpy reference (whose values an
+    exact oracle checks in tests/gemm/test_tensor_core_presets.py)."""
+    import precision_lab as pl
+
+    mx = {"e4m3": "mxfp8_e4m3", "e5m2": "mxfp8_e5m2", "e2m3": "mxfp6_e2m3",
+          "e3m2": "mxfp6_e3m2", "e2m1": "mxfp4_e2m1"}  # fmt: skip
+    block = tuple(mx[f] for f in fmt) if isinstance(fmt, tuple) else mx[fmt]
+    acc = pl.tensor_core(gpu, block, instruction=f"{ins}.kind::mxf8f6f4")
+    assert acc.scales == "in_block" and acc.group is None
+    rng = np.random.default_rng(len(str(fmt)) + len(gpu))
+    for kind, k in (("normal", 96), ("wide", 64), ("zeros", 80), ("apart", 64), ("specials", 45)):
+        a, b, c, sa, sb = _block_scaled_case(rng, kind, 6, k, 5)
+        kw = {"input_format": fmt, "accumulator": acc, "out_format": "fp32", "scale_a": sa,
+              "scale_b": sb, "scale_block": 32}  # fmt: skip
+        for cc in (c, None):
+            want = pl.gemm(a, b, cc, backend="numpy", **kw)
+            got, launched = _emu_gemm(gemm_lib, a, b, cc, **kw)
+            assert launched == ["pl_gemm_generic_f32"]
+            _same_gemm(got, want, f"{gpu} {fmt} {kind}", a)
+    with pytest.raises(ValueError, match="power-of-two scales"):
+        _emu_gemm(gemm_lib, a, b, **{**kw, "scale_a": sa * 1.5})
+
+
 def test_gemm_special_values_and_shapes(gemm_lib) -> None:
     import precision_lab as pl
 
@@ -997,8 +1050,12 @@ def test_gemm_backend_end_to_end_emulated(fake_cp) -> None:
         ("bf16", pl.Accumulator("bf16", "sr", seed=3), "bf16"),
         ("e4m3", pl.tensor_core("h100", "e4m3"), "fp32"),
         ("fp16", pl.Accumulator(order="blas"), "fp32"),
+        ("e4m3", pl.tensor_core("b200", "mxfp8_e4m3", instruction="tcgen05"), "fp32"),
     ):
-        kw = {"input_format": fmt, "accumulator": acc, "out_format": out}
+        kw: dict = {"input_format": fmt, "accumulator": acc, "out_format": out}
+        if acc.scales == "in_block":  # block-scaled MMA: E8M0 scales on blocks of 32
+            sa = 2.0 ** (np.arange(60).reshape(20, 3) % 7 - 3)  # (rows, K-blocks)
+            kw.update(scale_a=sa, scale_b=0.5, scale_block=32)
         got = pl.gemm(ca, cb, cc, **kw)
         assert type(got).__module__ == "cupy"
         want = pl.gemm(a, b, c, backend="numpy", **kw)
@@ -1008,6 +1065,10 @@ def test_gemm_backend_end_to_end_emulated(fake_cp) -> None:
             _same_gemm(got.get(), want, f"gemm {acc.describe()}", a)
     with pytest.raises(ValueError, match="shape mismatch"):
         pl.gemm(ca, cb[:, :5], input_format="e4m3", accumulator=pl.Accumulator())
+    import test_gpu as tg  # the GPU suite's block-scaled test, on the emulated CuPy
+
+    for cfg in tg.block_scaled_configs():
+        tg.test_gemm_block_scaled_matches_cpu(fake_cp, cfg)
     with pytest.raises(ValueError, match="not on the e4m3 grid"):
         pl.gemm(ca, cb, input_format="e4m3", accumulator=pl.Accumulator(), input_rounding="exact")
 
@@ -1025,3 +1086,21 @@ def test_gemm_fma_kernel_several_tiles(gemm_lib) -> None:
         got, launched = _emu_gemm(gemm_lib, a, b, c, **kw)
         assert launched[0].startswith("pl_gemm_fma_"), launched
         _same_bits(got, want, f"fma tiles {acc.rounding}", a)
+
+
+def test_gpu_check_gemm_section_emulated(fake_cp, monkeypatch, tmp_path) -> None:
+    """benchmarks/gpu_check.py's gemm section (every preset, block-scaled MMA) on the emulated
+    CuPy: the one script a GPU machine runs finds the kernels bit-exact before it gets there."""
+    import importlib
+    import sys
+
+    monkeypatch.setenv("PL_GPU_CHECK_SMALL", "1")
+    monkeypatch.setattr(sys, "argv", ["gpu_check.py", str(tmp_path / "report.json")])
+    monkeypatch.syspath_prepend(str(ROOT.parents[1] / "benchmarks"))
+    monkeypatch.delitem(sys.modules, "gpu_check", raising=False)
+    gpu_check = importlib.import_module("gpu_check")
+    gpu_check.gemm_agreement()
+    report = gpu_check.REPORT["gemm"]
+    assert report.get("bit_exact") is True, report.get("failures") or report.get("error")
+    assert any(label.startswith("block-scaled") for label in report["per_config"])
+    assert report["checks"] >= 3 * len(gpu_check._gemm_configs())

@@ -236,6 +236,42 @@ def test_gemm_matches_cpu(cp, cfg) -> None:
         _same_gemm(got, want, f"gemm {label} special={special}")
 
 
+def block_scaled_configs() -> list[tuple[str, str | tuple[str, str], pl.Accumulator]]:
+    """(label, element format(s), accumulator): block-scaled MMA without groups (tcgen05
+    kind::mxf8f6f4, sm_120 mma.block_scale), E8M0 scales on blocks of 32 entering the block FMAs."""
+    return [
+        ("b200 mxfp8_e4m3", "e4m3", pl.tensor_core("b200", "mxfp8_e4m3", instruction="tcgen05")),
+        ("b200 mxfp6_e2m3 x mxfp8_e5m2", ("e2m3", "e5m2"),
+         pl.tensor_core("b200", ("mxfp6_e2m3", "mxfp8_e5m2"), instruction="tcgen05")),
+        ("rtx5090 mxfp4_e2m1 (mxf8f6f4)", "e2m1",
+         pl.tensor_core("rtx5090", "mxfp4_e2m1", instruction="mma.kind::mxf8f6f4")),
+    ]  # fmt: skip
+
+
+def block_scaled_inputs(seed: int, shape=(2, 40, 50, 256), wide: bool = False):
+    """Operands, c and E8M0 scales (blocks of 32 along K; 2**-127 .. 2**127 with ``wide``)."""
+    nb, m, n, k = shape
+    a, b, c = _gemm_inputs(seed, shape)
+    rng = np.random.default_rng(seed)
+    lim = 127 if wide else 9
+    sa = np.exp2(rng.integers(-lim, lim + 1, (nb, m, -(-k // 32))))
+    sb = np.exp2(rng.integers(-lim, lim + 1, (nb, -(-k // 32), n)))
+    a[:, 0, :32] = 0.0  # a zero block: its zeros align at -126, unscaled
+    return a, b, c, sa, sb
+
+
+@pytest.mark.parametrize("cfg", block_scaled_configs(), ids=lambda c: c[0])
+def test_gemm_block_scaled_matches_cpu(cp, cfg) -> None:
+    label, fmt, acc = cfg
+    for wide in (False, True):
+        a, b, c, sa, sb = block_scaled_inputs(len(label), wide=wide)
+        kw = {"input_format": fmt, "accumulator": acc, "out_format": "fp32", "scale_a": sa,
+              "scale_b": sb, "scale_block": 32}  # fmt: skip
+        want = pl.gemm(a, b, c, backend="numpy", **kw)
+        got = pl.gemm(cp.asarray(a), cp.asarray(b), cp.asarray(c), **kw)
+        _same_gemm(got, want, f"block-scaled {label} wide={wide}")
+
+
 def test_gemm_scales_and_broadcasting(cp) -> None:
     a, b, c = _gemm_inputs(3, shape=(2, 33, 40, 256))
     rng = np.random.default_rng(4)

@@ -81,12 +81,12 @@ def test_every_row_without_groups_is_listed():
     assert {p[0] for p in PRESETS} >= {"b200", "rtx5090"}
 
 
-@pytest.mark.parametrize(("gpu", "ins", "fa", "fb"), PRESETS)
-def test_native_equals_the_reference(gpu, ins, fa, fb, native_calls):
-    rng = np.random.default_rng(abs(hash((gpu, ins, fa, fb))) % 2**32)
+def _native_equals_the_reference(gpu, ins, fa, fb, seed, mmax, nmax):
+    """Every input class (KINDS) on the native backend, bit for bit the numpy reference."""
+    rng = np.random.default_rng(abs(hash((gpu, ins, fa, fb, seed))) % 2**32)
     acc = pl.tensor_core(gpu, (fa, fb), instruction=ins)
     for i, kind in enumerate(KINDS):
-        m, n = int(rng.integers(1, 20)), int(rng.integers(1, 40))
+        m, n = int(rng.integers(1, mmax)), int(rng.integers(1, nmax))
         k = (64, 96, 45, 7, 160, 32, 64)[i]  # (45, 7: the last block padded with zeros)
         qa = _operand(rng, kind, (m, k), fa, -1)
         qb = _operand(rng, kind, (k, n), fb, 0)
@@ -94,6 +94,11 @@ def test_native_equals_the_reference(gpu, ins, fa, fb, native_calls):
         want = pl.gemm_blocks(qa, qb, c, accumulator=acc, backend="numpy")
         got = pl.gemm_blocks(qa, qb, c, accumulator=acc, backend="native")
         np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32), err_msg=kind)
+
+
+@pytest.mark.parametrize(("gpu", "ins", "fa", "fb"), PRESETS)
+def test_native_equals_the_reference(gpu, ins, fa, fb, native_calls):
+    _native_equals_the_reference(gpu, ins, fa, fb, 0, 20, 40)
     assert native_calls == {"native": len(KINDS), "back": 0}
 
 
@@ -130,6 +135,18 @@ def test_hands_back_what_it_does_not_compute(native_calls):
         pl.gemm(np.ones((1, 32)), np.ones((32, 1)), input_format="e4m3", accumulator=acc,
                 scale_a=np.full((1, 1), 3.0), scale_block=32, backend="native")  # fmt: skip
     assert native_calls == {"native": 0, "back": 2}
+
+
+@pytest.mark.parametrize(("gpu", "ins", "fa", "fb"), PRESETS[::3])
+def test_generic_kernels_equal_the_reference(gpu, ins, fa, fb, monkeypatch):
+    # the per-element kernels of pl_gemm.cuh (the CUDA kernels' header) with in-block scales:
+    # what runs where the fast path hands a call back (inf or NaN, exponents spread too wide)
+    monkeypatch.setattr(nbk, "gemm_block_scaled", lambda *args, **kwargs: None)
+    launched = []
+    launch = nbk._launch
+    monkeypatch.setattr(nbk, "_launch", lambda *a, **kw: launched.append(a[0]) or launch(*a, **kw))
+    _native_equals_the_reference(gpu, ins, fa, fb, 1, 9, 12)
+    assert launched == ["pl_gemm_generic_f32"] * len(KINDS)
 
 
 # ----- with groups (tcgen05 kind::mxf4nvf4, sm_120 mma.block_scale with FP4) ---------------------

@@ -4,7 +4,8 @@
 //   rounding, promotion, scales, stochastic rounding, special values). Blocks of 16x16 threads,
 //   one output element per thread; A and B tiles (float64) go through shared memory; the tiles
 //   restart at every segment and hold whole block-FMA blocks (tk is a multiple of the block
-//   length), so each thread runs the per-element state machine of pl_gemm.cuh on its products.
+//   length), so each thread runs the per-element state machine of pl_gemm.cuh on its products;
+//   with scales="in_block" each block FMA reads its products' scales from SA and SB.
 // * pl_gemm_fma_{rn,rz,ru}_f32: the fixed-order FMA loop for fp32 sequential accumulation
 //   with exact products (round-to-nearest-even, toward zero, up): an FMA rounds a*b + s once,
 //   which is exactly the model. 128x128 output tiles, 256 threads of 8x8 outputs each (two runs
@@ -66,8 +67,9 @@ __device__ void pl_gemm_generic_impl(const double* __restrict__ A, const double*
         if (cfg.order == PL_BLOCK_FMA) {
           for (int j = 0; j < tn; j += cfg.block) {
             const int jn = tn - j < cfg.block ? tn - j : cfg.block;
+            const pl_gemm_sc sc{SA, SB, batch, row, col, t0 + j};
             pl_gemm_feed_block(cfg, &e, t0 + j, t0 + j + jn, &As[ty][j], 1, &Bs[j][tx],
-                               PL_G_TILE);
+                               PL_G_TILE, cfg.scales_in ? &sc : nullptr);
           }
         } else {
           for (int kk = 0; kk < tn; ++kk) pl_gemm_feed(cfg, &e, k0, k1, t0 + kk, As[ty][kk], Bs[kk][tx]);

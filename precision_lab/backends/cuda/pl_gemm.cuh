@@ -165,6 +165,7 @@ enum {
   PL_P_KBLOCK, PL_P_EMIN_A, PL_P_EMIN_B, PL_P_SEED_LO, PL_P_SEED_HI, PL_P_RBITS, PL_P_SPECIAL,
   PL_P_TK, PL_P_HAS_C, PL_P_STOCHASTIC, PL_P_INNER, PL_P_INTERLEAVE,
   PL_P_ZEROS, PL_P_ZERO_POS, PL_P_INF_OVER,  // zeros_in_anchor, zero_sign, overflow=infinity
+  PL_P_SCALES_IN,  // scales="in_block" (spec 3b without groups): SA/SB enter the block FMAs
   PL_P_ROUNDERS = 32,  // 6 rounders of 9 entries: acc, block, promote, scale, product, out
   PL_P_SIZE = 32 + 6 * 9
 };
@@ -177,6 +178,7 @@ struct pl_gemm_cfg {
   int order, block, align_bits, in_block, promote, has_product, has_scales, emin_a, emin_b;
   int random_bits, has_special, tk, has_c, stochastic, inner, interleave;
   int zero_exp;  // alignment exponent of a zero operand: PL_GEMM_ZERO_EXP or PL_GEMM_NO_TERM
+  int scales_in;  // the power-of-two scales multiply each product of a block FMA (spec 3b)
   pl_u64 seed_lo, seed_hi;
   pl_rounder acc, blk, prom, scale, prod, out;
 };
@@ -217,6 +219,7 @@ PL_HD_CALL void pl_gemm_load_cfg(pl_gemm_cfg* c, const pl_i64* q) {
   c->prod = pl_make_rounder(q + PL_P_ROUNDERS + 4 * 9);
   c->out = pl_make_rounder(q + PL_P_ROUNDERS + 5 * 9);
   c->zero_exp = q[PL_P_ZEROS] ? PL_GEMM_ZERO_EXP : PL_GEMM_NO_TERM;
+  c->scales_in = (int)q[PL_P_SCALES_IN];
   pl_rounder* all[6] = {&c->acc, &c->blk, &c->prom, &c->scale, &c->prod, &c->out};
   for (int i = 0; i < 6; ++i) {
     all[i]->zero_pos = (int)q[PL_P_ZERO_POS];
@@ -352,16 +355,62 @@ PL_HD int pl_align_exp(double x, int emin, int zero = PL_GEMM_NO_TERM) {
   return e > emin ? e : emin;
 }
 
+// The scales of segment [k0, ...) (or of product k0) for output (batch, row, col).
+PL_HD void pl_gemm_scales(const pl_gemm_cfg& c, const double* SA, const double* SB, pl_i64 batch,
+                          pl_i64 row, pl_i64 col, pl_i64 k0, double* sa, double* sb) {
+  *sa = 1.0;
+  *sb = 1.0;
+  if (!c.has_scales) return;
+  const pl_i64 kb = c.kblock ? k0 / c.kblock : 0;
+  const pl_i64 kbi = c.nk > 1 ? kb : 0;
+  *sa = SA[(batch * c.sa_rows + (c.sa_rows > 1 ? row : 0)) * c.nk + kbi];
+  *sb = SB[(batch * c.nk + kbi) * c.sb_cols + (c.sb_cols > 1 ? col : 0)];
+}
+
+// The scales of the products of a block FMA with scales="in_block" (spec 3b without groups):
+// product i of the block is product k0 + i of output (batch, row, col).
+struct pl_gemm_sc {
+  const double* SA;
+  const double* SB;
+  pl_i64 batch, row, col, k0;
+};
+
 // The exact sum X of one block FMA (reference._Model._fma_sum): the products i (0 <= i < n) of
 // group g ((i / q) % groups == g; every product when groups == 1) and, with has_r, the running
 // value r, aligned to the largest alignment exponent and truncated to align_bits fraction bits.
+// With sc (scales="in_block", reference._Model._scaled_terms): each product times its
+// power-of-two scales sa * sb (exact), the alignment exponent of a non-zero a (b) raised by
+// log2(sa) (log2(sb)); a zero's exponent is not scaled.
+PL_HD void pl_fma_scales(const pl_gemm_cfg& c, const pl_gemm_sc* sc, int i, double* s,
+                         int* sha, int* shb) {
+  *s = 1.0;
+  *sha = *shb = 0;
+  if (!sc) return;
+  double sa, sb;
+  pl_gemm_scales(c, sc->SA, sc->SB, sc->batch, sc->row, sc->col, sc->k0 + i, &sa, &sb);
+  frexp(sa, sha);
+  frexp(sb, shb);
+  *sha -= 1;
+  *shb -= 1;
+  *s = sa * sb;
+}
+
 PL_HD_CALL double pl_fma_sum(const pl_gemm_cfg& c, const double* a, int as, const double* b,
-                             int bs, int n, int g, int groups, int q, bool has_r, double r) {
+                             int bs, int n, int g, int groups, int q, bool has_r, double r,
+                             const pl_gemm_sc* sc = nullptr) {
   int E = PL_GEMM_NO_TERM;
   for (int i = 0; i < n; ++i) {
     if (groups > 1 && (i / q) % groups != g) continue;
-    const int ea = pl_align_exp(pl_model_value(c, a[i * as]), c.emin_a, c.zero_exp);
-    const int eb = pl_align_exp(pl_model_value(c, b[i * bs]), c.emin_b, c.zero_exp);
+    const double va = pl_model_value(c, a[i * as]), vb = pl_model_value(c, b[i * bs]);
+    int ea = pl_align_exp(va, c.emin_a, c.zero_exp);
+    int eb = pl_align_exp(vb, c.emin_b, c.zero_exp);
+    if (sc) {
+      double s;
+      int sha, shb;
+      pl_fma_scales(c, sc, i, &s, &sha, &shb);
+      ea += va != 0.0 ? sha : 0;
+      eb += vb != 0.0 ? shb : 0;
+    }
     if (ea + eb > E) E = ea + eb;
   }
   const double rr = pl_finite(r) ? r : 0.0;
@@ -375,7 +424,10 @@ PL_HD_CALL double pl_fma_sum(const pl_gemm_cfg& c, const double* a, int as, cons
   double S = 0.0;
   for (int i = 0; i < n; ++i) {
     if (groups > 1 && (i / q) % groups != g) continue;
-    const double p = pl_model_value(c, a[i * as]) * pl_model_value(c, b[i * bs]);
+    double s = 1.0;
+    int sha, shb;
+    pl_fma_scales(c, sc, i, &s, &sha, &shb);
+    const double p = pl_model_value(c, a[i * as]) * pl_model_value(c, b[i * bs]) * s;
     S += trunc(p * scale);
   }
   if (has_r) S += trunc(rr * scale);
@@ -410,14 +462,16 @@ PL_HD double pl_special_step(double r, double nr, bool has, double sum) {
   return pl_finite(r) ? nr : r;
 }
 
-// block_fma: one block of products j0 .. j1-1; a[i * as], b[i * bs] for i = 0 .. j1-j0-1.
+// block_fma: one block of products j0 .. j1-1; a[i * as], b[i * bs] for i = 0 .. j1-j0-1; sc:
+// their scales with scales="in_block" (else null).
 PL_HD_CALL void pl_gemm_feed_block(const pl_gemm_cfg& c, pl_gemm_elem* e, pl_i64 j0, pl_i64 j1,
-                                   const double* a, int as, const double* b, int bs) {
+                                   const double* a, int as, const double* b, int bs,
+                                   const pl_gemm_sc* sc = nullptr) {
   const int n = (int)(j1 - j0);
   const double r = e->acc;
   double sp;
   if (c.in_block) {
-    const double X = pl_fma_sum(c, a, as, b, bs, n, 0, 1, 1, true, r);
+    const double X = pl_fma_sum(c, a, as, b, bs, n, 0, 1, 1, true, r, sc);
     const double nr = pl_rounder_round(c.acc, X, pl_gemm_word(c, c.acc, j0, e->idx));
     const bool has = pl_block_specials(c, a, as, b, bs, n, 0, 1, 1, &sp);
     e->acc = pl_special_step(r, nr, has, sp);
@@ -425,7 +479,7 @@ PL_HD_CALL void pl_gemm_feed_block(const pl_gemm_cfg& c, pl_gemm_elem* e, pl_i64
   }
   double t;
   if (!c.inner) {
-    const double X = pl_fma_sum(c, a, as, b, bs, n, 0, 1, 1, false, 0.0);
+    const double X = pl_fma_sum(c, a, as, b, bs, n, 0, 1, 1, false, 0.0, sc);
     t = pl_rounder_round(c.blk, X, pl_gemm_word(c, c.blk, j0, e->idx));
     const bool has = pl_block_specials(c, a, as, b, bs, n, 0, 1, 1, &sp);
     t = pl_special_step(0.0, t, has, sp);
@@ -434,7 +488,7 @@ PL_HD_CALL void pl_gemm_feed_block(const pl_gemm_cfg& c, pl_gemm_elem* e, pl_i64
     const int q = c.interleave ? c.interleave : c.inner;
     t = 0.0;
     for (int g = 0; g < groups; ++g) {
-      const double X = pl_fma_sum(c, a, as, b, bs, n, g, groups, q, true, t);
+      const double X = pl_fma_sum(c, a, as, b, bs, n, g, groups, q, true, t, sc);
       const double nt = pl_rounder_round(c.blk, X, pl_gemm_word(c, c.blk, j0 + g, e->idx));
       const bool has = pl_block_specials(c, a, as, b, bs, n, g, groups, q, &sp);
       t = pl_special_step(t, nt, has, sp);
@@ -501,16 +555,5 @@ PL_HD void pl_gemm_segment(const pl_gemm_cfg& c, pl_i64 s, pl_i64* k0, pl_i64* k
   *k1 = *k0 + c.seg < c.K ? *k0 + c.seg : c.K;
 }
 
-// The scales of segment [k0, ...) for output (batch, row, col).
-PL_HD void pl_gemm_scales(const pl_gemm_cfg& c, const double* SA, const double* SB, pl_i64 batch,
-                          pl_i64 row, pl_i64 col, pl_i64 k0, double* sa, double* sb) {
-  *sa = 1.0;
-  *sb = 1.0;
-  if (!c.has_scales) return;
-  const pl_i64 kb = c.kblock ? k0 / c.kblock : 0;
-  const pl_i64 kbi = c.nk > 1 ? kb : 0;
-  *sa = SA[(batch * c.sa_rows + (c.sa_rows > 1 ? row : 0)) * c.nk + kbi];
-  *sb = SB[(batch * c.nk + kbi) * c.sb_cols + (c.sb_cols > 1 ? col : 0)];
-}
 
 #endif  // PL_GEMM_CUH
