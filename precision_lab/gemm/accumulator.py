@@ -144,7 +144,7 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
 
 3c. Input subnormals (``input_subnormals="flush"``, AMD CDNA2 fp16/bf16): a, b (in their
    input formats) and c (in ``out_format``) that are subnormal become ``+0`` before anything
-   else.
+   else (every backend: the flush, then the model with ``input_subnormals="keep"``).
 
 4. Output: ``d = round(W, out_format, out_rounding)``. Signs of zero (:attr:`zero_sign`):
 
@@ -744,10 +744,10 @@ def reference_only(acc: Accumulator) -> str | None:
     also takes block-scaled MMA with groups (``kind::mxf4nvf4``: a float64 kernel,
     ``native_backend.gemm_block_scaled``), ``addend="separate"`` (its block-FMA units,
     ``native_backend.gemm_separate``), ``order="exact_block"`` into fp32
-    (``native_backend.gemm_exact_block``) and ``input_subnormals="flush"`` (the inputs flushed
-    first, then its kernels with them kept). Block-scaled MMA without groups
+    (``native_backend.gemm_exact_block``). Block-scaled MMA without groups
     (``scales="in_block"``: E8M0 scales on the products of a block FMA) is the general
-    kernels' (``pl_gemm.cuh``), and the native block-FMA fast path's.
+    kernels' (``pl_gemm.cuh``), and the native block-FMA fast path's; ``input_subnormals=
+    "flush"`` is every backend's (the inputs flushed first, then the model with them kept).
 
     >>> reference_only(Accumulator(order="exact_block", block=4))
     "order='exact_block'"
@@ -756,10 +756,6 @@ def reference_only(acc: Accumulator) -> str | None:
         return f"order={acc.order!r}"
     if acc.scales == "in_block" and acc.group is not None:
         return f"scales='in_block' with group={acc.group}"
-    for name_, value, default in (
-        ("addend", acc.addend, "separate"),
-        ("input_subnormals", acc.input_subnormals, "flush"),
-    ):
-        if value == default:
-            return f"{name_}={value!r}"
+    if acc.addend == "separate":
+        return "addend='separate'"
     return None

@@ -42,7 +42,7 @@ from ..core.formats import FloatFormat, get_format
 from ..core.rounding import ROUNDING_MODES, _fits_float32, check_rounding, round_to
 from ..core.shapes import broadcast_shapes
 from .accumulator import Accumulator
-from .reference import _on_grid
+from .reference import _flushed, _on_grid
 from .scales import expand_scales
 from .shapes import gemm_shapes
 
@@ -270,6 +270,11 @@ def run(
             ) from None
         c64 = round_to(xp.ascontiguousarray(c_arr, dtype=np.float64), out_fmt)
         c64 = c64.astype(np.float64)
+    if acc.input_subnormals == "flush":  # spec 3c (AMD CDNA2): subnormal inputs become +0
+        a64, b64 = _flushed(a64, fa), _flushed(b64, fb)
+        if has_c:
+            c64 = _flushed(c64, out_fmt)
+        acc = acc.replace(input_subnormals="keep")
     sa, sb, kblock = expand_scales(a, b, _host(scale_a), _host(scale_b), scale_block)
     scales = None if sa is None or sb is None else (sa, sb, kblock)
     if scales is not None and acc.scales == "in_block":

@@ -113,6 +113,8 @@ def covers(accumulator: Accumulator, **_: Any) -> bool:
     """
     if _ext is None:
         return False
+    if accumulator.input_subnormals == "flush":  # (flushed first, then the model kept)
+        accumulator = accumulator.replace(input_subnormals="keep")
     if accumulator.order in ("blas", "compensated") or reference_only(accumulator):
         return False
     return not (accumulator.order == "block_fma" and (accumulator.block or 1) > _MAX_BLOCK)
@@ -242,6 +244,11 @@ def gemm(
     from .reference import sum_bound, sum_is_exact
 
     fa, fb = input_format if isinstance(input_format, tuple) else (input_format, input_format)
+    if accumulator.input_subnormals == "flush":  # spec 3c: the inputs flushed, then kept
+        scales = {"scale_a": scale_a, "scale_b": scale_b, "scale_block": scale_block}
+        out = _flushed_gemm(a, b, c, fa, fb, accumulator, out_format, input_rounding, **scales)
+        if out is not None:
+            return out
     if accumulator.scales == "in_block":  # block-scaled MMA: the fast path, else generic_rows
         out = gemm_block_scaled(
             a, b, c, input_format=input_format, accumulator=accumulator, out_format=out_format,

@@ -896,6 +896,51 @@ def test_gemm_block_scaled_in_block(gemm_lib, gpu, ins, fmt) -> None:
         _emu_gemm(gemm_lib, a, b, **{**kw, "scale_a": sa * 1.5})
 
 
+def _table_presets(pick):
+    """(gpu, input format(s), accumulator, output format) of the tensor-core table's rows whose
+    accumulator ``pick`` accepts."""
+    import precision_lab as pl
+
+    out = []
+    for row in pl.tensor_core.list():
+        fa, _, fb = row["input_format"].partition(" x ")
+        fmt = (fa, fb) if fb else fa
+        gpu = row["gpus"].split()[0]
+        acc = pl.tensor_core(gpu, fmt, out_format=row["out_format"], instruction=row["instruction"])
+        if pick(acc):
+            out.append((gpu, fmt, acc, row["out_format"]))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("gpu", "fmt", "acc", "out"),
+    _table_presets(lambda acc: acc.input_subnormals == "flush"),
+    ids=lambda v: getattr(v, "name", str(v)),
+)
+def test_gemm_flushed_inputs(gemm_lib, gpu, fmt, acc, out) -> None:
+    """AMD CDNA2 (input_subnormals="flush": subnormal a, b and c become +0, then the model):
+    the CUDA kernels' path (cupy_backend.run) = the numpy reference, on inputs of which about
+    half are subnormal in their format, and products and sums near float32's subnormals."""
+    import precision_lab as pl
+
+    f = pl.get_format(fmt)
+    rng = np.random.default_rng(len(acc.name))
+    for scale in (f.smallest_normal, 2.0**-60, 1.0):
+        a, b, c = _gemm_inputs(int(scale < 1) + 3, batch=(), m=7, n=9, k=50, scale=scale)
+        b *= 0.25 / scale**2 if scale == f.smallest_normal else 1.0  # products near 1
+        c *= 2.0**-126
+        a[rng.random(a.shape) < 0.2] = 0.0
+        kw = {"input_format": fmt, "accumulator": acc, "out_format": out}
+        want = pl.gemm(a, b, c, backend="numpy", **kw)
+        got, launched = _emu_gemm(gemm_lib, a, b, c, **kw)
+        assert launched == ["pl_gemm_generic_f32"]
+        _same_gemm(got, want, f"{acc.name} scale {scale}", a)
+        if scale == f.smallest_normal:  # (the flush must show: the kept model differs)
+            keep = acc.replace(input_subnormals="keep")
+            kept = pl.gemm(a, b, c, backend="numpy", **{**kw, "accumulator": keep})
+            assert (kept != want).mean() > 0.5
+
+
 def test_gemm_special_values_and_shapes(gemm_lib) -> None:
     import precision_lab as pl
 

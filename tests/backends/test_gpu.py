@@ -201,6 +201,9 @@ def gemm_configs() -> list[tuple[str, str, pl.Accumulator, str]]:
         ("products bf16 rtz", "fp16", A(product_format="bf16", product_rounding="rtz"), "fp32"),
         ("fp16 saturate", "fp16", A("fp16", overflow="saturate"), "fp32"),
         ("bf16 flush", "bf16", A("bf16", subnormals="flush"), "fp32"),
+        # AMD CDNA2: subnormal inputs flushed, pairwise fp32 sums promoted every 4 products
+        ("mi210 fp16 (flushed inputs)", "fp16", pl.tensor_core("mi210", "fp16"), "fp32"),
+        ("mi210 bf16 (flushed inputs)", "bf16", pl.tensor_core("mi210", "bf16"), "fp32"),
     ]  # fmt: skip
     for arch, table in ARCHITECTURES.items():
         gpu = next(g for g, a in GPUS.items() if a == arch)
