@@ -44,6 +44,9 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
 3. Orders (within a segment, starting value ``s0`` = ``c`` or ``0``):
 
    ``sequential``: ``s = s0``; for each k in increasing order ``s = round(s + p_k, acc, mode)``.
+   With inputs wider than 26 bits (fp64: FP64 DMMA, AMD f64 MFMA; fp64 nearest_even only) the
+   products are not exact in float64: each step is the fused multiply-add ``s = fma(a_k, b_k,
+   s)`` (IEEE fusedMultiplyAdd, its special values included), on every backend.
 
    ``pairwise``: level by level: adjacent partial sums are paired, ``(x0+x1), (x2+x3), ...``,
    each pair sum rounded; an odd one out is carried unchanged to the next level; until one value

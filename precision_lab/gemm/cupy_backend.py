@@ -42,7 +42,7 @@ from ..core.formats import FloatFormat, get_format
 from ..core.rounding import ROUNDING_MODES, _fits_float32, check_rounding, round_to
 from ..core.shapes import broadcast_shapes
 from .accumulator import Accumulator
-from .reference import _flushed, _on_grid
+from .reference import _EXACT_PRODUCT_BITS, _check_wide_inputs, _flushed, _on_grid
 from .scales import expand_scales
 from .shapes import gemm_shapes
 
@@ -59,10 +59,10 @@ _P = {
     for i, name in enumerate(
         "M N K NB T ORDER BLOCK ALIGN IN_BLOCK SEG PROMOTE PRODUCT SCALES SA_ROWS SB_COLS NK "
         "KBLOCK EMIN_A EMIN_B SEED_LO SEED_HI RBITS SPECIAL TK HAS_C STOCHASTIC INNER "
-        "INTERLEAVE ZEROS ZERO_POS INF_OVER SCALES_IN".split()
+        "INTERLEAVE ZEROS ZERO_POS INF_OVER SCALES_IN FMA64".split()
     )
 }
-_P_ROUNDERS, _P_SIZE = 32, 32 + 6 * 9
+_P_ROUNDERS, _P_SIZE = 36, 36 + 6 * 9
 
 Launcher = Callable[[str, tuple[int, int, int], tuple[int, int, int], tuple[Any, ...]], None]
 
@@ -165,6 +165,8 @@ def kernel_plan(
         "ZERO_POS": int(acc.zero_sign == "positive"),
         "INF_OVER": int(acc.overflow == "infinity"),
         "SCALES_IN": int(in_block),
+        # fp64 inputs (reference._check_wide_inputs: fp64 nearest_even sequential only)
+        "FMA64": int(max(fa.precision, fb.precision) > _EXACT_PRODUCT_BITS),
     }
     for name, v in vals.items():
         p[_P[name]] = int(v)
@@ -251,6 +253,7 @@ def run(
         )
     assert isinstance(fa, FloatFormat) and isinstance(fb, FloatFormat)
     assert isinstance(out_fmt, FloatFormat)
+    _check_wide_inputs(acc, fa, fb)  # (fp64 inputs: the FMA chain of FP64 DMMA only)
     a = _float_array(xp, a, "a")
     b = _float_array(xp, b, "b")
     batch, m, k, n = gemm_shapes(tuple(a.shape), tuple(b.shape))

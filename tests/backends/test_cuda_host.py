@@ -941,6 +941,45 @@ def test_gemm_flushed_inputs(gemm_lib, gpu, fmt, acc, out) -> None:
             assert (kept != want).mean() > 0.5
 
 
+@pytest.mark.parametrize("gpu", ["a100", "h100", "mi250", "mi300x"])
+def test_gemm_fp64_fma_chain(gemm_lib, gpu) -> None:
+    """FP64 DMMA and AMD f64 MFMA (fp64 inputs: s = fma(a_k, b_k, s) in k order) in the CUDA
+    kernels' header = the numpy reference (which tests/gemm/test_fma64.py checks against an
+    exact-rational IEEE fusedMultiplyAdd), on the classes where a plain multiply-add differs."""
+    import precision_lab as pl
+
+    acc = pl.tensor_core(gpu, "fp64", out_format="fp64")
+    kw = {"input_format": "fp64", "accumulator": acc, "out_format": "fp64"}
+    rng = np.random.default_rng(len(gpu))
+    m, k, n = 5, 23, 6
+    for kind in ("normal", "wide", "tiny", "huge", "cancel", "special"):
+        a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+        c = rng.standard_normal((m, n))
+        if kind == "wide":
+            a *= 2.0 ** rng.integers(-300, 300, (m, k))
+            b *= 2.0 ** rng.integers(-300, 300, (k, n))
+        elif kind == "tiny":  # products that underflow alone, subnormal sums
+            a *= 2.0 ** rng.integers(-540, -480, (m, k))
+            b *= 2.0 ** rng.integers(-560, -500, (k, n))
+            c *= 2.0**-1040
+        elif kind == "huge":  # products beyond float64 alone
+            a *= 2.0 ** rng.integers(500, 520, (m, k))
+            b *= 2.0 ** rng.integers(500, 515, (k, n))
+            c *= 2.0**1020
+        elif kind == "cancel":  # the low half of a*b decides: 1 - (1 + 2**-30)**2 ...
+            a[:, 0], b[0, :], c[:] = 1 + 2.0**-30, 1 + 2.0**-30, -1.0
+            a[:, 1:], b[1:, :] = a[:, 1:] * 2.0**-60, b[1:, :] * 2.0**-60
+        elif kind == "special":
+            a[0, 2], a[1, 3], b[4, 1], c[2, 2] = np.inf, np.nan, -np.inf, np.inf
+        want = pl.gemm(a, b, c, backend="numpy", **kw)
+        got, launched = _emu_gemm(gemm_lib, a, b, c, **kw)
+        assert launched == ["pl_gemm_generic_f64"]
+        _same_gemm(got, want, f"{gpu} fp64 {kind}", a)
+    with pytest.raises(ValueError, match="at most 26 significant bits"):
+        _emu_gemm(gemm_lib, a, b, input_format="fp64", accumulator=pl.Accumulator("fp32"),
+                  out_format="fp32")  # fmt: skip
+
+
 def test_gemm_special_values_and_shapes(gemm_lib) -> None:
     import precision_lab as pl
 

@@ -204,6 +204,9 @@ def gemm_configs() -> list[tuple[str, str, pl.Accumulator, str]]:
         # AMD CDNA2: subnormal inputs flushed, pairwise fp32 sums promoted every 4 products
         ("mi210 fp16 (flushed inputs)", "fp16", pl.tensor_core("mi210", "fp16"), "fp32"),
         ("mi210 bf16 (flushed inputs)", "bf16", pl.tensor_core("mi210", "bf16"), "fp32"),
+        # FP64 DMMA: fp64 inputs in a chain of fused multiply-adds
+        ("h100 fp64 (fma chain)", "fp64", pl.tensor_core("h100", "fp64", out_format="fp64"),
+         "fp64"),
     ]  # fmt: skip
     for arch, table in ARCHITECTURES.items():
         gpu = next(g for g, a in GPUS.items() if a == arch)

@@ -166,8 +166,9 @@ enum {
   PL_P_TK, PL_P_HAS_C, PL_P_STOCHASTIC, PL_P_INNER, PL_P_INTERLEAVE,
   PL_P_ZEROS, PL_P_ZERO_POS, PL_P_INF_OVER,  // zeros_in_anchor, zero_sign, overflow=infinity
   PL_P_SCALES_IN,  // scales="in_block" (spec 3b without groups): SA/SB enter the block FMAs
-  PL_P_ROUNDERS = 32,  // 6 rounders of 9 entries: acc, block, promote, scale, product, out
-  PL_P_SIZE = 32 + 6 * 9
+  PL_P_FMA64,      // inputs wider than 26 bits (fp64): a chain of fused multiply-adds
+  PL_P_ROUNDERS = 36,  // 6 rounders of 9 entries: acc, block, promote, scale, product, out
+  PL_P_SIZE = 36 + 6 * 9
 };
 #define PL_GEMM_NO_TERM (-(1 << 20))
 #define PL_GEMM_ZERO_EXP (-126)  // accumulator.ZERO_EXPONENT (zeros_in_anchor)
@@ -179,6 +180,7 @@ struct pl_gemm_cfg {
   int random_bits, has_special, tk, has_c, stochastic, inner, interleave;
   int zero_exp;  // alignment exponent of a zero operand: PL_GEMM_ZERO_EXP or PL_GEMM_NO_TERM
   int scales_in;  // the power-of-two scales multiply each product of a block FMA (spec 3b)
+  int fma64;      // sequential steps r = round(fma(a, b, r)) (FP64 DMMA, AMD f64 MFMA)
   pl_u64 seed_lo, seed_hi;
   pl_rounder acc, blk, prom, scale, prod, out;
 };
@@ -220,6 +222,7 @@ PL_HD_CALL void pl_gemm_load_cfg(pl_gemm_cfg* c, const pl_i64* q) {
   c->out = pl_make_rounder(q + PL_P_ROUNDERS + 5 * 9);
   c->zero_exp = q[PL_P_ZEROS] ? PL_GEMM_ZERO_EXP : PL_GEMM_NO_TERM;
   c->scales_in = (int)q[PL_P_SCALES_IN];
+  c->fma64 = (int)q[PL_P_FMA64];
   pl_rounder* all[6] = {&c->acc, &c->blk, &c->prom, &c->scale, &c->prod, &c->out};
   for (int i = 0; i < 6; ++i) {
     all[i]->zero_pos = (int)q[PL_P_ZERO_POS];
@@ -329,6 +332,10 @@ PL_HD_CALL void pl_pair_push(const pl_gemm_cfg& c, pl_gemm_elem* e, pl_i64 k0, i
 // Streaming orders: feed the product of a and b at global index k of segment [k0, k1).
 PL_HD_CALL void pl_gemm_feed(const pl_gemm_cfg& c, pl_gemm_elem* e, pl_i64 k0, pl_i64 k1, pl_i64 k,
                         double a, double b) {
+  if (c.fma64) {  // (reference._fma64: IEEE fusedMultiplyAdd, special values included)
+    e->acc = pl_rounder_round(c.acc, fma(a, b, e->acc), pl_gemm_word(c, c.acc, k, e->idx));
+    return;
+  }
   const double p = pl_gemm_product(c, a, b, k, e->idx);
   if (c.order == PL_SEQUENTIAL) {
     e->acc = pl_gemm_add_sp(c, c.acc, e->acc, p, k, e->idx);

@@ -92,8 +92,8 @@ PyObject* py_gemm(PyObject*, PyObject* args) {
     return nullptr;
   d.held = true;
   const int f32 = d.v.itemsize == 4;
-  if (p.n < 86) {
-    PyErr_SetString(PyExc_ValueError, "params: expected the 86 int64 entries of pl_gemm.cuh");
+  if (p.n < PL_GEMM_NPARAMS) {
+    PyErr_SetString(PyExc_ValueError, "params: expected the int64 entries of pl_gemm.cuh (PL_P_SIZE)");
     return nullptr;
   }
   const long long* q = (const long long*)p.ptr;
@@ -144,8 +144,8 @@ PyObject* py_gemm_fma32(PyObject*, PyObject* args) {
   if (PyObject_GetBuffer(od, &d.v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) != 0)
     return nullptr;
   d.held = true;
-  if (p.n < 86) {
-    PyErr_SetString(PyExc_ValueError, "params: expected the 86 int64 entries of pl_gemm.cuh");
+  if (p.n < PL_GEMM_NPARAMS) {
+    PyErr_SetString(PyExc_ValueError, "params: expected the int64 entries of pl_gemm.cuh (PL_P_SIZE)");
     return nullptr;
   }
   const long long* q = (const long long*)p.ptr;
@@ -379,8 +379,8 @@ bool get_bfma_opts(PyObject* o, buf* b) {
 
 bool get_params(PyObject* o, buf* b) {
   if (!get_buf(o, b, 'i', 8, false, "params", false)) return false;
-  if (b->n < 86) {
-    PyErr_SetString(PyExc_ValueError, "params: expected the 86 int64 entries of pl_gemm.cuh");
+  if (b->n < PL_GEMM_NPARAMS) {
+    PyErr_SetString(PyExc_ValueError, "params: expected the int64 entries of pl_gemm.cuh (PL_P_SIZE)");
     return false;
   }
   return true;
