@@ -115,8 +115,8 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
 
    ``exact_block`` (AMD CDNA1 fp16/bf16 MFMA, MMA-Sim's E-FDPA): consecutive blocks of
    ``block`` products; ``r = round(r + sum of the block's products, acc, mode)`` with the sum
-   exact (one rounding per block). Deterministic modes only; the numpy reference, and the
-   native backend into fp32 to nearest even (the CDNA1 presets); no CuPy kernel.
+   exact (one rounding per block). Deterministic modes only; every backend (CuPy: blocks of
+   at most 32).
 
    ``compensated`` (Kahan summation, every operation in ``acc``): ``s = s0``, ``c = 0``; for
    each k: ``y = round(p_k - c)``, ``t = round(s + y)``, ``c = round(round(t - s) - y)``,
@@ -745,17 +745,18 @@ def reference_only(acc: Accumulator) -> str | None:
     """Why the general kernels (CuPy's, the native per-element ones) do not compute ``acc``
     (None: every backend does). The numpy reference does; of these models the native backend
     also takes block-scaled MMA with groups (``kind::mxf4nvf4``: a float64 kernel,
-    ``native_backend.gemm_block_scaled``), ``addend="separate"`` (its block-FMA units,
-    ``native_backend.gemm_separate``), ``order="exact_block"`` into fp32
-    (``native_backend.gemm_exact_block``). Block-scaled MMA without groups
+    ``native_backend.gemm_block_scaled``) and ``addend="separate"`` (its block-FMA units,
+    ``native_backend.gemm_separate``). ``order="exact_block"`` is the general kernels'
+    (``pl_gemm.cuh``), and a native kernel's into fp32 (``native_backend.gemm_exact_block``).
+    Block-scaled MMA without groups
     (``scales="in_block"``: E8M0 scales on the products of a block FMA) is the general
     kernels' (``pl_gemm.cuh``), and the native block-FMA fast path's; ``input_subnormals=
     "flush"`` is every backend's (the inputs flushed first, then the model with them kept).
 
-    >>> reference_only(Accumulator(order="exact_block", block=4))
-    "order='exact_block'"
+    >>> reference_only(Accumulator(order="compensated"))
+    "order='compensated'"
     """
-    if acc.order in ("compensated", "exact_block"):
+    if acc.order == "compensated":
         return f"order={acc.order!r}"
     if acc.scales == "in_block" and acc.group is not None:
         return f"scales='in_block' with group={acc.group}"

@@ -50,7 +50,8 @@ __all__ = ["KernelPlan", "gemm", "kernel_plan", "run"]
 
 _FP32 = get_format("fp32")
 _FP64 = get_format("fp64")
-_ORDERS = {"sequential": 0, "pairwise": 1, "blocked": 2, "block_fma": 3}
+_ORDERS = {"sequential": 0, "pairwise": 1, "blocked": 2, "block_fma": 3, "exact_block": 4}
+_EB_MAX = 32  # pl_gemm.cuh's PL_EB_MAX: the longest exact_block block
 _FMA_MODES = {"nearest_even": "rn", "toward_zero": "rz", "up": "ru"}
 _G_TILE, _G_TKMAX, _F_TILE = 16, 128, 128
 # indices of the int64 parameter block (pl_gemm.cuh, PL_P_*)
@@ -121,11 +122,12 @@ def kernel_plan(
     in_block = acc.scales == "in_block" and scales is not None
     if acc.scales == "in_block":  # spec 3b: the scales enter the block FMAs, no segments
         promote, seg = False, max(k, 1)
-    if acc.order == "block_fma":
+    if acc.order in ("block_fma", "exact_block"):
         blk = int(acc.block or 1)
-        if blk > _G_TKMAX:
+        most = _G_TKMAX if acc.order == "block_fma" else _EB_MAX
+        if blk > most:
             raise ValueError(
-                f"the cupy backend runs block_fma with block <= {_G_TKMAX}, got block={blk}"
+                f"the cupy backend runs {acc.order} with block <= {most}, got block={blk}"
             )
         tk = blk * max(1, 32 // blk)
     else:

@@ -92,6 +92,7 @@ _PACKED_B = 1 << 19
 _PARALLEL_MACS = 1 << 20
 
 _MAX_BLOCK = 128  # cupy_backend.kernel_plan's limit on block_fma blocks (shared parameters)
+_EB_MAX = 32  # ... and on exact_block blocks (pl_gemm.cuh's PL_EB_MAX)
 #: output elements per work item
 _CHUNK_ELEMENTS = 1 << 14
 
@@ -117,7 +118,8 @@ def covers(accumulator: Accumulator, **_: Any) -> bool:
         accumulator = accumulator.replace(input_subnormals="keep")
     if accumulator.order in ("blas", "compensated") or reference_only(accumulator):
         return False
-    return not (accumulator.order == "block_fma" and (accumulator.block or 1) > _MAX_BLOCK)
+    most = {"block_fma": _MAX_BLOCK, "exact_block": _EB_MAX}.get(accumulator.order)
+    return most is None or (accumulator.block or 1) <= most
 
 
 def _rows_chunk(rows: int, per_row: int) -> int:
@@ -247,6 +249,14 @@ def gemm(
     if accumulator.input_subnormals == "flush":  # spec 3c: the inputs flushed, then kept
         scales = {"scale_a": scale_a, "scale_b": scale_b, "scale_block": scale_block}
         out = _flushed_gemm(a, b, c, fa, fb, accumulator, out_format, input_rounding, **scales)
+        if out is not None:
+            return out
+    if accumulator.order == "exact_block" and scale_a is None and scale_b is None:
+        # (the fp32 nearest_even kernel; other models: generic_rows)
+        out = gemm_exact_block(
+            a, b, c, input_format=input_format, accumulator=accumulator, out_format=out_format,
+            input_rounding=input_rounding,
+        )  # fmt: skip
         if out is not None:
             return out
     if accumulator.scales == "in_block":  # block-scaled MMA: the fast path, else generic_rows

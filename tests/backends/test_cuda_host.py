@@ -980,6 +980,60 @@ def test_gemm_fp64_fma_chain(gemm_lib, gpu) -> None:
                   out_format="fp32")  # fmt: skip
 
 
+def _exact_block_cases():
+    import precision_lab as pl
+
+    A = pl.Accumulator
+    return [
+        ("mi100 fp16", "fp16", pl.tensor_core("mi100", "fp16")),
+        ("mi100 bf16", "bf16", pl.tensor_core("mi100", "bf16")),
+        ("fp32 toward_zero, 8", "fp16", A("fp32", "toward_zero", order="exact_block", block=8)),
+        ("fp32 down, 3", "bf16", A("fp32", "down", order="exact_block", block=3)),
+        ("bf16 up, 4", "e4m3", A("bf16", "up", order="exact_block", block=4)),
+        ("fp16 nearest, 32, saturate", "fp16",
+         A("fp16", order="exact_block", block=32, overflow="saturate")),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", _exact_block_cases(), ids=lambda c: c[0])
+def test_gemm_exact_block(gemm_lib, case) -> None:
+    """order="exact_block" (AMD CDNA1, MMA-Sim's E-FDPA: each block of products and the running
+    value summed exactly, rounded once) in the CUDA kernels' header = the numpy reference, in
+    every direction of rounding, where the residual's sign decides (cancellation), across wide
+    exponents, with inf/NaN, and the native per-element kernels (what its fp32 kernel does not
+    take) too."""
+    import precision_lab as pl
+    from precision_lab.gemm import native_backend
+
+    label, fmt, acc = case
+    rng = np.random.default_rng(len(label))
+    m, k, n = 6, 45, 7
+    for kind in ("normal", "wide", "cancel", "special"):
+        a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+        c = rng.standard_normal((m, n)) * 4
+        if kind == "wide" and fmt == "bf16":
+            a *= 2.0 ** rng.integers(-60, 60, (m, k))
+            b *= 2.0 ** rng.integers(-60, 60, (k, n))
+        elif kind == "wide":
+            a *= 2.0 ** rng.integers(-12, 12, (m, k))
+        elif kind == "cancel":  # big products that cancel, small ones that decide the rounding
+            a[:, 0::2], a[:, 1::2] = 1024.0, -1024.0
+            b[1::2, :] = b[0::2, :][: b[1::2, :].shape[0]]
+            b[:, :] += rng.choice([0.0, 2.0**-10, -(2.0**-11)], b.shape)
+        elif kind == "special":
+            a[0, 2], a[1, 3], b[4, 1], c[2, 2] = np.inf, np.nan, -np.inf, np.inf
+        kw = {"input_format": fmt, "accumulator": acc, "out_format": "fp32"}
+        want = pl.gemm(a, b, c, backend="numpy", **kw)
+        got, launched = _emu_gemm(gemm_lib, a, b, c, **kw)
+        assert launched == ["pl_gemm_generic_f32"]
+        _same_gemm(got, want, f"exact_block {label} {kind}", a)
+        if native_backend.available():
+            nat = pl.gemm(a, b, c, backend="native", **kw)
+            _same_gemm(nat, want, f"native exact_block {label} {kind}", a)
+    with pytest.raises(ValueError, match="exact_block with block <= 32"):
+        _emu_gemm(gemm_lib, a, b, **{**kw, "accumulator": acc.replace(block=64)})
+
+
 def test_gemm_special_values_and_shapes(gemm_lib) -> None:
     import precision_lab as pl
 

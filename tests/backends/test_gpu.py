@@ -204,6 +204,11 @@ def gemm_configs() -> list[tuple[str, str, pl.Accumulator, str]]:
         # AMD CDNA2: subnormal inputs flushed, pairwise fp32 sums promoted every 4 products
         ("mi210 fp16 (flushed inputs)", "fp16", pl.tensor_core("mi210", "fp16"), "fp32"),
         ("mi210 bf16 (flushed inputs)", "bf16", pl.tensor_core("mi210", "bf16"), "fp32"),
+        # AMD CDNA1: exact sums of blocks of 4 (fp16) and 2 (bf16) products, rounded once
+        ("mi100 fp16 (exact blocks)", "fp16", pl.tensor_core("mi100", "fp16"), "fp32"),
+        ("mi100 bf16 (exact blocks)", "bf16", pl.tensor_core("mi100", "bf16"), "fp32"),
+        ("fp16 exact blocks of 8, up", "e5m2", A("fp16", "up", order="exact_block", block=8),
+         "fp32"),
         # FP64 DMMA: fp64 inputs in a chain of fused multiply-adds
         ("h100 fp64 (fma chain)", "fp64", pl.tensor_core("h100", "fp64", out_format="fp64"),
          "fp64"),

@@ -1,6 +1,7 @@
 // pl_gemm.cu: GEMM kernels of precision_lab.gemm.cupy_backend, the accumulator models on the GPU.
 //
-// * pl_gemm_generic_{f32,f64}: every model (sequential, pairwise, blocked, block_fma; product
+// * pl_gemm_generic_{f32,f64}: every model (sequential, pairwise, blocked, block_fma,
+//   exact_block; product
 //   rounding, promotion, scales, stochastic rounding, special values). Blocks of 16x16 threads,
 //   one output element per thread; A and B tiles (float64) go through shared memory; the tiles
 //   restart at every segment and hold whole block-FMA blocks (tk is a multiple of the block
@@ -64,7 +65,7 @@ __device__ void pl_gemm_generic_impl(const double* __restrict__ A, const double*
       }
       __syncthreads();
       if (live) {
-        if (cfg.order == PL_BLOCK_FMA) {
+        if (cfg.order >= PL_BLOCK_FMA) {  // (block_fma, exact_block)
           for (int j = 0; j < tn; j += cfg.block) {
             const int jn = tn - j < cfg.block ? tn - j : cfg.block;
             const pl_gemm_sc sc{SA, SB, batch, row, col, t0 + j};

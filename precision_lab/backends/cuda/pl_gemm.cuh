@@ -158,7 +158,8 @@ PL_HD double pl_x86_mul(double a, double b) { return pl_x86_nan_result(a, b, a *
 PL_HD double pl_x86_add(double a, double b) { return pl_x86_nan_result(a, b, a + b); }
 
 // ----- the configuration of one GEMM (built from the int64 params of cupy_backend.params) --------
-enum { PL_SEQUENTIAL = 0, PL_PAIRWISE = 1, PL_BLOCKED = 2, PL_BLOCK_FMA = 3 };
+enum { PL_SEQUENTIAL = 0, PL_PAIRWISE = 1, PL_BLOCKED = 2, PL_BLOCK_FMA = 3, PL_EXACT_BLOCK = 4 };
+#define PL_EB_MAX 32  // the longest exact_block block of the GPU kernels (per-thread arrays)
 enum {
   PL_P_M = 0, PL_P_N, PL_P_K, PL_P_NB, PL_P_T, PL_P_ORDER, PL_P_BLOCK, PL_P_ALIGN, PL_P_IN_BLOCK,
   PL_P_SEG, PL_P_PROMOTE, PL_P_PRODUCT, PL_P_SCALES, PL_P_SA_ROWS, PL_P_SB_COLS, PL_P_NK,
@@ -443,6 +444,62 @@ PL_HD_CALL double pl_fma_sum(const pl_gemm_cfg& c, const double* a, int as, cons
   return X + 0.0;
 }
 
+// Shewchuk's partials of x[0..n) (CPython's math.fsum): p[0..*np) non-overlapping, increasing in
+// magnitude, summing exactly to the x (finite, no overflow: the caller's).
+PL_HD void pl_partials(const double* x, int n, double* p, int* np_) {
+  int m = 0;
+  for (int k = 0; k < n; ++k) {
+    double v = x[k];
+    int i = 0;
+    for (int j = 0; j < m; ++j) {
+      double y = p[j];
+      if (fabs(v) < fabs(y)) {
+        const double t = v;
+        v = y;
+        y = t;
+      }
+      const double hi = v + y;
+      const double lo = y - (hi - v);
+      if (lo != 0.0) p[i++] = lo;
+      v = hi;
+    }
+    m = i;
+    if (v != 0.0) p[m++] = v;
+  }
+  *np_ = m;
+}
+
+// math.fsum of the partials p[0..n): the exact sum rounded to nearest even (+0 when it is 0)
+PL_HD double pl_fsum(const double* p, int n) {
+  double hi = 0.0, lo = 0.0;
+  if (n > 0) {
+    hi = p[--n];
+    while (n > 0) {
+      const double x = hi, y = p[--n];
+      hi = x + y;
+      lo = y - (hi - x);
+      if (lo != 0.0) break;
+    }
+    if (n > 0 && ((lo < 0.0 && p[n - 1] < 0.0) || (lo > 0.0 && p[n - 1] > 0.0))) {
+      const double y = lo * 2.0, x = hi + y;
+      if (y == x - hi) hi = x;
+    }
+  }
+  return hi;
+}
+
+// The exact sum of x[0..n) as s = its float64 rounding to nearest even (math.fsum) and t, the top
+// partial of the residual (x, -s): s + t rounds like the exact sum (pl_round_sum); p: room for
+// n + 1 partials, x: room for n + 1 values (x[n] is overwritten).
+PL_HD void pl_exact_sum(double* x, int n, double* p, double* s, double* t) {
+  int m;
+  pl_partials(x, n, p, &m);
+  *s = pl_fsum(p, m);
+  x[n] = -*s;
+  pl_partials(x, n + 1, p, &m);
+  *t = m > 0 ? p[m - 1] : 0.0;
+}
+
 // The special values of a block step (reference._specials / _special_step): *sum gets the IEEE
 // sum of the non-finite raw products of group g (as pl_fma_sum selects them); true if any.
 PL_HD bool pl_block_specials(const pl_gemm_cfg& c, const double* a, int as, const double* b,
@@ -470,13 +527,27 @@ PL_HD double pl_special_step(double r, double nr, bool has, double sum) {
 }
 
 // block_fma: one block of products j0 .. j1-1; a[i * as], b[i * bs] for i = 0 .. j1-j0-1; sc:
-// their scales with scales="in_block" (else null).
+// their scales with scales="in_block" (else null). exact_block (AMD CDNA1, reference._Model.
+// _exact_block): r = round(r + the block's products), the sum exact (at most PL_EB_MAX).
 PL_HD_CALL void pl_gemm_feed_block(const pl_gemm_cfg& c, pl_gemm_elem* e, pl_i64 j0, pl_i64 j1,
                                    const double* a, int as, const double* b, int bs,
                                    const pl_gemm_sc* sc = nullptr) {
   const int n = (int)(j1 - j0);
   const double r = e->acc;
   double sp;
+  if (c.order == PL_EXACT_BLOCK) {
+    double x[PL_EB_MAX + 2], p[PL_EB_MAX + 2], s, t;
+    const int len = n < PL_EB_MAX ? n : PL_EB_MAX;  // (kernel_plan: block <= PL_EB_MAX)
+    x[0] = pl_finite(r) ? r : 0.0;
+    for (int i = 0; i < len; ++i) {
+      x[i + 1] = pl_model_value(c, a[i * as]) * pl_model_value(c, b[i * bs]);  // exact
+    }
+    pl_exact_sum(x, len + 1, p, &s, &t);
+    const double nr = pl_round_sum(c.acc, s, t, 0ULL);  // (deterministic modes only)
+    const bool has = pl_block_specials(c, a, as, b, bs, n, 0, 1, 1, &sp);
+    e->acc = pl_special_step(r, nr, has, sp);
+    return;
+  }
   if (c.in_block) {
     const double X = pl_fma_sum(c, a, as, b, bs, n, 0, 1, 1, true, r, sc);
     const double nr = pl_rounder_round(c.acc, X, pl_gemm_word(c, c.acc, j0, e->idx));
