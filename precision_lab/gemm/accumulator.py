@@ -111,7 +111,7 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
    above; a term-less side takes no part); ``X`` is cut to a multiple of ``2**(E -
    sum_bits)`` and ``r`` to a multiple of ``2**(E - align_bits)``, both with
    ``align_rounding`` (``toward_zero``: truncation; ``down``: floor, toward -inf), and
-   ``r = round(X' + r', acc, mode)``.
+   ``r = round(X' + r', acc, mode)``. Every backend (CuPy: at most 16 inner blocks).
 
    ``exact_block`` (AMD CDNA1 fp16/bf16 MFMA, MMA-Sim's E-FDPA): consecutive blocks of
    ``block`` products; ``r = round(r + sum of the block's products, acc, mode)`` with the sum
@@ -745,10 +745,10 @@ def reference_only(acc: Accumulator) -> str | None:
     """Why the general kernels (CuPy's, the native per-element ones) do not compute ``acc``
     (None: every backend does). The numpy reference does; of these models the native backend
     also takes block-scaled MMA with groups (``kind::mxf4nvf4``: a float64 kernel,
-    ``native_backend.gemm_block_scaled``) and ``addend="separate"`` (its block-FMA units,
-    ``native_backend.gemm_separate``). ``order="exact_block"`` is the general kernels'
-    (``pl_gemm.cuh``), and a native kernel's into fp32 (``native_backend.gemm_exact_block``).
-    Block-scaled MMA without groups
+    ``native_backend.gemm_block_scaled``). ``addend="separate"`` and ``order="exact_block"``
+    are the general kernels' (``pl_gemm.cuh``), and native fast paths'
+    (``native_backend.gemm_separate``, ``native_backend.gemm_exact_block``). Block-scaled MMA
+    without groups
     (``scales="in_block"``: E8M0 scales on the products of a block FMA) is the general
     kernels' (``pl_gemm.cuh``), and the native block-FMA fast path's; ``input_subnormals=
     "flush"`` is every backend's (the inputs flushed first, then the model with them kept).
@@ -760,6 +760,4 @@ def reference_only(acc: Accumulator) -> str | None:
         return f"order={acc.order!r}"
     if acc.scales == "in_block" and acc.group is not None:
         return f"scales='in_block' with group={acc.group}"
-    if acc.addend == "separate":
-        return "addend='separate'"
     return None

@@ -60,7 +60,7 @@ _P = {
     for i, name in enumerate(
         "M N K NB T ORDER BLOCK ALIGN IN_BLOCK SEG PROMOTE PRODUCT SCALES SA_ROWS SB_COLS NK "
         "KBLOCK EMIN_A EMIN_B SEED_LO SEED_HI RBITS SPECIAL TK HAS_C STOCHASTIC INNER "
-        "INTERLEAVE ZEROS ZERO_POS INF_OVER SCALES_IN FMA64".split()
+        "INTERLEAVE ZEROS ZERO_POS INF_OVER SCALES_IN FMA64 SEP SEP_DOWN".split()
     )
 }
 _P_ROUNDERS, _P_SIZE = 36, 36 + 6 * 9
@@ -169,6 +169,8 @@ def kernel_plan(
         "SCALES_IN": int(in_block),
         # fp64 inputs (reference._check_wide_inputs: fp64 nearest_even sequential only)
         "FMA64": int(max(fa.precision, fb.precision) > _EXACT_PRODUCT_BITS),
+        "SEP": int(acc.sum_bits or 0) + 1 if acc.addend == "separate" else 0,
+        "SEP_DOWN": int(acc.align_rounding == "down"),
     }
     for name, v in vals.items():
         p[_P[name]] = int(v)

@@ -24,8 +24,7 @@ released inside the kernels). Four kernels:
   is not a normal number or int32 overflow, runs the float64 unit for that tile; inf/NaN
   inputs, and bf16/tf32 exponents spread beyond float32's range within a block, hand the
   call to the general kernels. It computes the special-value rules of the spec
-  (``zeros_in_anchor``, ``overflow="infinity"``, ``zero_sign``), which the general kernels do
-  not yet: such calls that it does not take go to the numpy reference;
+  (``zeros_in_anchor``, ``overflow="infinity"``, ``zero_sign``), as the general kernels do;
 * tile kernels for ``sequential`` (any format and deterministic mode, promotion, scales) and
   ``block_fma`` (what the fast path does not take): a tile of outputs of one row, ``k``
   outermost so the compiler vectorises across columns, rounding by bit operations in the
@@ -251,9 +250,16 @@ def gemm(
         out = _flushed_gemm(a, b, c, fa, fb, accumulator, out_format, input_rounding, **scales)
         if out is not None:
             return out
-    if accumulator.order == "exact_block" and scale_a is None and scale_b is None:
-        # (the fp32 nearest_even kernel; other models: generic_rows)
-        out = gemm_exact_block(
+    # the fast kernels of AMD CDNA1's exact blocks (fp32 nearest_even) and CDNA3's separate
+    # addend; what they do not take runs on the per-element kernels (generic_rows)
+    plain = scale_a is None and scale_b is None
+    fast = None
+    if accumulator.order == "exact_block" and plain:
+        fast = gemm_exact_block
+    elif accumulator.addend == "separate" and plain:
+        fast = gemm_separate
+    if fast is not None:
+        out = fast(
             a, b, c, input_format=input_format, accumulator=accumulator, out_format=out_format,
             input_rounding=input_rounding,
         )  # fmt: skip

@@ -811,6 +811,10 @@ def _gemm_cases():
         for fmt in table:
             outs = ["fp32", "fp16"] if fmt in ("fp16", "e4m3", "e5m2") else ["fp32"]
             for out in outs:
+                try:
+                    pl.tensor_core(gpu, fmt, out_format=out)
+                except ValueError:  # (AMD's matrix cores output fp32 only)
+                    continue
                 acc = pl.tensor_core(gpu, fmt, out_format=out).replace(
                     overflow="ieee", zeros_in_anchor=False, zero_sign="ieee", nan_encoding="quiet"
                 )  # the header's rules (the presets' NVIDIA special values: numpy for now)
@@ -1032,6 +1036,44 @@ def test_gemm_exact_block(gemm_lib, case) -> None:
             _same_gemm(nat, want, f"native exact_block {label} {kind}", a)
     with pytest.raises(ValueError, match="exact_block with block <= 32"):
         _emu_gemm(gemm_lib, a, b, **{**kw, "accumulator": acc.replace(block=64)})
+
+
+@pytest.mark.parametrize(
+    ("gpu", "fmt", "acc", "out"),
+    _table_presets(lambda acc: acc.addend == "separate"),
+    ids=lambda v: getattr(v, "name", str(v)),
+)
+def test_gemm_separate_addend(gemm_lib, gpu, fmt, acc, out) -> None:
+    """AMD CDNA3 (addend="separate": MMA-Sim's TR-FDPA / GTR-FDPA; cuts down or toward zero,
+    fp8's two inner blocks) in the CUDA kernels' header = the numpy reference (whose values an
+    exact oracle checks in tests/gemm/test_tensor_core_presets.py) and = the native
+    per-element kernels (what its fast path hands back: inf/NaN), on the presets as they are."""
+    import precision_lab as pl
+    from precision_lab.gemm import native_backend
+
+    rng = np.random.default_rng(len(acc.name))
+    m, k, n = 6, 40, 7
+    fa, fb = (pl.get_format(f) for f in (fmt if isinstance(fmt, tuple) else (fmt, fmt)))
+    for kind in ("normal", "wide", "c_dominates", "cancel", "special"):
+        a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+        c = rng.standard_normal((m, n))
+        if kind == "wide":  # products over the formats' whole range: inner anchors differ
+            a *= 2.0 ** rng.integers(fa.emin, min(fa.emax, 60), (m, k))
+            b *= 2.0 ** rng.integers(fb.emin, min(fb.emax, 60), (k, n))
+        elif kind == "c_dominates":  # r's anchor wins: the block sum cut at E - sum_bits
+            c *= 2.0**20
+        elif kind == "cancel":  # negative sums: floor and truncation differ
+            a = -np.abs(a)
+            c = -np.abs(c) * 2.0**-30
+        elif kind == "special":
+            a[0, 2], a[1, 3], b[4, 1], c[2, 2] = np.inf, np.nan, -np.inf, np.inf
+        kw = {"input_format": fmt, "accumulator": acc, "out_format": out}
+        want = pl.gemm(a, b, c, backend="numpy", **kw)
+        got, launched = _emu_gemm(gemm_lib, a, b, c, **kw)
+        assert launched == ["pl_gemm_generic_f32"]
+        _same_gemm(got, want, f"{acc.name} {kind}", a)
+        if native_backend.available():
+            _same_gemm(pl.gemm(a, b, c, backend="native", **kw), want, f"native {kind}", a)
 
 
 def test_gemm_special_values_and_shapes(gemm_lib) -> None:

@@ -217,7 +217,11 @@ def gemm_configs() -> list[tuple[str, str, pl.Accumulator, str]]:
         gpu = next(g for g, a in GPUS.items() if a == arch)
         for fmt in table:
             for o in ["fp32", "fp16"] if fmt in ("fp16", "e4m3", "e5m2") else ["fp32"]:
-                out.append((f"{gpu} {fmt}->{o}", fmt, pl.tensor_core(gpu, fmt, out_format=o), o))
+                try:
+                    acc = pl.tensor_core(gpu, fmt, out_format=o)
+                except ValueError:  # (AMD's matrix cores output fp32 only)
+                    continue
+                out.append((f"{gpu} {fmt}->{o}", fmt, acc, o))
     return out
 
 

@@ -160,6 +160,7 @@ PL_HD double pl_x86_add(double a, double b) { return pl_x86_nan_result(a, b, a +
 // ----- the configuration of one GEMM (built from the int64 params of cupy_backend.params) --------
 enum { PL_SEQUENTIAL = 0, PL_PAIRWISE = 1, PL_BLOCKED = 2, PL_BLOCK_FMA = 3, PL_EXACT_BLOCK = 4 };
 #define PL_EB_MAX 32  // the longest exact_block block of the GPU kernels (per-thread arrays)
+#define PL_SEP_GROUPS 16  // the most inner blocks of a block with addend="separate" (ditto)
 enum {
   PL_P_M = 0, PL_P_N, PL_P_K, PL_P_NB, PL_P_T, PL_P_ORDER, PL_P_BLOCK, PL_P_ALIGN, PL_P_IN_BLOCK,
   PL_P_SEG, PL_P_PROMOTE, PL_P_PRODUCT, PL_P_SCALES, PL_P_SA_ROWS, PL_P_SB_COLS, PL_P_NK,
@@ -168,6 +169,8 @@ enum {
   PL_P_ZEROS, PL_P_ZERO_POS, PL_P_INF_OVER,  // zeros_in_anchor, zero_sign, overflow=infinity
   PL_P_SCALES_IN,  // scales="in_block" (spec 3b without groups): SA/SB enter the block FMAs
   PL_P_FMA64,      // inputs wider than 26 bits (fp64): a chain of fused multiply-adds
+  PL_P_SEP,        // addend="separate" (AMD CDNA3): sum_bits + 1 (0: the addend is not)
+  PL_P_SEP_DOWN,   // ... its cuts: 1 down (floor), 0 toward zero (align_rounding)
   PL_P_ROUNDERS = 36,  // 6 rounders of 9 entries: acc, block, promote, scale, product, out
   PL_P_SIZE = 36 + 6 * 9
 };
@@ -182,6 +185,7 @@ struct pl_gemm_cfg {
   int zero_exp;  // alignment exponent of a zero operand: PL_GEMM_ZERO_EXP or PL_GEMM_NO_TERM
   int scales_in;  // the power-of-two scales multiply each product of a block FMA (spec 3b)
   int fma64;      // sequential steps r = round(fma(a, b, r)) (FP64 DMMA, AMD f64 MFMA)
+  int sep, sep_down;  // addend="separate": sum_bits + 1 (0: off); cuts down (else toward zero)
   pl_u64 seed_lo, seed_hi;
   pl_rounder acc, blk, prom, scale, prod, out;
 };
@@ -224,6 +228,8 @@ PL_HD_CALL void pl_gemm_load_cfg(pl_gemm_cfg* c, const pl_i64* q) {
   c->zero_exp = q[PL_P_ZEROS] ? PL_GEMM_ZERO_EXP : PL_GEMM_NO_TERM;
   c->scales_in = (int)q[PL_P_SCALES_IN];
   c->fma64 = (int)q[PL_P_FMA64];
+  c->sep = (int)q[PL_P_SEP];
+  c->sep_down = (int)q[PL_P_SEP_DOWN];
   pl_rounder* all[6] = {&c->acc, &c->blk, &c->prom, &c->scale, &c->prod, &c->out};
   for (int i = 0; i < 6; ++i) {
     all[i]->zero_pos = (int)q[PL_P_ZERO_POS];
@@ -403,9 +409,10 @@ PL_HD void pl_fma_scales(const pl_gemm_cfg& c, const pl_gemm_sc* sc, int i, doub
   *s = sa * sb;
 }
 
+// anchor (or null): E, the largest alignment exponent (PL_GEMM_NO_TERM: no term).
 PL_HD_CALL double pl_fma_sum(const pl_gemm_cfg& c, const double* a, int as, const double* b,
                              int bs, int n, int g, int groups, int q, bool has_r, double r,
-                             const pl_gemm_sc* sc = nullptr) {
+                             const pl_gemm_sc* sc = nullptr, int* anchor = nullptr) {
   int E = PL_GEMM_NO_TERM;
   for (int i = 0; i < n; ++i) {
     if (groups > 1 && (i / q) % groups != g) continue;
@@ -426,6 +433,7 @@ PL_HD_CALL double pl_fma_sum(const pl_gemm_cfg& c, const double* a, int as, cons
     const int er = pl_align_exp(rr, c.acc.p.emin, c.zero_exp);
     if (er > E) E = er;
   }
+  if (anchor) *anchor = E;
   int sh = c.align_bits - E;
   sh = sh < -1000 ? -1000 : (sh > 1000 ? 1000 : sh);
   const double scale = ldexp(1.0, sh);
@@ -500,6 +508,13 @@ PL_HD void pl_exact_sum(double* x, int n, double* p, double* s, double* t) {
   *t = m > 0 ? p[m - 1] : 0.0;
 }
 
+// x cut to a multiple of 2**q, toward zero or down (floor): exact (reference._cut)
+PL_HD double pl_cut(double x, int q, bool down) {
+  q = q < -1000 ? -1000 : (q > 1000 ? 1000 : q);
+  const double v = x * pl_f64_of((pl_u64)(1023 - q) << 52);
+  return (down ? floor(v) : trunc(v)) * pl_f64_of((pl_u64)(1023 + q) << 52);
+}
+
 // The special values of a block step (reference._specials / _special_step): *sum gets the IEEE
 // sum of the non-finite raw products of group g (as pl_fma_sum selects them); true if any.
 PL_HD bool pl_block_specials(const pl_gemm_cfg& c, const double* a, int as, const double* b,
@@ -535,6 +550,35 @@ PL_HD_CALL void pl_gemm_feed_block(const pl_gemm_cfg& c, pl_gemm_elem* e, pl_i64
   const int n = (int)(j1 - j0);
   const double r = e->acc;
   double sp;
+  if (c.sep) {  // addend="separate" (AMD CDNA3: MMA-Sim's TR-FDPA, GTR-FDPA; reference.
+    // _Model._separate): the products at their own anchor e_p (inner blocks: each at its own,
+    // cut toward zero at e_p - F), then X and r cut at E - sum_bits and E - F, E = max(e_p, e(r))
+    const int F = c.align_bits;
+    int ep = PL_GEMM_NO_TERM;
+    double X = 0.0;
+    if (!c.inner) {
+      X = pl_fma_sum(c, a, as, b, bs, n, 0, 1, 1, false, 0.0, sc, &ep);
+    } else {
+      const int groups = c.block / c.inner < PL_SEP_GROUPS ? c.block / c.inner : PL_SEP_GROUPS;
+      const int q = c.interleave ? c.interleave : c.inner;
+      double Xi[PL_SEP_GROUPS];
+      int ei[PL_SEP_GROUPS];
+      for (int g = 0; g < groups; ++g) {
+        Xi[g] = pl_fma_sum(c, a, as, b, bs, n, g, groups, q, false, 0.0, sc, &ei[g]);
+        ep = ei[g] > ep ? ei[g] : ep;
+      }
+      for (int g = 0; g < groups; ++g) X += pl_cut(Xi[g], ep - F, false);
+    }
+    const double rr = pl_finite(r) ? r : 0.0;
+    const int er = pl_align_exp(rr, c.acc.p.emin, c.zero_exp);
+    const int E = ep > er ? ep : er;
+    double total = pl_cut(X, E - (c.sep - 1), c.sep_down) + pl_cut(rr, E - F, c.sep_down);
+    if (E == PL_GEMM_NO_TERM) total = 0.0;
+    const double nr = pl_rounder_round(c.acc, total + 0.0, pl_gemm_word(c, c.acc, j0, e->idx));
+    const bool has = pl_block_specials(c, a, as, b, bs, n, 0, 1, 1, &sp);
+    e->acc = pl_special_step(r, nr, has, sp);
+    return;
+  }
   if (c.order == PL_EXACT_BLOCK) {
     double x[PL_EB_MAX + 2], p[PL_EB_MAX + 2], s, t;
     const int len = n < PL_EB_MAX ? n : PL_EB_MAX;  // (kernel_plan: block <= PL_EB_MAX)
