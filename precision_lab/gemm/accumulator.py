@@ -140,10 +140,9 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
    consecutive products: ``(sum of the group's products, exact) * sa * sb`` with alignment
    exponent ``e(sa) + e(sb)``, ``e(s) = max(floor(log2 s), emin)`` of ``scale_format`` (the
    group's own magnitude does not move the anchor; a zero group is a zero term). The running
-   value ``r`` is aligned with them (``addend="in_block"``). Every backend computes the model
-   without groups (the CuPy and native per-element kernels in ``pl_gemm.cuh``, and the native
-   block-FMA fast path); with groups, the numpy reference and a native float64 kernel (no CuPy
-   kernel).
+   value ``r`` is aligned with them (``addend="in_block"``). Every backend computes the model:
+   the CuPy and native per-element kernels in ``pl_gemm.cuh`` (at most 16 groups per block),
+   the native block-FMA fast path without groups and a native float64 kernel with them.
 
 3c. Input subnormals (``input_subnormals="flush"``, AMD CDNA2 fp16/bf16): a, b (in their
    input formats) and c (in ``out_format``) that are subnormal become ``+0`` before anything
@@ -743,21 +742,17 @@ class Accumulator:
 
 def reference_only(acc: Accumulator) -> str | None:
     """Why the general kernels (CuPy's, the native per-element ones) do not compute ``acc``
-    (None: every backend does). The numpy reference does; of these models the native backend
-    also takes block-scaled MMA with groups (``kind::mxf4nvf4``: a float64 kernel,
-    ``native_backend.gemm_block_scaled``). ``addend="separate"`` and ``order="exact_block"``
-    are the general kernels' (``pl_gemm.cuh``), and native fast paths'
-    (``native_backend.gemm_separate``, ``native_backend.gemm_exact_block``). Block-scaled MMA
-    without groups
-    (``scales="in_block"``: E8M0 scales on the products of a block FMA) is the general
-    kernels' (``pl_gemm.cuh``), and the native block-FMA fast path's; ``input_subnormals=
-    "flush"`` is every backend's (the inputs flushed first, then the model with them kept).
+    (None: every backend does): only Kahan summation (``order="compensated"``) is the numpy
+    reference's alone. Every matrix-core model is the general kernels' (``pl_gemm.cuh``):
+    block-scaled MMA (``scales="in_block"``, with or without groups), ``addend="separate"``,
+    ``order="exact_block"``, ``input_subnormals="flush"`` (the inputs flushed first, then the
+    model with them kept) and fp64 inputs; the native backend also has fast kernels for them
+    (``native_backend.gemm_block_scaled``, ``gemm_separate``, ``gemm_exact_block``,
+    ``gemm_fma64``).
 
     >>> reference_only(Accumulator(order="compensated"))
     "order='compensated'"
     """
     if acc.order == "compensated":
         return f"order={acc.order!r}"
-    if acc.scales == "in_block" and acc.group is not None:
-        return f"scales='in_block' with group={acc.group}"
     return None

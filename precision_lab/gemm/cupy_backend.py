@@ -42,7 +42,13 @@ from ..core.formats import FloatFormat, get_format
 from ..core.rounding import ROUNDING_MODES, _fits_float32, check_rounding, round_to
 from ..core.shapes import broadcast_shapes
 from .accumulator import Accumulator
-from .reference import _EXACT_PRODUCT_BITS, _check_wide_inputs, _flushed, _on_grid
+from .reference import (
+    _EXACT_PRODUCT_BITS,
+    _check_groups,
+    _check_wide_inputs,
+    _flushed,
+    _on_grid,
+)
 from .scales import expand_scales
 from .shapes import gemm_shapes
 
@@ -60,10 +66,11 @@ _P = {
     for i, name in enumerate(
         "M N K NB T ORDER BLOCK ALIGN IN_BLOCK SEG PROMOTE PRODUCT SCALES SA_ROWS SB_COLS NK "
         "KBLOCK EMIN_A EMIN_B SEED_LO SEED_HI RBITS SPECIAL TK HAS_C STOCHASTIC INNER "
-        "INTERLEAVE ZEROS ZERO_POS INF_OVER SCALES_IN FMA64 SEP SEP_DOWN".split()
+        "INTERLEAVE ZEROS ZERO_POS INF_OVER SCALES_IN FMA64 SEP SEP_DOWN GROUP SCALE_EMIN".split()
     )
 }
-_P_ROUNDERS, _P_SIZE = 36, 36 + 6 * 9
+_P_ROUNDERS, _P_SIZE = 40, 40 + 6 * 9
+_GROUPS_MAX = 16  # pl_gemm.cuh's PL_GROUPS_MAX: scale groups per block
 
 Launcher = Callable[[str, tuple[int, int, int], tuple[int, int, int], tuple[Any, ...]], None]
 
@@ -130,6 +137,11 @@ def kernel_plan(
                 f"the cupy backend runs {acc.order} with block <= {most}, got block={blk}"
             )
         tk = blk * max(1, 32 // blk)
+        if acc.group is not None and -(-blk // acc.group) > _GROUPS_MAX:
+            raise ValueError(
+                f"the cupy backend runs at most {_GROUPS_MAX} scale groups per block, got "
+                f"block={blk}, group={acc.group}"
+            )
     else:
         tk = 32
     seed = 0 if acc.seed is None else int(acc.seed)
@@ -171,6 +183,10 @@ def kernel_plan(
         "FMA64": int(max(fa.precision, fb.precision) > _EXACT_PRODUCT_BITS),
         "SEP": int(acc.sum_bits or 0) + 1 if acc.addend == "separate" else 0,
         "SEP_DOWN": int(acc.align_rounding == "down"),
+        "GROUP": acc.group or 0,
+        "SCALE_EMIN": acc.scale_format.emin
+        if isinstance(acc.scale_format, FloatFormat)
+        else -(1 << 16),  # (reference._Model.scale_emin)
     }
     for name, v in vals.items():
         p[_P[name]] = int(v)
@@ -284,7 +300,8 @@ def run(
         acc = acc.replace(input_subnormals="keep")
     sa, sb, kblock = expand_scales(a, b, _host(scale_a), _host(scale_b), scale_block)
     scales = None if sa is None or sb is None else (sa, sb, kblock)
-    if scales is not None and acc.scales == "in_block":
+    _check_groups(acc, fa, fb, kblock)  # (groups: exact float64 sums, sharing their scales)
+    if scales is not None and acc.scales == "in_block" and acc.group is None:
         for s, name in ((sa, "scale_a"), (sb, "scale_b")):
             if not (np.frexp(_host(s))[0] == 0.5).all():
                 raise ValueError(

@@ -385,6 +385,35 @@ def _gemm_numpy(
     return out.astype(dtype).reshape(out_shape)
 
 
+def _check_groups(
+    acc: Accumulator, fa: FloatFormat, fb: FloatFormat, kblock: int | None = None
+) -> None:
+    """Block scales with groups (spec 3b) need each group's sum of products exact in float64,
+    and groups that divide the scale block ``kblock`` (a group shares its scales).
+
+    >>> _check_groups(Accumulator(order="block_fma", block=64, align_bits=35,
+    ...               scales="in_block", group=16), get_format("fp32"), get_format("fp32"))
+    Traceback (most recent call last):
+    ...
+    ValueError: group=16: sums of 16 products of fp32 x fp32 are not exact in float64 (...)
+    """
+    if acc.group is None:
+        return
+    if kblock is not None and kblock % acc.group:
+        raise ValueError(
+            f"group={acc.group} must divide the scale block ({kblock}): a group of products "
+            "shares its scales"
+        )
+    span = math.log2(fa.max * fb.max * acc.group) - math.log2(
+        fa.smallest_subnormal * fb.smallest_subnormal
+    )
+    if span > 52:
+        raise ValueError(
+            f"group={acc.group}: sums of {acc.group} products of {fa} x {fb} are not "
+            "exact in float64 (MMA-Sim's GST-FDPA takes FP4 operands)"
+        )
+
+
 def _flushed(x: np.ndarray, fmt: FloatFormat) -> np.ndarray:
     """Spec 3c (``input_subnormals="flush"``, AMD CDNA2): ``x`` (on ``fmt``'s grid) with its
     subnormals replaced by +0.
@@ -512,11 +541,6 @@ class _Model:
         self.fma64 = max(fa.precision, fb.precision) > _EXACT_PRODUCT_BITS
         if acc.scales == "in_block":  # spec 3b: the scales enter the block FMA, no segments
             self.promote, self.seg = False, max(k, 1)
-            if acc.group is not None and kblock is not None and kblock % acc.group:
-                raise ValueError(
-                    f"group={acc.group} must divide the scale block ({kblock}): a group of "
-                    "products shares its scales"
-                )
         pq, pmax, pprec = _products(acc, fa, fb)
         self.sum_exact = sum_is_exact(acc, fa, fb)
         # the float32 fast path: IEEE float32 addition is exactly round(x + p, fp32, RNE)
@@ -536,15 +560,7 @@ class _Model:
         #: format of the scales of spec 3b's groups (their exponents' lower clamp)
         sf = acc.scale_format
         self.scale_emin = -(1 << 16) if not isinstance(sf, FloatFormat) else sf.emin
-        if acc.group is not None:
-            span = math.log2(fa.max * fb.max * acc.group) - math.log2(
-                fa.smallest_subnormal * fb.smallest_subnormal
-            )
-            if span > 52:
-                raise ValueError(
-                    f"group={acc.group}: sums of {acc.group} products of {fa} x {fb} are not "
-                    "exact in float64 (MMA-Sim's GST-FDPA takes FP4 operands)"
-                )
+        _check_groups(acc, fa, fb, kblock)
         #: alignment exponent of a zero operand (block_fma)
         self.zero_exp = ZERO_EXPONENT if acc.zeros_in_anchor else _NO_TERM
         #: the inputs hold infinities or NaNs (set by run_all): additions combine them (spec 5)

@@ -1249,6 +1249,8 @@ def test_gemm_backend_end_to_end_emulated(fake_cp) -> None:
 
     for cfg in tg.block_scaled_configs():
         tg.test_gemm_block_scaled_matches_cpu(fake_cp, cfg)
+    for cfg in tg.GROUPED_CONFIGS:
+        tg.test_gemm_block_scaled_groups_matches_cpu(fake_cp, cfg)
     with pytest.raises(ValueError, match="not on the e4m3 grid"):
         pl.gemm(ca, cb, input_format="e4m3", accumulator=pl.Accumulator(), input_rounding="exact")
 

@@ -287,6 +287,41 @@ def test_gemm_block_scaled_matches_cpu(cp, cfg) -> None:
         _same_gemm(got, want, f"block-scaled {label} wide={wide}")
 
 
+GROUPED_CONFIGS = [("b200", "tcgen05", f) for f in ("nvfp4", "mxfp4_e2m1", "mxfp4_e2m1_b16")] + [
+    ("rtx5090", "mma", f) for f in ("nvfp4", "nvfp4_b32", "mxfp4_e2m1")
+]
+
+
+@pytest.mark.parametrize("cfg", GROUPED_CONFIGS, ids=str)
+def test_gemm_block_scaled_groups_matches_cpu(cp, cfg) -> None:
+    """Block-scaled MMA with groups (kind::mxf4nvf4: NVFP4, MXFP4; MMA-Sim's GST-FDPA: exact sums
+    of 16 FP4 products times their scales, aligned at the scales' exponents with c, 35 bits)
+    through pl.gemm_blocks on CuPy = the numpy reference (whose values an exact oracle checks in
+    tests/gemm/test_tensor_core_presets.py): scales far apart, UE4M3 subnormal ones, zero
+    groups and blocks."""
+    gpu, ins, fmt = cfg
+    acc = pl.tensor_core(gpu, fmt, instruction=ins)
+    assert acc.group == 16
+    rng = np.random.default_rng(len(fmt) + len(gpu))
+    for kind in ("normal", "tiny", "spread", "zeros"):
+        x, w = rng.standard_normal((5, 160)), rng.standard_normal((160, 6))
+        if kind == "tiny":  # NVFP4: row 1's block scales are UE4M3 subnormals
+            x[1] *= 2.0**-17
+        elif kind == "spread":  # scales far apart between blocks
+            x *= 2.0 ** rng.integers(-30, 30, (5, 10)).repeat(16, axis=1)
+            w *= 2.0 ** rng.integers(-30, 30, (10, 6)).repeat(16, axis=0)
+        elif kind == "zeros":  # zero groups and blocks: their terms take the zero exponent
+            x[:, 16:48] = 0.0
+            w[100:, 2] = 0.0
+        qa, qb = pl.quantize_blocks(x, fmt), pl.quantize_blocks(w, fmt, axis=0)
+        for c in (None, rng.standard_normal((5, 6)) * 2.0**-10):
+            if c is not None and qa.tensor_scale != 1:
+                continue  # (NVFP4's per-tensor scales: no c, as cuBLAS's alpha)
+            want = pl.gemm_blocks(qa, qb, c, accumulator=acc, backend="numpy")
+            got = pl.gemm_blocks(qa, qb, c, accumulator=acc, backend="cupy")
+            _same_gemm(got, want, f"groups {gpu} {fmt} {kind}")
+
+
 def test_gemm_scales_and_broadcasting(cp) -> None:
     a, b, c = _gemm_inputs(3, shape=(2, 33, 40, 256))
     rng = np.random.default_rng(4)

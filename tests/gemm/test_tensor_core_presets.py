@@ -662,21 +662,27 @@ def test_numpy_and_native_agree_on_the_new_presets(case):
         d_nat.view(np.uint32 if d_nat.dtype == np.float32 else np.uint64).tolist()  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    ("gpu", "fmt", "out"),
-    [("b200", "nvfp4", "fp32"), ("h100", "fp64", "fp64")],
-)  # fmt: skip
-def test_reference_only_models_fall_back_to_numpy(gpu, fmt, out):
-    acc = pl.tensor_core(gpu, fmt, out_format=out)
+def test_every_preset_has_general_kernels_and_compensated_falls_back():
+    # every row of the table runs on the CUDA header's kernels (and the native per-element
+    # ones): reference_only says why not, None for all
+    from precision_lab.gemm.accumulator import reference_only
+
+    for row in pl.tensor_core.list():
+        fa, _, fb = row["input_format"].partition(" x ")
+        gpu = row["gpus"].split()[0]
+        acc = pl.tensor_core(gpu, (fa, fb) if fb else fa, out_format=row["out_format"],
+                             instruction=row["instruction"])  # fmt: skip
+        assert reference_only(acc) is None, acc.name
+    # Kahan summation is the numpy reference's alone: the native backend hands it back
+    acc = pl.Accumulator("fp16", order="compensated")
+    assert reference_only(acc) == "order='compensated'"
     if not native_backend.available():
         pytest.skip("the native extension is not built")
-    if fmt != "fp64":
-        assert not native_backend.covers(acc)
-    if fmt in ("nvfp4",):
-        return
-    a = np.ones((2, 16))
-    d = pl.gemm(a, a.T, input_format=fmt, accumulator=acc, out_format=out, backend="native")
-    np.testing.assert_array_equal(d, np.full((2, 2), 16.0))
+    assert not native_backend.covers(acc)
+    a = np.random.default_rng(2).standard_normal((3, 40))
+    d = pl.gemm(a, a.T, input_format="bf16", accumulator=acc, backend="native")
+    want = pl.gemm(a, a.T, input_format="bf16", accumulator=acc, backend="numpy")
+    np.testing.assert_array_equal(d, want)
 
 
 # ----- special-value rules of the presets (issue 20, item 1's cases through the presets) ------

@@ -161,6 +161,7 @@ PL_HD double pl_x86_add(double a, double b) { return pl_x86_nan_result(a, b, a +
 enum { PL_SEQUENTIAL = 0, PL_PAIRWISE = 1, PL_BLOCKED = 2, PL_BLOCK_FMA = 3, PL_EXACT_BLOCK = 4 };
 #define PL_EB_MAX 32  // the longest exact_block block of the GPU kernels (per-thread arrays)
 #define PL_SEP_GROUPS 16  // the most inner blocks of a block with addend="separate" (ditto)
+#define PL_GROUPS_MAX 16  // the most scale groups of a block (kind::mxf4nvf4: 4) (ditto)
 enum {
   PL_P_M = 0, PL_P_N, PL_P_K, PL_P_NB, PL_P_T, PL_P_ORDER, PL_P_BLOCK, PL_P_ALIGN, PL_P_IN_BLOCK,
   PL_P_SEG, PL_P_PROMOTE, PL_P_PRODUCT, PL_P_SCALES, PL_P_SA_ROWS, PL_P_SB_COLS, PL_P_NK,
@@ -171,8 +172,10 @@ enum {
   PL_P_FMA64,      // inputs wider than 26 bits (fp64): a chain of fused multiply-adds
   PL_P_SEP,        // addend="separate" (AMD CDNA3): sum_bits + 1 (0: the addend is not)
   PL_P_SEP_DOWN,   // ... its cuts: 1 down (floor), 0 toward zero (align_rounding)
-  PL_P_ROUNDERS = 36,  // 6 rounders of 9 entries: acc, block, promote, scale, product, out
-  PL_P_SIZE = 36 + 6 * 9
+  PL_P_GROUP,      // scales="in_block" with groups (kind::mxf4nvf4): products per group (0: none)
+  PL_P_SCALE_EMIN, // ... the scale format's emin (the scales' alignment exponents)
+  PL_P_ROUNDERS = 40,  // 6 rounders of 9 entries: acc, block, promote, scale, product, out
+  PL_P_SIZE = 40 + 6 * 9
 };
 #define PL_GEMM_NO_TERM (-(1 << 20))
 #define PL_GEMM_ZERO_EXP (-126)  // accumulator.ZERO_EXPONENT (zeros_in_anchor)
@@ -186,6 +189,7 @@ struct pl_gemm_cfg {
   int scales_in;  // the power-of-two scales multiply each product of a block FMA (spec 3b)
   int fma64;      // sequential steps r = round(fma(a, b, r)) (FP64 DMMA, AMD f64 MFMA)
   int sep, sep_down;  // addend="separate": sum_bits + 1 (0: off); cuts down (else toward zero)
+  int group, scale_emin;  // block-scaled MMA with groups: products per group, the scales' emin
   pl_u64 seed_lo, seed_hi;
   pl_rounder acc, blk, prom, scale, prod, out;
 };
@@ -230,6 +234,8 @@ PL_HD_CALL void pl_gemm_load_cfg(pl_gemm_cfg* c, const pl_i64* q) {
   c->fma64 = (int)q[PL_P_FMA64];
   c->sep = (int)q[PL_P_SEP];
   c->sep_down = (int)q[PL_P_SEP_DOWN];
+  c->group = (int)q[PL_P_GROUP];
+  c->scale_emin = (int)q[PL_P_SCALE_EMIN];
   pl_rounder* all[6] = {&c->acc, &c->blk, &c->prom, &c->scale, &c->prod, &c->out};
   for (int i = 0; i < 6; ++i) {
     all[i]->zero_pos = (int)q[PL_P_ZERO_POS];
@@ -508,6 +514,49 @@ PL_HD void pl_exact_sum(double* x, int n, double* p, double* s, double* t) {
   *t = m > 0 ? p[m - 1] : 0.0;
 }
 
+// The alignment exponent of a scale s: pl_align_exp, and for inf or NaN max(-1, emin) (numpy's
+// frexp gives them exponent 0, as reference._exponents takes them)
+PL_HD int pl_scale_exp(double s, int emin) {
+  if (!pl_finite(s)) return emin > -1 ? emin : -1;
+  return pl_align_exp(s, emin);
+}
+
+// The exact sum X of one block FMA with groups (spec 3b, kind::mxf4nvf4; MMA-Sim's GST-FDPA;
+// reference._Model._block_fma_grouped): each group of c.group products summed exactly (the
+// caller checks the span: reference._check_group_span), times its scales sa * sb, aligned at
+// e(sa) + e(sb) (e(s) = max(floor(log2 s), scale_emin); a zero sum at the zero exponent) with
+// the running value r, truncated to align_bits fraction bits; the scales of group g0 are those
+// of its first product (sc, or 1 without scales).
+PL_HD_CALL double pl_fma_grouped(const pl_gemm_cfg& c, const double* a, int as, const double* b,
+                                 int bs, int n, double r, const pl_gemm_sc* sc) {
+  double v[PL_GROUPS_MAX];
+  int ev[PL_GROUPS_MAX];
+  const double rr = pl_finite(r) ? r : 0.0;
+  int E = pl_align_exp(rr, c.acc.p.emin, c.zero_exp);
+  int ng = 0;
+  for (int g0 = 0; g0 < n && ng < PL_GROUPS_MAX; g0 += c.group, ++ng) {
+    const int g1 = g0 + c.group < n ? g0 + c.group : n;
+    double val = 0.0;  // (exact)
+    for (int i = g0; i < g1; ++i) {
+      val += pl_model_value(c, a[i * as]) * pl_model_value(c, b[i * bs]);
+    }
+    double sa = 1.0, sb = 1.0;
+    if (sc) pl_gemm_scales(c, sc->SA, sc->SB, sc->batch, sc->row, sc->col, sc->k0 + g0, &sa, &sb);
+    v[ng] = val * sa * sb;
+    const int es = pl_scale_exp(sa, c.scale_emin) + pl_scale_exp(sb, c.scale_emin);
+    ev[ng] = val == 0.0 ? c.zero_exp : es;
+    E = ev[ng] > E ? ev[ng] : E;
+  }
+  int sh = c.align_bits - E;
+  sh = sh < -1000 ? -1000 : (sh > 1000 ? 1000 : sh);
+  const double scale = ldexp(1.0, sh);
+  double S = trunc(rr * scale);
+  for (int g = 0; g < ng; ++g) S += trunc(v[g] * scale);
+  double X = S * ldexp(1.0, -sh);
+  if (E == PL_GEMM_NO_TERM) X = 0.0;
+  return X + 0.0;
+}
+
 // x cut to a multiple of 2**q, toward zero or down (floor): exact (reference._cut)
 PL_HD double pl_cut(double x, int q, bool down) {
   q = q < -1000 ? -1000 : (q > 1000 ? 1000 : q);
@@ -593,7 +642,8 @@ PL_HD_CALL void pl_gemm_feed_block(const pl_gemm_cfg& c, pl_gemm_elem* e, pl_i64
     return;
   }
   if (c.in_block) {
-    const double X = pl_fma_sum(c, a, as, b, bs, n, 0, 1, 1, true, r, sc);
+    const double X = c.group ? pl_fma_grouped(c, a, as, b, bs, n, r, sc)
+                             : pl_fma_sum(c, a, as, b, bs, n, 0, 1, 1, true, r, sc);
     const double nr = pl_rounder_round(c.acc, X, pl_gemm_word(c, c.acc, j0, e->idx));
     const bool has = pl_block_specials(c, a, as, b, bs, n, 0, 1, 1, &sp);
     e->acc = pl_special_step(r, nr, has, sp);
