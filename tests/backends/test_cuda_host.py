@@ -1286,3 +1286,32 @@ def test_gpu_check_gemm_section_emulated(fake_cp, monkeypatch, tmp_path) -> None
     assert report.get("bit_exact") is True, report.get("failures") or report.get("error")
     assert any(label.startswith("block-scaled") for label in report["per_config"])
     assert report["checks"] >= 3 * len(gpu_check._gemm_configs())
+
+
+def _measured_cases():
+    from precision_lab.gemm.validation import load_subset
+
+    sets = load_subset(ROOT.parent / "gemm" / "data" / "tensor_core" / "measurements_500.npz")
+    return [(s, o) for s in sets for o in sorted(s.d)]
+
+
+@pytest.mark.parametrize(("s", "out"), _measured_cases(), ids=lambda v: getattr(v, "name", v))
+def test_measured_tensor_core_sets_on_the_header(gemm_lib, s, out) -> None:
+    """The GPU measurements (Khattak & Mikaitis's model_validation sets: 19 sets, 30 with their
+    outputs) reproduced bit for bit by the CUDA kernels' header on the host (the first 150
+    cases of each: a block of CUDA threads per case), as by numpy and native on 500
+    (tests/gemm/test_tensor_core.py) and on all 5000 (benchmarks/verify_tensor_cores.py)."""
+    from precision_lab.gemm.tensor_core import measured_preset
+
+    gpu, fmt, n = s.gpu.lower(), s.fmt.lower(), 150
+    acc = measured_preset(gpu, fmt, out)
+    c = s.c[:n]
+    if gpu in ("h100", "h200") and fmt in ("e4m3", "e5m2") and out == "fp32":
+        c = np.zeros_like(c)  # (validation.check_set: wgmma ran with a zero accumulator)
+    d, _ = _emu_gemm(gemm_lib, s.a[:n, None, :], s.b[:n, :, None], c[:, None, None],
+                     input_format=fmt, accumulator=acc, out_format=out,
+                     input_rounding="exact")  # fmt: skip
+    got = np.asarray(d)[:, 0, 0].astype(np.float32)
+    ref = s.d[out][:n]
+    same = got.view(np.uint32) == ref.view(np.uint32)
+    assert same.all(), f"{s.name} -> {out}: {int(same.sum())}/{len(ref)}"
