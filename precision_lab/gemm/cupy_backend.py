@@ -70,7 +70,7 @@ _P = {
     )
 }
 _P_ROUNDERS, _P_SIZE = 40, 40 + 6 * 9
-_GROUPS_MAX = 16  # pl_gemm.cuh's PL_GROUPS_MAX: scale groups per block
+_GROUPS_MAX = 16  # pl_gemm.cuh's PL_GROUPS_MAX and PL_SEP_GROUPS: parts of a block
 
 Launcher = Callable[[str, tuple[int, int, int], tuple[int, int, int], tuple[Any, ...]], None]
 
@@ -137,11 +137,6 @@ def kernel_plan(
                 f"the cupy backend runs {acc.order} with block <= {most}, got block={blk}"
             )
         tk = blk * max(1, 32 // blk)
-        if acc.group is not None and -(-blk // acc.group) > _GROUPS_MAX:
-            raise ValueError(
-                f"the cupy backend runs at most {_GROUPS_MAX} scale groups per block, got "
-                f"block={blk}, group={acc.group}"
-            )
     else:
         tk = 32
     seed = 0 if acc.seed is None else int(acc.seed)
@@ -230,6 +225,27 @@ def kernel_plan(
     )
 
 
+def _check_parts(acc: Accumulator) -> None:
+    """The per-thread arrays of pl_gemm.cuh's block steps: at most PL_GROUPS_MAX scale groups
+    and PL_SEP_GROUPS inner blocks of ``addend="separate"`` per block (run() checks, for the
+    kernels it launches; the native fast kernels, which share kernel_plan, have no such limit).
+
+    >>> _check_parts(Accumulator(order="block_fma", block=64, align_bits=35,
+    ...              scales="in_block", group=2))
+    Traceback (most recent call last):
+    ...
+    ValueError: the cupy backend runs at most 16 scale groups per block, got block=64 in parts of 2
+    """
+    blk = int(acc.block or 1)
+    sep_inner = acc.inner_block if acc.addend == "separate" else None
+    for parts, what in ((acc.group, "scale groups"), (sep_inner, "inner blocks")):
+        if parts is not None and -(-blk // parts) > _GROUPS_MAX:
+            raise ValueError(
+                f"the cupy backend runs at most {_GROUPS_MAX} {what} per block, got "
+                f"block={blk} in parts of {parts}"
+            )
+
+
 def _float_array(xp: Any, x: Any, name: str) -> Any:
     arr = xp.asarray(x)
     dt = np.dtype(arr.dtype)
@@ -274,6 +290,7 @@ def run(
     assert isinstance(fa, FloatFormat) and isinstance(fb, FloatFormat)
     assert isinstance(out_fmt, FloatFormat)
     _check_wide_inputs(acc, fa, fb)  # (fp64 inputs: the FMA chain of FP64 DMMA only)
+    _check_parts(acc)
     a = _float_array(xp, a, "a")
     b = _float_array(xp, b, "b")
     batch, m, k, n = gemm_shapes(tuple(a.shape), tuple(b.shape))

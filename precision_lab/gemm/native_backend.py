@@ -92,6 +92,7 @@ _PARALLEL_MACS = 1 << 20
 
 _MAX_BLOCK = 128  # cupy_backend.kernel_plan's limit on block_fma blocks (shared parameters)
 _EB_MAX = 32  # ... and on exact_block blocks (pl_gemm.cuh's PL_EB_MAX)
+_PARTS_MAX = 16  # ... and on a block's scale groups or separate inner blocks (_GROUPS_MAX)
 #: output elements per work item
 _CHUNK_ELEMENTS = 1 << 14
 
@@ -118,7 +119,10 @@ def covers(accumulator: Accumulator, **_: Any) -> bool:
     if accumulator.order in ("blas", "compensated") or reference_only(accumulator):
         return False
     most = {"block_fma": _MAX_BLOCK, "exact_block": _EB_MAX}.get(accumulator.order)
-    return most is None or (accumulator.block or 1) <= most
+    block = accumulator.block or 1
+    sep = accumulator.inner_block if accumulator.addend == "separate" else None
+    parts = accumulator.group or sep
+    return (most is None or block <= most) and (parts is None or -(-block // parts) <= _PARTS_MAX)
 
 
 def _rows_chunk(rows: int, per_row: int) -> int:

@@ -1315,3 +1315,28 @@ def test_measured_tensor_core_sets_on_the_header(gemm_lib, s, out) -> None:
     ref = s.d[out][:n]
     same = got.view(np.uint32) == ref.view(np.uint32)
     assert same.all(), f"{s.name} -> {out}: {int(same.sum())}/{len(ref)}"
+
+
+def test_gemm_header_limits_fall_back_on_the_cpu(gemm_lib) -> None:
+    """Models beyond the GPU kernels' per-thread arrays (exact_block blocks over 32, more than
+    16 scale groups or separate inner blocks per block) raise on CuPy, and on the CPU the
+    native backend leaves them to its fast kernels or the numpy reference."""
+    import precision_lab as pl
+    from precision_lab.gemm import native_backend
+
+    A = pl.Accumulator
+    too_big = [
+        A("fp32", order="exact_block", block=64),
+        A(order="block_fma", block=64, inner_block=2, align_bits=24, addend="separate",
+          sum_bits=31, align_rounding="down"),
+    ]  # fmt: skip
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((3, 70)), rng.standard_normal((70, 4))
+    a[1, 5] = np.nan  # (the native fast kernels hand such calls back)
+    for acc in too_big:
+        kw = {"input_format": "fp16", "accumulator": acc, "out_format": "fp32"}
+        with pytest.raises(ValueError, match="the cupy backend runs"):
+            _emu_gemm(gemm_lib, a, b, **kw)
+        assert not native_backend.covers(acc)
+        want = pl.gemm(a, b, backend="numpy", **kw)
+        _same_gemm(pl.gemm(a, b, backend="native", **kw), want, acc.describe(), a)

@@ -523,7 +523,7 @@ PL_HD int pl_scale_exp(double s, int emin) {
 
 // The exact sum X of one block FMA with groups (spec 3b, kind::mxf4nvf4; MMA-Sim's GST-FDPA;
 // reference._Model._block_fma_grouped): each group of c.group products summed exactly (the
-// caller checks the span: reference._check_group_span), times its scales sa * sb, aligned at
+// caller checks the span: reference._check_groups), times its scales sa * sb, aligned at
 // e(sa) + e(sb) (e(s) = max(floor(log2 s), scale_emin); a zero sum at the zero exponent) with
 // the running value r, truncated to align_bits fraction bits; the scales of group g0 are those
 // of its first product (sc, or 1 without scales).
