@@ -1,7 +1,7 @@
 // Host harness: the kernels of precision_lab/cuda/*.cu run on the CPU (cuda_emul.h).
 // The GEMM kernels are exported for ctypes as emu_<kernel>(grid x, y, z, block x, y, z, kernel
-// arguments...), every CUDA thread a std::thread. The elementwise kernels of pl_round.cu (grid-
-// stride loops) are called directly after emu_single_thread(): one thread does all the work.
+// arguments...), every CUDA thread a fiber. The elementwise kernels of pl_round.cu (grid-stride
+// loops) are called directly after emu_single_thread(): one thread does all the work.
 #include "cuda_emul.h"
 #include "pl_gemm.cu"
 #include "pl_round.cu"
