@@ -10,6 +10,9 @@
 #ifndef PL_CUDA_EMUL_H
 #define PL_CUDA_EMUL_H
 
+#if defined(__APPLE__) && !defined(_XOPEN_SOURCE)
+#define _XOPEN_SOURCE 700  // (macOS keeps the ucontext routines behind it)
+#endif
 #include <ucontext.h>
 
 #include <atomic>
