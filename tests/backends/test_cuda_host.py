@@ -1340,3 +1340,27 @@ def test_gemm_header_limits_fall_back_on_the_cpu(gemm_lib) -> None:
         assert not native_backend.covers(acc)
         want = pl.gemm(a, b, backend="numpy", **kw)
         _same_gemm(pl.gemm(a, b, backend="native", **kw), want, acc.describe(), a)
+
+
+@pytest.mark.parametrize("gpu", ["b200", "rtx5090"])
+def test_gemm_nvfp4_scale_exponents_clamp_at_ue4m3_emin(gemm_lib, gpu) -> None:
+    """NVFP4's UE4M3 scales align at max(floor(log2 s), -6) (GST-FDPA): two groups that cancel,
+    with subnormal scales 2**-9, put the anchor at -6 - 6 = -12 (not -18), so c = 2**-30 (1 +
+    2**-23) loses its last bit at 35 fraction bits (2**-47): the result is 2**-30 exactly."""
+    import precision_lab as pl
+
+    acc = pl.tensor_core(gpu, "nvfp4", instruction="tcgen05" if gpu == "b200" else "mma")
+    a, b = np.zeros((1, 32)), np.zeros((32, 1))
+    a[0, 0], b[0, 0], a[0, 16], b[16, 0] = 0.5, 0.5, -0.5, 0.5  # groups: +0.25, -0.25
+    c = np.array([[2.0**-30 * (1 + 2.0**-23)]])
+    kw = {"input_format": "e2m1", "accumulator": acc, "out_format": "fp32",
+          "scale_a": np.full((1, 2), 2.0**-9), "scale_b": np.full((2, 1), 2.0**-9),
+          "scale_block": 16}  # fmt: skip
+    want = pl.gemm(a, b, c, backend="numpy", **kw)
+    assert want[0, 0] == 2.0**-30
+    got, _ = _emu_gemm(gemm_lib, a, b, c, **kw)
+    _same_gemm(got, want, f"{gpu} nvfp4 clamp", a)
+    from precision_lab.gemm import native_backend
+
+    if native_backend.available():  # (its float64 kernel of group sums)
+        _same_gemm(pl.gemm(a, b, c, backend="native", **kw), want, "native nvfp4 clamp", a)
