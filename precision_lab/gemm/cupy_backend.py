@@ -130,12 +130,10 @@ def kernel_plan(
     if acc.scales == "in_block":  # spec 3b: the scales enter the block FMAs, no segments
         promote, seg = False, max(k, 1)
     if acc.order in ("block_fma", "exact_block"):
+        why = _block_limit(acc)
+        if why is not None:
+            raise ValueError(why)
         blk = int(acc.block or 1)
-        most = _G_TKMAX if acc.order == "block_fma" else _EB_MAX
-        if blk > most:
-            raise ValueError(
-                f"the cupy backend runs {acc.order} with block <= {most}, got block={blk}"
-            )
         tk = blk * max(1, 32 // blk)
     else:
         tk = 32
@@ -225,25 +223,46 @@ def kernel_plan(
     )
 
 
-def _check_parts(acc: Accumulator) -> None:
-    """The per-thread arrays of pl_gemm.cuh's block steps: at most PL_GROUPS_MAX scale groups
-    and PL_SEP_GROUPS inner blocks of ``addend="separate"`` per block (run() checks, for the
-    kernels it launches; the native fast kernels, which share kernel_plan, have no such limit).
+def _block_limit(acc: Accumulator) -> str | None:
+    """Why kernel_plan takes no block of ``acc``'s length (None: it does): block_fma blocks fill
+    tiles of at most _G_TKMAX products, exact_block blocks per-thread arrays of PL_EB_MAX."""
+    most = {"block_fma": _G_TKMAX, "exact_block": _EB_MAX}.get(acc.order)
+    blk = int(acc.block or 1)
+    if most is not None and blk > most:
+        return f"the cupy backend runs {acc.order} with block <= {most}, got block={blk}"
+    return None
 
-    >>> _check_parts(Accumulator(order="block_fma", block=64, align_bits=35,
+
+def _parts_limit(acc: Accumulator) -> str | None:
+    """Why the per-thread arrays of pl_gemm.cuh's block steps do not hold ``acc``'s parts of a
+    block (None: they do): at most PL_GROUPS_MAX scale groups and PL_SEP_GROUPS inner blocks of
+    ``addend="separate"``. run() checks it for the kernels it launches; the native fast kernels,
+    which share kernel_plan, have no such limit.
+
+    >>> _parts_limit(Accumulator(order="block_fma", block=64, align_bits=35,
     ...              scales="in_block", group=2))
-    Traceback (most recent call last):
-    ...
-    ValueError: the cupy backend runs at most 16 scale groups per block, got block=64 in parts of 2
+    'the cupy backend runs at most 16 scale groups per block, got block=64 in parts of 2'
     """
     blk = int(acc.block or 1)
     sep_inner = acc.inner_block if acc.addend == "separate" else None
     for parts, what in ((acc.group, "scale groups"), (sep_inner, "inner blocks")):
         if parts is not None and -(-blk // parts) > _GROUPS_MAX:
-            raise ValueError(
+            return (
                 f"the cupy backend runs at most {_GROUPS_MAX} {what} per block, got "
                 f"block={blk} in parts of {parts}"
             )
+    return None
+
+
+def header_limit(acc: Accumulator) -> str | None:
+    """Why the kernels of pl_gemm.cuh cannot run ``acc`` (blocks too long, too many parts of a
+    block), or None: the CuPy backend raises it, and the native backend's per-element kernels
+    (the same header) decline such models (``native_backend.covers``).
+
+    >>> header_limit(Accumulator(order="exact_block", block=64))
+    'the cupy backend runs exact_block with block <= 32, got block=64'
+    """
+    return _block_limit(acc) or _parts_limit(acc)
 
 
 def _float_array(xp: Any, x: Any, name: str) -> Any:
@@ -290,7 +309,9 @@ def run(
     assert isinstance(fa, FloatFormat) and isinstance(fb, FloatFormat)
     assert isinstance(out_fmt, FloatFormat)
     _check_wide_inputs(acc, fa, fb)  # (fp64 inputs: the FMA chain of FP64 DMMA only)
-    _check_parts(acc)
+    why = _parts_limit(acc)
+    if why is not None:
+        raise ValueError(why)
     a = _float_array(xp, a, "a")
     b = _float_array(xp, b, "b")
     batch, m, k, n = gemm_shapes(tuple(a.shape), tuple(b.shape))

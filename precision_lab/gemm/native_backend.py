@@ -91,8 +91,6 @@ _PACKED_B = 1 << 19
 _PARALLEL_MACS = 1 << 20
 
 _MAX_BLOCK = 128  # cupy_backend.kernel_plan's limit on block_fma blocks (shared parameters)
-_EB_MAX = 32  # ... and on exact_block blocks (pl_gemm.cuh's PL_EB_MAX)
-_PARTS_MAX = 16  # ... and on a block's scale groups or separate inner blocks (_GROUPS_MAX)
 #: output elements per work item
 _CHUNK_ELEMENTS = 1 << 14
 
@@ -118,11 +116,9 @@ def covers(accumulator: Accumulator, **_: Any) -> bool:
         accumulator = accumulator.replace(input_subnormals="keep")
     if accumulator.order in ("blas", "compensated") or reference_only(accumulator):
         return False
-    most = {"block_fma": _MAX_BLOCK, "exact_block": _EB_MAX}.get(accumulator.order)
-    block = accumulator.block or 1
-    sep = accumulator.inner_block if accumulator.addend == "separate" else None
-    parts = accumulator.group or sep
-    return (most is None or block <= most) and (parts is None or -(-block // parts) <= _PARTS_MAX)
+    from .cupy_backend import header_limit  # (the per-element kernels' header)
+
+    return header_limit(accumulator) is None
 
 
 def _rows_chunk(rows: int, per_row: int) -> int:

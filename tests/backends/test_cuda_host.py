@@ -637,7 +637,6 @@ GEMM_HARNESS = ROOT / "cuda_harness" / "host_gemm.cpp"
 GEMM_FLAGS = [
     "-O2",
     "-std=c++20",
-    "-pthread",
     "-ffp-contract=off",
     "-fno-fast-math",
     "-shared",
