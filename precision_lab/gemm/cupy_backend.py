@@ -45,6 +45,7 @@ from .accumulator import Accumulator
 from .reference import (
     _EXACT_PRODUCT_BITS,
     _check_groups,
+    _check_power_of_two_scales,
     _check_wide_inputs,
     _flushed,
     _on_grid,
@@ -340,12 +341,7 @@ def run(
     scales = None if sa is None or sb is None else (sa, sb, kblock)
     _check_groups(acc, fa, fb, kblock)  # (groups: exact float64 sums, sharing their scales)
     if scales is not None and acc.scales == "in_block" and acc.group is None:
-        for s, name in ((sa, "scale_a"), (sb, "scale_b")):
-            if not (np.frexp(_host(s))[0] == 0.5).all():
-                raise ValueError(
-                    f"{name}: scales='in_block' without group takes power-of-two scales "
-                    "(E8M0), got other values"
-                )
+        _check_power_of_two_scales(_host(sa), _host(sb))
     elif scales is not None:
         assert isinstance(acc.format, FloatFormat) and isinstance(acc.promote_format, FloatFormat)
         if acc.format.precision + acc.promote_format.precision > 53:

@@ -414,6 +414,22 @@ def _check_groups(
         )
 
 
+def _check_power_of_two_scales(sa: np.ndarray, sb: np.ndarray) -> None:
+    """Spec 3b without groups takes power-of-two (E8M0) scales only.
+
+    >>> _check_power_of_two_scales(np.array([0.5, 4.0]), np.array([3.0]))
+    Traceback (most recent call last):
+    ...
+    ValueError: scale_b: scales='in_block' without group takes power-of-two scales (E8M0), ...
+    """
+    for s, name in ((sa, "scale_a"), (sb, "scale_b")):
+        if not (np.frexp(s)[0] == 0.5).all():
+            raise ValueError(
+                f"{name}: scales='in_block' without group takes power-of-two scales "
+                "(E8M0), got other values"
+            )
+
+
 def _flushed(x: np.ndarray, fmt: FloatFormat) -> np.ndarray:
     """Spec 3c (``input_subnormals="flush"``, AMD CDNA2): ``x`` (on ``fmt``'s grid) with its
     subnormals replaced by +0.
@@ -939,12 +955,7 @@ class _Model:
         """Spec 3b without groups: products times their power-of-two scales (exact), alignment
         exponents raised by the scales' exponents."""
         sa, sb = self._k_scales(ch, k0, k1)
-        for s, name in ((sa, "scale_a"), (sb, "scale_b")):
-            if not (np.frexp(s)[0] == 0.5).all():
-                raise ValueError(
-                    f"{name}: scales='in_block' without group takes power-of-two scales "
-                    "(E8M0), got other values"
-                )
+        _check_power_of_two_scales(sa, sb)
         A = ch.A.copy()
         B = ch.B.copy()
         A[:, :, k0:k1] *= sa
