@@ -36,16 +36,37 @@ reproduces ``fn`` bit for bit, with targeted inputs first and random inputs last
    non-zero results, so that these rules are decided here, on inputs made for them).
 7. **Confirmation**: the model is run on ``cases`` fresh random inputs (``K`` from 1 to
    ``max_k``, varied distributions); the confidence is the fraction reproduced bit for bit.
+8. **Named models**, tried whole when steps 1-7 find none (and early, once 100 candidates of
+   step 5 failed): every preset of :func:`~precision_lab.tensor_core` whose operands are the
+   input format(s) (block-scaled kinds excepted: they run through ``gemm_blocks``), each
+   output format, then plain ``sequential``, ``pairwise``, ``compensated`` and
+   ``exact_block`` (blocks of 2 .. 256) accumulators in fp32, fp64, fp16, bf16 and tf32 with
+   every probed rounding mode. Each must reproduce every call made so far (tree, targeted,
+   special-value and random inputs) and then the confirmation. This is where orders whose
+   pair counts are no tree are found (an ``exact_block`` sum keeps every unit inside a block,
+   Kahan summation gives the lost units back), and boxes whose inputs cannot show the order.
+   ``addend="separate"`` block FMAs (AMD CDNA3) are step-5 candidates of a block-FMA tree.
 
-What the family cannot express is reported, not forced: when the tree is none of the family's,
-or no candidate reproduces the targeted cases, ``accumulator`` is ``None``, ``failed`` names the
-property, and ``closest`` is the best candidate with its confidence. numpy's float32 reduction
+Every result says which of three it is (:attr:`ProbeResult.outcome`): ``"reproduced"``;
+``"outside"`` what the probe tries (the verdict names what it tried and the property that
+failed: an order, a format or rounding, a special-value rule, the confirmation); or ``"cannot
+measure"``: the tree probe needs ``M / u`` of at least ``2**(log2 K + 5)`` on products of two
+input values, and narrow formats cannot give it (e2m1's products span only ``2**-2 .. 36``;
+e3m2's allow ``2**16``, too little to absorb a unit in a 25-bit block FMA), so the order is not
+measured, and no named model reproduces the box. With such inputs a named model that
+reproduces every case is reported as reproduced, with the evidence that the order was not
+measured (every FP4 ``kind::f8f6f4`` GEMM into fp32 is exact at small ``K``, so other orders
+reproduce it too).
+
+What the probe cannot express is reported, not forced: when no model reproduces fn,
+``accumulator`` is ``None``, ``failed`` names the property, and ``closest`` is the best
+candidate with its confidence. numpy's float32 reduction
 (``np.sum`` over a contiguous axis, ``pairwise_sum`` in ``numpy/_core/src/umath/loops_utils.h``)
 is such a case: below 8 terms it is a plain sequential loop (which the probe recovers exactly
 with ``max_k <= 7``); from 8 terms on it keeps 8 interleaved partial sums (every 8th term),
 combines them pairwise and adds the remainder sequentially, blocks of 128 are split in halves.
-An :class:`Accumulator` has no strided order, so the probe reports it as "summation tree not in
-the family" with the closest model and its confidence (decision: an honest "no" with the
+An :class:`Accumulator` has no strided order, so the probe reports it as outside, the summation
+tree failing, with the closest model and its confidence (decision: an honest "no" with the
 numbers beats a model that is wrong in a fraction of cases).
 
 A model found is valid for the shape and the ``K <= max_k`` it was probed with: BLAS libraries
@@ -176,6 +197,34 @@ def _dtype_for(fmt: FloatFormat) -> np.dtype:
     return np.dtype(np.float32 if fits32 else np.float64)
 
 
+def _dtypes_text(dtypes: tuple[np.dtype, np.dtype]) -> str:
+    return str(dtypes[0]) if dtypes[0] == dtypes[1] else f"{dtypes[0]} x {dtypes[1]}"
+
+
+def _fins_text(fins: tuple[FloatFormat, FloatFormat]) -> str:
+    return str(fins[0]) if fins[0] == fins[1] else f"{fins[0]} x {fins[1]}"
+
+
+def _common_grid(fa: FloatFormat, fb: FloatFormat) -> FloatFormat:
+    """A format whose every value lies on both ``fa``'s and ``fb``'s grids (mixed operands:
+    the targeted inputs are built on it, so that each factor fits either operand): the IEEE
+    format with the fewer exponent and fraction bits of the two."""
+    f = FloatFormat(
+        min(fa.exponent_bits, fb.exponent_bits),
+        min(fa.mantissa_bits, fb.mantissa_bits),
+    )
+    inside = all(
+        f.emin >= g.emin
+        and f.emax <= g.emax
+        and f.max <= g.max
+        and f.emin - f.mantissa_bits >= g.emin - g.mantissa_bits
+        for g in (fa, fb)
+    )
+    if not inside:  # pragma: no cover - every pair of the library's formats has one
+        raise ValueError(f"input_format: no common grid of {fa} and {fb} for the probe's inputs")
+    return f
+
+
 def _same(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Bitwise equality of float64 arrays (any NaN equals any NaN; the sign of zero counts)."""
     return (x.view(np.int64) == y.view(np.int64)) | (np.isnan(x) & np.isnan(y))
@@ -189,7 +238,7 @@ class _Box:
         fn: Callable[..., Any],
         fin: FloatFormat,
         fout: FloatFormat | None,
-        in_dtype: np.dtype,
+        in_dtype: tuple[np.dtype, np.dtype],
         shape: tuple[int, int],
         with_c: bool,
         max_calls: int,
@@ -212,7 +261,7 @@ class _Box:
         self.calls += 1
         m, k = a.shape
         n = b.shape[1]
-        args = [a.astype(self.in_dtype), b.astype(self.in_dtype)]
+        args = [a.astype(self.in_dtype[0]), b.astype(self.in_dtype[1])]
         if self.with_c:
             assert c is not None
             args.append(self.c_array(c))
@@ -222,7 +271,7 @@ class _Box:
         except Exception as exc:
             raise RuntimeError(
                 f"fn raised {type(exc).__name__} on a of shape ({m}, {k}) and b of shape "
-                f"({k}, {n}) (dtype {self.in_dtype}): {exc}"
+                f"({k}, {n}) (dtype {_dtypes_text(self.in_dtype)}): {exc}"
             ) from exc
         try:
             d = np.asarray(out)
@@ -290,8 +339,16 @@ def _vectors(values: Sequence[float], fin: FloatFormat) -> tuple[np.ndarray, np.
 class _Lab:
     """Packs inner products into calls of ``fn`` (one per diagonal element) and runs models."""
 
-    def __init__(self, box: _Box, fin: FloatFormat, shape: tuple[int, int]) -> None:
+    def __init__(
+        self,
+        box: _Box,
+        fin: FloatFormat,
+        shape: tuple[int, int],
+        fins: tuple[FloatFormat, FloatFormat] | None = None,
+    ) -> None:
         self.box, self.fin = box, fin
+        #: the operands' formats (``fin`` is their common grid when they differ)
+        self.fins = fins if fins is not None else (fin, fin)
         self.m, self.n = shape
         self.calls: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]] = []
         self.fout: FloatFormat = _FP32
@@ -332,7 +389,7 @@ class _Lab:
                 a,
                 b,
                 c if self.box.with_c else None,
-                input_format=self.fin,
+                input_format=self.fins if self.fins[0] != self.fins[1] else self.fin,
                 accumulator=acc,
                 out_format=self.fout,
             )
@@ -383,14 +440,21 @@ def _grid(x: np.ndarray, fmt: FloatFormat) -> np.ndarray:
 
 
 def _random_inputs(
-    rng: np.random.Generator, fin: FloatFormat, fout: FloatFormat, m: int, k: int, n: int, kind: str
+    rng: np.random.Generator,
+    fins: tuple[FloatFormat, FloatFormat],
+    fout: FloatFormat,
+    m: int,
+    k: int,
+    n: int,
+    kind: str,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Random a, b (on ``fin``'s grid) and c (on ``fout``'s) of one of several distributions."""
+    """Random a, b (on their formats' grids) and c (on ``fout``'s) of one of several
+    distributions."""
+    fa, fb = fins
     span = {"moderate": 3, "wide": None, "cancel": 3, "ints": 0}[kind]
     if span is None:  # exponents over most of the input range (products over and under flow)
-        lo, hi = max(fin.emin - 2, -60), min(fin.emax, 60)
-        ea = rng.integers(lo, hi + 1, size=(m, k))
-        eb = rng.integers(lo, hi + 1, size=(k, n))
+        ea = rng.integers(max(fa.emin - 2, -60), min(fa.emax, 60) + 1, size=(m, k))
+        eb = rng.integers(max(fb.emin - 2, -60), min(fb.emax, 60) + 1, size=(k, n))
     else:
         ea = rng.integers(-span, span + 1, size=(m, k))
         eb = rng.integers(-span, span + 1, size=(k, n))
@@ -405,7 +469,7 @@ def _random_inputs(
         j = rng.integers(1, k, size=m)
         a[np.arange(m), j] = -a[:, 0] * rng.uniform(0.98, 1.02, size=m)
         b[j, :] = b[0, :]
-    a, b = _grid(a, fin), _grid(b, fin)
+    a, b = _grid(a, fa), _grid(b, fb)
     c = _grid(rng.standard_normal((m, n)) * 2.0 ** rng.integers(-3, 4, size=(m, n)), fout)
     if kind == "cancel":
         c = _grid(c * 2.0**8, fout)
@@ -570,7 +634,7 @@ def _spec_text(spec: dict[str, Any]) -> str:
 def probe_gemm(
     fn: Callable[..., Any],
     *,
-    input_format: str | FloatFormat = "fp32",
+    input_format: str | FloatFormat | tuple[str | FloatFormat, str | FloatFormat] = "fp32",
     out_format: str | FloatFormat | None = None,
     max_k: int = 64,
     seed: int = 0,
@@ -590,7 +654,9 @@ def probe_gemm(
         (float32 for fp32/tf32, float16, ml_dtypes bfloat16/float8 types). ``d`` may be any
         float array ``numpy.asarray`` accepts. ``fn`` must be deterministic.
     input_format:
-        The format of ``a`` and ``b`` (every input lies on its grid): ``fp32``, ``tf32``,
+        The format of ``a`` and ``b`` (every input lies on its grid), or a pair ``(format_a,
+        format_b)`` for mixed operands (FP8 x FP6 ...: the targeted inputs then lie on a grid
+        inside both, and the named models are the presets of that pair): ``fp32``, ``tf32``,
         ``fp16``, ``bf16``, FP8, FP6, FP4 ... or ``fp64`` (inputs of more than 26 significant
         bits: :func:`gemm` models them only as a chain of fp64 fused multiply-adds, which is the
         one model the probe then tries).
@@ -642,8 +708,22 @@ def probe_gemm(
     """
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    fin = _float_format(input_format, "input_format")
-    wide = fin.precision > _EXACT_PRODUCT_BITS  # fp64 inputs: an fp64 FMA chain only
+    if isinstance(input_format, tuple | list):
+        if len(input_format) != 2:
+            raise ValueError(
+                f"input_format must be one format or a pair (format_a, format_b), got "
+                f"{len(input_format)} items"
+            )
+        fins = (
+            _float_format(input_format[0], "input_format[0]"),
+            _float_format(input_format[1], "input_format[1]"),
+        )
+    else:
+        fins = (_float_format(input_format, "input_format"),) * 2
+    # the grid of the targeted inputs: the operands' format, or a grid inside both
+    fin = fins[0] if fins[0] == fins[1] else _common_grid(*fins)
+    # fp64 inputs: an fp64 FMA chain only
+    wide = max(f.precision for f in fins) > _EXACT_PRODUCT_BITS
     if isinstance(max_k, bool) or not isinstance(max_k, int) or not 2 <= max_k <= 256:
         raise ValueError(f"max_k must be an int in 2..256, got {max_k!r}")
     if isinstance(cases, bool) or not isinstance(cases, int) or cases < 1:
@@ -660,13 +740,14 @@ def probe_gemm(
         raise TypeError(f"with_c must be a bool, got {with_c!r}")
     rng = np.random.default_rng(seed)
     fout_given = None if out_format is None else _float_format(out_format, "out_format")
-    box = _Box(fn, fin, fout_given, _dtype_for(fin), shape, with_c, max_calls)
-    lab = _Lab(box, fin, shape)
+    dtypes = (_dtype_for(fins[0]), _dtype_for(fins[1]))
+    box = _Box(fn, fin, fout_given, dtypes, shape, with_c, max_calls)
+    lab = _Lab(box, fin, shape, fins)
     m, n = shape
     evidence: dict[str, str] = {}
 
     # 0. what fn returns, and whether it is deterministic
-    a0, b0, _ = _random_inputs(rng, fin, _FP32, m, max_k, n, "moderate")
+    a0, b0, _ = _random_inputs(rng, fins, _FP32, m, max_k, n, "moderate")
     c0 = np.zeros((m, n))
     first = box(a0, b0, c0)
     assert box.out_dtype is not None
@@ -689,7 +770,7 @@ def probe_gemm(
     if not np.isfinite(first).all():
         raise ValueError(
             "fn returned inf or NaN on small random inputs: is input_format right? "
-            f"(got {fin}, inputs in {box.in_dtype})"
+            f"(got {_fins_text(fins)}, inputs in {_dtypes_text(box.in_dtype)})"
         )
 
     # 1. the summation tree (FPRev)
@@ -743,7 +824,7 @@ def probe_gemm(
     # 8 (also run early, see below). named models: the library's presets for these inputs and
     # plain accumulators, tried whole (orders whose pair counts are no tree, such as
     # exact_block and compensated, and inputs whose range cannot show the order are found here)
-    catalogue = _catalogue(fin, fout, kp)
+    catalogue = _catalogue(fins, fout, kp)
     cat_out: set[int] = set()  # entries that failed a case (cases only accumulate)
     cat_near: list[tuple[float, int, Accumulator, int, int]] = []  # failed confirmations
 
@@ -771,9 +852,9 @@ def probe_gemm(
     hit: tuple[str, Accumulator, int, int] | None = None
     if wide:
         evidence["search"] = (
-            f"{fin} inputs have more than {_EXACT_PRODUCT_BITS} significant bits: pl.gemm models "
-            "them only as a chain of fp64 fused multiply-adds, so the probe tries only the named "
-            "models"
+            f"{_fins_text(fins)} inputs have more than {_EXACT_PRODUCT_BITS} significant bits: "
+            "pl.gemm models them only as a chain of fp64 fused multiply-adds, so the probe tries "
+            "only the named models"
         )
     elif sizes is not None and failed is None:  # the family's tree: first candidate that fits
         for spec in specs[:6]:
@@ -860,7 +941,7 @@ def probe_gemm(
         label, acc, reproduced, tried_n = hit
         found, chosen, failed = acc, acc, None
         evidence["named model"] = (
-            f"{label}: the first of {len(catalogue)} named models ({_catalogue_text(fin)}) "
+            f"{label}: the first of {len(catalogue)} named models ({_catalogue_text(fins)}) "
             f"to reproduce every case so far (the tree, targeted, special-value and random "
             f"inputs of {len(lab.calls)} calls)"
         )
@@ -870,7 +951,7 @@ def probe_gemm(
             )
     elif failed is not None:
         evidence["named models"] = (
-            f"none of {len(catalogue)} named models ({_catalogue_text(fin)}) reproduces every case"
+            f"none of {len(catalogue)} named models ({_catalogue_text(fins)}) reproduces every case"
         )
         if cat_near and (chosen is None or tried_n == 0 or max(cat_near)[0] > reproduced / tried_n):
             _, _, chosen, reproduced, tried_n = max(cat_near)
@@ -899,7 +980,7 @@ def probe_gemm(
     tried_txt = (
         (f"{len(structures)} summation orders of the family (FPRev), " if not wide else "")
         + (f"{searched} accumulator candidates for the measured order, " if searched else "")
-        + f"{len(catalogue)} named models ({_catalogue_text(fin)})"
+        + f"{len(catalogue)} named models ({_catalogue_text(fins)})"
     )
     return _result(
         found if failed is None else None,
@@ -950,7 +1031,7 @@ def _result(
     why: str | None = None,
 ) -> ProbeResult:
     conf = reproduced / tried if tried else 0.0
-    io = f"({fin} inputs, {fout} output)"
+    io = f"({_fins_text(lab.fins)} inputs, {fout} output)"
     if acc is not None:
         verdict = (
             f"Reproduced: fn {io} is reproduced bit for bit by Accumulator: {acc.describe()}; "
@@ -1236,7 +1317,7 @@ def _random_battery(
         ("ints", k),
         ("wide", max(1, k - 1)),
     ):
-        a, b, c = _random_inputs(rng, fin, fout, lab.m, kk, lab.n, kind)
+        a, b, c = _random_inputs(rng, lab.fins, fout, lab.m, kk, lab.n, kind)
         lab.run_random(f"random {kind} K={kk}", a, b, c)
     return list(range(start, len(lab.calls)))
 
@@ -1390,22 +1471,25 @@ _PLAIN_FORMATS = ("fp32", "fp64", "fp16", "bf16", "tf32")
 _PLAIN_BLOCKS = (2, 4, 8, 16, 32, 64, 128, 256)
 
 
-def _catalogue_text(fin: FloatFormat) -> str:
+def _catalogue_text(fins: tuple[FloatFormat, FloatFormat]) -> str:
     return (
-        f"the presets of pl.tensor_core.list() whose operands are {fin} (every GPU, instruction "
+        f"the presets of pl.tensor_core.list() whose operands are {_fins_text(fins)} (every "
+        "GPU, instruction "
         f"and output format), and plain sequential, pairwise, compensated and exact_block "
         f"(blocks of {', '.join(map(str, _PLAIN_BLOCKS))}) accumulators in "
         f"{', '.join(_PLAIN_FORMATS)} with every rounding mode the probe tells apart"
     )
 
 
-def _catalogue(fin: FloatFormat, fout: FloatFormat, k: int) -> list[tuple[str, Accumulator]]:
+def _catalogue(
+    fins: tuple[FloatFormat, FloatFormat], fout: FloatFormat, k: int
+) -> list[tuple[str, Accumulator]]:
     """Named models tried whole: the library's presets for ``fin`` operands (those with
     ``fout`` as their output first), then plain accumulators. Inputs of more than 26 bits get
     only the models :func:`gemm` takes for them (an fp64 FMA chain)."""
     from .tensor_core import PRESETS, instruction_name
 
-    wide = fin.precision > _EXACT_PRODUCT_BITS
+    wide = max(f.precision for f in fins) > _EXACT_PRODUCT_BITS
     presets: list[tuple[bool, str, Accumulator]] = []
     for p in PRESETS.values():
         if p.block_scaled:
@@ -1414,13 +1498,14 @@ def _catalogue(fin: FloatFormat, fout: FloatFormat, k: int) -> list[tuple[str, A
             fa, fb = (get_format(x) for x in p.input_format)
         except (TypeError, ValueError):
             continue
-        if fa != fin or fb != fin:
+        if (fa, fb) != fins:
             continue
         gpu = p.gpus[0] if p.gpus else p.arch
         acc = p.accumulator
         acc = dataclasses.replace(acc, name=(acc.name or "").replace("{gpu}", gpu))
+        operands = p.input_format[0] if fa == fb else p.input_format
         label = (
-            f"pl.tensor_core({gpu!r}, {p.input_format[0]!r}, out_format={p.out_format!r}, "
+            f"pl.tensor_core({gpu!r}, {operands!r}, out_format={p.out_format!r}, "
             f"instruction={p.instruction + '.' + p.kind!r}) "
             f"[{instruction_name(p.instruction, p.kind)}]"
         )
@@ -1627,7 +1712,7 @@ def _confirm(
     i = 0
     while done < cases:
         kk = max_k if i == 0 else int(rng.integers(1, max_k + 1))
-        a, b, c = _random_inputs(rng, fin, fout, lab.m, kk, lab.n, kinds[i % len(kinds)])
+        a, b, c = _random_inputs(rng, lab.fins, fout, lab.m, kk, lab.n, kinds[i % len(kinds)])
         d = lab.box(a, b, c)
         got = lab.model(acc, a, b, c)
         same += int(_same(got, d).sum())

@@ -36,13 +36,12 @@ def probe(fn, fin, fout, max_k, **kw):
 def fresh_check(fn, acc, fin, fout, max_k, seed=12345):
     """New shape, seed and K values: the box and pl.gemm with ``acc`` agree bit for bit."""
     rng = np.random.default_rng(seed)
-    fmt = pl.get_format(fin)
-    dtype = _dtype_for(fmt)
-    scale = min(4.0, fmt.max / 4)
+    fa, fb = (pl.get_format(f) for f in (fin if isinstance(fin, tuple) else (fin, fin)))
+    scale = min(4.0, fa.max / 4)
     for k in sorted({1, 2, max_k // 2 + 1, max_k}):
-        a = np.asarray(pl.round_to(rng.standard_normal((5, k)) * scale, fin), dtype=np.float64)
-        b = np.asarray(pl.round_to(rng.standard_normal((k, 7)), fin), dtype=np.float64)
-        want = np.asarray(fn(a.astype(dtype), b.astype(dtype)), dtype=np.float64)
+        a = np.asarray(pl.round_to(rng.standard_normal((5, k)) * scale, fa), dtype=np.float64)
+        b = np.asarray(pl.round_to(rng.standard_normal((k, 7)), fb), dtype=np.float64)
+        want = np.asarray(fn(a.astype(_dtype_for(fa)), b.astype(_dtype_for(fb))), np.float64)
         got = np.asarray(
             pl.gemm(a, b, input_format=fin, accumulator=acc, out_format=fout), dtype=np.float64
         )
@@ -138,15 +137,16 @@ def test_named_boxes_are_reproduced(acc, fin, fout, max_k):
 
 
 def _preset_rows():
-    """Rows of pl.tensor_core.list() pl.gemm takes with one input format (block-scaled kinds
-    run through gemm_blocks)."""
+    """Rows of pl.tensor_core.list() that pl.gemm takes (block-scaled kinds run through
+    gemm_blocks): one input format, or a pair for mixed operands."""
     out = []
     for r in pl.tensor_core.list():
-        fin = r["input_format"]
+        fin = tuple(r["input_format"].split(" x "))
         try:
-            pl.get_format(fin)
-        except ValueError:  # a pair "a x b" or a block format
+            [pl.get_format(f) for f in fin]
+        except ValueError:  # a block format
             continue
+        fin = fin[0] if len(fin) == 1 else fin
         gpu = r["gpus"].split()[0]
         out.append((gpu, fin, r["out_format"], f"{r['instruction']}.{r['kind']}"))
     return out
@@ -154,7 +154,7 @@ def _preset_rows():
 
 ROWS = _preset_rows()
 #: a sample of the table (fixed seed: the same rows every run), on top of NAMED's families
-SAMPLE = random.Random(31).sample(ROWS, 8)
+SAMPLE = random.Random(31).sample(ROWS, 10)
 
 
 @pytest.mark.parametrize(("gpu", "fin", "fout", "instruction"), SAMPLE, ids=map(str, SAMPLE))
@@ -167,8 +167,35 @@ def test_sampled_presets_are_reproduced(gpu, fin, fout, instruction):
 
 
 def test_the_sample_covers_the_table():
-    assert len(ROWS) > 80  # every pl.gemm row with one input format is a candidate
+    assert len(ROWS) == 184  # every row but the 57 block-scaled ones is a candidate
     assert {r[1] for r in ROWS} >= {"fp16", "bf16", "tf32", "fp32", "fp64", "e4m3", "e2m1"}
+    assert any(isinstance(r[1], tuple) for r in SAMPLE)  # mixed operands sampled too
+
+
+MIXED = [
+    ("ada e4m3 x e5m2", "ada", ("e4m3", "e5m2"), "fp32", "mma", 20),
+    ("h100 e5m2 x e4m3 -> fp16", "h100", ("e5m2", "e4m3"), "fp16", "mma", 10),
+    ("b200 e4m3 x e2m1", "b200", ("e4m3", "e2m1"), "fp32", "tcgen05", 10),
+    ("rtx5090 e3m2 x e2m3 -> fp16", "rtx5090", ("e3m2", "e2m3"), "fp16", "mma", 10),
+]
+
+
+@pytest.mark.parametrize(
+    ("gpu", "fin", "fout", "instruction", "max_k"),
+    [m[1:] for m in MIXED],
+    ids=[m[0] for m in MIXED],
+)
+def test_mixed_operand_presets_are_reproduced(gpu, fin, fout, instruction, max_k):
+    acc = pl.tensor_core(gpu, fin, out_format=fout, instruction=instruction)
+    fn = hidden(acc, fin, fout)
+    res = probe(fn, fin, fout, max_k)
+    assert_reproduced(res, fn, fin, fout, max_k)
+    assert " x ".join(fin) in res.verdict
+
+
+def test_input_format_pair_must_be_two():
+    with pytest.raises(ValueError, match="input_format must be one format or a pair"):
+        pl.probe_gemm(lambda a, b: a @ b, input_format=("fp16", "fp16", "fp16"))
 
 
 # ----- verdicts that are not "reproduced" --------------------------------------------------------
