@@ -978,7 +978,13 @@ def probe_gemm(
     else:
         outcome = "outside"
     tried_txt = (
-        (f"{len(structures)} summation orders of the family (FPRev), " if not wide else "")
+        (
+            ""
+            if wide
+            else "the summation-tree probe (FPRev) at every scale the formats allow, "
+            if unmeasurable is not None
+            else f"{len(structures)} summation orders of the family (FPRev), "
+        )
         + (f"{searched} accumulator candidates for the measured order, " if searched else "")
         + f"{len(catalogue)} named models ({_catalogue_text(fins)})"
     )
@@ -1039,8 +1045,10 @@ def _result(
         )
     else:
         if outcome == "cannot measure":
+            reason = (why or "").removeprefix("cannot measure the summation order: ")
             verdict = (
-                f"Cannot measure: fn {io} is reproduced by none of the models tried, and {why}."
+                f"Cannot measure: the summation order of fn {io}: {reason}; and no model tried "
+                "without it reproduces fn."
             )
         else:
             verdict = (
