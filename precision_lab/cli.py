@@ -1059,7 +1059,7 @@ def add_probe_command(sub: Any) -> None:
         help="recover the accumulation model of numpy's, torch's or CuPy's matmul",
         description="Run probe_gemm on LIBRARY's matmul (numpy: numpy.matmul on the CPU; torch: "
         "torch.matmul on the CPU; cupy: cupy.matmul, cuBLAS, on the GPU) and print the "
-        "Accumulator that reproduces it bit for bit, or why none of the family does.",
+        "Accumulator that reproduces it bit for bit, or why none does (exit status 1).",
     )
     p.add_argument(
         "library",
@@ -1070,7 +1070,7 @@ def add_probe_command(sub: Any) -> None:
     p.add_argument(
         "--input-format",
         default="fp32",
-        help="fp32 (default), fp16 or bf16 (torch): the operands' dtype",
+        help="fp32 (default), fp64, fp16 or bf16 (torch): the operands' dtype",
     )
     p.add_argument(
         "--max-k",
@@ -1135,7 +1135,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
             cases=args.cases,
             shape=tuple(args.shape),
         )
-    except RuntimeError as err:  # the library's matmul raised, or the call budget ran out
+    except (RuntimeError, ArithmeticError) as err:  # the library's matmul raised, or the call
+        # budget ran out: one line, never a traceback
         print(f"precision-lab probe: error: {err}", file=sys.stderr)
         return 1
     if args.json:
@@ -1143,6 +1144,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         info = {
             "library": args.library,
             "found": acc is not None,
+            "outcome": res.outcome,
             "accumulator": None if acc is None else acc.describe(),
             "closest": None if res.closest is None else res.closest.describe(),
             "confidence": res.confidence,
@@ -1158,6 +1160,15 @@ def cmd_probe(args: argparse.Namespace) -> int:
         print(res)
         if res.accumulator is not None:
             print(f"\n{res.accumulator!r}")
+    if res.accumulator is None:  # nothing reproduces the box: a failure, in one line
+        what = {"outside": "outside what the probe tries"}.get(res.outcome, res.outcome)
+        print(
+            f"precision-lab probe: no model reproduces {args.library}'s matmul ({what}; "
+            f"failed: {res.failed}; closest reproduces {100 * res.confidence:.1f}% of "
+            f"{res.tried} cases)",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

@@ -36,16 +36,37 @@ reproduces ``fn`` bit for bit, with targeted inputs first and random inputs last
    non-zero results, so that these rules are decided here, on inputs made for them).
 7. **Confirmation**: the model is run on ``cases`` fresh random inputs (``K`` from 1 to
    ``max_k``, varied distributions); the confidence is the fraction reproduced bit for bit.
+8. **Named models**, tried whole when steps 1-7 find none (and early, once 100 candidates of
+   step 5 failed): every preset of :func:`~precision_lab.tensor_core` whose operands are the
+   input format(s) (block-scaled kinds excepted: they run through ``gemm_blocks``), each
+   output format, then plain ``sequential``, ``pairwise``, ``compensated`` and
+   ``exact_block`` (blocks of 2 .. 256) accumulators in fp32, fp64, fp16, bf16 and tf32 with
+   every probed rounding mode. Each must reproduce every call made so far (tree, targeted,
+   special-value and random inputs) and then the confirmation. This is where orders whose
+   pair counts are no tree are found (an ``exact_block`` sum keeps every unit inside a block,
+   Kahan summation gives the lost units back), and boxes whose inputs cannot show the order.
+   ``addend="separate"`` block FMAs (AMD CDNA3) are step-5 candidates of a block-FMA tree.
 
-What the family cannot express is reported, not forced: when the tree is none of the family's,
-or no candidate reproduces the targeted cases, ``accumulator`` is ``None``, ``failed`` names the
-property, and ``closest`` is the best candidate with its confidence. numpy's float32 reduction
+Every result says which of three it is (:attr:`ProbeResult.outcome`): ``"reproduced"``;
+``"outside"`` what the probe tries (the verdict names what it tried and the property that
+failed: an order, a format or rounding, a special-value rule, the confirmation); or ``"cannot
+measure"``: the tree probe needs ``M / u`` of at least ``2**(log2 K + 5)`` on products of two
+input values, and narrow formats cannot give it (e2m1's products span only ``2**-2 .. 36``;
+e3m2's allow ``2**16``, too little to absorb a unit in a 25-bit block FMA), so the order is not
+measured, and no named model reproduces the box. With such inputs a named model that
+reproduces every case is reported as reproduced, with the evidence that the order was not
+measured (every FP4 ``kind::f8f6f4`` GEMM into fp32 is exact at small ``K``, so other orders
+reproduce it too).
+
+What the probe cannot express is reported, not forced: when no model reproduces fn,
+``accumulator`` is ``None``, ``failed`` names the property, and ``closest`` is the best
+candidate with its confidence. numpy's float32 reduction
 (``np.sum`` over a contiguous axis, ``pairwise_sum`` in ``numpy/_core/src/umath/loops_utils.h``)
 is such a case: below 8 terms it is a plain sequential loop (which the probe recovers exactly
 with ``max_k <= 7``); from 8 terms on it keeps 8 interleaved partial sums (every 8th term),
 combines them pairwise and adds the remainder sequentially, blocks of 128 are split in halves.
-An :class:`Accumulator` has no strided order, so the probe reports it as "summation tree not in
-the family" with the closest model and its confidence (decision: an honest "no" with the
+An :class:`Accumulator` has no strided order, so the probe reports it as outside, the summation
+tree failing, with the closest model and its confidence (decision: an honest "no" with the
 numbers beats a model that is wrong in a fraction of cases).
 
 A model found is valid for the shape and the ``K <= max_k`` it was probed with: BLAS libraries
@@ -84,7 +105,7 @@ import numpy as np
 from ..core.formats import FloatFormat, get_format
 from ..core.pool import use_workers
 from .accumulator import Accumulator, _float_format
-from .reference import gemm
+from .reference import _EXACT_PRODUCT_BITS, gemm
 from .tensor_core import FP8_ACCUMULATOR
 
 __all__ = ["ProbeResult", "probe_gemm"]
@@ -119,14 +140,21 @@ class ProbeResult:
         Per property (``tree``, ``products``, ``precision``, ``alignment``, ``rounding``,
         ``confirmation`` ...), what was measured.
     failed:
-        ``None``, or the property no model of the family fits (``"summation tree"``,
-        ``"format and rounding"``, ``"special values"``, ``"confirmation"``).
+        ``None``, or the property no model the probe tried fits (``"summation tree"``,
+        ``"format and rounding"``, ``"special values"``, ``"confirmation"``, ``"named
+        models"``).
     tree:
         The recovered summation tree: leaves are the product indices ``0 .. K-1`` and ``c``,
         a parenthesised group is one addition (a fused node when it has more than two
         children).
     verdict:
-        One plain-language paragraph.
+        One plain-language paragraph that starts with the outcome.
+    outcome:
+        ``"reproduced"`` (``accumulator`` reproduced every case), ``"outside"`` (no model the
+        probe tries reproduces fn: the verdict names what it tried and the property that
+        failed) or ``"cannot measure"`` (the inputs the probe needs cannot be formed, e.g. the
+        input format's range is too narrow for the summation-order probe, and no named model
+        reproduces fn: the verdict says which inputs and why).
     """
 
     accumulator: Accumulator | None
@@ -138,6 +166,7 @@ class ProbeResult:
     failed: str | None = None
     tree: str = ""
     verdict: str = ""
+    outcome: str = "reproduced"
 
     def __str__(self) -> str:
         lines = [self.verdict, ""]
@@ -168,6 +197,34 @@ def _dtype_for(fmt: FloatFormat) -> np.dtype:
     return np.dtype(np.float32 if fits32 else np.float64)
 
 
+def _dtypes_text(dtypes: tuple[np.dtype, np.dtype]) -> str:
+    return str(dtypes[0]) if dtypes[0] == dtypes[1] else f"{dtypes[0]} x {dtypes[1]}"
+
+
+def _fins_text(fins: tuple[FloatFormat, FloatFormat]) -> str:
+    return str(fins[0]) if fins[0] == fins[1] else f"{fins[0]} x {fins[1]}"
+
+
+def _common_grid(fa: FloatFormat, fb: FloatFormat) -> FloatFormat:
+    """A format whose every value lies on both ``fa``'s and ``fb``'s grids (mixed operands:
+    the targeted inputs are built on it, so that each factor fits either operand): the IEEE
+    format with the fewer exponent and fraction bits of the two."""
+    f = FloatFormat(
+        min(fa.exponent_bits, fb.exponent_bits),
+        min(fa.mantissa_bits, fb.mantissa_bits),
+    )
+    inside = all(
+        f.emin >= g.emin
+        and f.emax <= g.emax
+        and f.max <= g.max
+        and f.emin - f.mantissa_bits >= g.emin - g.mantissa_bits
+        for g in (fa, fb)
+    )
+    if not inside:  # pragma: no cover - every pair of the library's formats has one
+        raise ValueError(f"input_format: no common grid of {fa} and {fb} for the probe's inputs")
+    return f
+
+
 def _same(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Bitwise equality of float64 arrays (any NaN equals any NaN; the sign of zero counts)."""
     return (x.view(np.int64) == y.view(np.int64)) | (np.isnan(x) & np.isnan(y))
@@ -181,7 +238,7 @@ class _Box:
         fn: Callable[..., Any],
         fin: FloatFormat,
         fout: FloatFormat | None,
-        in_dtype: np.dtype,
+        in_dtype: tuple[np.dtype, np.dtype],
         shape: tuple[int, int],
         with_c: bool,
         max_calls: int,
@@ -204,7 +261,7 @@ class _Box:
         self.calls += 1
         m, k = a.shape
         n = b.shape[1]
-        args = [a.astype(self.in_dtype), b.astype(self.in_dtype)]
+        args = [a.astype(self.in_dtype[0]), b.astype(self.in_dtype[1])]
         if self.with_c:
             assert c is not None
             args.append(self.c_array(c))
@@ -214,7 +271,7 @@ class _Box:
         except Exception as exc:
             raise RuntimeError(
                 f"fn raised {type(exc).__name__} on a of shape ({m}, {k}) and b of shape "
-                f"({k}, {n}) (dtype {self.in_dtype}): {exc}"
+                f"({k}, {n}) (dtype {_dtypes_text(self.in_dtype)}): {exc}"
             ) from exc
         try:
             d = np.asarray(out)
@@ -282,12 +339,22 @@ def _vectors(values: Sequence[float], fin: FloatFormat) -> tuple[np.ndarray, np.
 class _Lab:
     """Packs inner products into calls of ``fn`` (one per diagonal element) and runs models."""
 
-    def __init__(self, box: _Box, fin: FloatFormat, shape: tuple[int, int]) -> None:
+    def __init__(
+        self,
+        box: _Box,
+        fin: FloatFormat,
+        shape: tuple[int, int],
+        fins: tuple[FloatFormat, FloatFormat] | None = None,
+    ) -> None:
         self.box, self.fin = box, fin
+        #: the operands' formats (``fin`` is their common grid when they differ)
+        self.fins = fins if fins is not None else (fin, fin)
         self.m, self.n = shape
         self.calls: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]] = []
         self.fout: FloatFormat = _FP32
         self._masks: dict[int, np.ndarray] = {}
+        #: the special-value calls (indices), fn's results on them, and how many inputs
+        self.special: tuple[list[int], np.ndarray, int] | None = None
 
     def run_cases(self, label: str, cases: Sequence[Case], k: int) -> np.ndarray:
         """Results of ``fn`` on each case (its own a row and b column), in order."""
@@ -322,7 +389,7 @@ class _Lab:
                 a,
                 b,
                 c if self.box.with_c else None,
-                input_format=self.fin,
+                input_format=self.fins if self.fins[0] != self.fins[1] else self.fin,
                 accumulator=acc,
                 out_format=self.fout,
             )
@@ -373,14 +440,21 @@ def _grid(x: np.ndarray, fmt: FloatFormat) -> np.ndarray:
 
 
 def _random_inputs(
-    rng: np.random.Generator, fin: FloatFormat, fout: FloatFormat, m: int, k: int, n: int, kind: str
+    rng: np.random.Generator,
+    fins: tuple[FloatFormat, FloatFormat],
+    fout: FloatFormat,
+    m: int,
+    k: int,
+    n: int,
+    kind: str,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Random a, b (on ``fin``'s grid) and c (on ``fout``'s) of one of several distributions."""
+    """Random a, b (on their formats' grids) and c (on ``fout``'s) of one of several
+    distributions."""
+    fa, fb = fins
     span = {"moderate": 3, "wide": None, "cancel": 3, "ints": 0}[kind]
     if span is None:  # exponents over most of the input range (products over and under flow)
-        lo, hi = max(fin.emin - 2, -60), min(fin.emax, 60)
-        ea = rng.integers(lo, hi + 1, size=(m, k))
-        eb = rng.integers(lo, hi + 1, size=(k, n))
+        ea = rng.integers(max(fa.emin - 2, -60), min(fa.emax, 60) + 1, size=(m, k))
+        eb = rng.integers(max(fb.emin - 2, -60), min(fb.emax, 60) + 1, size=(k, n))
     else:
         ea = rng.integers(-span, span + 1, size=(m, k))
         eb = rng.integers(-span, span + 1, size=(k, n))
@@ -395,7 +469,7 @@ def _random_inputs(
         j = rng.integers(1, k, size=m)
         a[np.arange(m), j] = -a[:, 0] * rng.uniform(0.98, 1.02, size=m)
         b[j, :] = b[0, :]
-    a, b = _grid(a, fin), _grid(b, fin)
+    a, b = _grid(a, fa), _grid(b, fb)
     c = _grid(rng.standard_normal((m, n)) * 2.0 ** rng.integers(-3, 4, size=(m, n)), fout)
     if kind == "cancel":
         c = _grid(c * 2.0**8, fout)
@@ -560,7 +634,7 @@ def _spec_text(spec: dict[str, Any]) -> str:
 def probe_gemm(
     fn: Callable[..., Any],
     *,
-    input_format: str | FloatFormat = "fp32",
+    input_format: str | FloatFormat | tuple[str | FloatFormat, str | FloatFormat] = "fp32",
     out_format: str | FloatFormat | None = None,
     max_k: int = 64,
     seed: int = 0,
@@ -580,8 +654,12 @@ def probe_gemm(
         (float32 for fp32/tf32, float16, ml_dtypes bfloat16/float8 types). ``d`` may be any
         float array ``numpy.asarray`` accepts. ``fn`` must be deterministic.
     input_format:
-        The format of ``a`` and ``b`` (every input lies on its grid), at most 26 significant
-        bits (``fp32``, ``tf32``, ``fp16``, ``bf16``, FP8 ...).
+        The format of ``a`` and ``b`` (every input lies on its grid), or a pair ``(format_a,
+        format_b)`` for mixed operands (FP8 x FP6 ...: the targeted inputs then lie on a grid
+        inside both, and the named models are the presets of that pair): ``fp32``, ``tf32``,
+        ``fp16``, ``bf16``, FP8, FP6, FP4 ... or ``fp64`` (inputs of more than 26 significant
+        bits: :func:`gemm` models them only as a chain of fp64 fused multiply-adds, which is the
+        one model the probe then tries).
     out_format:
         The format of ``d`` (and ``c``); ``None``: that of the dtype ``fn`` returns. Give it when
         ``fn`` returns, say, fp16 values in float32 arrays.
@@ -630,12 +708,22 @@ def probe_gemm(
     """
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    fin = _float_format(input_format, "input_format")
-    if fin.precision > 26:
-        raise ValueError(
-            f"input_format must have at most 26 significant bits (products exact in float64), "
-            f"got {fin} with {fin.precision}"
+    if isinstance(input_format, tuple | list):
+        if len(input_format) != 2:
+            raise ValueError(
+                f"input_format must be one format or a pair (format_a, format_b), got "
+                f"{len(input_format)} items"
+            )
+        fins = (
+            _float_format(input_format[0], "input_format[0]"),
+            _float_format(input_format[1], "input_format[1]"),
         )
+    else:
+        fins = (_float_format(input_format, "input_format"),) * 2
+    # the grid of the targeted inputs: the operands' format, or a grid inside both
+    fin = fins[0] if fins[0] == fins[1] else _common_grid(*fins)
+    # fp64 inputs: an fp64 FMA chain only
+    wide = max(f.precision for f in fins) > _EXACT_PRODUCT_BITS
     if isinstance(max_k, bool) or not isinstance(max_k, int) or not 2 <= max_k <= 256:
         raise ValueError(f"max_k must be an int in 2..256, got {max_k!r}")
     if isinstance(cases, bool) or not isinstance(cases, int) or cases < 1:
@@ -652,13 +740,14 @@ def probe_gemm(
         raise TypeError(f"with_c must be a bool, got {with_c!r}")
     rng = np.random.default_rng(seed)
     fout_given = None if out_format is None else _float_format(out_format, "out_format")
-    box = _Box(fn, fin, fout_given, _dtype_for(fin), shape, with_c, max_calls)
-    lab = _Lab(box, fin, shape)
+    dtypes = (_dtype_for(fins[0]), _dtype_for(fins[1]))
+    box = _Box(fn, fin, fout_given, dtypes, shape, with_c, max_calls)
+    lab = _Lab(box, fin, shape, fins)
     m, n = shape
     evidence: dict[str, str] = {}
 
     # 0. what fn returns, and whether it is deterministic
-    a0, b0, _ = _random_inputs(rng, fin, _FP32, m, max_k, n, "moderate")
+    a0, b0, _ = _random_inputs(rng, fins, _FP32, m, max_k, n, "moderate")
     c0 = np.zeros((m, n))
     first = box(a0, b0, c0)
     assert box.out_dtype is not None
@@ -681,7 +770,7 @@ def probe_gemm(
     if not np.isfinite(first).all():
         raise ValueError(
             "fn returned inf or NaN on small random inputs: is input_format right? "
-            f"(got {fin}, inputs in {box.in_dtype})"
+            f"(got {_fins_text(fins)}, inputs in {_dtypes_text(box.in_dtype)})"
         )
 
     # 1. the summation tree (FPRev)
@@ -690,45 +779,98 @@ def probe_gemm(
     structures = list(_structures(kp))
     family = [_lca_sizes(_family_tree(st, kp, with_c), nleaves) for st in structures]
     sizes, scale_txt = _probe_tree(lab, fin, fout, kp, with_c, family)
-    if sizes is None:
-        evidence["tree"] = scale_txt
-        return _result(None, None, 0, 0, evidence, "summation tree", "", lab, fin, fout)
-    measured = _tree_from_sizes(sizes)
-    tree_txt = _render(measured, kp) if measured is not None else "(not a tree)"
-    specs = [st for st, f in zip(structures, family, strict=True) if np.array_equal(f, sizes)]
+    unmeasurable: str | None = None  # why the order could not be measured
     failed: str | None = None
-    if specs:
-        evidence["tree"] = (
-            f"{nleaves * (nleaves - 1) // 2} pairs of +-M among units ({scale_txt}) at K={kp}: "
-            f"{_spec_text(specs[0])}"
-            + (f" (or {len(specs) - 1} equivalent)" if len(specs) > 1 else "")
-        )
-    else:
-        dist = [
-            (int((f != sizes).sum()), i, st)
-            for i, (st, f) in enumerate(zip(structures, family, strict=True))
-        ]
-        dist.sort(key=lambda t: (t[0], t[1]))
-        specs = [dist[0][2]]
+    specs: list[dict[str, Any]] = []
+    dist: list[tuple[int, int, dict[str, Any]]] = []
+    tree_txt = ""
+    if sizes is None:
+        unmeasurable = scale_txt
         failed = "summation tree"
-        evidence["tree"] = (
-            f"{nleaves * (nleaves - 1) // 2} pairs of +-M among units ({scale_txt}) at K={kp}: "
-            f"the tree is none of the family's; nearest: {_spec_text(specs[0])} "
-            f"({dist[0][0] // 2} of {nleaves * (nleaves - 1) // 2} pairs differ); "
-            f"tree: {_shorten(tree_txt)}"
-        )
+        evidence["tree"] = scale_txt
+    else:
+        measured = _tree_from_sizes(sizes)
+        tree_txt = _render(measured, kp) if measured is not None else "(not a tree)"
+        specs = [st for st, f in zip(structures, family, strict=True) if np.array_equal(f, sizes)]
+        if specs:
+            evidence["tree"] = (
+                f"{nleaves * (nleaves - 1) // 2} pairs of +-M among units ({scale_txt}) at "
+                f"K={kp}: {_spec_text(specs[0])}"
+                + (f" (or {len(specs) - 1} equivalent)" if len(specs) > 1 else "")
+            )
+        else:
+            dist = [
+                (int((f != sizes).sum()), i, st)
+                for i, (st, f) in enumerate(zip(structures, family, strict=True))
+            ]
+            dist.sort(key=lambda t: (t[0], t[1]))
+            specs = [dist[0][2]]
+            failed = "summation tree"
+            evidence["tree"] = (
+                f"{nleaves * (nleaves - 1) // 2} pairs of +-M among units ({scale_txt}) at "
+                f"K={kp}: the pair counts are none of the family's trees (orders with exact "
+                f"block sums or compensation show as no tree); nearest: {_spec_text(specs[0])} "
+                f"({dist[0][0] // 2} of {nleaves * (nleaves - 1) // 2} pairs differ); "
+                f"measured: {_shorten(tree_txt)}"
+            )
 
     # 2-5. per structure: targeted measurements, then candidates (6: special values below)
     rand_calls = _random_battery(lab, rng, fin, fout, kp)
     best: tuple[float, Accumulator | None, str] = (-1.0, None, "")
     found: Accumulator | None = None
     spec_evidence: dict[str, str] = {}
-    if failed is None:  # the tree is the family's: the first candidate that fits everything
+    searched = 0  # structural candidates scored
+
+    # 8 (also run early, see below). named models: the library's presets for these inputs and
+    # plain accumulators, tried whole (orders whose pair counts are no tree, such as
+    # exact_block and compensated, and inputs whose range cannot show the order are found here)
+    catalogue = _catalogue(fins, fout, kp)
+    cat_out: set[int] = set()  # entries that failed a case (cases only accumulate)
+    cat_near: list[tuple[float, int, Accumulator, int, int]] = []  # failed confirmations
+
+    def catalogue_pass() -> tuple[str, Accumulator, int, int] | None:
+        """The first named model that reproduces every call so far and the confirmation."""
+        _special_calls(lab, fin, fout, kp, with_c)
+        head = rand_calls[:1]
+        everything = head + [i for i in range(len(lab.calls)) if i not in head]
+        for i, (label, acc) in enumerate(catalogue):
+            if i in cat_out:
+                continue
+            ok, _, _ = lab.score(acc, everything)
+            if not ok:
+                cat_out.add(i)
+                continue
+            got_r, got_t = _confirm(lab, acc, rng, fin, fout, max_k, cases)
+            if got_r == got_t:
+                return label, acc, got_r, got_t
+            cat_out.add(i)
+            cat_near.append((got_r / got_t, -i, acc, got_r, got_t))
+            if len(cat_near) >= 3:  # each confirmation costs calls of fn
+                break
+        return None
+
+    hit: tuple[str, Accumulator, int, int] | None = None
+    if wide:
+        evidence["search"] = (
+            f"{_fins_text(fins)} inputs have more than {_EXACT_PRODUCT_BITS} significant bits: "
+            "pl.gemm models them only as a chain of fp64 fused multiply-adds, so the probe tries "
+            "only the named models"
+        )
+    elif sizes is not None and failed is None:  # the family's tree: first candidate that fits
         for spec in specs[:6]:
             measures = _measure(lab, fin, fout, spec, kp, with_c)
             targeted = measures.pop("_calls")
             order = rand_calls[:1] + list(targeted) + rand_calls[1:]
-            for acc in itertools.islice(_candidates(spec, measures, fin), 600):
+            pool_acc = itertools.chain(
+                itertools.islice(_candidates(spec, measures, fin), 600),
+                itertools.islice(_separate_candidates(spec, measures), 400),
+            )
+            for acc in pool_acc:
+                searched += 1
+                if searched == _EARLY_CATALOGUE:  # a long search: the named models first
+                    hit = catalogue_pass()
+                    if hit is not None:
+                        break
                 ok, score, _ = lab.score(acc, order, finite_only=True)
                 if ok:
                     found = acc
@@ -738,8 +880,9 @@ def probe_gemm(
                     spec_evidence = measures["_evidence"]
             if found is not None:
                 spec_evidence = measures["_evidence"]
+            if found is not None or hit is not None:
                 break
-    else:  # not the family's: the closest model, by random cases reproduced
+    elif sizes is not None:  # not the family's: the closest model, by random cases reproduced
         pool = [d[2] for d in dist[:2]] + [{"order": "sequential"}, {"order": "pairwise"}]
         seen_specs: list[dict[str, Any]] = []
         for spec in pool:
@@ -749,6 +892,7 @@ def probe_gemm(
             measures = _measure(lab, fin, fout, spec, kp, with_c)
             measures.pop("_calls")
             for acc in itertools.islice(_candidates(spec, measures, fin), 40):
+                searched += 1
                 agree = lab.agree(acc, rand_calls[:2])
                 if agree > best[0]:
                     best = (agree, acc, "")
@@ -757,7 +901,7 @@ def probe_gemm(
     for key in list(evidence):
         if key.startswith("_"):
             del evidence[key]
-    if found is not None and failed is None:
+    if hit is None and found is not None and failed is None:
         assert isinstance(found.format, FloatFormat)
         evidence["rounding"] = (
             f"{found.rounding} (of {', '.join(PROBE_MODES)}), {found.format.precision} "
@@ -765,38 +909,87 @@ def probe_gemm(
             f"finite non-zero results of {sum(lab.calls[i][4].size for i in rand_calls)} "
             "random ones"
         )
-    elif failed is None:
+    elif failed is None and not wide:
         failed = "format and rounding"
         evidence["rounding"] = (
             f"no candidate reproduced every case; the best failed on the '{best[2]}' cases"
+            if hit is None
+            else f"none of the first {searched - 1} candidates reproduced every case"
         )
-    if found is not None and failed is None:  # the special-value rules, on special inputs
+    if hit is None and found is not None and failed is None:  # the special-value rules
         refined, text = _special_values(lab, found, fin, fout, kp, with_c, rand_calls)
         evidence["special values"] = text
         if refined is None:
             failed = "special values"
         else:
             found = refined
-    chosen = found if found is not None else best[1]
+    chosen = found if found is not None and failed is None else best[1]
+
+    # 7. confirmation on fresh random inputs
+    reproduced = tried_n = 0
+    if hit is None and found is not None and failed is None:
+        reproduced, tried_n = _confirm(lab, found, rng, fin, fout, max_k, cases)
+        if reproduced != tried_n:
+            failed = "confirmation"
+
+    # 8. the named models, when the structural search found nothing
+    if wide and failed is None:
+        failed = "named models"
+    if hit is None and failed is not None:
+        hit = catalogue_pass()
+    if hit is not None:
+        label, acc, reproduced, tried_n = hit
+        found, chosen, failed = acc, acc, None
+        evidence["named model"] = (
+            f"{label}: the first of {len(catalogue)} named models ({_catalogue_text(fins)}) "
+            f"to reproduce every case so far (the tree, targeted, special-value and random "
+            f"inputs of {len(lab.calls)} calls)"
+        )
+        if unmeasurable is not None:
+            evidence["named model"] += (
+                "; the order was not measured, so other orders may reproduce fn too"
+            )
+    elif failed is not None:
+        evidence["named models"] = (
+            f"none of {len(catalogue)} named models ({_catalogue_text(fins)}) reproduces every case"
+        )
+        if cat_near and (chosen is None or tried_n == 0 or max(cat_near)[0] > reproduced / tried_n):
+            _, _, chosen, reproduced, tried_n = max(cat_near)
+        elif chosen is None and catalogue:  # the named model closest on the random cases
+            scores = [(lab.agree(acc, rand_calls[:2]), -i) for i, (_, acc) in enumerate(catalogue)]
+            chosen = catalogue[-max(scores)[1]][1]
+    if chosen is not None and tried_n == 0:
+        reproduced, tried_n = _confirm(lab, chosen, rng, fin, fout, max_k, cases)
 
     if not _same(first, box(a0, b0, c0)).all():
         raise ValueError(
             "fn is not deterministic: the first inputs gave a different result at the end of "
             "the probe; probe_gemm needs a deterministic fn"
         )
-
-    # 7. confirmation on fresh random inputs
-    reproduced = tried_n = 0
-    if chosen is not None:
-        reproduced, tried_n = _confirm(lab, chosen, rng, fin, fout, max_k, cases)
+    if tried_n:
         evidence["confirmation"] = (
             f"{reproduced}/{tried_n} output elements of fresh random inputs (K = 1..{max_k}, "
             "moderate, wide-exponent, cancelling and integer values) reproduced bit for bit"
         )
-        if failed is None and reproduced != tried_n:
-            failed = "confirmation"
+    if failed is None:
+        outcome = "reproduced"
+    elif unmeasurable is not None:
+        outcome = "cannot measure"
+    else:
+        outcome = "outside"
+    tried_txt = (
+        (
+            ""
+            if wide
+            else "the summation-tree probe (FPRev) at every scale the formats allow, "
+            if unmeasurable is not None
+            else f"{len(structures)} summation orders of the family (FPRev), "
+        )
+        + (f"{searched} accumulator candidates for the measured order, " if searched else "")
+        + f"{len(catalogue)} named models ({_catalogue_text(fins)})"
+    )
     return _result(
-        chosen if failed is None else None,
+        found if failed is None else None,
         chosen,
         reproduced,
         tried_n,
@@ -806,11 +999,25 @@ def probe_gemm(
         lab,
         fin,
         fout,
+        outcome=outcome,
+        tried_models=tried_txt,
+        why=unmeasurable,
     )
 
 
 def _shorten(txt: str, limit: int = 400) -> str:
     return txt if len(txt) <= limit else txt[: limit - 5] + " ...)"
+
+
+#: what each failed property means, for the verdict
+_FAILED_TEXT = {
+    "summation tree": "fn sums in an order none of these models has",
+    "format and rounding": "no accumulator format, rounding mode, alignment or product "
+    "rounding reproduces the targeted cases",
+    "special values": "no combination of the special-value rules reproduces the special inputs",
+    "confirmation": "a model reproduced the targeted cases but not every fresh random one",
+    "named models": "none reproduces every case",
+}
 
 
 def _result(
@@ -824,24 +1031,31 @@ def _result(
     lab: _Lab,
     fin: FloatFormat,
     fout: FloatFormat,
+    *,
+    outcome: str,
+    tried_models: str = "",
+    why: str | None = None,
 ) -> ProbeResult:
     conf = reproduced / tried if tried else 0.0
-    io = f"({fin} inputs, {fout} output)"
+    io = f"({_fins_text(lab.fins)} inputs, {fout} output)"
     if acc is not None:
         verdict = (
-            f"fn {io} is reproduced bit for bit by Accumulator: {acc.describe()}; "
+            f"Reproduced: fn {io} is reproduced bit for bit by Accumulator: {acc.describe()}; "
             f"{reproduced}/{tried} fresh random cases reproduced (confidence {conf:.4f})."
         )
     else:
-        verdict = f"No model of the Accumulator family reproduces fn {io}: {failed} failed"
-        if failed == "summation tree":
-            verdict += " (fn sums in an order the family cannot express)"
-        elif failed == "format and rounding":
-            verdict += " (no accumulator format, rounding mode, alignment or product rounding "
-            verdict += "reproduces the targeted cases)"
-        elif failed == "confirmation":
-            verdict += " (a model reproduced the targeted cases but not every random one)"
-        verdict += "."
+        if outcome == "cannot measure":
+            reason = (why or "").removeprefix("cannot measure the summation order: ")
+            verdict = (
+                f"Cannot measure: the summation order of fn {io}: {reason}; and no model tried "
+                "without it reproduces fn."
+            )
+        else:
+            verdict = (
+                f"Outside what the probe tries: no model it tried reproduces fn {io}; the property "
+                f"that failed: {failed} ({_FAILED_TEXT.get(failed or '', failed)})."
+            )
+        verdict += f" Tried: {tried_models}."
         if closest is not None:
             verdict += (
                 f" Closest: {closest.describe()}, reproducing {reproduced}/{tried} fresh random "
@@ -857,6 +1071,7 @@ def _result(
         failed=failed,
         tree=tree,
         verdict=verdict,
+        outcome=outcome,
     )
 
 
@@ -882,14 +1097,39 @@ def _probe_tree(
     hmax = min(2 * fin.emax, fout.emax)  # M must come back in the output (see the screen)
     lo_min = max(2 * (fin.emin - fin.mantissa_bits), fout.emin - fout.mantissa_bits)
     tries: list[tuple[int, int]] = []
-    for ratio in range(48, bits + 4, -1):
+    # up to 2**64: a unit beside M must be absorbed by an fp64 accumulator too
+    for ratio in range(64, bits + 4, -1):
         for hi in (min(hmax, 40), min(hmax, 14)):
             lo = hi - ratio
             if lo >= lo_min and (hi, lo) not in tries:
                 tries.append((hi, lo))
     pairs = list(itertools.combinations(range(n), 2))
     screen = sorted({(0, n - 1), (0, 1), (n // 2, n - 1), (1, n // 2), (n - 2, n - 1)} & set(pairs))
-    why = "no scale (M, unit) fits the input and output formats"
+    span = (
+        f"{fin}'s products and {fout}'s range allow M up to 2**{hmax} and units down to 2**{lo_min}"
+    )
+    need = f"the tree probe needs M / u of at least 2**{bits + 5} at K = {k}"
+    ran: list[int] = []  # the ratios whose inputs lie on the input grid (and were run)
+
+    def why_not() -> str:
+        if not ran:
+            return (
+                f"cannot measure the summation order: {span}, and {need}; no such M and u "
+                f"are products of two {fin} numbers (the input format's range is too narrow)"
+            )
+        widest = max(ran)
+        return (
+            f"cannot measure the summation order: {span}; at every ratio M / u tried (2**{widest} "
+            f"down to 2**{bits + 5}) a unit beside M was not absorbed or the units did not "
+            "count (fn keeps more bits than the ratio, or sums exactly)"
+            + (
+                f": the input format's range is too narrow to measure an accumulator wider than "
+                f"about {widest} bits"
+                if widest < 64
+                else ""
+            )
+        )
+
     fallback: tuple[np.ndarray, str] | None = None
     full_runs = 0
 
@@ -924,11 +1164,11 @@ def _probe_tree(
             ]
             if any(x is None for x in todo):
                 continue
+            ran.append(hi - lo)
             res = lab.run_cases("tree", [x for x in todo if x is not None], k)
             near = bool(np.isfinite(res[1]) and abs(res[1] - big) <= big * 2.0**-6)
             res = np.delete(res, 1)
             if res[0] != n * unit or not near or counts(res[1:], unit) is None:
-                why = f"no scale made the units count (last: M = 2**{hi}, unit = {unit:g})"
                 continue
             if chosen is not pairs:
                 full_runs += 1
@@ -961,7 +1201,7 @@ def _probe_tree(
             break
     if fallback is not None:
         return fallback
-    return None, why
+    return None, why_not()
 
 
 def _positions(spec: dict[str, Any], k: int) -> tuple[list[int], list[int] | None]:
@@ -1085,7 +1325,7 @@ def _random_battery(
         ("ints", k),
         ("wide", max(1, k - 1)),
     ):
-        a, b, c = _random_inputs(rng, fin, fout, lab.m, kk, lab.n, kind)
+        a, b, c = _random_inputs(rng, lab.fins, fout, lab.m, kk, lab.n, kind)
         lab.run_random(f"random {kind} K={kk}", a, b, c)
     return list(range(start, len(lab.calls)))
 
@@ -1107,6 +1347,48 @@ def _formats(precision: int) -> list[FloatFormat]:
         if f not in out:
             out.append(f)
     return out
+
+
+def _separate_candidates(spec: dict[str, Any], meas: dict[str, Any]) -> Iterator[Accumulator]:
+    """``addend="separate"`` block FMAs (AMD CDNA3: the block's products aligned to their own
+    anchor, then the block sum and the running value cut at their common anchor; spec section
+    3) with this block length, likeliest first. Their pair counts are those of a block FMA
+    with the accumulator in the block or after it, so they follow those structures'
+    candidates (tried only when none of those fits). ``sum_bits``: MMA-Sim's F2 = 31 for
+    CDNA3 first, then the alignment bits and the widths around them; ``align_rounding``:
+    truncation or floor (MMA-Sim's GTR-FDPA)."""
+    if spec["order"] != "block_fma" or spec.get("inner_block") or spec["block"] < 2:
+        return
+    t_cross, t_same = meas["t_cross"], meas["t_same"]
+    if t_cross is None:
+        return
+    if t_same is not None and t_cross < t_same:  # the precision shows below the alignment
+        precs = [t_cross]
+    else:  # min(precision - 1, alignment bits): fp32's and e8m13's first
+        precs = sorted(range(t_cross, min(t_cross + 9, 51)), key=lambda p: (p != 23, p != 13, p))
+    aligns = [t_same] if t_same is not None else list(range(t_cross, min(t_cross + 8, 50)))
+    for p in precs[:3]:
+        for fmt in _formats(p + 1)[:2] if p + 1 <= 51 else []:
+            for align in aligns:
+                sums = [31, align] + [b for b in range(align + 1, min(align + 12, 53)) if b != 31]
+                for mode in PROBE_MODES:
+                    for sb in dict.fromkeys(b for b in sums if b >= align):
+                        for ar in ("toward_zero", "down"):
+                            for ovf in ("ieee", "saturate"):
+                                try:
+                                    yield Accumulator(
+                                        fmt,
+                                        mode,
+                                        order="block_fma",
+                                        block=spec["block"],
+                                        align_bits=align,
+                                        addend="separate",
+                                        sum_bits=sb,
+                                        align_rounding=ar,
+                                        overflow=ovf,
+                                    )
+                                except ValueError:
+                                    continue
 
 
 def _candidates(
@@ -1190,6 +1472,87 @@ def _candidates(
                                             )
 
 
+#: structural candidates scored before the named models are tried (then the search goes on)
+_EARLY_CATALOGUE = 100
+#: accumulator formats of the plain named models, and the block lengths of their exact_block
+_PLAIN_FORMATS = ("fp32", "fp64", "fp16", "bf16", "tf32")
+_PLAIN_BLOCKS = (2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def _catalogue_text(fins: tuple[FloatFormat, FloatFormat]) -> str:
+    return (
+        f"the presets of pl.tensor_core.list() whose operands are {_fins_text(fins)} (every "
+        "GPU, instruction "
+        f"and output format), and plain sequential, pairwise, compensated and exact_block "
+        f"(blocks of {', '.join(map(str, _PLAIN_BLOCKS))}) accumulators in "
+        f"{', '.join(_PLAIN_FORMATS)} with every rounding mode the probe tells apart"
+    )
+
+
+def _catalogue(
+    fins: tuple[FloatFormat, FloatFormat], fout: FloatFormat, k: int
+) -> list[tuple[str, Accumulator]]:
+    """Named models tried whole: the library's presets for ``fin`` operands (those with
+    ``fout`` as their output first), then plain accumulators. Inputs of more than 26 bits get
+    only the models :func:`gemm` takes for them (an fp64 FMA chain)."""
+    from .tensor_core import PRESETS, instruction_name
+
+    wide = max(f.precision for f in fins) > _EXACT_PRODUCT_BITS
+    presets: list[tuple[bool, str, Accumulator]] = []
+    for p in PRESETS.values():
+        if p.block_scaled:
+            continue
+        try:
+            fa, fb = (get_format(x) for x in p.input_format)
+        except (TypeError, ValueError):
+            continue
+        if (fa, fb) != fins:
+            continue
+        gpu = p.gpus[0] if p.gpus else p.arch
+        acc = p.accumulator
+        acc = dataclasses.replace(acc, name=(acc.name or "").replace("{gpu}", gpu))
+        operands = p.input_format[0] if fa == fb else p.input_format
+        label = (
+            f"pl.tensor_core({gpu!r}, {operands!r}, out_format={p.out_format!r}, "
+            f"instruction={p.instruction + '.' + p.kind!r}) "
+            f"[{instruction_name(p.instruction, p.kind)}]"
+        )
+        presets.append((get_format(p.out_format) != fout, label, acc))
+    presets.sort(key=lambda t: t[0])  # stable: the table's order within each group
+    out: list[tuple[str, Accumulator]] = []
+    seen: set[Accumulator] = set()
+
+    def add(label: str, acc: Accumulator) -> None:
+        if acc not in seen:
+            seen.add(acc)
+            out.append((label, acc))
+
+    for _, label, acc in presets:
+        add(label, acc)
+    blocks = [b for b in _PLAIN_BLOCKS if b < k] + [next((b for b in _PLAIN_BLOCKS if b >= k), k)]
+    for name in _PLAIN_FORMATS:
+        fmt = _float_format(name, "format")
+        for mode in PROBE_MODES:
+            kinds: list[tuple[str, dict[str, Any]]] = [("sequential", {})]
+            if not wide:
+                kinds += [("pairwise", {}), ("compensated", {})]
+                kinds += [(f"exact_block, block {b}", {"block": b}) for b in blocks]
+            for what, kw in kinds:
+                order = what.split(",")[0]
+                try:
+                    acc = Accumulator(fmt, mode, order=order, **kw)
+                except ValueError:
+                    continue
+                if wide and not (fmt == _FP64 and mode == "nearest_even"):
+                    continue
+                add(
+                    f"Accumulator({name!r}, {mode!r}, order={order!r}"
+                    + (f", block={kw['block']})" if kw else ")"),
+                    acc,
+                )
+    return out
+
+
 def _special_cases(fin: FloatFormat, fout: FloatFormat, k: int, with_c: bool) -> list[Case]:
     """Inputs that tell the special-value rules apart: overflow of the accumulator, signed
     zeros (exact cancellation, underflow, negative zeros), NaN and infinities, and zero
@@ -1203,7 +1566,7 @@ def _special_cases(fin: FloatFormat, fout: FloatFormat, k: int, with_c: bool) ->
         if ab is not None:
             cases.append((ab[0], ab[1], c))
 
-    top = 2 * fin.emax
+    top = min(2 * fin.emax, 1023)  # float64's range (fp64 inputs)
     for e in sorted({top, min(top, 15), min(top, 127)}):
         big = 2.0**e
         add([big, big])
@@ -1253,6 +1616,21 @@ def _special_cases(fin: FloatFormat, fout: FloatFormat, k: int, with_c: bool) ->
     return cases
 
 
+def _special_calls(
+    lab: _Lab, fin: FloatFormat, fout: FloatFormat, k: int, with_c: bool
+) -> list[int]:
+    """Run the special inputs once (later calls reuse them): their indices in ``lab.calls``."""
+    if lab.special is None:
+        cases = _special_cases(fin, fout, k, with_c)
+        start = len(lab.calls)
+        got = lab.run_cases("special values", cases, k)
+        # single products without padding (zeros beside them can change a block's anchor)
+        singles = [x for x in _special_cases(fin, fout, 1, False) if x[0].size == 1]
+        got = np.concatenate([got, lab.run_cases("special values K=1", singles, 1)])
+        lab.special = (list(range(start, len(lab.calls))), got, len(cases) + len(singles))
+    return list(lab.special[0])
+
+
 def _special_values(
     lab: _Lab,
     base: Accumulator,
@@ -1264,17 +1642,17 @@ def _special_values(
 ) -> tuple[Accumulator | None, str]:
     """The special-value fields of ``base`` that reproduce ``fn`` on special inputs (and on
     the zeros, infinities and NaNs of the random ones)."""
-    cases = _special_cases(fin, fout, k, with_c)
-    start = len(lab.calls)
-    got = lab.run_cases("special values", cases, k)
-    # single products without padding (zeros beside them can change a block's anchor)
-    singles = [x for x in _special_cases(fin, fout, 1, False) if x[0].size == 1]
-    got = np.concatenate([got, lab.run_cases("special values K=1", singles, 1)])
-    special_calls = list(range(start, len(lab.calls)))
+    special_calls = _special_calls(lab, fin, fout, k, with_c)
+    assert lab.special is not None
+    _, got, n_special = lab.special
     calls = special_calls + list(rand_calls)
     fields = {f.name for f in dataclasses.fields(Accumulator)}
     assert isinstance(base.format, FloatFormat)
     options: dict[str, tuple[Any, ...]] = {
+        # subnormal results and inputs flushed to zero (AMD CDNA2): the slowest-varying
+        # options, so the common case (kept) is tried first
+        "input_subnormals": ("keep", "flush"),
+        "subnormals": ("keep", "flush"),
         # the exponent range shows where sums overflow or underflow: formats of the precision
         "format": (base.format, *_formats(base.format.precision)),
         "overflow": (base.overflow, "ieee", "saturate"),
@@ -1287,7 +1665,7 @@ def _special_values(
     names = list(options)
     tried: set[Accumulator] = set()
     for combo in itertools.islice(
-        itertools.product(*(dict.fromkeys(options[n]) for n in names)), 400
+        itertools.product(*(dict.fromkeys(options[n]) for n in names)), 800
     ):
         try:
             acc = dataclasses.replace(base, **dict(zip(names, combo, strict=True)))
@@ -1321,13 +1699,13 @@ def _special_values(
             f"{n} {getattr(acc, n)!r}" if n != "format" else f"format {acc.format}" for n in names
         )
         return acc, (
-            f"{len(cases) + len(singles)} special inputs (accumulator overflow, exact "
+            f"{n_special} special inputs (accumulator overflow, exact "
             "cancellation, underflow, -0, inf and NaN, zero products beside huge partners) "
             "reproduced with "
             f"{rules}; {nan_txt}"
         )
     return None, (
-        f"{len(cases) + len(singles)} special inputs (overflow, signed zeros, inf and NaN, "
+        f"{n_special} special inputs (overflow, signed zeros, inf and NaN, "
         f"zeros beside huge partners): no combination of {', '.join(names)} reproduces them"
     )
 
@@ -1346,7 +1724,7 @@ def _confirm(
     i = 0
     while done < cases:
         kk = max_k if i == 0 else int(rng.integers(1, max_k + 1))
-        a, b, c = _random_inputs(rng, fin, fout, lab.m, kk, lab.n, kinds[i % len(kinds)])
+        a, b, c = _random_inputs(rng, lab.fins, fout, lab.m, kk, lab.n, kinds[i % len(kinds)])
         d = lab.box(a, b, c)
         got = lab.model(acc, a, b, c)
         same += int(_same(got, d).sum())
