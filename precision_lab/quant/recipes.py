@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..core.formats import get_format
-from ..core.rounding import check_rounding, round_to
+from ..core.rounding import check_rounding, is_stochastic, round_to
 from .block_formats import BLOCK_FORMATS, get_block_format
 from .blocks import QuantizedBlocks, quantize_blocks
 from .hadamard import hadamard
@@ -254,7 +254,7 @@ def quantize_operand(
         hs = seed if hadamard_seed is None else hadamard_seed
         a = hadamard(a, block=operand.hadamard, axis=axis, seed=hs).astype(np.float32)
     fmt = _resolve(operand.format)
-    sr_seed = seed if operand.rounding in ("stochastic", "sr") else None
+    sr_seed = seed if is_stochastic(operand.rounding) else None
     if operand.blocked:
         return quantize_blocks(a, fmt, axis=axis, rounding=operand.rounding, seed=sr_seed, pad=True)
     return round_to(a, fmt, rounding=operand.rounding, seed=sr_seed)
