@@ -34,7 +34,7 @@ from ..core.formats import get_format
 from ..core.rounding import check_rounding, is_stochastic, round_to
 from .block_formats import BLOCK_FORMATS, get_block_format
 from .blocks import QuantizedBlocks, quantize_blocks
-from .hadamard import hadamard
+from .hadamard import _check_block, hadamard
 
 __all__ = [
     "RECIPES",
@@ -64,7 +64,8 @@ class Operand:
     rounding:
         ``"nearest_even"`` or ``"stochastic"`` (any mode of :func:`~precision_lab.round_to`).
     hadamard:
-        Size of the random Hadamard rotation along the contraction axis (None: none).
+        Size of the random Hadamard rotation along the contraction axis (None: none; else a
+        power of two from 2 to 4096, as :func:`~precision_lab.hadamard` takes).
     """
 
     format: str
@@ -74,6 +75,8 @@ class Operand:
     def __post_init__(self) -> None:
         check_rounding(self.rounding)
         _resolve(self.format)
+        if self.hadamard is not None:
+            _check_block(self.hadamard, "hadamard")
 
     @property
     def blocked(self) -> bool:
