@@ -29,6 +29,8 @@ from precision_lab.core.pool import use_workers
 from precision_lab.core.rounding import MODE_ALIASES, ROUNDING_MODES, is_stochastic
 from precision_lab.quant.recipes import with_rounding
 
+#: every mode and every alias (the entry points that take a mode by name); the others walk the
+#: modes themselves (an alias is its mode once check_rounding has read it)
 MODES = [*ROUNDING_MODES, *MODE_ALIASES]
 BACKENDS = ("numpy", "native")
 #: 1 thread, and every thread of the pool (pl's chunking depends on it)
@@ -53,10 +55,10 @@ def _bits(out: Any) -> list[bytes]:
     return [a.dtype.str.encode() + repr(a.shape).encode() + a.tobytes()]
 
 
-def _check(mode: str, run: Callable[[int], Any], *, configs: bool = True) -> None:
+def _check(mode: str, run: Callable[[int], Any]) -> None:
     """``run(seed)`` gives one result per (backend, thread count) for one seed, and seeds
     behave as the module says."""
-    settings = [(b, w) for b in BACKENDS for w in WORKERS] if configs else [("auto", 64)]
+    settings = [(b, w) for b in BACKENDS for w in WORKERS]
 
     def under(seed: int) -> list[list[bytes]]:
         outs = []
@@ -68,7 +70,6 @@ def _check(mode: str, run: Callable[[int], Any], *, configs: bool = True) -> Non
     first = under(7)
     for (backend, workers), got in zip(settings, first, strict=True):
         assert got == first[0], f"{mode}: seed 7 differs on {backend} with {workers} threads"
-    assert under(7)[0] == first[0], f"{mode}: seed 7 differs between two calls"
     other = under(8)[0]
     if is_stochastic(mode):
         assert other != first[0], f"{mode}: seeds 7 and 8 give the same bits"
@@ -87,7 +88,7 @@ def test_round_to_and_encode(mode: str, random_bits: int | None) -> None:
     _check(mode, lambda s: pl.encode(X, "e5m2", seed=s, **kw))
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", ROUNDING_MODES)
 def test_block_quantizers(mode: str) -> None:
     x = X[: 2**15 * 3].reshape(-1, 96)
     _check(mode, lambda s: pl.quantize_blocks(x, "nvfp4", rounding=mode, seed=s))
@@ -99,7 +100,7 @@ def test_block_quantizers(mode: str) -> None:
     )
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", ROUNDING_MODES)
 def test_hadamard_and_integer_quantize(mode: str) -> None:
     _check(
         mode,
@@ -110,7 +111,7 @@ def test_hadamard_and_integer_quantize(mode: str) -> None:
     _check(mode, lambda s: pl.quantize(X, "int8", 0.05, rounding=mode, seed=s))
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", ROUNDING_MODES)
 def test_ops(mode: str) -> None:
     _check(mode, lambda s: pl.ops.add(X_SMALL, Y_SMALL, "bf16", rounding=mode, seed=s))
     _check(mode, lambda s: pl.ops.mul(X_SMALL, Y_SMALL, "e5m2", rounding=mode, seed=s))
@@ -119,7 +120,7 @@ def test_ops(mode: str) -> None:
     _check(mode, lambda s: pl.ops.dot(X_SMALL, Y_SMALL, accumulator=acc(s)))
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", ROUNDING_MODES)
 def test_gemm_accumulator(mode: str) -> None:
     acc = lambda s: pl.Accumulator("bf16", rounding=mode, seed=s)  # noqa: E731
     b = Y_SMALL.T
@@ -146,7 +147,7 @@ def test_apply_recipe(mode: str) -> None:
     _check(mode, run)
 
 
-@pytest.mark.parametrize("mode", [m for m in MODES if is_stochastic(m)] + ["nearest_even"])
+@pytest.mark.parametrize("mode", [m for m in ROUNDING_MODES if is_stochastic(m)] + ["nearest_even"])
 def test_simulate(mode: str) -> None:
     """A linear layer under the same recipe through ``precision_lab.torch.simulate``: output
     and both gradients, two training steps."""
