@@ -3,8 +3,8 @@
 The modes come from the library's own tables (``ROUNDING_MODES`` and ``MODE_ALIASES``), never
 from a hand list, so a new mode cannot be missed. For every mode and every entry point that takes
 a rounding mode and a seed (``round_to``, ``encode``, the block quantizers, ``hadamard``'s
-rounding, integer ``quantize``, ``ops``, accumulators of ``gemm`` / ``ops.sum``, the recipes
-through ``apply_recipe`` and ``precision_lab.torch.simulate``):
+rounding, integer ``quantize``, ``ops``, ``emulate`` arrays, accumulators of ``gemm`` /
+``ops.sum``, the recipes through ``apply_recipe`` and ``precision_lab.torch.simulate``):
 
 * the same seed gives the same bits on the numpy and the native backend, with one thread and with
   all of them (the chunking differs between them);
@@ -118,6 +118,16 @@ def test_ops(mode: str) -> None:
     acc = lambda s: pl.Accumulator("bf16", rounding=mode, seed=s)  # noqa: E731
     _check(mode, lambda s: pl.ops.sum(X_SMALL, accumulator=acc(s), axis=-1))
     _check(mode, lambda s: pl.ops.dot(X_SMALL, Y_SMALL, accumulator=acc(s)))
+
+
+@pytest.mark.parametrize("mode", ROUNDING_MODES)
+def test_emulated_arrays(mode: str) -> None:
+    def run(s: int) -> Any:
+        a = pl.emulate(X_SMALL, "bf16", rounding=mode, seed=s)
+        b = pl.emulate(Y_SMALL, "bf16", rounding=mode, seed=s + 1)
+        return np.asarray(((a * b + a) / b).sum(axis=-1))
+
+    _check(mode, run)
 
 
 @pytest.mark.parametrize("mode", ROUNDING_MODES)
