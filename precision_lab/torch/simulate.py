@@ -477,7 +477,9 @@ class Simulated(torch.nn.Module):
                 if sim is not None:
                     sim.store_parameters(optimizer)
 
-            self._hooks.append(register_optimizer_step_post_hook(after_step))
+            handle = register_optimizer_step_post_hook(after_step)
+            self._hooks.append(handle)
+            weakref.finalize(self, handle.remove)  # a collected Simulated leaves no global hook
 
     def store_parameters(self, optimizer: torch.optim.Optimizer | None = None) -> None:
         """Round the model's floating-point parameters (those ``optimizer`` updates, if given)
