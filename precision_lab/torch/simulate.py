@@ -348,6 +348,15 @@ for _name in ("mv", "dot", "vdot", "inner", "addmv", "outer", "ger", "addr"):
     _NOT_EMULATED[getattr(torch, _name)] = _VECTOR
     if hasattr(torch.Tensor, _name):
         _NOT_EMULATED[getattr(torch.Tensor, _name)] = _VECTOR
+_SPARSE: tuple[Any, ...] = (torch.smm, torch.sspaddmm, torch.hspmm, torch.sparse.mm,
+                            torch.sparse.addmm, torch.sparse.sampled_addmm,
+                            torch._sparse_sparse_matmul)  # fmt: skip
+_FUSED: tuple[Any, ...] = (torch._transformer_encoder_layer_fwd,
+                           torch._native_multi_head_attention, torch._addmm_activation)  # fmt: skip
+_NOT_EMULATED.update(dict.fromkeys(_SPARSE, "sparse GEMMs are not emulated: use a dense matmul"))
+_NOT_EMULATED.update(
+    dict.fromkeys(_FUSED, "a fused GEMM: write it with nn.Linear and explicit attention")
+)
 #: in-place forms of the GEMMs (the emulated result would replace the tensor's own values)
 for _name in ("addmm_", "baddbmm_", "addbmm_", "addmv_", "addr_"):
     _NOT_EMULATED[getattr(torch.Tensor, _name)] = "write it out of place (c = c + a @ b)"

@@ -305,6 +305,9 @@ NOT_EMULATED = [
         "conv_tbc",
         lambda: torch.conv_tbc(torch.randn(5, 1, 2), torch.randn(3, 2, 4), torch.zeros(4)),
     ),
+    ("smm", lambda: torch.smm(_M.to_sparse(), _M.T)),
+    ("_sparse_mm", lambda: torch.sparse.mm(_M.to_sparse(), _M.T)),
+    ("_addmm_activation", lambda: torch._addmm_activation(torch.zeros(3, 3), _M, _M.T)),
 ]
 
 
