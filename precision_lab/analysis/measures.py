@@ -30,7 +30,7 @@ import numpy as np
 
 from ..core.exact import odd_collapse, two_product_error
 from ..core.formats import FloatFormat, get_format
-from ..core.rounding import STOCHASTIC_MODES, as_float_array, check_rounding, for_chunks, round_to
+from ..core.rounding import as_float_array, check_rounding, for_chunks, is_stochastic, round_to
 
 __all__ = [
     "ErrorStats",
@@ -463,7 +463,7 @@ class _Accumulator:
         """IEEE overflow of the scaled values v (candidates: result at or beyond fmt.max)."""
         f = self.f
         big = np.abs(v.astype(np.float64)) > f.max
-        if self.mode in STOCHASTIC_MODES:
+        if is_stochastic(self.mode):
             return big
         out = np.zeros(v.shape, dtype=bool)
         if big.any():

@@ -91,9 +91,9 @@ from ..core.formats import FloatFormat
 from ..core.inputs import as_numpy
 from ..core.random_words import check_seed
 from ..core.rounding import (
-    STOCHASTIC_MODES,
     as_float_array,
     check_options,
+    is_stochastic,
     round_to,
     working_dtype,
 )
@@ -120,7 +120,7 @@ class EmulationContext:
 
     def next_seed(self) -> int | None:
         """The seed of the next rounding operation (None unless stochastic)."""
-        if self.rounding not in STOCHASTIC_MODES:
+        if not is_stochastic(self.rounding):
             return None
         self.counter += 1
         return (self.seed + self.counter * 2**64) % 2**128
@@ -182,7 +182,7 @@ def emulate(
             out_rounding=o.mode,
             overflow=o.overflow,
             subnormals=o.subnormals,
-            seed=o.seed % 2**64 if o.mode in STOCHASTIC_MODES else None,
+            seed=o.seed % 2**64 if is_stochastic(o.mode) else None,
             product_format=None if fma else f,
             product_rounding="nearest_even" if fma else o.mode,
         )
@@ -200,7 +200,7 @@ def emulate(
         o.mode,
         o.overflow,
         o.subnormals,
-        check_seed(seed) if o.mode in STOCHASTIC_MODES else 0,
+        check_seed(seed) if is_stochastic(o.mode) else 0,
         acc,
     )
     return Emulated._from_values(_to_grid(x, ctx), ctx)

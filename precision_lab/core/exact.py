@@ -28,7 +28,7 @@ import numpy as np
 
 from .formats import FloatFormat, get_format
 from .random_words import random_words
-from .rounding import STOCHASTIC_MODES, round_to
+from .rounding import is_stochastic, round_to
 
 __all__ = [
     "SPLIT",
@@ -166,7 +166,7 @@ class Rounder:
 
     def round(self, x: np.ndarray, words: np.ndarray | None = None) -> np.ndarray:
         """Round float64 ``x`` (exact values) onto the format (float64 result)."""
-        if self.mode in STOCHASTIC_MODES:
+        if is_stochastic(self.mode):
             return round_sum(x, np.zeros_like(x), self, words)
         r = round_to(
             x,
@@ -252,7 +252,7 @@ def _round_sum(
     if r.fp64_native:
         return round_to(s, fmt, overflow=ov, subnormals=r.subnormals)
     wide = fmt.precision > 51
-    if r.mode not in STOCHASTIC_MODES:
+    if not is_stochastic(r.mode):
         if wide:
             return _round_sum_fp64(s, t, r)
         z = odd_collapse(s, t)

@@ -241,10 +241,10 @@ from ..core.random_words import check_seed
 from ..core.rounding import (
     OVERFLOW_MODES,
     SR_VARIANT_MODES,
-    STOCHASTIC_MODES,
     SUBNORMAL_MODES,
     check_random_bits,
     check_rounding,
+    is_stochastic,
 )
 
 __all__ = [
@@ -607,7 +607,7 @@ class Accumulator:
                     f"group={self.group}, scales={self.scales!r}"
                 )
         if self.order == "exact_block" and (
-            self.product_format is not None or check_rounding(self.rounding) in STOCHASTIC_MODES
+            self.product_format is not None or is_stochastic(check_rounding(self.rounding))
         ):
             raise ValueError(
                 "order='exact_block' sums exact products with one deterministic rounding per "
@@ -624,7 +624,7 @@ class Accumulator:
             modes.append(self.product_rounding)
         if self.order == "block_fma" and self.addend == "after_block":
             modes.append(self.block_rounding)
-        return any(m in STOCHASTIC_MODES for m in modes)
+        return any(is_stochastic(m) for m in modes)
 
     def replace(self, **changes: Any) -> Accumulator:
         """A copy with some fields changed (:func:`dataclasses.replace`).

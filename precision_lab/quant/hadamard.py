@@ -84,13 +84,15 @@ __all__ = ["hadamard", "hadamard_matrix", "random_signs"]
 MIN_BLOCK, MAX_BLOCK = 2, 4096
 
 
-def _check_block(block: Any) -> int:
+def _check_block(block: Any, name: str = "block") -> int:
+    """A rotation size: an int, a power of two from MIN_BLOCK to MAX_BLOCK (errors name it as
+    ``name``)."""
     if isinstance(block, bool) or not isinstance(block, int | np.integer):
-        raise TypeError(f"block must be an int (a power of two), got {block!r}")
+        raise TypeError(f"{name} must be an int (a power of two), got {block!r}")
     n = int(block)
     if not (MIN_BLOCK <= n <= MAX_BLOCK and n & (n - 1) == 0):
         raise ValueError(
-            f"block must be a power of two from {MIN_BLOCK} to {MAX_BLOCK}, got {block!r}"
+            f"{name} must be a power of two from {MIN_BLOCK} to {MAX_BLOCK}, got {block!r}"
         )
     return n
 

@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 
 from ..core.formats import get_format
-from ..core.rounding import check_rounding, round_to
+from ..core.rounding import check_rounding, is_stochastic, round_to
 from .block_formats import BLOCK_FORMATS, get_block_format
 from .blocks import QuantizedBlocks, quantize_blocks
-from .hadamard import hadamard
+from .hadamard import _check_block, hadamard
 
 __all__ = [
     "RECIPES",
@@ -64,7 +64,8 @@ class Operand:
     rounding:
         ``"nearest_even"`` or ``"stochastic"`` (any mode of :func:`~precision_lab.round_to`).
     hadamard:
-        Size of the random Hadamard rotation along the contraction axis (None: none).
+        Size of the random Hadamard rotation along the contraction axis (None: none; else a
+        power of two from 2 to 4096, as :func:`~precision_lab.hadamard` takes).
     """
 
     format: str
@@ -74,6 +75,8 @@ class Operand:
     def __post_init__(self) -> None:
         check_rounding(self.rounding)
         _resolve(self.format)
+        if self.hadamard is not None:
+            _check_block(self.hadamard, "hadamard")
 
     @property
     def blocked(self) -> bool:
@@ -254,7 +257,7 @@ def quantize_operand(
         hs = seed if hadamard_seed is None else hadamard_seed
         a = hadamard(a, block=operand.hadamard, axis=axis, seed=hs).astype(np.float32)
     fmt = _resolve(operand.format)
-    sr_seed = seed if operand.rounding in ("stochastic", "sr") else None
+    sr_seed = seed if is_stochastic(operand.rounding) else None
     if operand.blocked:
         return quantize_blocks(a, fmt, axis=axis, rounding=operand.rounding, seed=sr_seed, pad=True)
     return round_to(a, fmt, rounding=operand.rounding, seed=sr_seed)

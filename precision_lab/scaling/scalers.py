@@ -8,7 +8,9 @@ gradients hold inf/NaN is skipped. Every scaler here has ``.scale``, ``update(fo
 * :class:`StaticLossScaler`: a fixed scale.
 * :class:`DynamicLossScaler`: back off on overflow, grow after a run of clean steps. Its defaults
   are the exact semantics of PyTorch's ``torch.amp.GradScaler`` (scale kept in float32, init 2**16,
-  growth 2, backoff 0.5, interval 2000, growth refused when the grown scale is not finite). Named
+  growth 2, backoff 0.5, interval 2000, the float32 scale times the float64 factor rounded once,
+  growth refused when the grown scale is not finite; tests/torch/test_scaler.py runs GradScaler
+  and its ``_amp_update_scale_`` kernel beside it). Named
   presets (:meth:`DynamicLossScaler.preset`) reproduce Keras' ``LossScaleOptimizer``, NVIDIA Apex,
   DeepSpeed (hysteresis, ``consecutive_hysteresis``, min scale 1, growth after window + 1 clean
   steps as since DeepSpeed 0.17.1) and Megatron-LM (hysteresis refilled only at growth).
@@ -265,12 +267,14 @@ PRESETS: dict[str, dict[str, Any]] = {
         "dtype": "float32",
         "check_finite_growth": True,
     },
-    # keras.optimizers.LossScaleOptimizer (Keras 3): float32 variable, no finiteness check
+    # keras.optimizers.LossScaleOptimizer (Keras 3): float32 variable, no finiteness check; the
+    # factors (2, 1/2) are Python floats cast to the variable's float32 by ops.multiply
     "keras": {
         "init_scale": 2.0**15,
         "growth_interval": 2000,
         "dtype": "float32",
         "check_finite_growth": False,
+        "round_factors": True,
     },
     # apex.amp LossScaler: Python floats, max_loss_scale 2**24, optional min_loss_scale
     "apex": {
@@ -302,12 +306,16 @@ PRESETS: dict[str, dict[str, Any]] = {
         "min_scale": 1.0,
         "dtype": "float32",
         "check_finite_growth": False,
+        # growth_factor / backoff_factor are float32 tensors (torch.tensor([f], dtype=torch.float)
+        # in DynamicGradScaler.__init__): float32 scale times float32 factor
+        "round_factors": True,
     },
 }
 
 
 class DynamicLossScaler(LossScaler):
-    """Dynamic loss scaling; the defaults are exactly PyTorch's ``torch.amp.GradScaler``.
+    """Dynamic loss scaling; the defaults are exactly PyTorch's ``torch.amp.GradScaler``
+    (tests/torch/test_scaler.py runs it beside them).
 
     On a step with inf/NaN gradients the step is skipped, the growth counter is reset and (once
     ``hysteresis`` overflows have been seen since the tracker was last refilled) the scale is
@@ -336,6 +344,14 @@ class DynamicLossScaler(LossScaler):
         Python floats): the arithmetic of the scale.
     check_finite_growth:
         Refuse a growth whose result is not finite (PyTorch's kernel does this; others don't).
+    round_factors:
+        With ``dtype="float32"``: False (default), the float32 scale times the factor as given
+        (a float64), the product rounded once to float32, as PyTorch's ``_amp_update_scale_``
+        kernel does (``static_cast<float>(scale * growth_factor)``, both factors ``double``);
+        True, the factors rounded to float32 first and a float32 product (Megatron-LM's factor
+        tensors, Keras). The two differ for factors float32 cannot hold (1.1, 0.3, 0.1): growth
+        1.1 after backoff 0.1 from 2**16 gives 7208.9599609375 and 7208.96044921875.
+        tests/torch/test_scaler.py runs ``torch.amp.GradScaler`` beside it.
     raise_at_min_scale:
         DeepSpeed: raise :class:`LossScaleError` on an overflow that would back off while the
         scale is already at ``min_scale``.
@@ -367,6 +383,7 @@ class DynamicLossScaler(LossScaler):
         dtype: Literal["float32", "float64"] = "float32",
         check_finite_growth: bool = True,
         raise_at_min_scale: bool = False,
+        round_factors: bool = False,
         on_collapse: Literal["warn", "raise", "ignore"] = "warn",
         name: str | None = None,
     ) -> None:
@@ -374,12 +391,17 @@ class DynamicLossScaler(LossScaler):
             raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
         F = np.float32 if dtype == "float32" else np.float64
         init = _in_dtype("init_scale", _check_positive("init_scale", init_scale), F)  # type: ignore[arg-type]
+        self.round_factors = _check_flag("round_factors", round_factors)
         gf = _in_dtype("growth_factor", _check_positive("growth_factor", growth_factor), F)  # type: ignore[arg-type]
         bf = _in_dtype("backoff_factor", _check_positive("backoff_factor", backoff_factor), F)  # type: ignore[arg-type]
+        # a factor that the dtype rounds to 1 is refused even where the product is rounded once
+        # (it would move almost no scale: 1 + 1e-9 leaves every float32 scale as it is)
         if not gf > 1.0:
             raise ValueError(f"growth_factor must be > 1 in {dtype}, got {growth_factor!r}")
         if not bf < 1.0:
             raise ValueError(f"backoff_factor must be in (0, 1) in {dtype}, got {backoff_factor!r}")
+        if not self.round_factors:  # kept as given (float64): the product is rounded once
+            gf, bf = float(growth_factor), float(backoff_factor)
         self.growth_interval = _check_int("growth_interval", growth_interval, 1)
         self.hysteresis = _check_int("hysteresis", hysteresis, 1)
         self.growth_offset = _check_int("growth_offset", growth_offset, 0)
@@ -431,9 +453,13 @@ class DynamicLossScaler(LossScaler):
         opts = {**PRESETS[name], "name": name, **overrides}
         return cls(**opts)
 
-    def _mul(self, a: float, b: float) -> float:
+    def _mul(self, scale: float, factor: float) -> float:
+        """``scale * factor`` in the scale's dtype: the float64 product rounded once (factor as
+        given), or with ``round_factors`` the product of the factor rounded to the dtype."""
         with np.errstate(over="ignore", under="ignore"):
-            return float(self._F(a) * self._F(b))
+            if self.round_factors:
+                return float(self._F(scale) * self._F(factor))
+            return float(self._F(np.float64(scale) * np.float64(factor)))
 
     def update(self, found_inf: bool) -> bool:
         """Record one step (``found_inf``: did the gradients hold inf/NaN?); returns whether the
@@ -504,6 +530,7 @@ class DynamicLossScaler(LossScaler):
         "dtype",
         "check_finite_growth",
         "raise_at_min_scale",
+        "round_factors",
         "on_collapse",
         "name",
     )
@@ -531,6 +558,8 @@ class DynamicLossScaler(LossScaler):
         """Restore from :meth:`state_dict` (configuration included). Every field is checked
         (TypeError/ValueError naming it); a refused state leaves the scaler unchanged. A scale
         of 0, inf or NaN is accepted only with ``collapsed=True``."""
+        # round_factors came later: a state without it is read with the default
+        state = {"round_factors": False, **_check_state(state, "dynamic", ())}
         _check_state(state, "dynamic", (*self._CONFIG, *self._STATE))
         fresh = DynamicLossScaler(**{k: state[k] for k in self._CONFIG})
         fresh.collapsed = _check_flag("state['collapsed']", state["collapsed"])
@@ -568,8 +597,8 @@ class DynamicLossScaler(LossScaler):
 
         >>> DynamicLossScaler.preset("megatron", growth_interval=4)
         DynamicLossScaler(name='megatron', scale=2.0**32, growth_factor=2.0, backoff_factor=0.5,
-        growth_interval=4, hysteresis=2, min_scale=1.0, check_finite_growth=False; steps=0,
-        skipped=0)
+        growth_interval=4, hysteresis=2, min_scale=1.0, check_finite_growth=False,
+        round_factors=True; steps=0, skipped=0)
         """
         defaults = {
             "hysteresis": 1,
@@ -580,6 +609,7 @@ class DynamicLossScaler(LossScaler):
             "dtype": "float32",
             "check_finite_growth": True,
             "raise_at_min_scale": False,
+            "round_factors": False,
             "on_collapse": "warn",
         }
         head = [f"name={self.name!r}"] if self.name is not None else []

@@ -6,21 +6,27 @@ of a :class:`~precision_lab.scaling.LossScaler`: a preset name (``"torch"``, ``"
 ``"apex"``, ``"deepspeed"``, ``"megatron"``: :data:`precision_lab.scaling.PRESETS`), or any
 scaler object (``DynamicLossScaler(...)``, ``StaticLossScaler(...)``).
 
-What a step does, as torch's GradScaler does it: ``scale(loss)`` multiplies the loss by the
-scale (a float32 tensor); after ``backward``, ``step`` unscales every gradient of the optimizer's
-parameters in place (``grad * inv_scale``, ``inv_scale`` = ``1/scale`` computed in float64 and
-rounded to float32, :attr:`~precision_lab.scaling.LossScaler.inv_scale`), finds inf/NaN in the
-*scaled* gradients (``found_inf``; with ``fmt``: also a scaled gradient that overflows when cast
-to ``fmt``, as :func:`precision_lab.scaling.simulate` counts it, for an FP32 model standing in
-for FP16 gradients), updates the scaler with ``found_inf`` and takes the optimizer step unless the
-scaler says skip. (torch updates the scale in ``update()``; here the scaler decides in ``step``
-whether the step is taken, so ``update()`` only checks it was called after ``step``.) With the
-``"torch"`` preset the scale history, the skipped steps and the parameters equal
-``torch.amp.GradScaler``'s on the same run (tests/torch/test_scaler.py).
+What an iteration does, as torch's GradScaler does it: ``scale(loss)`` multiplies the loss by
+the scale (a float32 tensor); after ``backward``, ``unscale_(optimizer)`` (called by ``step``
+unless done before, e.g. for gradient clipping) finds inf/NaN in the *scaled* gradients of the
+optimizer's parameters (that optimizer's ``found_inf``; with ``fmt``: also a scaled gradient that
+overflows when cast to ``fmt``, as :func:`precision_lab.scaling.simulate` counts it, for an FP32
+model standing in for FP16 gradients) and multiplies them in place by ``inv_scale`` (``1/scale``
+computed in float64 and rounded to float32,
+:attr:`~precision_lab.scaling.LossScaler.inv_scale`); ``step(optimizer)`` takes the optimizer
+step unless that optimizer's ``found_inf`` is set (and the scaler skips such steps:
+``StaticLossScaler(skip_on_inf=False)`` does not). ``update()`` then updates the scaler once,
+with ``found_inf`` of any optimizer stepped this iteration: the scale changes only there, so
+with several optimizers (``step(oa); step(ob); update()``) every one is unscaled with the
+iteration's scale. With the ``"torch"`` preset the scale history, the skipped steps and the
+parameters equal ``torch.amp.GradScaler``'s, bit for bit (tests/torch/test_scaler.py runs
+GradScaler beside it: init scales that are not powers of two, factors float32 cannot hold,
+growth to the float32 ceiling, inf/NaN steps, ``unscale_`` with gradient clipping, two
+optimizers).
 
-``history`` keeps one row per step: the scale used, ``found_inf``, whether the step was skipped,
-and the scale after the update (:attr:`LossScaling.scales`, :attr:`LossScaling.skipped`,
-:attr:`LossScaling.found_inf`).
+``history`` keeps one row per iteration (per ``update()``): the scale used, ``found_inf``
+(any optimizer), whether the scaler skipped the step, and the scale after the update
+(:attr:`LossScaling.scales`, :attr:`LossScaling.skipped`, :attr:`LossScaling.found_inf`).
 
 >>> import torch, precision_lab.torch as plt
 >>> w = torch.nn.Parameter(torch.tensor([1.0]))
@@ -72,8 +78,9 @@ class LossScaling:
             raise ValueError(f"fmt must be a floating-point format, got {f}")
         self.fmt: FloatFormat | None = f
         self.history: list[tuple[float, bool, bool, float]] = []
+        #: this iteration: found_inf per unscaled optimizer (by id), and the stepped ones
         self._unscaled: dict[int, bool] = {}
-        self._stepped = False
+        self._stepped: set[int] = set()
 
     # ----- GradScaler's interface ----------------------------------------------------------------
     def get_scale(self) -> float:
@@ -116,24 +123,30 @@ class LossScaling:
         return found
 
     def step(self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
-        """Unscale (unless done), update the scaler with ``found_inf`` and take
-        ``optimizer.step(*args, **kwargs)`` unless the scaler skips it; returns its result
-        (None when skipped)."""
+        """Unscale (unless done) and take ``optimizer.step(*args, **kwargs)`` unless this
+        optimizer's scaled gradients held inf/NaN and the scaler skips such steps; returns its
+        result (None when skipped). The scale is not changed here (see :meth:`update`)."""
+        if id(optimizer) in self._stepped:
+            raise RuntimeError(
+                "step() has already been called on this optimizer since the last update()"
+            )
         if id(optimizer) not in self._unscaled:
             self.unscale_(optimizer)
-        found = self._unscaled[id(optimizer)]
+        self._stepped.add(id(optimizer))
+        skip = self._unscaled[id(optimizer)] and getattr(self.scaler, "skip_on_inf", True)
+        return None if skip else optimizer.step(*args, **kwargs)
+
+    def update(self) -> None:
+        """End the iteration: update the scaler once with ``found_inf`` of every optimizer
+        unscaled since the last update (any of them), as ``GradScaler.update()`` does."""
+        if not self._unscaled:
+            raise RuntimeError("update() without a step(): call step(optimizer) first")
+        found = any(self._unscaled.values())
         used = float(self.scaler.scale)
         taken = self.scaler.update(found)
         self.history.append((used, found, not taken, float(self.scaler.scale)))
-        self._stepped = True
-        return optimizer.step(*args, **kwargs) if taken else None
-
-    def update(self) -> None:
-        """End the step (the scale was updated in :meth:`step`)."""
-        if not self._stepped:
-            raise RuntimeError("update() without a step(): call step(optimizer) first")
         self._unscaled = {}
-        self._stepped = False
+        self._stepped = set()
 
     # ----- the record ----------------------------------------------------------------------------
     @property

@@ -9,9 +9,12 @@ the model inside a ``torch.overrides.TorchFunctionMode`` that sends every GEMM t
   im2col GEMMs: ``torch.nn.functional.unfold`` then one GEMM; ``groups=1``), ``torch.matmul`` /
   ``@`` / ``mm`` / ``bmm`` / ``addmm`` (attention's ``q @ k^T`` ...), and
   ``F.scaled_dot_product_attention`` as its math definition (two GEMMs and a softmax). Operations
-  whose GEMMs are not emulated (``nn.MultiheadAttention``'s functional form, ``einsum``,
-  ``baddbmm``, 3-D and transposed convolutions ...) raise NotImplementedError naming the
-  rewrite, rather than run silently in FP32;
+  whose GEMMs are not emulated (``nn.MultiheadAttention``'s functional form, ``nn.RNN`` /
+  ``nn.LSTM`` / ``nn.GRU`` and their cells, ``mv``, ``dot``, ``vdot``, ``inner``, ``outer``,
+  ``addmv``, ``addr``, ``einsum``, ``tensordot``, ``baddbmm``, ``addbmm``, ``multi_dot``,
+  ``vecdot``, ``cdist``, in-place ``addmm_`` ..., 3-D and transposed convolutions) raise
+  NotImplementedError naming the operation and the rewrite, rather than run silently in FP32. A
+  GEMM with no floating-point operand (an integer ``a @ b``) runs as torch runs it;
 * forward: ``y = c + a @ b`` with ``a`` and ``b`` rounded to the layer's compute format (8-bit
   formats per-tensor scaled as the policy's ``tensor_scaling`` says: Transformer Engine's delayed
   scaling, or current scaling; the decode scales go to ``pl.gemm``'s ``scale_a`` / ``scale_b``),
@@ -55,6 +58,11 @@ not move it), so a run is reproducible from ``seed`` alone. Biases are added to 
 result in float32 (the epilogue), their gradient summed pairwise in FP32; everything else runs
 as under the ``"float32"`` policy (no storage rounding).
 
+The parameters are stored in the policy's ``variable_format`` (round to nearest even, as the
+numpy training emulation stores its master weights): rounded when :func:`simulate` wraps the
+model and after every ``optimizer.step()`` of an optimizer holding them
+(:meth:`Simulated.store_parameters`); ``fp32`` leaves them as they are.
+
 GEMM layers (Linear and conv modules, in ``model.modules()`` order) are the policy's layers for
 its per-layer overrides; functional matmuls use the policy's default formats. Slow (every GEMM is
 an emulated one) but exact: the values are :func:`precision_lab.gemm`'s bit for bit.
@@ -79,12 +87,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.overrides import TorchFunctionMode
 
 from ..core.formats import FloatFormat, get_format
@@ -302,7 +312,7 @@ _NORMS = {F.layer_norm, F.group_norm, F.batch_norm}
 if hasattr(F, "rms_norm"):
     _NORMS.add(F.rms_norm)
 _MATMULS = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.mm,
-            torch.Tensor.mm, torch.bmm, torch.Tensor.bmm}  # fmt: skip
+            torch.Tensor.mm, torch.bmm, torch.Tensor.bmm, torch.linalg.matmul}  # fmt: skip
 _ADDMM = {torch.addmm, torch.Tensor.addmm}
 #: operations that run GEMMs this module does not emulate: refused, never run silently in FP32
 _NOT_EMULATED = {
@@ -317,7 +327,56 @@ _NOT_EMULATED = {
     F.conv_transpose1d: "transposed convolutions are not emulated",
     F.conv_transpose2d: "transposed convolutions are not emulated",
     F.conv_transpose3d: "transposed convolutions are not emulated",
+    torch.Tensor.baddbmm: "write it as bmm plus an add",
+    torch.Tensor.addbmm: "write it as bmm, a sum and an add",
+    torch.conv_tbc: "write it as F.conv1d",
+    torch.convolution: "call F.conv1d / F.conv2d",
+    torch.linalg.multi_dot: "write it as a chain of matmuls",
+    torch.chain_matmul: "write it as a chain of matmuls",
+    torch.linalg.vecdot: "write it as (a * b).sum(-1) or a matmul",
+    torch.cdist: "write it with matmuls",
 }
+_RECURRENT = "nn.RNN / nn.LSTM / nn.GRU and their cells run their gate GEMMs inside one fused op: "
+_RECURRENT += "write the cell with nn.Linear layers (x @ W_ih^T + h @ W_hh^T) to emulate it"
+_VECTOR = (
+    "write it as a matmul (a @ b, a @ b.transpose(-2, -1), torch.outer as a[:, None] @ b[None])"
+)
+for _f in (torch.rnn_tanh, torch.rnn_relu, torch.lstm, torch.gru, torch.rnn_tanh_cell,
+           torch.rnn_relu_cell, torch.lstm_cell, torch.gru_cell):  # fmt: skip
+    _NOT_EMULATED[_f] = _RECURRENT
+for _name in ("mv", "dot", "vdot", "inner", "addmv", "outer", "ger", "addr"):
+    _NOT_EMULATED[getattr(torch, _name)] = _VECTOR
+    if hasattr(torch.Tensor, _name):
+        _NOT_EMULATED[getattr(torch.Tensor, _name)] = _VECTOR
+_SPARSE: tuple[Any, ...] = (torch.smm, torch.sspaddmm, torch.hspmm, torch.sparse.mm,
+                            torch.sparse.addmm, torch.sparse.sampled_addmm,
+                            torch._sparse_sparse_matmul)  # fmt: skip
+_FUSED: tuple[Any, ...] = (torch._transformer_encoder_layer_fwd,
+                           torch._native_multi_head_attention, torch._addmm_activation)  # fmt: skip
+_NOT_EMULATED.update(dict.fromkeys(_SPARSE, "sparse GEMMs are not emulated: use a dense matmul"))
+_NOT_EMULATED.update(
+    dict.fromkeys(_FUSED, "a fused GEMM: write it with nn.Linear and explicit attention")
+)
+#: in-place forms of the GEMMs (the emulated result would replace the tensor's own values)
+for _name in ("addmm_", "baddbmm_", "addbmm_", "addmv_", "addr_"):
+    _NOT_EMULATED[getattr(torch.Tensor, _name)] = "write it out of place (c = c + a @ b)"
+#: every operation that runs a GEMM: with no floating-point tensor among its arguments (an
+#: integer matmul) it runs as torch runs it, untouched
+_GEMM_OPS = {F.linear, F.conv1d, F.conv2d, torch.Tensor.__rmatmul__, F.scaled_dot_product_attention,
+             *_MATMULS, *_ADDMM, *_NOT_EMULATED}  # fmt: skip
+
+
+def _any_float(args: Any, kwargs: dict[str, Any]) -> bool:
+    """Whether a floating-point (or complex) tensor is among the arguments (lists included)."""
+    stack = [*args, *kwargs.values()]
+    while stack:
+        a = stack.pop()
+        if isinstance(a, torch.Tensor):
+            if a.is_floating_point() or a.is_complex():
+                return True
+        elif isinstance(a, list | tuple):
+            stack.extend(a)
+    return False
 
 
 class _Mode(TorchFunctionMode):
@@ -330,6 +389,8 @@ class _Mode(TorchFunctionMode):
     ) -> Any:
         kwargs = kwargs or {}
         sim = self.sim
+        if func in _GEMM_OPS and not _any_float(args, kwargs):
+            return func(*args, **kwargs)  # integer GEMMs are exact in torch: not emulated
         if func is F.linear:
             return sim._linear(*args, **kwargs)
         if func in (F.conv1d, F.conv2d):
@@ -413,6 +474,40 @@ class Simulated(torch.nn.Module):
             self._hooks.append(m.register_forward_pre_hook(self._enter))
             self._hooks.append(m.register_forward_hook(self._leave))
         self._matmul_calls = 0
+        #: the policy's variable_format: the parameters are stored in it (None: fp32, as they are)
+        var = get_format(self.policy.variable_format)
+        self.variable_format: FloatFormat | None = None if var == _FP32 else var  # type: ignore[assignment]
+        if self.variable_format is not None:
+            self.store_parameters()
+            ref = weakref.ref(self)
+
+            def after_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+                sim = ref()
+                if sim is not None:
+                    sim.store_parameters(optimizer)
+
+            handle = register_optimizer_step_post_hook(after_step)
+            self._hooks.append(handle)
+            weakref.finalize(self, handle.remove)  # a collected Simulated leaves no global hook
+
+    def store_parameters(self, optimizer: torch.optim.Optimizer | None = None) -> None:
+        """Round the model's floating-point parameters (those ``optimizer`` updates, if given)
+        in place to the policy's ``variable_format``, round to nearest even, as the numpy
+        training emulation stores its master weights (:meth:`~precision_lab.training.model.
+        Numerics.store`). :func:`simulate` calls it at the start and after every
+        ``optimizer.step()`` (a global optimizer step hook, removed by :meth:`remove`), so the
+        weights live in ``variable_format`` as under Keras' variable dtype."""
+        fmt = self.variable_format
+        if fmt is None:
+            return
+        own = {id(p): p for p in self.module.parameters()}
+        if optimizer is not None:
+            ids = {id(p) for g in optimizer.param_groups for p in g["params"]}
+            own = {k: p for k, p in own.items() if k in ids}
+        with torch.no_grad():
+            for p in own.values():
+                if p.is_floating_point():
+                    p.copy_(_store(p, fmt).to(device=p.device, dtype=p.dtype))
 
     # ----- layer bookkeeping -------------------------------------------------------------------
     def _enter(self, m: torch.nn.Module, inputs: Any) -> None:
@@ -654,7 +749,8 @@ class Simulated(torch.nn.Module):
         return out
 
     def remove(self) -> torch.nn.Module:
-        """Remove the layer hooks; returns the wrapped model (unchanged)."""
+        """Remove the layer hooks (and the optimizer step hook of ``variable_format``); returns
+        the wrapped model."""
         for h in self._hooks:
             h.remove()
         self._hooks = []

@@ -176,3 +176,12 @@ def test_recipe_gemm_one_role_batches_and_accumulator_precedence() -> None:
         pl.recipe_gemm(a[0], b, "bf16", "forward")
     with pytest.raises(ValueError, match=r"unknown recipe 'nvfp4'"):
         pl.recipe_gemm(a, b, "nvfp4", "forward")
+
+
+@pytest.mark.parametrize("size", [0, 3, -16, 1, 8192, 16.0, True])
+def test_operand_hadamard_is_checked_at_construction(size):
+    """Issue 31 item 10: Operand(hadamard=0 or 3) was accepted and failed later with a bare
+    ZeroDivisionError; the error now names the argument, the value and what is expected."""
+    err = TypeError if isinstance(size, bool | float) else ValueError
+    with pytest.raises(err, match=f"hadamard must be .*power of two.*got {size!r}"):
+        Operand("nvfp4", hadamard=size)

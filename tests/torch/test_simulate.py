@@ -274,3 +274,133 @@ def test_emulated_matmul_equals_pl_gemm_on_any_operands(m, k, n, fmt, acc, data)
     assert _bits_equal(y, want)
     assert _bits_equal(ta.grad, da)
     assert _bits_equal(tb.grad, db)
+
+
+# ----- issue 31 item 10: no GEMM runs silently in FP32; integer GEMMs untouched; variables -------
+_V = torch.tensor([0.3, -1.7, 2.2, 0.9])
+_M = torch.tensor([[1.1, 0.2, -0.5, 3.0], [0.7, -2.0, 0.25, 1.3], [0.1, 0.9, -1.4, 2.2]])
+_B = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(3))
+
+#: (name the error must carry, the call) for every GEMM-running op that is not emulated
+NOT_EMULATED = [
+    ("mv", lambda: torch.mv(_M, _V)),
+    ("mv", lambda: _M.mv(_V)),
+    ("dot", lambda: torch.dot(_V, _V)),
+    ("dot", lambda: _V.dot(_V)),
+    ("vdot", lambda: torch.vdot(_V, _V)),
+    ("inner", lambda: torch.inner(_M, _M)),
+    ("inner", lambda: _M.inner(_M)),
+    ("outer", lambda: torch.outer(_V, _V)),
+    ("ger", lambda: torch.ger(_V, _V)),
+    ("addmv", lambda: torch.addmv(torch.zeros(3), _M, _V)),
+    ("addr", lambda: torch.addr(torch.zeros(4, 4), _V, _V)),
+    ("addmm_", lambda: torch.zeros(3, 3).addmm_(_M, _M.T)),
+    ("baddbmm", lambda: torch.zeros(2, 3, 3).baddbmm(_B, _B.transpose(1, 2))),
+    ("addbmm", lambda: torch.zeros(3, 3).addbmm(_B, _B.transpose(1, 2))),
+    ("multi_dot", lambda: torch.linalg.multi_dot([_M, _M.T, _M])),
+    ("vecdot", lambda: torch.linalg.vecdot(_M, _M)),
+    ("cdist", lambda: torch.cdist(_M, _M)),
+    ("tensordot", lambda: torch.tensordot(_M, _M.T, 1)),
+    (
+        "conv_tbc",
+        lambda: torch.conv_tbc(torch.randn(5, 1, 2), torch.randn(3, 2, 4), torch.zeros(4)),
+    ),
+    ("smm", lambda: torch.smm(_M.to_sparse(), _M.T)),
+    ("_sparse_mm", lambda: torch.sparse.mm(_M.to_sparse(), _M.T)),
+    ("_addmm_activation", lambda: torch._addmm_activation(torch.zeros(3, 3), _M, _M.T)),
+]
+
+
+class _Call(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self):
+        return self.fn()
+
+
+@pytest.mark.parametrize(("name", "fn"), NOT_EMULATED, ids=[n for n, _ in NOT_EMULATED])
+def test_gemm_ops_that_are_not_emulated_raise(name, fn):
+    for policy in ("mixed_bfloat16", "te_nvfp4"):
+        with pytest.raises(NotImplementedError, match=rf"simulate: (linalg_)?{name} runs a GEMM"):
+            plt.simulate(_Call(fn), policy)()
+
+
+@pytest.mark.parametrize(
+    ("name", "module", "x"),
+    [
+        ("gru", torch.nn.GRU(4, 8), torch.randn(5, 2, 4)),
+        ("lstm", torch.nn.LSTM(4, 8), torch.randn(5, 2, 4)),
+        ("rnn_tanh", torch.nn.RNN(4, 8), torch.randn(5, 2, 4)),
+        ("rnn_relu", torch.nn.RNN(4, 8, nonlinearity="relu"), torch.randn(5, 2, 4)),
+        ("gru_cell", torch.nn.GRUCell(4, 8), torch.randn(2, 4)),
+        ("lstm_cell", torch.nn.LSTMCell(4, 8), torch.randn(2, 4)),
+        ("rnn_tanh_cell", torch.nn.RNNCell(4, 8), torch.randn(2, 4)),
+    ],
+)
+def test_recurrent_layers_raise_instead_of_running_in_fp32(name, module, x):
+    """A GRU under te_nvfp4 used to differ from FP32 by exactly 0.0, with no warning."""
+    for policy in ("mixed_bfloat16", "te_nvfp4"):
+        with pytest.raises(NotImplementedError, match=f"simulate: {name} runs a GEMM.*nn.Linear"):
+            plt.simulate(module, policy)(x)
+
+
+def test_integer_matmuls_run_as_torch_runs_them():
+    a = torch.arange(-6, 6, dtype=torch.int64).reshape(3, 4) * (2**40 + 1)
+    b = torch.arange(8, dtype=torch.int64).reshape(4, 2) - 3
+    ops = [
+        lambda: a @ b,
+        lambda: torch.matmul(a, b),
+        lambda: torch.mm(a, b),
+        lambda: torch.bmm(a[None], b[None]),
+        lambda: torch.mv(a, b[:, 0]),
+        lambda: torch.dot(b[:, 0], b[:, 1]),
+        lambda: torch.addmm(torch.ones(3, 2, dtype=torch.int64), a, b),
+    ]
+    for policy in ("mixed_bfloat16", "te_nvfp4", "fp8_hybrid"):
+        for op in ops:
+            want = op()
+            got = plt.simulate(_Call(op), policy)()
+            assert got.dtype == torch.int64 and torch.equal(got, want)  # exact: beyond 2**24
+
+
+def test_linalg_matmul_is_emulated_as_matmul():
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(5))
+    w = torch.randn(8, 3, generator=torch.Generator().manual_seed(6))
+    want = plt.simulate(_Call(lambda: x @ w), "mixed_bfloat16")()
+    got = plt.simulate(_Call(lambda: torch.linalg.matmul(x, w)), "mixed_bfloat16")()
+    assert torch.equal(got, want) and not torch.equal(got, x @ w)
+
+
+def test_variable_format_stores_the_parameters():
+    """Policy.variable_format: the parameters are rounded to it at the start and after every
+    optimizer step (torch's own bf16 cast, round to nearest even, as the oracle)."""
+    pol = Policy("pure_bf16", compute_format="bf16", variable_format="bf16")
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(6, 3)
+    w0 = lin.weight.detach().clone()
+    sim = plt.simulate(lin, pol)
+    assert torch.equal(lin.weight, w0.to(torch.bfloat16).float())
+    assert not torch.equal(lin.weight, w0)
+    opt = torch.optim.SGD(lin.parameters(), lr=0.0123)
+    x = torch.randn(5, 6)
+    for _ in range(3):
+        opt.zero_grad()
+        sim(x).square().sum().backward()
+        want = [
+            (p - 0.0123 * p.grad).detach().to(torch.bfloat16).float()
+            for p in (lin.weight, lin.bias)
+        ]
+        exact = [(p - 0.0123 * p.grad).detach() for p in (lin.weight, lin.bias)]
+        opt.step()
+        assert torch.equal(lin.weight, want[0]) and torch.equal(lin.bias, want[1])
+        assert not torch.equal(lin.weight, exact[0])
+    other = torch.nn.Parameter(torch.tensor([1.0 + 2.0**-20]))  # not the model's: untouched
+    torch.optim.SGD([other], lr=0.0).step()
+    assert other.item() == 1.0 + 2.0**-20
+    sim.remove()  # the step hook goes with the layer hooks
+    w = lin.weight.detach().clone()
+    lin.weight.grad = torch.full_like(w, 2.0**-20)
+    torch.optim.SGD([lin.weight], lr=1.0).step()
+    assert torch.equal(lin.weight, w - 2.0**-20)

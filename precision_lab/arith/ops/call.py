@@ -33,12 +33,12 @@ from ...core.exact import (
 from ...core.formats import FloatFormat, get_format
 from ...core.inputs import as_numpy
 from ...core.rounding import (
-    STOCHASTIC_MODES,
     RoundingOptions,
     _fits_float32,
     as_float_array,
     check_options,
     for_chunks,
+    is_stochastic,
     round_to,
 )
 
@@ -134,7 +134,7 @@ def run(
     chunked = (
         n > 4 * CHUNK
         and all(a.shape == shape or a.size == 1 for a in arrs)
-        and (own_words or o.mode not in STOCHASTIC_MODES)
+        and (own_words or not is_stochastic(o.mode))
     )
     if not chunked:
         return compute(
@@ -208,7 +208,7 @@ class Call:
             rounding=o.mode,
             overflow=o.overflow,
             subnormals=o.subnormals,
-            seed=o.seed if o.mode in STOCHASTIC_MODES else None,
+            seed=o.seed if is_stochastic(o.mode) else None,
         )
         return self.out(r)
 
@@ -239,7 +239,7 @@ class Call:
             w = None if words is None else words[idx]
             if scale is not None:
                 ei = scale[idx]
-                if exact_fraction is None or o.mode not in STOCHASTIC_MODES:
+                if exact_fraction is None or not is_stochastic(o.mode):
                     rr = self.rounder if exact_fraction is None else self.rounder_for_quotients
                     res[idx] = round_scaled(si, ti, ei, rr, w)
                     bad = np.flatnonzero(~ok)
@@ -256,7 +256,7 @@ class Call:
                         "stochastic rounding of a quotient outside [2**-900, 2**1000] is not "
                         f"supported in {self.fmt} (its exact discarded fraction is not available)"
                     )
-            if exact_fraction is not None and o.mode in STOCHASTIC_MODES:
+            if exact_fraction is not None and is_stochastic(o.mode):
                 ti = self._fraction_pairs(si, ti, idx, exact_fraction)
             rounder = self.rounder
             nearest_tie_rule = o.mode in ("nearest_away", "nearest_zero")
@@ -288,7 +288,7 @@ class Call:
     def _special(self, shadow: np.ndarray) -> np.ndarray:
         """IEEE special results (NaN, infinities) through the core."""
         o = self.opts
-        mode = "nearest_even" if o.mode in STOCHASTIC_MODES else o.mode
+        mode = "nearest_even" if is_stochastic(o.mode) else o.mode
         return round_to(
             shadow, self.fmt, rounding=mode, overflow=o.overflow, subnormals=o.subnormals
         )

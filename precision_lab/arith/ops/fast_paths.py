@@ -15,12 +15,12 @@ import numpy as np
 from ...backends import native
 from ...core.formats import FloatFormat, get_format
 from ...core.rounding import (
-    STOCHASTIC_MODES,
     RoundingOptions,
     _fits_float32,
     as_float_array,
     check_options,
     for_chunks,
+    is_stochastic,
     round_to,
 )
 from .call import _on_grid, as_operand
@@ -102,7 +102,7 @@ def _float32_path(
     if not (isinstance(f, FloatFormat) and _fits_float32(f) and f.precision <= 12):
         return None
     o = check_options(rounding, overflow, subnormals, seed, None)
-    if x.shape == y.shape and o.mode not in STOCHASTIC_MODES:  # in cache-sized chunks, on all cores
+    if x.shape == y.shape and not is_stochastic(o.mode):  # in cache-sized chunks, on all cores
         xf, yf = x.reshape(-1), y.reshape(-1)
         out = np.empty(xf.size, dtype=np.float32)
         failed = []
@@ -150,7 +150,7 @@ def _float32_chunk(
         rounding=o.mode,
         overflow=o.overflow,
         subnormals=o.subnormals,
-        seed=o.seed if o.mode in STOCHASTIC_MODES else None,
+        seed=o.seed if is_stochastic(o.mode) else None,
     )
 
 

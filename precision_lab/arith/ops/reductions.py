@@ -42,7 +42,7 @@ import numpy as np
 from ...core.exact import Rounder, round_sum, stochastic_words, two_sum
 from ...core.formats import FloatFormat, get_format
 from ...core.inputs import as_numpy
-from ...core.rounding import STOCHASTIC_MODES, _fits_float32, as_float_array, round_to
+from ...core.rounding import _fits_float32, as_float_array, is_stochastic, round_to
 from ...gemm.accumulator import Accumulator, _float_format
 from ...gemm.reference import _as_accumulator, _canonical_nan, gemm
 from ...gemm.reference import _on_grid as _put_on_grid
@@ -190,7 +190,7 @@ def sum(
     # rows in chunks of about 2**20 elements: the reference's float64 copies stay that small
     # (stochastic rounding numbers its random words by the whole output: one call)
     step = max(1, (1 << 20) // max(k, 1))
-    if acc.rounding in STOCHASTIC_MODES or n <= step:
+    if is_stochastic(acc.rounding) or n <= step:
         return reduce(rows).reshape(v.shape[:-1])
     out = np.empty(n, dtype=np.float32 if _fits_float32(out_fmt) else np.float64)
     for lo in range(0, n, step):
@@ -309,7 +309,7 @@ def cumsum(
 
     def add(p: np.ndarray, q: np.ndarray, event: int) -> np.ndarray:
         w = None
-        if acc.rounding in STOCHASTIC_MODES:
+        if is_stochastic(acc.rounding):
             w = stochastic_words(seed, event, n_rows, (n_rows,), acc.random_bits)
         s, t = two_sum(p, q, down=acc.rounding == "down")
         with np.errstate(invalid="ignore"):
