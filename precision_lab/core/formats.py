@@ -562,6 +562,10 @@ ALIASES: dict[str, str] = {
     "float4_e2m1fn": "e2m1",
     "fp4_e2m1": "e2m1",
     "fp4": "e2m1",
+    # The same format as ml_dtypes' float8_e8m0fnu, but not its tie rule: ml_dtypes rounds ties
+    # away from zero, round_to's default picks the even code ([0.75, 3.0] -> [0.5, 2.0], ml_dtypes
+    # [1.0, 4.0]); rounding="nearest_away" gives ml_dtypes' values (tests/core/test_exhaustive.py,
+    # test_nearest_even_matches_ml_dtypes[e8m0], every float32).
     "float8_e8m0fnu": "e8m0",
     "e8m0fnu": "e8m0",
 }
@@ -626,8 +630,12 @@ def get_format(
 
     Accepts registry names (``"e4m3"``), ml_dtypes/numpy names (``"float8_e4m3fn"``,
     ``"bfloat16"``), P3109 names (``"p3109_k8p3se"``), numpy/ml_dtypes dtypes, and
-    ``FloatFormat``/``IntFormat`` instances. ``name`` is the argument's name in error messages.
-    ``None`` is refused (numpy would read it as float64).
+    ``FloatFormat``/``IntFormat`` instances. An ml_dtypes name gives the same format, and
+    :func:`round_to` to nearest even gives ml_dtypes' values, except for ties in
+    ``"float8_e8m0fnu"`` (``"e8m0"``): ml_dtypes rounds them away from zero, ``round_to`` to the
+    even code (``[0.75, 3.0]`` -> ``[0.5, 2.0]``, ml_dtypes ``[1.0, 4.0]``); pass
+    ``rounding="nearest_away"`` for ml_dtypes' values. ``name`` is the argument's name in error
+    messages. ``None`` is refused (numpy would read it as float64).
 
     >>> get_format("bfloat16").mantissa_bits
     7
