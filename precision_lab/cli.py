@@ -16,9 +16,11 @@ rounded once, straight to the format, in every mode (fp64 included); ``inf``, ``
 and ``-0`` work too. Any exponent is fine (``1e-999999999`` is decided at once); the error is
 reported against the exact input (an overflow of a finite value is never "exact").
 
-``--seed`` belongs to the stochastic modes (``stochastic``, ``stochastic_equal``): with any other
-mode it is an error (a seed that changes nothing is a mistake worth hearing about). A stochastic
-mode without ``--seed`` draws a seed and prints it, so the run can be repeated.
+``--seed`` is used by the stochastic modes (``stochastic``, ``stochastic_equal`` ...); with a
+deterministic mode it is accepted and changes nothing, as ``seed=`` in Python (one rule for both:
+a seed belongs to a configuration that may sweep rounding modes), and ``cast`` says so on its
+``seed`` line ("unused"). A stochastic mode without ``--seed`` draws a seed and prints it, so the
+run can be repeated.
 
 >>> main(["cast", "1.0625000000000000000001", "e4m3"])
 input     1.0625000000000000000001  (exact decimal; the nearest float64 is 1.0625)
@@ -51,7 +53,6 @@ from .core.rounding import (
     MODE_ALIASES,
     OVERFLOW_MODES,
     ROUNDING_MODES,
-    STOCHASTIC_MODES,
     SUBNORMAL_MODES,
     check_choice,
     check_rounding,
@@ -508,9 +509,10 @@ def cast(
 ) -> dict[str, Any]:
     """Everything ``precision-lab cast`` prints, as a dict.
 
-    ``seed`` is only for the stochastic modes, ``stochastic`` and ``stochastic_equal`` (a
-    ValueError otherwise, so that a seed is never silently ignored); a stochastic mode without
-    a seed draws one and reports it (``seed_drawn``), so the run can be repeated.
+    ``seed`` is used by the stochastic modes; with a deterministic mode it changes nothing, as
+    in :func:`~precision_lab.round_to`, and the result says so (``seed_used`` False). A
+    stochastic mode without a seed draws one and reports it (``seed_drawn``), so the run can be
+    repeated.
 
     >>> r = cast("2.5e-8", "fp16", rounding="sre", seed=3)
     >>> r["seed"], r["result"] == cast("2.5e-8", "fp16", rounding="sre", seed=3)["result"]
@@ -521,11 +523,6 @@ def cast(
     overflow = check_choice("overflow", overflow, OVERFLOW_MODES)
     subnormals = check_choice("subnormals", subnormals, SUBNORMAL_MODES)
     stochastic = is_stochastic(mode)
-    if seed is not None and not stochastic:
-        raise ValueError(
-            f"--seed is only used by the stochastic modes ({', '.join(STOCHASTIC_MODES)}), "
-            f"got --rounding {mode} (drop --seed, or round stochastically)"
-        )
     if seed is not None:
         seed = check_seed(seed)
     drawn = stochastic and seed is None
@@ -554,9 +551,10 @@ def cast(
         "subnormals": subnormals,
         "result": r,
     }
-    if stochastic:
+    if stochastic or seed is not None:
         out["seed"] = seed
         out["seed_drawn"] = drawn
+        out["seed_used"] = stochastic
     try:
         code = int(encode(np.float64(r), f, overflow=overflow))
     except ValueError as err:  # NaN in a format without NaN
@@ -640,8 +638,10 @@ def cmd_cast(args: argparse.Namespace) -> int:
         f"format    {info['format']}  rounding {info['rounding']}, overflow {info['overflow']}, "
         f"subnormals {info['subnormals']}"
     )
-    if is_stochastic(info["rounding"]):
+    if "seed" in info:
         again = f"  (drawn: --seed {info['seed']} repeats this run)" if info["seed_drawn"] else ""
+        if not info["seed_used"]:
+            again = f"  (unused: {info['rounding']} is deterministic)"
         print(f"seed      {info['seed']}{again}")
     print(f"result    {info['result']!r}")
     if info["code"] is None:
@@ -815,8 +815,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--seed",
         type=int,
         default=None,
-        help="seed of the stochastic modes (stochastic, stochastic_equal; an error with any "
-        "other mode); without it a seed is drawn and printed, so the run can be repeated",
+        help="seed of the stochastic modes (stochastic, stochastic_equal ...; accepted and "
+        "unused with a deterministic mode, as round_to's seed=); without it a stochastic mode "
+        "draws a seed and prints it, so the run can be repeated",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_cast)

@@ -866,7 +866,9 @@ def round_to(
     seed, random_bits:
         For the stochastic modes: an int seed (``None`` draws one) and the number of random bits
         (1..64; ``None`` for exact probabilities). The random word of each element depends only
-        on (seed, flat index).
+        on (seed, flat index). The deterministic modes accept and ignore both (so one set of
+        options can sweep the modes; ``precision-lab cast --seed`` follows the same rule and
+        prints "unused").
 
     Returns
     -------

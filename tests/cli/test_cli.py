@@ -178,7 +178,6 @@ def test_cast_stochastic_is_seeded(capsys):
         (["cast", "1", "e9m9"], "unknown format 'e9m9'"),
         (["cast", "1", "e4m3", "--rounding", "banker"], "rounding must be one of"),
         (["cast", "abc", "e4m3"], "VALUE must be a decimal number"),
-        (["cast", "0.1", "e4m3", "--rounding", "rtz", "--seed", "1"], "--seed is only used"),
     ],
 )
 def test_cast_bad_input_exits_1(capsys, argv, match):
@@ -426,9 +425,15 @@ def test_parse_value_too_many_digits_is_a_clear_error():
     assert parse_value("1" + "0" * 1000).exact == 10**1000
 
 
-def test_cast_seed_without_stochastic_is_an_error(capsys):
-    rc, _, err = run(capsys, "cast", "1.3", "e2m1", "--seed", "3")
-    assert rc == 1 and "--seed" in err and "stochastic" in err
+def test_cast_seed_with_a_deterministic_mode_is_accepted_and_said_unused(capsys):
+    """One rule with round_to: a deterministic mode accepts a seed and ignores it (the result is
+    round_to's with any seed), and cast says so."""
+    rc, out, _ = run(capsys, "cast", "1.3", "e2m1", "--seed", "3")
+    assert rc == 0
+    assert "seed      3  (unused: nearest_even is deterministic)" in out.splitlines()
+    info = cast_json(capsys, "1.3", "e2m1", "--seed", "3", "--rounding", "rtz")
+    assert info["seed"] == 3 and info["seed_used"] is False
+    assert info["result"] == float(pl.round_to(1.3, "e2m1", rounding="rtz", seed=99)) == 1.0
 
 
 def test_cast_stochastic_without_seed_prints_the_seed_it_drew(capsys):
