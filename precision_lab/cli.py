@@ -1175,7 +1175,14 @@ def main(argv: list[str] | None = None) -> int:
     # argparse reads "-1e-30" as an option: a leading space keeps it a value (parse_value strips)
     args = parser.parse_args([" " + a if _NEGATIVE_VALUE.match(a) else a for a in raw])
     try:
-        return int(args.func(args))
+        rc = int(args.func(args))
+        sys.stdout.flush()  # a closed pipe shows here, inside the try, not at exit
+        return rc
+    except BrokenPipeError:
+        # output piped into `head` and the like: stop quietly with exit 0 (Python's advice for
+        # SIGPIPE: point stdout at devnull so that the flush at exit does not fail again)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (ValueError, TypeError, ImportError, OSError) as err:
         # bad input, a missing optional package (torch, dask, scikit-learn), a file that is not
         # there, a scheduler that does not answer: one line, never a traceback
@@ -1184,9 +1191,6 @@ def main(argv: list[str] | None = None) -> int:
             what = f"{type(err).__name__}: {what}"
         print(f"precision-lab {args.command}: error: {what}", file=sys.stderr)
         return 1
-    except BrokenPipeError:  # output piped into `head` and the like: stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

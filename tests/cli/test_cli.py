@@ -471,6 +471,29 @@ def test_python_dash_m_precision_lab():
     assert proc.returncode == 0 and proc.stdout.strip() == f"precision-lab {pl.__version__}"
 
 
+def test_closed_pipe_ends_quietly():
+    """`precision-lab formats | head -2`: the reader is gone before the output is written (its
+    end of the pipe closed first, so every write fails); exit 0, nothing on stderr."""
+    import os
+
+    procs = []
+    for argv in (["formats"], ["tensor-cores"], ["info", "--json"]):
+        r, w = os.pipe()
+        os.close(r)
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "precision_lab", *argv],
+                stdout=w,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+        os.close(w)
+    for argv, proc in zip(("formats", "tensor-cores", "info --json"), procs, strict=True):
+        _, err = proc.communicate(timeout=120)
+        assert (proc.returncode, err) == (0, ""), argv
+
+
 @pytest.mark.parametrize(
     "q", [Fraction(1, 2**29), Fraction(1, 3 * 2**20), Fraction(1, 2), Fraction(5, 7)]
 )
