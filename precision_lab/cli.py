@@ -22,6 +22,14 @@ a seed belongs to a configuration that may sweep rounding modes), and ``cast`` s
 ``seed`` line ("unused"). A stochastic mode without ``--seed`` draws a seed and prints it, so the
 run can be repeated.
 
+Exit status (also in ``--help``): 0 done; 1 the command failed (a bad value, format or file, a
+missing optional package, vectors that do not conform); 2 the command line is malformed (an
+unknown option, a missing argument, an invalid choice: argparse finds it before anything runs).
+Every error is one line on stderr, ``precision-lab COMMAND: error: ...``, never a traceback; an
+unknown format name suggests the closest names. Output piped into a reader that stops early
+(``| head``) ends quietly with status 0. NaN cast into a format without NaN (the integer
+formats, e2m1 ...) is an error, as in ``encode`` and the quantizers; ``inf`` saturates there.
+
 >>> main(["cast", "1.0625000000000000000001", "e4m3"])
 input     1.0625000000000000000001  (exact decimal; the nearest float64 is 1.0625)
 format    e4m3  rounding nearest_even, overflow ieee, subnormals keep
@@ -42,7 +50,7 @@ import secrets
 import sys
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 
@@ -530,6 +538,11 @@ def cast(
         seed = secrets.randbits(32)
     val = parse_value(text)
     exact, x = val.exact, val.x
+    if math.isnan(x) and not (isinstance(f, FloatFormat) and f.has_nan):
+        raise ValueError(
+            f"VALUE nan has no {f} value: {f} has no NaN (encode and the quantizers refuse it "
+            "too; inf and -inf saturate to the largest magnitude)"
+        )
     opts: dict[str, Any] = {"rounding": mode, "overflow": overflow, "subnormals": subnormals}
     if exact is None or exact == 0:
         r = float(round_to(np.float64(x), f, seed=seed, **opts))
@@ -765,10 +778,28 @@ def cmd_conform(args: argparse.Namespace) -> int:
 
 
 # ----- the parser --------------------------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (exit status 2), as the commands' own errors (status 1)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+#: What the exit status says (the parser's epilog: ``--help`` and docs/cli.md show it).
+EXIT_STATUS = (
+    "Exit status: 0 done; 1 the command failed (a bad value, format or file, a missing "
+    "optional package, vectors that do not conform); 2 the command line itself is malformed "
+    "(an unknown option, a missing argument, an invalid choice), found before anything runs. "
+    "Every error is one line on stderr, 'precision-lab COMMAND: error: ...', never a "
+    "traceback. Output piped into a reader that stops early (| head) ends quietly with 0."
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="precision-lab",
         description="Bit-exact low-precision formats: tables, casts, figures.",
+        epilog=EXIT_STATUS,
     )
     from .core.version import __version__
 
@@ -1104,6 +1135,11 @@ def _library_matmul(library: str, input_format: str) -> tuple[Any, str | None]:
     if library == "numpy":
         return (lambda a, b: np.matmul(a, b)), None
     if library == "torch":
+        if fmt not in ("fp64", "fp32", "fp16", "bf16"):  # refused before any work
+            raise ValueError(
+                f"--input-format {input_format}: probe torch runs torch.matmul on the CPU, "
+                "which takes fp64, fp32, fp16 or bf16 operands"
+            )
         import torch
 
         def torch_mm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -1187,7 +1223,9 @@ def main(argv: list[str] | None = None) -> int:
         # bad input, a missing optional package (torch, dask, scikit-learn), a file that is not
         # there, a scheduler that does not answer: one line, never a traceback
         what = str(err) or type(err).__name__
-        if isinstance(err, OSError) and not isinstance(err, FileNotFoundError) and err.strerror:
+        if isinstance(err, OSError) and err.filename is not None and err.strerror:
+            what = f"{err.filename}: {err.strerror.lower()}"  # not "[Errno 2] ..."
+        elif isinstance(err, OSError) and err.strerror:
             what = f"{type(err).__name__}: {what}"
         print(f"precision-lab {args.command}: error: {what}", file=sys.stderr)
         return 1

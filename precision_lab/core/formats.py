@@ -13,6 +13,7 @@ codes are NaN, whether it has infinities, subnormals, a zero and a sign bit); ev
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from dataclasses import dataclass, field
@@ -639,10 +640,10 @@ def get_format(
 
     >>> get_format("bfloat16").mantissa_bits
     7
-    >>> get_format("fp7")
+    >>> get_format("e4m4")
     Traceback (most recent call last):
     ...
-    ValueError: unknown format 'fp7'; known formats: fp64, fp32, tf32, fp16, bf16, ...
+    ValueError: unknown format 'e4m4'; did you mean 'e4m3', 'e3m4', ...? known_formats() ...
     >>> get_format(None, name="out_format")
     Traceback (most recent call last):
     ...
@@ -667,8 +668,12 @@ def get_format(
     if match:
         k, p, sign, dom = match.groups()
         return _p3109_cached(int(k), int(p), sign == "s", "extended" if dom == "e" else "finite")
-    names = ", ".join(known_formats())
-    raise ValueError(f"unknown format {fmt!r}; known formats: {names}, p3109_k{{k}}p{{p}}[su][ef]")
+    close = difflib.get_close_matches(key, known_formats(), n=3, cutoff=0.6)
+    hint = f"did you mean {', '.join(map(repr, close))}? " if close else ""
+    raise ValueError(
+        f"unknown format {fmt!r}; {hint}known_formats() (precision-lab formats) lists every "
+        "name; P3109 formats are p3109_k{k}p{p}{s|u}{e|f}"
+    )
 
 
 @cache

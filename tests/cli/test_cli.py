@@ -161,9 +161,51 @@ def test_cast_error_in_ulps(capsys):
     assert info["error"]["ulps"] == float(err / Fraction(2**-11))  # bf16 spacing at 0.1
 
 
-def test_cast_nan_in_a_format_without_nan(capsys):
-    rc, out, _ = run(capsys, "cast", "nan", "e2m1")
-    assert rc == 0 and "result    nan" in out and "code      none:" in out
+def test_cast_nan_in_a_format_without_nan_is_an_error_as_in_encode(capsys):
+    """NaN has no int8 or e2m1 value: an error, as encode and the quantizers say; inf saturates."""
+    for fmt in ("int8", "e2m1"):
+        rc, out, err = run(capsys, "cast", "nan", fmt)
+        assert (rc, out) == (1, "") and f"VALUE nan has no {fmt} value" in err
+        with pytest.raises(ValueError, match="NaN"):
+            pl.encode(np.nan, fmt)
+    assert cast_json(capsys, "inf", "int8")["result"] == 127.0
+    rc, out, _ = run(capsys, "cast", "nan", "e4m3")
+    assert rc == 0 and "result    nan" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "rc", "match"),
+    [
+        (["cast", "1", "e4m4"], 1, "unknown format 'e4m4'; did you mean 'e4m3', 'e3m4'"),
+        (["cast", "1", "e4m3", "--overflow", "wrap"], 2, "invalid choice: 'wrap'"),
+        (["cast"], 2, "the following arguments are required: VALUE, FORMAT"),
+        (["probe", "torch", "--input-format", "e4m3"], 1, "--input-format e4m3: probe torch"),
+        (["conform", "GARBAGE"], 1, "GARBAGE: not a conformance vector file"),
+    ],
+)
+def test_every_error_is_one_short_line(capsys, tmp_path, argv, rc, match):
+    """One line on stderr, 'precision-lab COMMAND: error: ...', no usage block, no list of 48
+    names, no allow_pickle advice for a junk file; 2 for a malformed command line, else 1."""
+    junk = tmp_path / "garbage.npz"
+    junk.write_bytes(bytes(range(256)) * 3)
+    argv = [str(junk) if a == "GARBAGE" else a for a in argv]
+    match = match.replace("GARBAGE", str(junk))
+    try:
+        got = main(argv)
+    except SystemExit as e:
+        got = e.code
+    out, err = capsys.readouterr()
+    assert got == rc and out == ""
+    assert err.count("\n") == 1 and err.startswith(f"precision-lab {argv[0]}: error: "), err
+    assert match in err and len(err) < 300 and "allow_pickle" not in err
+
+
+def test_missing_file_is_one_clean_line(capsys, tmp_path):
+    pytest.importorskip("dask", reason="precision-lab grid needs dask")
+    rc, _, err = run(capsys, "grid", str(tmp_path / "missing.json"))
+    assert rc == 1
+    want = f"precision-lab grid: error: {tmp_path / 'missing.json'}: no such file or directory"
+    assert err == want + "\n"
 
 
 def test_cast_stochastic_is_seeded(capsys):
@@ -654,7 +696,7 @@ def test_use_backend_is_case_insensitive_like_the_environment_variable(monkeypat
 @pytest.mark.parametrize(
     ("argv", "want"),
     [
-        (("grid", "/nonexistent/spec.json"), "No such file or directory"),
+        (("grid", "/nonexistent/spec.json"), "/nonexistent/spec.json: no such file or directory"),
         (("report", "--only", "formats"), "--only names the figure jobs to rerun"),
         (("cast", "1", "e4m3", "--rounding", "bogus"), "rounding must be one of"),
     ],
