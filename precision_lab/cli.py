@@ -9,6 +9,14 @@
     precision-lab report [--outdir DIR] [--regenerate] [--show]   where the report is (or make it)
     precision-lab --version
     precision-lab info [--json]                        which backend serves each operation
+    precision-lab tensor-cores [GPU]                   the matrix-core presets and their evidence
+    precision-lab conform FILE                         check a block quantizer's codes and scales
+    precision-lab verify FORMAT ...                    exhaustive check against an oracle (Dask)
+    precision-lab grid SPEC ...                        an experiment grid (Dask)
+    precision-lab probe LIBRARY ...                    the accumulation model of a matmul
+
+``formats`` prints :func:`precision_lab.formats_table` (``--json``:
+:func:`precision_lab.format_rows`).
 
 ``VALUE`` is read exactly: a decimal string is the exact decimal number (``0.1`` is one tenth, not
 the float64 nearest to it), a hex float (``0x1.8p-3``) the exact binary number, and either is
@@ -55,7 +63,7 @@ from typing import Any, NamedTuple, NoReturn
 import numpy as np
 
 from .core.codec import encode
-from .core.formats import ALIASES, FORMATS, FloatFormat, IntFormat, get_format
+from .core.formats import FloatFormat, IntFormat, format_rows, formats_table, get_format
 from .core.random_words import check_seed, random_words
 from .core.rounding import (
     MODE_ALIASES,
@@ -358,104 +366,11 @@ def _flush(r: float, f: FloatFormat | IntFormat, subnormals: str) -> float:
 
 
 # ----- formats -----------------------------------------------------------------------------------
-def _format_row(name: str, f: FloatFormat | IntFormat) -> dict[str, Any]:
-    aliases = sorted(a for a, target in ALIASES.items() if target == name)
-    if isinstance(f, IntFormat):
-        return {
-            "name": name,
-            "kind": "int",
-            "bits": f.bits,
-            "signed": f.signed,
-            "min": f.min,
-            "max": f.max,
-            "aliases": aliases,
-        }
-    return {
-        "name": name,
-        "kind": "float",
-        "bits": f.bits,
-        "exponent_bits": f.exponent_bits,
-        "mantissa_bits": f.mantissa_bits,
-        "bias": f.bias,
-        "signed": f.signed,
-        "max": f.max,
-        "smallest_normal": f.smallest_normal,
-        "smallest_subnormal": f.smallest_subnormal,
-        "eps": f.eps,
-        "has_inf": bool(f.has_inf),
-        "has_nan": bool(f.has_nan),
-        "nan": f.nan,
-        "has_subnormals": f.has_subnormals,
-        "aliases": aliases,
-    }
-
-
-def _g(v: float) -> str:
-    return f"{v:.6g}"
-
-
 def cmd_formats(args: argparse.Namespace) -> int:
-    rows = [_format_row(n, f) for n, f in FORMATS.items()]
     if args.json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    head = (
-        "name",
-        "bits",
-        "e",
-        "m",
-        "bias",
-        "max",
-        "min normal",
-        "min subnormal",
-        "eps",
-        "inf",
-        "NaN",
-    )
-    lines = [head]
-    for r in rows:
-        if r["kind"] == "int":
-            lo = r["min"]
-            lines.append(
-                (
-                    r["name"],
-                    str(r["bits"]),
-                    "-",
-                    "-",
-                    "-",
-                    str(r["max"]),
-                    f"(min {lo})",
-                    "-",
-                    "1",
-                    "no",
-                    "no",
-                )
-            )
-            continue
-        sub = _g(r["smallest_subnormal"]) if r["has_subnormals"] and r["mantissa_bits"] else "-"
-        lines.append(
-            (
-                r["name"],
-                str(r["bits"]),
-                str(r["exponent_bits"]),
-                str(r["mantissa_bits"]),
-                str(r["bias"]),
-                _g(r["max"]),
-                _g(r["smallest_normal"]),
-                sub,
-                _g(r["eps"]),
-                "yes" if r["has_inf"] else "no",
-                "yes" if r["has_nan"] else "no",
-            )
-        )
-    widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
-    for k, row in enumerate(lines):
-        pairs = enumerate(zip(row, widths, strict=True))
-        cells = [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in pairs]
-        print("  ".join(cells).rstrip())
-        if k == 0:
-            print("  ".join("-" * w for w in widths))
-    print("\nAliases: " + ", ".join(f"{a}={t}" for a, t in ALIASES.items()))
+        print(json.dumps(format_rows(), indent=2))
+    else:
+        print(formats_table())
     return 0
 
 

@@ -37,11 +37,14 @@ def test_formats_table_lists_every_format(capsys):
     assert lines["e2m1"][-2:] == ["no", "no"]
     assert lines["fp16"][5:9] == ["65504", "6.10352e-05", "5.96046e-08", "0.000976562"]
     assert "float8_e4m3fn=e4m3" in out
+    assert out == pl.formats_table() + "\n"  # the Python function is what the CLI prints
+    assert "P3109: p3109_k{k}p{p}{s|u}{e|f}" in out
 
 
 def test_formats_json_matches_the_registry(capsys):
     rc, out, _ = run(capsys, "formats", "--json")
     assert rc == 0
+    assert json.loads(out) == json.loads(json.dumps(pl.format_rows()))
     rows = {r["name"]: r for r in json.loads(out)}
     assert set(rows) == set(pl.FORMATS)
     for name, r in rows.items():
