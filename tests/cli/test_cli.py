@@ -741,6 +741,11 @@ def test_cli_figures_fails_when_a_requested_job_cannot_run(capsys, monkeypatch, 
     rc, _, err = run(capsys, "figures", "--only", "training", "--outdir", str(tmp_path))
     assert rc == 1 and "did not run" in err and "scikit-learn" in err
     assert figures.run(tmp_path, ["training"], quiet=True) == tmp_path / "REPORT.md"
+    # nothing was made: no stub REPORT.md (issue 32 item 9), and an existing one is left alone
+    assert not (tmp_path / "REPORT.md").exists()
+    (tmp_path / "REPORT.md").write_text("kept")
+    rc, _, _ = run(capsys, "figures", "--only", "training", "--outdir", str(tmp_path))
+    assert rc == 1 and (tmp_path / "REPORT.md").read_text() == "kept"
 
 
 def test_cli_cast_says_when_an_integer_format_saturates(capsys):
