@@ -4,7 +4,8 @@ real computations (GEMMs, loss scaling, quantization, training).
 Main entry points (all at the top level, ``import precision_lab as pl``):
 
 * formats: ``pl.get_format("e4m3")`` (``.max``, ``.eps``, ``.values()`` ...), ``pl.FloatFormat``,
-  ``pl.IntFormat``, ``pl.FORMATS``, ``pl.known_formats()``
+  ``pl.IntFormat``, ``pl.FORMATS``, ``pl.known_formats()``, ``pl.formats_table()`` (the table
+  ``precision-lab formats`` prints; ``pl.format_rows()`` its ``--json``)
 * casts: ``pl.round_to(x, fmt, rounding=..., overflow=..., subnormals=..., seed=...)``,
   ``pl.encode`` / ``pl.decode`` (values <-> codes), ``pl.cvt_rs`` (the PTX ``cvt.rs``
   stochastic conversions replayed from a kernel's random bits)
@@ -74,6 +75,8 @@ from .core import (
     cvt_rs,
     decode,
     encode,
+    format_rows,
+    formats_table,
     get_format,
     known_formats,
     p3109,
@@ -134,6 +137,8 @@ __all__ = [
     "emulate",
     "encode",
     "error_stats",
+    "format_rows",
+    "formats_table",
     "gamma_n",
     "gemm",
     "gemm_blocks",
@@ -222,6 +227,17 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 # first: a moved package's submodules must resolve at their new path, not be found again by the
 # path finder under the parent alias's __path__ (which would run them a second time)
 sys.meta_path.insert(0, _MovedModules())
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``), the moved modules and the subpackages loaded so far; not
+    the helpers this module imports for itself (``sys``, ``importlib``, ``Any`` ...)."""
+    loaded = [
+        n
+        for n, v in globals().items()
+        if isinstance(v, ModuleType) and v.__name__.startswith(f"{__name__}.")
+    ]
+    return sorted({*__all__, *MOVED, *loaded})
 
 
 def __getattr__(name: str) -> ModuleType:

@@ -9,6 +9,14 @@
     precision-lab report [--outdir DIR] [--regenerate] [--show]   where the report is (or make it)
     precision-lab --version
     precision-lab info [--json]                        which backend serves each operation
+    precision-lab tensor-cores [GPU]                   the matrix-core presets and their evidence
+    precision-lab conform FILE                         check a block quantizer's codes and scales
+    precision-lab verify FORMAT ...                    exhaustive check against an oracle (Dask)
+    precision-lab grid SPEC ...                        an experiment grid (Dask)
+    precision-lab probe LIBRARY ...                    the accumulation model of a matmul
+
+``formats`` prints :func:`precision_lab.formats_table` (``--json``:
+:func:`precision_lab.format_rows`).
 
 ``VALUE`` is read exactly: a decimal string is the exact decimal number (``0.1`` is one tenth, not
 the float64 nearest to it), a hex float (``0x1.8p-3``) the exact binary number, and either is
@@ -16,9 +24,19 @@ rounded once, straight to the format, in every mode (fp64 included); ``inf``, ``
 and ``-0`` work too. Any exponent is fine (``1e-999999999`` is decided at once); the error is
 reported against the exact input (an overflow of a finite value is never "exact").
 
-``--seed`` belongs to the stochastic modes (``stochastic``, ``stochastic_equal``): with any other
-mode it is an error (a seed that changes nothing is a mistake worth hearing about). A stochastic
-mode without ``--seed`` draws a seed and prints it, so the run can be repeated.
+``--seed`` is used by the stochastic modes (``stochastic``, ``stochastic_equal`` ...); with a
+deterministic mode it is accepted and changes nothing, as ``seed=`` in Python (one rule for both:
+a seed belongs to a configuration that may sweep rounding modes), and ``cast`` says so on its
+``seed`` line ("unused"). A stochastic mode without ``--seed`` draws a seed and prints it, so the
+run can be repeated.
+
+Exit status (also in ``--help``): 0 done; 1 the command failed (a bad value, format or file, a
+missing optional package, vectors that do not conform); 2 the command line is malformed (an
+unknown option, a missing argument, an invalid choice: argparse finds it before anything runs).
+Every error is one line on stderr, ``precision-lab COMMAND: error: ...``, never a traceback; an
+unknown format name suggests the closest names. Output piped into a reader that stops early
+(``| head``) ends quietly with status 0. NaN cast into a format without NaN (the integer
+formats, e2m1 ...) is an error, as in ``encode`` and the quantizers; ``inf`` saturates there.
 
 >>> main(["cast", "1.0625000000000000000001", "e4m3"])
 input     1.0625000000000000000001  (exact decimal; the nearest float64 is 1.0625)
@@ -40,18 +58,17 @@ import secrets
 import sys
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 
 from .core.codec import encode
-from .core.formats import ALIASES, FORMATS, FloatFormat, IntFormat, get_format
+from .core.formats import FloatFormat, IntFormat, format_rows, formats_table, get_format
 from .core.random_words import check_seed, random_words
 from .core.rounding import (
     MODE_ALIASES,
     OVERFLOW_MODES,
     ROUNDING_MODES,
-    STOCHASTIC_MODES,
     SUBNORMAL_MODES,
     check_choice,
     check_rounding,
@@ -349,104 +366,11 @@ def _flush(r: float, f: FloatFormat | IntFormat, subnormals: str) -> float:
 
 
 # ----- formats -----------------------------------------------------------------------------------
-def _format_row(name: str, f: FloatFormat | IntFormat) -> dict[str, Any]:
-    aliases = sorted(a for a, target in ALIASES.items() if target == name)
-    if isinstance(f, IntFormat):
-        return {
-            "name": name,
-            "kind": "int",
-            "bits": f.bits,
-            "signed": f.signed,
-            "min": f.min,
-            "max": f.max,
-            "aliases": aliases,
-        }
-    return {
-        "name": name,
-        "kind": "float",
-        "bits": f.bits,
-        "exponent_bits": f.exponent_bits,
-        "mantissa_bits": f.mantissa_bits,
-        "bias": f.bias,
-        "signed": f.signed,
-        "max": f.max,
-        "smallest_normal": f.smallest_normal,
-        "smallest_subnormal": f.smallest_subnormal,
-        "eps": f.eps,
-        "has_inf": bool(f.has_inf),
-        "has_nan": bool(f.has_nan),
-        "nan": f.nan,
-        "has_subnormals": f.has_subnormals,
-        "aliases": aliases,
-    }
-
-
-def _g(v: float) -> str:
-    return f"{v:.6g}"
-
-
 def cmd_formats(args: argparse.Namespace) -> int:
-    rows = [_format_row(n, f) for n, f in FORMATS.items()]
     if args.json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    head = (
-        "name",
-        "bits",
-        "e",
-        "m",
-        "bias",
-        "max",
-        "min normal",
-        "min subnormal",
-        "eps",
-        "inf",
-        "NaN",
-    )
-    lines = [head]
-    for r in rows:
-        if r["kind"] == "int":
-            lo = r["min"]
-            lines.append(
-                (
-                    r["name"],
-                    str(r["bits"]),
-                    "-",
-                    "-",
-                    "-",
-                    str(r["max"]),
-                    f"(min {lo})",
-                    "-",
-                    "1",
-                    "no",
-                    "no",
-                )
-            )
-            continue
-        sub = _g(r["smallest_subnormal"]) if r["has_subnormals"] and r["mantissa_bits"] else "-"
-        lines.append(
-            (
-                r["name"],
-                str(r["bits"]),
-                str(r["exponent_bits"]),
-                str(r["mantissa_bits"]),
-                str(r["bias"]),
-                _g(r["max"]),
-                _g(r["smallest_normal"]),
-                sub,
-                _g(r["eps"]),
-                "yes" if r["has_inf"] else "no",
-                "yes" if r["has_nan"] else "no",
-            )
-        )
-    widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
-    for k, row in enumerate(lines):
-        pairs = enumerate(zip(row, widths, strict=True))
-        cells = [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in pairs]
-        print("  ".join(cells).rstrip())
-        if k == 0:
-            print("  ".join("-" * w for w in widths))
-    print("\nAliases: " + ", ".join(f"{a}={t}" for a, t in ALIASES.items()))
+        print(json.dumps(format_rows(), indent=2))
+    else:
+        print(formats_table())
     return 0
 
 
@@ -508,9 +432,10 @@ def cast(
 ) -> dict[str, Any]:
     """Everything ``precision-lab cast`` prints, as a dict.
 
-    ``seed`` is only for the stochastic modes, ``stochastic`` and ``stochastic_equal`` (a
-    ValueError otherwise, so that a seed is never silently ignored); a stochastic mode without
-    a seed draws one and reports it (``seed_drawn``), so the run can be repeated.
+    ``seed`` is used by the stochastic modes; with a deterministic mode it changes nothing, as
+    in :func:`~precision_lab.round_to`, and the result says so (``seed_used`` False). A
+    stochastic mode without a seed draws one and reports it (``seed_drawn``), so the run can be
+    repeated.
 
     >>> r = cast("2.5e-8", "fp16", rounding="sre", seed=3)
     >>> r["seed"], r["result"] == cast("2.5e-8", "fp16", rounding="sre", seed=3)["result"]
@@ -521,11 +446,6 @@ def cast(
     overflow = check_choice("overflow", overflow, OVERFLOW_MODES)
     subnormals = check_choice("subnormals", subnormals, SUBNORMAL_MODES)
     stochastic = is_stochastic(mode)
-    if seed is not None and not stochastic:
-        raise ValueError(
-            f"--seed is only used by the stochastic modes ({', '.join(STOCHASTIC_MODES)}), "
-            f"got --rounding {mode} (drop --seed, or round stochastically)"
-        )
     if seed is not None:
         seed = check_seed(seed)
     drawn = stochastic and seed is None
@@ -533,6 +453,11 @@ def cast(
         seed = secrets.randbits(32)
     val = parse_value(text)
     exact, x = val.exact, val.x
+    if math.isnan(x) and not (isinstance(f, FloatFormat) and f.has_nan):
+        raise ValueError(
+            f"VALUE nan has no {f} value: {f} has no NaN (encode and the quantizers refuse it "
+            "too; inf and -inf saturate to the largest magnitude)"
+        )
     opts: dict[str, Any] = {"rounding": mode, "overflow": overflow, "subnormals": subnormals}
     if exact is None or exact == 0:
         r = float(round_to(np.float64(x), f, seed=seed, **opts))
@@ -554,9 +479,10 @@ def cast(
         "subnormals": subnormals,
         "result": r,
     }
-    if stochastic:
+    if stochastic or seed is not None:
         out["seed"] = seed
         out["seed_drawn"] = drawn
+        out["seed_used"] = stochastic
     try:
         code = int(encode(np.float64(r), f, overflow=overflow))
     except ValueError as err:  # NaN in a format without NaN
@@ -640,8 +566,10 @@ def cmd_cast(args: argparse.Namespace) -> int:
         f"format    {info['format']}  rounding {info['rounding']}, overflow {info['overflow']}, "
         f"subnormals {info['subnormals']}"
     )
-    if is_stochastic(info["rounding"]):
+    if "seed" in info:
         again = f"  (drawn: --seed {info['seed']} repeats this run)" if info["seed_drawn"] else ""
+        if not info["seed_used"]:
+            again = f"  (unused: {info['rounding']} is deterministic)"
         print(f"seed      {info['seed']}{again}")
     print(f"result    {info['result']!r}")
     if info["code"] is None:
@@ -765,10 +693,28 @@ def cmd_conform(args: argparse.Namespace) -> int:
 
 
 # ----- the parser --------------------------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (exit status 2), as the commands' own errors (status 1)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+#: What the exit status says (the parser's epilog: ``--help`` and docs/cli.md show it).
+EXIT_STATUS = (
+    "Exit status: 0 done; 1 the command failed (a bad value, format or file, a missing "
+    "optional package, vectors that do not conform); 2 the command line itself is malformed "
+    "(an unknown option, a missing argument, an invalid choice), found before anything runs. "
+    "Every error is one line on stderr, 'precision-lab COMMAND: error: ...', never a "
+    "traceback. Output piped into a reader that stops early (| head) ends quietly with 0."
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="precision-lab",
         description="Bit-exact low-precision formats: tables, casts, figures.",
+        epilog=EXIT_STATUS,
     )
     from .core.version import __version__
 
@@ -815,8 +761,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--seed",
         type=int,
         default=None,
-        help="seed of the stochastic modes (stochastic, stochastic_equal; an error with any "
-        "other mode); without it a seed is drawn and printed, so the run can be repeated",
+        help="seed of the stochastic modes (stochastic, stochastic_equal ...; accepted and "
+        "unused with a deterministic mode, as round_to's seed=); without it a stochastic mode "
+        "draws a seed and prints it, so the run can be repeated",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_cast)
@@ -1103,6 +1050,11 @@ def _library_matmul(library: str, input_format: str) -> tuple[Any, str | None]:
     if library == "numpy":
         return (lambda a, b: np.matmul(a, b)), None
     if library == "torch":
+        if fmt not in ("fp64", "fp32", "fp16", "bf16"):  # refused before any work
+            raise ValueError(
+                f"--input-format {input_format}: probe torch runs torch.matmul on the CPU, "
+                "which takes fp64, fp32, fp16 or bf16 operands"
+            )
         import torch
 
         def torch_mm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -1185,18 +1137,24 @@ def main(argv: list[str] | None = None) -> int:
     # argparse reads "-1e-30" as an option: a leading space keeps it a value (parse_value strips)
     args = parser.parse_args([" " + a if _NEGATIVE_VALUE.match(a) else a for a in raw])
     try:
-        return int(args.func(args))
+        rc = int(args.func(args))
+        sys.stdout.flush()  # a closed pipe shows here, inside the try, not at exit
+        return rc
+    except BrokenPipeError:
+        # output piped into `head` and the like: stop quietly with exit 0 (Python's advice for
+        # SIGPIPE: point stdout at devnull so that the flush at exit does not fail again)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (ValueError, TypeError, ImportError, OSError) as err:
         # bad input, a missing optional package (torch, dask, scikit-learn), a file that is not
         # there, a scheduler that does not answer: one line, never a traceback
         what = str(err) or type(err).__name__
-        if isinstance(err, OSError) and not isinstance(err, FileNotFoundError) and err.strerror:
+        if isinstance(err, OSError) and err.filename is not None and err.strerror:
+            what = f"{err.filename}: {err.strerror.lower()}"  # not "[Errno 2] ..."
+        elif isinstance(err, OSError) and err.strerror:
             what = f"{type(err).__name__}: {what}"
         print(f"precision-lab {args.command}: error: {what}", file=sys.stderr)
         return 1
-    except BrokenPipeError:  # output piped into `head` and the like: stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

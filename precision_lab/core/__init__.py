@@ -23,7 +23,17 @@ so the native and CUDA backends follow; the test suite compares all three bit fo
 """
 
 from .codec import decode, encode
-from .formats import FORMATS, FloatFormat, Format, IntFormat, get_format, known_formats, p3109
+from .formats import (
+    FORMATS,
+    FloatFormat,
+    Format,
+    IntFormat,
+    format_rows,
+    formats_table,
+    get_format,
+    known_formats,
+    p3109,
+)
 from .ptx import cvt_rs
 from .rounding import ROUNDING_MODES, STOCHASTIC_MODES, round_to
 
@@ -37,6 +47,8 @@ __all__ = [
     "cvt_rs",
     "decode",
     "encode",
+    "format_rows",
+    "formats_table",
     "get_format",
     "known_formats",
     "p3109",

@@ -13,11 +13,12 @@ codes are NaN, whether it has infinities, subnormals, a zero and a sign bit); ev
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -26,6 +27,8 @@ __all__ = [
     "FloatFormat",
     "Format",
     "IntFormat",
+    "format_rows",
+    "formats_table",
     "get_format",
     "known_formats",
     "p3109",
@@ -398,6 +401,50 @@ class IntFormat:
         return self.max.bit_length() - 1
 
     @property
+    def precision(self) -> int:
+        """Binary digits of the largest magnitude (``bits - 1`` signed, ``bits`` unsigned):
+        every integer of the range is exact, as every value of a float format's precision is
+        within a binade."""
+        return self.bits - int(self.signed)
+
+    def ulp(self, x: float | np.ndarray) -> np.ndarray:
+        """Gap between the two values of the format around ``|x|``: 1 for every finite ``x`` (as
+        :meth:`FloatFormat.ulp`, the grid continues beyond the range), inf for ±inf, NaN for NaN.
+
+        >>> get_format("int8").ulp([0.0, 300.0, np.inf]).tolist()
+        [1.0, 1.0, inf]
+        """
+        a = np.abs(np.asarray(x, dtype=np.float64))
+        return np.where(np.isfinite(a), 1.0, a)
+
+    def next_up(self, x: float | np.ndarray) -> np.ndarray:
+        """Smallest integer of the range strictly greater than ``x`` (float64, x's shape);
+        ``min`` for ``x`` below the range (``-inf`` included), NaN where none is greater
+        (``x >= max``; integers have no inf) and for NaN. Zero is ``+0.0``.
+
+        >>> get_format("int8").next_up([1.0, 1.5, -0.5, 127.0, -np.inf]).tolist()
+        [2.0, 2.0, 0.0, nan, -128.0]
+        """
+        return self._next(x, up=True)
+
+    def next_down(self, x: float | np.ndarray) -> np.ndarray:
+        """Largest integer of the range strictly less than ``x``: the mirror image of
+        :meth:`next_up` (``max`` above the range, NaN at or below ``min``).
+
+        >>> get_format("uint8").next_down([1.0, 0.5, 0.0, 300.0]).tolist()
+        [0.0, 0.0, nan, 255.0]
+        """
+        return self._next(x, up=False)
+
+    def _next(self, x: float | np.ndarray, *, up: bool) -> np.ndarray:
+        a = np.asarray(x, dtype=np.float64)
+        with np.errstate(invalid="ignore"):
+            n = np.floor(a) + 1.0 if up else np.ceil(a) - 1.0
+            n = np.clip(n, self.min, self.max)  # beyond the range: its end (NaN stays NaN)
+            none = a >= self.max if up else a <= self.min
+        return np.where(none | np.isnan(a), np.nan, n + 0.0)
+
+    @property
     def code_dtype(self) -> np.dtype:
         for dt in (np.uint8, np.uint16, np.uint32):
             if self.bits <= np.dtype(dt).itemsize * 8:
@@ -562,6 +609,10 @@ ALIASES: dict[str, str] = {
     "float4_e2m1fn": "e2m1",
     "fp4_e2m1": "e2m1",
     "fp4": "e2m1",
+    # The same format as ml_dtypes' float8_e8m0fnu, but not its tie rule: ml_dtypes rounds ties
+    # away from zero, round_to's default picks the even code ([0.75, 3.0] -> [0.5, 2.0], ml_dtypes
+    # [1.0, 4.0]); rounding="nearest_away" gives ml_dtypes' values (tests/core/test_exhaustive.py,
+    # test_nearest_even_matches_ml_dtypes[e8m0], every float32).
     "float8_e8m0fnu": "e8m0",
     "e8m0fnu": "e8m0",
 }
@@ -611,12 +662,112 @@ def p3109(k: int, p: int, *, signed: bool = True, domain: str = "extended") -> F
 _P3109_NAME = re.compile(r"p3109_k(\d+)p(\d+)([su])([ef])")
 
 
-def known_formats() -> list[str]:
-    """Names accepted by :func:`get_format` (registry names first, then aliases).
+#: The 8-bit P3109 names :func:`known_formats` lists (every k and p are accepted, see there).
+P3109_8BIT = tuple(f"p3109_k8p{p}{s}{d}" for p in range(1, 9) for s in "su" for d in "ef")
 
-    P3109 names ``p3109_k{k}p{p}{s|u}{e|f}`` (:func:`p3109`) are accepted too, for every k and p.
+
+def known_formats() -> list[str]:
+    """Names accepted by :func:`get_format`: registry names, then aliases, then the 8-bit P3109
+    formats (``p3109_k8p1se`` ... ``p3109_k8p8uf``).
+
+    P3109 names ``p3109_k{k}p{p}{s|u}{e|f}`` (:func:`p3109`) are accepted for every width too,
+    ``2 <= k <= 64`` and ``1 <= p <= k``: too many to list.
+
+    >>> names = known_formats()
+    >>> names[:3], names[-1], len(names) == len(FORMATS) + len(ALIASES) + 32
+    (['fp64', 'fp32', 'tf32'], 'p3109_k8p8uf', True)
     """
-    return list(FORMATS) + list(ALIASES)
+    return list(FORMATS) + list(ALIASES) + list(P3109_8BIT)
+
+
+def format_rows() -> list[dict[str, Any]]:
+    """One dict per registry format (:data:`FORMATS`, in order): what ``precision-lab formats
+    --json`` prints (name, kind, bits, range, precision, special values, aliases)."""
+    return [_format_row(name, f) for name, f in FORMATS.items()]
+
+
+def formats_table() -> str:
+    """The table ``precision-lab formats`` prints: one line per registry format (bits, fields,
+    bias, range, eps, inf/NaN), then the aliases and the P3109 family.
+
+    >>> formats_table().splitlines()[2].split()[:6]
+    ['fp64', '64', '11', '52', '1023', '1.79769e+308']
+    """
+    head = ("name", "bits", "e", "m", "bias", "max", "min normal", "min subnormal", "eps")
+    lines = [(*head, "inf", "NaN")]
+    for r in format_rows():
+        if r["kind"] == "int":
+            lo = r["min"]
+            cells = (str(r["bits"]), "-", "-", "-", str(r["max"]), f"(min {lo})", "-", "1")
+            lines.append((r["name"], *cells, "no", "no"))
+            continue
+        sub = _g(r["smallest_subnormal"]) if r["has_subnormals"] and r["mantissa_bits"] else "-"
+        lines.append(
+            (
+                r["name"],
+                str(r["bits"]),
+                str(r["exponent_bits"]),
+                str(r["mantissa_bits"]),
+                str(r["bias"]),
+                _g(r["max"]),
+                _g(r["smallest_normal"]),
+                sub,
+                _g(r["eps"]),
+                "yes" if r["has_inf"] else "no",
+                "yes" if r["has_nan"] else "no",
+            )
+        )
+    widths = [max(len(row[i]) for row in lines) for i in range(len(lines[0]))]
+    out = []
+    for k, row in enumerate(lines):
+        pairs = enumerate(zip(row, widths, strict=True))
+        text = [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in pairs]
+        out.append("  ".join(text).rstrip())
+        if k == 0:
+            out.append("  ".join("-" * w for w in widths))
+    out.append("")
+    out.append("Aliases: " + ", ".join(f"{a}={t}" for a, t in ALIASES.items()))
+    out.append(
+        "P3109: p3109_k{k}p{p}{s|u}{e|f} for 2 <= k <= 64, 1 <= p <= k (signed/unsigned, "
+        "extended/finite), e.g. p3109_k8p3se; known_formats() lists the 8-bit ones"
+    )
+    return "\n".join(out)
+
+
+def _g(v: float) -> str:
+    return f"{v:.6g}"
+
+
+def _format_row(name: str, f: FloatFormat | IntFormat) -> dict[str, Any]:
+    aliases = sorted(a for a, target in ALIASES.items() if target == name)
+    if isinstance(f, IntFormat):
+        return {
+            "name": name,
+            "kind": "int",
+            "bits": f.bits,
+            "signed": f.signed,
+            "min": f.min,
+            "max": f.max,
+            "aliases": aliases,
+        }
+    return {
+        "name": name,
+        "kind": "float",
+        "bits": f.bits,
+        "exponent_bits": f.exponent_bits,
+        "mantissa_bits": f.mantissa_bits,
+        "bias": f.bias,
+        "signed": f.signed,
+        "max": f.max,
+        "smallest_normal": f.smallest_normal,
+        "smallest_subnormal": f.smallest_subnormal,
+        "eps": f.eps,
+        "has_inf": bool(f.has_inf),
+        "has_nan": bool(f.has_nan),
+        "nan": f.nan,
+        "has_subnormals": f.has_subnormals,
+        "aliases": aliases,
+    }
 
 
 def get_format(
@@ -626,15 +777,19 @@ def get_format(
 
     Accepts registry names (``"e4m3"``), ml_dtypes/numpy names (``"float8_e4m3fn"``,
     ``"bfloat16"``), P3109 names (``"p3109_k8p3se"``), numpy/ml_dtypes dtypes, and
-    ``FloatFormat``/``IntFormat`` instances. ``name`` is the argument's name in error messages.
-    ``None`` is refused (numpy would read it as float64).
+    ``FloatFormat``/``IntFormat`` instances. An ml_dtypes name gives the same format, and
+    :func:`round_to` to nearest even gives ml_dtypes' values, except for ties in
+    ``"float8_e8m0fnu"`` (``"e8m0"``): ml_dtypes rounds them away from zero, ``round_to`` to the
+    even code (``[0.75, 3.0]`` -> ``[0.5, 2.0]``, ml_dtypes ``[1.0, 4.0]``); pass
+    ``rounding="nearest_away"`` for ml_dtypes' values. ``name`` is the argument's name in error
+    messages. ``None`` is refused (numpy would read it as float64).
 
     >>> get_format("bfloat16").mantissa_bits
     7
-    >>> get_format("fp7")
+    >>> get_format("e4m4")
     Traceback (most recent call last):
     ...
-    ValueError: unknown format 'fp7'; known formats: fp64, fp32, tf32, fp16, bf16, ...
+    ValueError: unknown format 'e4m4'; did you mean 'e4m3', 'e3m4', ...? known_formats() ...
     >>> get_format(None, name="out_format")
     Traceback (most recent call last):
     ...
@@ -659,8 +814,12 @@ def get_format(
     if match:
         k, p, sign, dom = match.groups()
         return _p3109_cached(int(k), int(p), sign == "s", "extended" if dom == "e" else "finite")
-    names = ", ".join(known_formats())
-    raise ValueError(f"unknown format {fmt!r}; known formats: {names}, p3109_k{{k}}p{{p}}[su][ef]")
+    close = difflib.get_close_matches(key, known_formats(), n=3, cutoff=0.6)
+    hint = f"did you mean {', '.join(map(repr, close))}? " if close else ""
+    raise ValueError(
+        f"unknown format {fmt!r}; {hint}known_formats() (precision-lab formats) lists every "
+        "name; P3109 formats are p3109_k{k}p{p}{s|u}{e|f}"
+    )
 
 
 @cache

@@ -112,6 +112,13 @@ def as_input(x: Any, name: str = "x") -> tuple[Any, Callable[[Any], Any]]:
             )
         return np.asarray(x), _as_numpy_result
     if hasattr(x, "__dlpack__"):
+        if getattr(x, "requires_grad", False) is True:
+            raise TypeError(
+                f"{name} is a {type(x).__module__}.{type(x).__name__} that requires grad: the "
+                "numpy API does not record autograd; use precision_lab.torch.round_to (or its "
+                "quantize, fake_quantize, round_to_blocks) for a differentiable cast, or pass "
+                f"{name}.detach()"
+            )
         restore = _namespace_restore(x)
         device = x.__dlpack_device__()[0] if hasattr(x, "__dlpack_device__") else 1
         if int(device) in _CPU_DEVICES:

@@ -766,6 +766,41 @@ def _round_integers(a: np.ndarray, fmt: FloatFormat | IntFormat, o: RoundingOpti
     return out
 
 
+#: The Python integers round_to takes exactly (numpy's int64 and uint64 together).
+_INT_RANGE = (-(2**63), 2**64 - 1)
+
+
+def _python_integers(x: Any, name: str = "x") -> Any:
+    """Python ints (a list, tuple or object array of them; numpy would make float64 of
+    ``[-1, 2**63]`` or ``[2**64 - 1, 1]``, rounding them first, and an object array beyond
+    uint64) as one int64 or uint64 array; a ValueError naming the first int outside both
+    ranges. Anything else is returned as it is."""
+    try:
+        a = np.array(x, dtype=object)
+    except ValueError:  # ragged
+        return x
+    flat = a.reshape(-1).tolist()
+    if not flat or not all(isinstance(v, int) and not isinstance(v, bool) for v in flat):
+        return x
+    lo, hi = _INT_RANGE
+    bad = next((v for v in flat if not lo <= v <= hi), None)
+    if bad is not None:
+        raise ValueError(
+            f"{name} holds the integer {bad}, outside the range round_to rounds exactly "
+            f"(-2**63 .. 2**64 - 1, numpy's int64 and uint64): pass float({name}) to round it "
+            "through float64 first (two roundings), or scale it into the range"
+        )
+    if min(flat) >= 0 and max(flat) > 2**63 - 1:
+        return np.array(flat, dtype=np.uint64).reshape(a.shape)
+    try:
+        return np.array(flat, dtype=np.int64).reshape(a.shape)
+    except OverflowError:
+        raise ValueError(
+            f"{name} mixes negative integers and integers above 2**63 - 1: round_to takes "
+            "integers exactly as one int64 or one uint64 array; split it, or pass floats"
+        ) from None
+
+
 def round_to(
     x: Any,
     fmt: str | FloatFormat | IntFormat,
@@ -831,7 +866,9 @@ def round_to(
     seed, random_bits:
         For the stochastic modes: an int seed (``None`` draws one) and the number of random bits
         (1..64; ``None`` for exact probabilities). The random word of each element depends only
-        on (seed, flat index).
+        on (seed, flat index). The deterministic modes accept and ignore both (so one set of
+        options can sweep the modes; ``precision-lab cast --seed`` follows the same rule and
+        prints "unused").
 
     Returns
     -------
@@ -839,7 +876,9 @@ def round_to(
     through DLPack / its array namespace); 0-d for scalar or 0-d input. float64 for float64,
     integer and bool input, else float32 when the format's values fit in float32 (every format
     of 16 bits or fewer), else float64. Integers are rounded once from their exact value, also
-    int64/uint64 beyond 2**53; bools are 0 and 1.
+    int64/uint64 beyond 2**53, and Python ints from -2**63 to 2**64 - 1 (one array holds
+    int64 or uint64 values); a Python int outside that range is a ValueError. Bools are 0 and
+    1.
 
     Special values. NaN stays NaN, keeping its sign where the format can hold it (not in fnuz
     formats or formats without NaN: there the result is a positive NaN, which :func:`encode`
@@ -859,7 +898,11 @@ def round_to(
     """
     f = get_format(fmt)
     o = check_options(rounding, overflow, subnormals, seed, random_bits)
+    if isinstance(x, int | list | tuple) and not isinstance(x, bool):
+        x = _python_integers(x)
     x, restore = as_input(x)
+    if not is_device_array(x) and x.dtype == object:
+        x = _python_integers(x)
     if not is_device_array(x) and x.dtype.kind in "biu":
         return restore(_round_integers(x, f, o))  # type: ignore[no-any-return]
     served = route("round_to", x, f, o)

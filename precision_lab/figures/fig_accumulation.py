@@ -2,9 +2,11 @@
 
 Inputs uniform on [0, 1), rounded to E4M3; the reference is the exact dot product (float64 holds
 every E4M3 dot product of these lengths exactly). The H100 FP8 tensor-core model keeps 13
-fraction bits per block of 32 products (about 14-bit accumulation, truncated), which DeepSeek-V3
-measured as "nearly 2%" error at K = 4096 and fixed by promoting partial sums into FP32 every 128
-products (N_C = 128).
+fraction bits per block of 32 products (about 14-bit accumulation, truncated): one instruction is
+measured (H100 data, c = 0); how the running sum is carried across the instructions of a long K
+(aligned in each block) is inferred. DeepSeek-V3 reports "nearly 2%" error on H800 at K = 4096
+(inputs and error measure not published) and fixes it by promoting partial sums into FP32 every
+128 products (N_C = 128).
 """
 
 from __future__ import annotations
@@ -149,8 +151,10 @@ def make(outdir: Path) -> str:
     lines += [
         "",
         f"At K = 4096 the H100 FP8 model's maximum relative error is {h:.2e}, the order of "
-        'DeepSeek-V3\'s "nearly 2%" (their inputs are not published; these all-positive inputs '
-        f"make the sum, and so the truncation step, grow fastest); promotion every 128 products "
+        'DeepSeek-V3\'s "nearly 2%" on H800 (their inputs are not published; these all-positive '
+        "inputs make the sum, and so the truncation step, grow fastest). Measured: one H100 FP8 "
+        "instruction (32 products, c = 0) bit for bit; inferred: how the running sum is carried "
+        "across the instructions of this K (below). Promotion every 128 products "
         f"brings it to {hp:.2e}, {h / hp:.0f}x smaller. The truncating 14-bit accumulator "
         "errs in one direction, so its error grows like K u, near the gamma_n bound, not like "
         "sqrt(K) u; bf16 and fp16 accumulators stagnate once the sum's ulp exceeds twice the "

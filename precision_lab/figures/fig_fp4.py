@@ -405,7 +405,7 @@ def sr_text(bias: list[dict[str, Any]], summ: dict[str, Any]) -> list[str]:
         + ". "
         + "".join(
             f"{m} with r = 1 ({errs[m]['1']:.4f}) is below exact SR ({errs[m]['exact']:.4f}) "
-            "on these summands, for two reasons checked in exact arithmetic in "
+            "on these summands, for two reasons checked in exact arithmetic in the repository's "
             "tests/studies/test_sr_summation_exact.py: over uniform fractions one-bit SRF/SRC "
             "is unbiased with a mean square error of 7/48 of the spacing squared against exact "
             f"SR's 1/6, and once the spacing is 4 (from a sum of {barrier}) every summand is "

@@ -16,7 +16,7 @@ from ..training import RUNS, train
 TITLE = "Dynamic loss scaling: PyTorch, DeepSpeed, Megatron-LM, and a real FP16 run"
 ORDER = 62
 
-#: the overflow pattern of issue 4 (init 2**16, interval 4, hysteresis 2)
+#: the overflow pattern of the scaler comparison (init 2**16, interval 4, hysteresis 2)
 PATTERN_STEPS = (0, 1, 2, 9, 10, 16)
 N_STEPS = 24
 #: the real FP16 run of the right panel: the torch scaler started high (2^24) with a short

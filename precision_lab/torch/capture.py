@@ -4,10 +4,18 @@
 
 * every parameter (``param.register_hook``: the gradient of this backward pass, before it is
   accumulated into ``.grad``), named ``param:<name>`` (``param:fc1.weight``);
-* the output of every leaf module (a module without children; or the modules named in
-  ``modules``): the gradient of the loss with respect to that output, the *activation gradient*
-  (``act:<module name>``). A module called several times in one step gets one entry per call
-  (``act:blocks.0.attn#1`` ...).
+* the output of every module, the model itself and modules with children included (or of the
+  modules named in ``modules``): the gradient of the loss with respect to that output, the
+  *activation gradient* (``act:<module name>``; the model's own output is ``act:model``). By
+  default an output tensor is recorded once, under the first module that returned it: a
+  container returning its last child's output (``Sequential``), or a module returning its
+  input unchanged (``Identity``), adds no entry, while a module that computes its output itself
+  is recorded even when it has children (``torch.nn.MultiheadAttention``, whose ``out_proj``
+  child is never called as a module; a block ending in a residual add). A module returning a
+  tuple gets one entry per floating-point tensor that requires grad (``act:attn.0``,
+  ``act:attn.1``). A module called several times in one step gets one entry per call
+  (``act:blocks.0.attn#1`` ...). Gradients of tensors computed inside a module's ``forward``
+  that no module returns (the softmax inside attention) are not recorded.
 
 Each backward pass is one :class:`CapturedStep`. Per tensor it keeps the values as float32
 (``float64`` gradients as float64) -- all of them, or with ``sample=n`` a seeded uniform sample
@@ -39,6 +47,7 @@ captured steps, :func:`precision_lab.scaling.simulate`) and :meth:`GradientCaptu
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -215,7 +224,8 @@ class GradientCapture:
     params, activations:
         Record parameter gradients / activation gradients (module outputs).
     modules:
-        Names of the modules whose outputs are recorded (default: every leaf module).
+        Names of the modules whose outputs are recorded (``""`` is the model itself; default:
+        every module, each output tensor once, see the module's docstring).
     sample:
         Keep a seeded uniform sample of at most this many values per tensor (None: all).
     seed:
@@ -259,10 +269,12 @@ class GradientCapture:
         self._handles: list[Any] = []
         self._expected = 0
         named = dict(model.named_modules())
+        # default: every module, each output tensor once (ids of this pass's recorded outputs,
+        # each entry removed when its tensor dies)
+        self._dedup = modules is None
+        self._recorded: dict[int, weakref.ref[torch.Tensor]] = {}
         if modules is None:
-            chosen = [n for n, m in named.items() if n and not list(m.children())]
-            if not chosen and not list(model.children()):
-                chosen = [""]
+            chosen = list(named)
         else:
             chosen = list(modules)
             for n in chosen:
@@ -284,6 +296,11 @@ class GradientCapture:
             outs = output if isinstance(output, tuple | list) else (output,)
             for j, o in enumerate(outs):
                 if isinstance(o, torch.Tensor) and o.requires_grad and o.is_floating_point():
+                    if self._dedup:
+                        ref = self._recorded.get(id(o))
+                        if ref is not None and ref() is o:
+                            continue  # already recorded under the module that returned it
+                        self._recorded[id(o)] = weakref.ref(o, self._forget(id(o)))
                     base = f"act:{name or 'model'}" + (f".{j}" if len(outs) > 1 else "")
                     if base in self._pending:  # a new forward after a recorded backward
                         self.end_step()
@@ -292,6 +309,12 @@ class GradientCapture:
                     o.register_hook(self._record_hook(base if k == 0 else f"{base}#{k}"))
 
         return hook
+
+    def _forget(self, key: int) -> Any:
+        def callback(_ref: weakref.ref[torch.Tensor]) -> None:
+            self._recorded.pop(key, None)
+
+        return callback
 
     def _record_hook(self, name: str) -> Any:
         def hook(g: torch.Tensor) -> None:

@@ -40,6 +40,7 @@ import importlib
 import io
 import math
 import sys
+import zipfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -270,6 +271,11 @@ def load_vector(path: str | Path) -> ConformanceCase:
     if not p.is_file():
         raise ValueError(f"{p}: no such file")
     if p.suffix.lower() == ".npz":
+        if not zipfile.is_zipfile(p):  # np.load would try it as a pickle, and say so
+            raise ValueError(
+                f"{p}: not a conformance vector file (an .npz is a zip archive of arrays "
+                "inputs, codes and scale_codes; this file is not a zip archive)"
+            )
         try:
             z = np.load(p, allow_pickle=False)
             data = {k: z[k] for k in z.files}

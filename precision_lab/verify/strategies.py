@@ -28,8 +28,15 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
-from hypothesis import reject
-from hypothesis import strategies as st
+
+try:
+    from hypothesis import reject
+    from hypothesis import strategies as st
+except ImportError:  # pragma: no cover - exercised where hypothesis is missing
+    raise ImportError(
+        "precision_lab.strategies needs hypothesis: pip install hypothesis (or "
+        "pip install 'precision_lab[test]')"
+    ) from None
 
 from ..core.formats import FloatFormat, IntFormat, get_format
 from ..core.rounding import ROUNDING_MODES, is_stochastic

@@ -122,8 +122,10 @@ class SweepResult:
     ``mismatches`` lists the first mismatches of each chunk; ``chunks`` every chunk's record.
     ``computed`` chunks ran in this call, ``reused`` came from checkpoints; ``damaged`` names
     the checkpoint files that could not be read (empty, truncated, not this chunk's record):
-    they were recomputed and rewritten. ``seconds`` is the wall time of this call and ``rate``
-    its input elements per second (computed chunks only).
+    they were recomputed and rewritten. ``seconds`` is the wall time of this call and
+    ``elements_per_second`` its speed: input elements swept per second (computed chunks only;
+    a speed, not a mismatch rate: ``ok`` and ``counts`` say what disagreed). ``rate`` is its
+    deprecated old name.
     """
 
     fmt: str
@@ -150,10 +152,22 @@ class SweepResult:
         return all(c["values"] == 0 and c["codes"] == 0 for c in self.counts.values())
 
     @property
-    def rate(self) -> float:
-        """Input elements per second swept in this call (0 when everything was reused)."""
+    def elements_per_second(self) -> float:
+        """Input elements swept per second in this call (0 when everything was reused): the
+        sweep's speed, not a mismatch rate."""
         done = sum(c["hi"] - c["lo"] for c in self.chunks if not c.get("reused"))
         return done / self.seconds if self.seconds > 0 and done else 0.0
+
+    @property
+    def rate(self) -> float:
+        """Deprecated name of :attr:`elements_per_second` (it read like a mismatch rate)."""
+        warnings.warn(
+            "SweepResult.rate is deprecated: use elements_per_second (input elements swept per "
+            "second, a speed)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.elements_per_second
 
     def summary(self) -> str:
         """A few lines for a terminal or a log: the verdict, what was checked, the counts.
@@ -172,7 +186,7 @@ class SweepResult:
         verdict = "OK (no mismatch)" if self.ok else f"MISMATCHES ({n_bad} in all)"
         skipped = f", {self.skipped} NaN inputs skipped (no NaN in {self.fmt})"
         speed = (
-            f"; {self.seconds:.1f} s, {self.rate / 1e6:.1f} Melem/s"
+            f"; {self.seconds:.1f} s, {self.elements_per_second / 1e6:.1f} Melem/s"
             if self.computed
             else f"; {self.seconds:.1f} s"
         )

@@ -37,11 +37,14 @@ def test_formats_table_lists_every_format(capsys):
     assert lines["e2m1"][-2:] == ["no", "no"]
     assert lines["fp16"][5:9] == ["65504", "6.10352e-05", "5.96046e-08", "0.000976562"]
     assert "float8_e4m3fn=e4m3" in out
+    assert out == pl.formats_table() + "\n"  # the Python function is what the CLI prints
+    assert "P3109: p3109_k{k}p{p}{s|u}{e|f}" in out
 
 
 def test_formats_json_matches_the_registry(capsys):
     rc, out, _ = run(capsys, "formats", "--json")
     assert rc == 0
+    assert json.loads(out) == json.loads(json.dumps(pl.format_rows()))
     rows = {r["name"]: r for r in json.loads(out)}
     assert set(rows) == set(pl.FORMATS)
     for name, r in rows.items():
@@ -161,9 +164,51 @@ def test_cast_error_in_ulps(capsys):
     assert info["error"]["ulps"] == float(err / Fraction(2**-11))  # bf16 spacing at 0.1
 
 
-def test_cast_nan_in_a_format_without_nan(capsys):
-    rc, out, _ = run(capsys, "cast", "nan", "e2m1")
-    assert rc == 0 and "result    nan" in out and "code      none:" in out
+def test_cast_nan_in_a_format_without_nan_is_an_error_as_in_encode(capsys):
+    """NaN has no int8 or e2m1 value: an error, as encode and the quantizers say; inf saturates."""
+    for fmt in ("int8", "e2m1"):
+        rc, out, err = run(capsys, "cast", "nan", fmt)
+        assert (rc, out) == (1, "") and f"VALUE nan has no {fmt} value" in err
+        with pytest.raises(ValueError, match="NaN"):
+            pl.encode(np.nan, fmt)
+    assert cast_json(capsys, "inf", "int8")["result"] == 127.0
+    rc, out, _ = run(capsys, "cast", "nan", "e4m3")
+    assert rc == 0 and "result    nan" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "rc", "match"),
+    [
+        (["cast", "1", "e4m4"], 1, "unknown format 'e4m4'; did you mean 'e4m3', 'e3m4'"),
+        (["cast", "1", "e4m3", "--overflow", "wrap"], 2, "invalid choice: 'wrap'"),
+        (["cast"], 2, "the following arguments are required: VALUE, FORMAT"),
+        (["probe", "torch", "--input-format", "e4m3"], 1, "--input-format e4m3: probe torch"),
+        (["conform", "GARBAGE"], 1, "GARBAGE: not a conformance vector file"),
+    ],
+)
+def test_every_error_is_one_short_line(capsys, tmp_path, argv, rc, match):
+    """One line on stderr, 'precision-lab COMMAND: error: ...', no usage block, no list of 48
+    names, no allow_pickle advice for a junk file; 2 for a malformed command line, else 1."""
+    junk = tmp_path / "garbage.npz"
+    junk.write_bytes(bytes(range(256)) * 3)
+    argv = [str(junk) if a == "GARBAGE" else a for a in argv]
+    match = match.replace("GARBAGE", str(junk))
+    try:
+        got = main(argv)
+    except SystemExit as e:
+        got = e.code
+    out, err = capsys.readouterr()
+    assert got == rc and out == ""
+    assert err.count("\n") == 1 and err.startswith(f"precision-lab {argv[0]}: error: "), err
+    assert match in err and len(err) < 300 and "allow_pickle" not in err
+
+
+def test_missing_file_is_one_clean_line(capsys, tmp_path):
+    pytest.importorskip("dask", reason="precision-lab grid needs dask")
+    rc, _, err = run(capsys, "grid", str(tmp_path / "missing.json"))
+    assert rc == 1
+    want = f"precision-lab grid: error: {tmp_path / 'missing.json'}: no such file or directory"
+    assert err == want + "\n"
 
 
 def test_cast_stochastic_is_seeded(capsys):
@@ -178,7 +223,6 @@ def test_cast_stochastic_is_seeded(capsys):
         (["cast", "1", "e9m9"], "unknown format 'e9m9'"),
         (["cast", "1", "e4m3", "--rounding", "banker"], "rounding must be one of"),
         (["cast", "abc", "e4m3"], "VALUE must be a decimal number"),
-        (["cast", "0.1", "e4m3", "--rounding", "rtz", "--seed", "1"], "--seed is only used"),
     ],
 )
 def test_cast_bad_input_exits_1(capsys, argv, match):
@@ -426,9 +470,15 @@ def test_parse_value_too_many_digits_is_a_clear_error():
     assert parse_value("1" + "0" * 1000).exact == 10**1000
 
 
-def test_cast_seed_without_stochastic_is_an_error(capsys):
-    rc, _, err = run(capsys, "cast", "1.3", "e2m1", "--seed", "3")
-    assert rc == 1 and "--seed" in err and "stochastic" in err
+def test_cast_seed_with_a_deterministic_mode_is_accepted_and_said_unused(capsys):
+    """One rule with round_to: a deterministic mode accepts a seed and ignores it (the result is
+    round_to's with any seed), and cast says so."""
+    rc, out, _ = run(capsys, "cast", "1.3", "e2m1", "--seed", "3")
+    assert rc == 0
+    assert "seed      3  (unused: nearest_even is deterministic)" in out.splitlines()
+    info = cast_json(capsys, "1.3", "e2m1", "--seed", "3", "--rounding", "rtz")
+    assert info["seed"] == 3 and info["seed_used"] is False
+    assert info["result"] == float(pl.round_to(1.3, "e2m1", rounding="rtz", seed=99)) == 1.0
 
 
 def test_cast_stochastic_without_seed_prints_the_seed_it_drew(capsys):
@@ -464,6 +514,29 @@ def test_python_dash_m_precision_lab():
         [sys.executable, "-m", "precision_lab", "--version"], capture_output=True, text=True
     )
     assert proc.returncode == 0 and proc.stdout.strip() == f"precision-lab {pl.__version__}"
+
+
+def test_closed_pipe_ends_quietly():
+    """`precision-lab formats | head -2`: the reader is gone before the output is written (its
+    end of the pipe closed first, so every write fails); exit 0, nothing on stderr."""
+    import os
+
+    procs = []
+    for argv in (["formats"], ["tensor-cores"], ["info", "--json"]):
+        r, w = os.pipe()
+        os.close(r)
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "precision_lab", *argv],
+                stdout=w,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+        os.close(w)
+    for argv, proc in zip(("formats", "tensor-cores", "info --json"), procs, strict=True):
+        _, err = proc.communicate(timeout=120)
+        assert (proc.returncode, err) == (0, ""), argv
 
 
 @pytest.mark.parametrize(
@@ -626,7 +699,7 @@ def test_use_backend_is_case_insensitive_like_the_environment_variable(monkeypat
 @pytest.mark.parametrize(
     ("argv", "want"),
     [
-        (("grid", "/nonexistent/spec.json"), "No such file or directory"),
+        (("grid", "/nonexistent/spec.json"), "/nonexistent/spec.json: no such file or directory"),
         (("report", "--only", "formats"), "--only names the figure jobs to rerun"),
         (("cast", "1", "e4m3", "--rounding", "bogus"), "rounding must be one of"),
     ],
@@ -668,6 +741,11 @@ def test_cli_figures_fails_when_a_requested_job_cannot_run(capsys, monkeypatch, 
     rc, _, err = run(capsys, "figures", "--only", "training", "--outdir", str(tmp_path))
     assert rc == 1 and "did not run" in err and "scikit-learn" in err
     assert figures.run(tmp_path, ["training"], quiet=True) == tmp_path / "REPORT.md"
+    # nothing was made: no stub REPORT.md (issue 32 item 9), and an existing one is left alone
+    assert not (tmp_path / "REPORT.md").exists()
+    (tmp_path / "REPORT.md").write_text("kept")
+    rc, _, _ = run(capsys, "figures", "--only", "training", "--outdir", str(tmp_path))
+    assert rc == 1 and (tmp_path / "REPORT.md").read_text() == "kept"
 
 
 def test_cli_cast_says_when_an_integer_format_saturates(capsys):

@@ -194,6 +194,29 @@ def test_array_kinds_and_dtype_rules():
     assert pl.encode(np.zeros(2), "fp64").dtype == np.uint64
 
 
+def test_python_integers_are_rounded_once_or_refused():
+    """numpy makes float64 of [2**64 - 1, 1] (2**64 - 1 becomes 2**64 first) and an object
+    array of ints beyond uint64: round_to takes the exact ints up to 2**64 - 1 and refuses the
+    rest with a clear error. Toward zero, bf16 keeps the top 8 bits (integer arithmetic)."""
+    top8 = float(((2**64 - 1) >> 56) << 56)
+    got = pl.round_to([2**64 - 1, 1], "bf16", rounding="toward_zero")
+    assert got.tolist() == [top8, 1.0]
+    assert float(pl.round_to(2**64 - 1, "bf16", rounding="toward_zero")) == top8
+    assert pl.round_to((-(2**63), -1), "bf16", rounding="toward_zero").tolist() == [-(2.0**63), -1]
+    with pytest.raises(ValueError, match=r"integer 1180591620717411303425, outside the range"):
+        pl.round_to(2**70 + 1, "bf16")
+    with pytest.raises(ValueError, match="mixes negative integers and integers above"):
+        pl.round_to([-1, 2**64 - 1], "bf16")
+
+
+def test_torch_tensor_that_requires_grad_points_to_precision_lab_torch():
+    torch = pytest.importorskip("torch", reason="the torch input case needs PyTorch")
+    t = torch.ones(3, requires_grad=True)
+    with pytest.raises(TypeError, match=r"requires grad.*precision_lab\.torch\.round_to"):
+        pl.round_to(t, "bf16")
+    assert pl.round_to(t.detach(), "bf16").tolist() == [1.0, 1.0, 1.0]
+
+
 def test_input_is_never_modified():
     x = np.random.default_rng(1).standard_normal(300_000).astype(np.float32) * 1000
     x[::97] = np.nan

@@ -760,3 +760,43 @@ def test_p3109_every_mode_matches_the_fraction_referee(case):
         for dtype in (np.float32, np.float64):
             got = pl.round_to(x.astype(dtype), fmt, rounding=mode, overflow=overflow)
             assert _same(got, want), (fmt, mode, overflow, dtype)
+
+
+# ----- issue 32 item 8: what a new user reads off the package --------------------------------
+def test_dir_shows_the_public_names_not_the_helpers():
+    names = set(dir(pl))
+    assert not names & {"Any", "ModuleType", "importlib", "sys"}
+    assert set(pl.__all__) <= names and "sweep" in names  # moved modules are there too
+    for n in names - set(pl.MOVED):
+        getattr(pl, n)  # every name shown is there
+
+
+def test_known_formats_lists_the_8bit_p3109_formats_and_every_one_has_the_common_api():
+    names = pl.known_formats()
+    for p in range(1, 9):
+        for signed, s in ((True, "s"), (False, "u")):
+            for domain in ("extended", "finite"):
+                name = f"p3109_k8p{p}{s}{domain[0]}"
+                assert name in names
+                assert pl.get_format(name) == pl.p3109(8, p, signed=signed, domain=domain)
+    for n in names:  # the loop a user writes: it must not crash on int8
+        f = pl.get_format(n)
+        assert isinstance(f.precision, int) and f.precision >= 1
+        assert float(f.ulp(1.0)) > 0 and float(f.next_up(0.0)) > 0
+
+
+@pytest.mark.parametrize("name", ["int8", "uint8", "int4", "uint4"])
+def test_integer_precision_ulp_and_neighbours_against_the_value_list(name):
+    """next_up / next_down against the enumerated values (the smallest value above, the
+    largest below, NaN where there is none); ulp is 1; precision the magnitude's digits."""
+    f = pl.get_format(name)
+    vals = f.values()
+    assert f.precision == int(f.max).bit_length() and 2**f.precision - 1 == max(f.max, -f.min - 1)
+    x = np.concatenate([np.linspace(f.min - 3, f.max + 3, 97), vals, [-np.inf, np.inf, np.nan]])
+    up, down = f.next_up(x), f.next_down(x)
+    for xi, u, d in zip(x, up, down, strict=True):
+        above, below = vals[vals > xi], vals[vals < xi]
+        want_u = above.min() if above.size else np.nan
+        want_d = below.max() if below.size else np.nan
+        assert np.array_equal([u, d], [want_u, want_d], equal_nan=True), (xi, u, d)
+    assert np.array_equal(f.ulp([0.0, 5.5, -1e9, np.inf]), [1.0, 1.0, 1.0, np.inf])

@@ -72,6 +72,21 @@ def test_readme_lists_every_notebook():
         assert f"`{nb.stem}`" in text, nb.name
 
 
+def test_readme_lists_every_subcommand():
+    """The README's list of precision-lab commands is the parser's (issue 32 item 8: it missed
+    tensor-cores, conform and probe)."""
+    import argparse
+    import re
+
+    from precision_lab.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    text = " ".join(README.read_text().split())
+    listed = re.search(r"command line tool `precision-lab` \(([^;]*);", text)
+    assert listed is not None
+    assert re.findall(r"`([\w-]+)`", listed.group(1)) == list(sub.choices)
+
+
 def test_package_docstring_names_every_module():
     import pkgutil
 

@@ -16,7 +16,7 @@ from precision_lab import scaling as sc
 OVERFLOW_STEPS = {0, 1, 2, 9, 10, 16}
 PATTERN = [i in OVERFLOW_STEPS for i in range(24)]
 
-# log2 of the scale after each update: real outputs of the frameworks (issue 4) for
+# log2 of the scale after each update: real outputs of the frameworks (recorded) for
 # init 2**16, interval 4, hysteresis 2, overflows at steps 0, 1, 2, 9, 10, 16
 PUBLISHED = {
     "torch": "15 14 13 13 13 13 14 14 14 13 12 12 12 12 13 13 12 12 12 12 13 13 13 13",

@@ -202,3 +202,43 @@ def test_capture_of_an_emulated_model_sees_the_stored_gradients():
         v = step.grads[n]
         assert np.array_equal(pl.round_to(v, "fp16"), v), n
         assert step.counts[n].zero["fp16"] == 0  # nothing left to lose: already stored in fp16
+
+
+class _AttnBlock(torch.nn.Module):
+    """Attention (a module with a child, ``out_proj``, that its forward never calls as a module)
+    and a residual add after it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+        self.skip = torch.nn.Identity()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, _ = self.attn(x, x, x, need_weights=False)
+        return self.fc(self.skip(x + a)) + x
+
+
+def test_default_capture_records_non_leaf_outputs_once():
+    """The attention output (not a leaf module's) and the model's own output (a residual add)
+    are recorded, equal to the gradients saved by hand; a tensor returned by several modules
+    (Identity, the Sequential around the block) is recorded once."""
+    torch.manual_seed(0)
+    block = _AttnBlock()
+    model = torch.nn.Sequential(block)
+    x = torch.randn(2, 3, 8)
+    with plt.capture_gradients(model, formats=()) as cap:
+        model(x).square().sum().backward()
+    (step,) = cap.steps
+    assert sorted(step.names("act")) == ["act:0", "act:0.attn.0", "act:0.fc", "act:0.skip"]
+    a, _ = block.attn(x, x, x, need_weights=False)
+    a.retain_grad()
+    h = x + a
+    h.retain_grad()
+    f = block.fc(h)
+    f.retain_grad()
+    out = f + x
+    out.retain_grad()
+    out.square().sum().backward()
+    for name, t in (("act:0.attn.0", a), ("act:0.skip", h), ("act:0.fc", f), ("act:0", out)):
+        assert np.array_equal(step.grads[name], t.grad.numpy().reshape(-1)), name

@@ -47,3 +47,25 @@ def test_precision_lab_torch_says_how_to_install():
     assert r.returncode == 0, r.stderr
     msg = r.stdout.strip()
     assert "pip install 'precision_lab[torch]'" in msg and "\\n" not in msg, msg
+
+
+def test_precision_lab_strategies_says_how_to_install_hypothesis():
+    """The same for hypothesis (issue 32 item 9): one line naming the package, not a bare
+    ModuleNotFoundError."""
+    hide = HIDE_TORCH.replace("torch", "hypothesis").replace("_Nohypothesis", "_NoHypothesis")
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            hide + "try:\n"
+            "    from precision_lab import strategies\n"
+            "except ImportError as e:\n"
+            "    print(type(e).__name__, repr(str(e)))\n",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    msg = r.stdout.strip()
+    assert msg.startswith("ImportError ") and "pip install hypothesis" in msg, msg

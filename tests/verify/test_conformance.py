@@ -146,7 +146,7 @@ def test_bad_files_give_one_line_errors(tmp_path: Path, capsys) -> None:
     ragged.write_text("# format=mxfp4_e2m1\ninput,code,scale_code\n" + "1.0,2,127\n" * 31)
     cases = {
         tmp_path / "nothere.npz": "no such file",
-        bad: "not a readable npz file",
+        bad: "not a conformance vector file",
         missing: "missing array(s) scale_codes",
         nofmt: "names no block format",
         ragged: "not a whole number of blocks of 32",

@@ -498,3 +498,15 @@ def test_p3109_sweep_against_the_core_every_mode_but_odd_overflow(name):
 def test_p3109_round_to_odd_overflow_against_the_core(name):
     res = verify_exhaustive(name, input="float16", modes="odd", overflow="ieee", quiet=True)
     assert res.ok, res.summary()
+
+
+def test_elements_per_second_is_the_speed_and_rate_its_deprecated_name():
+    """Issue 32 item 10: ``r.rate`` next to Melem/s figures read like a mismatch rate. The speed
+    is ``elements_per_second`` (swept inputs over wall time); ``rate`` warns and agrees."""
+    r = verify_exhaustive(
+        "e5m2", input="float16", against="ml_dtypes", stop=2**12, chunk=2**11, quiet=True
+    )
+    assert r.ok and r.seconds > 0
+    assert r.elements_per_second == pytest.approx(2**12 / r.seconds)
+    with pytest.warns(DeprecationWarning, match="use elements_per_second"):
+        assert r.rate == r.elements_per_second
