@@ -228,7 +228,9 @@ def write_vectors(out_dir: str | Path = CONFORMANCE_DIR) -> list[Path]:
     paths = []
     for case in vector_cases():
         path = out / _file_name(case)
-        arrays = make_vector(case["format"], case["scale_rule"], case["rounding"])
+        arrays = make_vector(
+            case["format"], case["scale_rule"], case["rounding"], hadamard=case["hadamard"]
+        )
         np.savez_compressed(path, **arrays)  # type: ignore[arg-type]
         paths.append(path)
     return paths

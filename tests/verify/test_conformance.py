@@ -170,3 +170,68 @@ def test_rotated_vectors_need_and_use_the_hadamard_transform() -> None:
     assert rep.ok
     plain = cf.check_conformance(v["inputs"], v["codes"], v["scale_codes"], "nvfp4")
     assert not plain.ok  # the codes are those of the rotated inputs
+
+
+# ----- the rotated vectors against an independent rotation --------------------------------------
+def _sylvester(n: int) -> np.ndarray:
+    """Sylvester's +-1 Hadamard matrix by Kronecker products (independent of pl.hadamard_matrix)."""
+    h = np.array([[1]], dtype=np.int64)
+    while h.shape[0] < n:
+        h = np.kron(np.array([[1, 1], [1, -1]]), h)
+    return h
+
+
+def _signs(n: int, seed: int) -> np.ndarray:
+    """The documented sign vector from the plain-Python Philox4x64-10 (not numpy's generator):
+    sign i is -1 where the top bit of word i % 4 at counter (i // 4, 0, 0, 0) is set."""
+    from precision_lab.core.random_words import philox4x64
+
+    words = [w for c in range(-(-n // 4)) for w in philox4x64((c, 0, 0, 0), (seed, 0))][:n]
+    return np.array([-1 if w >> 63 else 1 for w in words], dtype=np.int64)
+
+
+def _independent_rotation(x: np.ndarray, n: int, seed: int) -> np.ndarray:
+    """``c * H_n (s * x)`` per block of n along the last axis: the signed sums exactly and
+    correctly rounded by math.fsum (products by +-1 are exact), times 2**-k exactly (no
+    subnormals here); for n = 2 * 4**k one more float64 multiply by fl64(2**-0.5), as the
+    rotation is defined (module docstring of precision_lab.quant.hadamard)."""
+    import math
+
+    h, s = _sylvester(n), _signs(n, seed)
+    lg = n.bit_length() - 1
+    k, odd = lg // 2, lg % 2
+    rows = x.astype(np.float64).reshape(-1, n) * s
+    out = np.array([[math.fsum(r * hrow) for hrow in h] for r in rows]) * 2.0**-k
+    if odd:
+        out = out * np.float64(2.0**-0.5)
+    return out.reshape(x.shape)
+
+
+ROTATED = [p for p in cf.vector_paths() if "_h" in p.stem]
+
+
+@pytest.mark.parametrize("path", ROTATED, ids=lambda p: p.stem)
+def test_rotated_vectors_hold_the_rotation_of_their_inputs(path: Path) -> None:
+    """Issue 31, item 5: the *_h16 / *_h32 files were written without the rotation (byte-identical
+    to the plain ones). Each must hold ``hadamard`` = its size, and its codes and scales must be
+    those of the library's quantizer on an independently rotated copy of ``inputs``."""
+    n = int(path.stem.rsplit("_h", 1)[1])
+    z = np.load(path)
+    assert int(z["hadamard"]) == n, path.name
+    seed = int(z["hadamard_seed"])
+    rot = _independent_rotation(z["inputs"], n, seed)
+    np.testing.assert_array_equal(z["rotated"], rot)  # -0.0 == 0.0 here
+    # an exact zero (an all-zero block) has no sign; the butterfly's IEEE sums give some -0.0
+    rot = np.where(rot == 0, z["rotated"], rot)
+    bf = get_block_format(str(z["format"]), scale_rule=str(z["scale_rule"]))
+    kw = {"seed": int(z["seed"]), "random_bits": int(z["random_bits"])} if "seed" in z else {}
+    q = pl.quantize_blocks(rot, bf, rounding=str(z["rounding"]), **kw)
+    np.testing.assert_array_equal(z["codes"], q.element_codes())
+    np.testing.assert_array_equal(z["scale_codes"], q.scale_codes)
+    plain = np.load(path.with_name(path.name.replace(f"_h{n}", "")))
+    assert (plain["codes"] != z["codes"]).mean() > 0.5  # not the unrotated vector's codes
+    # the dequantized values are the rotated inputs within the format's error, not the inputs
+    vals = pl.dequantize_blocks(q).astype(np.float64)
+    fin = np.isfinite(vals)
+    err_rot = np.abs(vals - rot)[fin].sum()
+    assert err_rot < 0.5 * np.abs(vals - z["inputs"])[fin].sum()
