@@ -5,6 +5,7 @@ caught with the right cause (floor instead of ceil/RCEIL, ties away, no saturati
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -235,3 +236,53 @@ def test_rotated_vectors_hold_the_rotation_of_their_inputs(path: Path) -> None:
     fin = np.isfinite(vals)
     err_rot = np.abs(vals - rot)[fin].sum()
     assert err_rot < 0.5 * np.abs(vals - z["inputs"])[fin].sum()
+
+
+# ----- codes out of range -----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("fmt", "what", "add", "msg"),
+    [
+        ("mxfp8_e4m3", "codes", 256, "codes must be codes of e4m3 (8 bits: 0..255), got "),
+        ("mxfp8_e4m3", "codes", -1000, "codes must be codes of e4m3 (8 bits: 0..255), got -"),
+        ("mxfp4_e2m1", "codes", 16, "codes must be codes of e2m1 (4 bits: 0..15), got "),
+        ("mxfp8_e5m2", "scale_codes", 256, "scale_codes must be codes of e8m0 (8 bits: 0..255)"),
+        ("nvfp4", "scale_codes", 512, "scale_codes must be codes of e4m3 (8 bits: 0..255)"),
+        ("mxint8", "codes", -1000, "codes must be codes of int8 (8 bits: 0..255 (or -128..-1"),
+    ],
+)
+def test_codes_out_of_range_are_an_error(tmp_path: Path, capsys, fmt, what, add, msg) -> None:
+    """Issue 31, item 7: conform wrapped element codes >= 256 (and scale codes) modulo 256 and
+    reported "all codes and scales match"; a code beyond the format's bits is an error, in the
+    API and on the command line (npz and CSV). Adding 256 keeps the wrapped code right: only the
+    range check can reject it."""
+    x = np.random.default_rng(3).standard_normal((4, 128)).astype(np.float32)
+    q = pl.quantize_blocks(x, fmt)
+    arrays = {"codes": q.element_codes().astype(np.int64),
+              "scale_codes": q.scale_codes.astype(np.int64)}  # fmt: skip
+    arrays[what][1, 3] += add
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        cf.check_conformance(x, arrays["codes"], arrays["scale_codes"], fmt)
+    f = tmp_path / "third_party.npz"
+    np.savez(f, inputs=x, format=fmt, **arrays)
+    assert main(["conform", str(f)]) == 1
+    captured = capsys.readouterr()
+    assert "all codes and scales match" not in captured.out
+    assert msg in captured.err and "at index (1, 3)" in captured.err
+    assert "\n" not in captured.err.strip()
+    if fmt == "mxfp4_e2m1":  # a CSV row with a code of 16 or more
+        c = tmp_path / "third_party.csv"
+        sc = np.repeat(arrays["scale_codes"].reshape(-1), 32)
+        rows = zip(x.reshape(-1), arrays["codes"].reshape(-1), sc, strict=True)
+        lines = [f"# format={fmt}", "input,code,scale_code"]
+        lines += [f"{float(a)!r},{int(b)},{int(s)}" for a, b, s in rows]
+        c.write_text("\n".join(lines) + "\n")
+        assert main(["conform", str(c)]) == 1
+        assert msg in capsys.readouterr().err
+
+
+def test_int8_codes_as_signed_bytes_are_accepted() -> None:
+    """MX INT8 codes are two's complement bytes: as int8 (-128..-1) they are the same codes."""
+    x = np.random.default_rng(0).standard_normal((4, 32)).astype(np.float32)
+    q = pl.quantize_blocks(x, "mxint8")
+    assert (q.codes.view(np.int8) < 0).any()
+    assert cf.check_conformance(x, q.codes.view(np.int8), q.scale_codes, "mxint8").ok
