@@ -165,7 +165,8 @@ def _pow2_exponents(amax: np.ndarray, bf: BlockFormat) -> tuple[np.ndarray, np.n
     element's significand width (``mantissa_bits + 1``), ties up (torchao's EVEN: amax's
     exponent goes up by one iff its significand is at least ``2 - 2**-(mantissa_bits + 1)``);
     ``rceil``: ``ceil(log2 d)`` with ``d = fp32(fp32(amax) * fp32(1 / elem_max))`` (cuBLAS /
-    torchao RCEIL, Transformer Engine's MXFP8 ``cvt.rp.satfinite.ue8m0x2.f32``).
+    torchao RCEIL, Transformer Engine's MXFP8 ``cvt.rp.satfinite.ue8m0x2.f32``);
+    ``ceil_emax``: ``ceil(log2 amax) - emax_elem`` (torchao's CEIL).
     """
     sf = bf.scale
     kmin = math.frexp(sf.smallest_subnormal)[1] - 1
@@ -188,6 +189,8 @@ def _pow2_exponents(amax: np.ndarray, bf: BlockFormat) -> tuple[np.ndarray, np.n
         k = (e - 1) + (m >= 1.0 - math.ldexp(1.0, -(mb + 2))) - bf.element_emax
     elif rule == "rceil":  # ceil(log2 d)
         k = e - (m == 0.5)
+    elif rule == "ceil_emax":  # ceil(log2 amax) - emax_elem (torchao's CEIL)
+        k = e - (m == 0.5) - bf.element_emax
     else:  # ceil(log2(a / elem_max)), exactly
         mm, em = math.frexp(bf.element_max)
         k = (e - em) + (m > mm)

@@ -29,6 +29,15 @@ largest magnitude ``amax`` by a rule (:data:`SCALE_RULES`):
     MXFP4 gets scale 1 and clips to 6, instead of 2), and so does MX INT8, whose
     ``fp32(64 / 127)`` lies below ``64 / 127`` (an amax just above ``127/64 * 2**k`` gets
     ``2**k`` and clips).
+``"ceil_emax"`` (torchao's ``ScaleCalculationMode.CEIL``)
+    ``scale = 2**(ceil(log2(amax)) - emax_elem)``: the floor rule's formula with ``ceil``; a block
+    whose amax is not a power of two gets twice the floor scale, so nothing clips but the block's
+    largest element lands in the lower half of the element range (E4M3 amax 384 -> scale 2,
+    where ``"ceil"`` keeps 1: 384 <= 448). Unlike ``"ceil"`` (TE / cuBLAS: the smallest power of
+    two with ``amax / scale <= elem_max``) it ignores the element maximum's significand.
+    Bit for bit with torchao's ``to_mx(..., ScaleCalculationMode.CEIL)`` on float32 data:
+    ``tests/quant/test_torchao_mx.py`` (which also shows where torchao's code departs from its
+    rules: tiny scales, infinities, NaN).
 ``"amax"`` (NVFP4, DeepSeek-V3 tiles)
     ``scale = amax / elem_max`` rounded (to nearest even) to the scale format (E4M3 for NVFP4,
     FP32 for the DeepSeek tiles).

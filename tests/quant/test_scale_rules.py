@@ -56,6 +56,9 @@ def ref_k(amax: float, rule: str, grid: str) -> int | None:
         k = floor_log2(r) - floor_log2(elem_max)
     elif rule == "floor":
         k = floor_log2(a) - floor_log2(elem_max)
+    elif rule == "ceil_emax":  # torchao's CEIL: ceil(log2 amax) - emax_elem
+        k = floor_log2(a)
+        k = (k if Fraction(2) ** k == a else k + 1) - floor_log2(elem_max)
     elif rule == "ceil":  # the smallest k with a / 2**k <= elem_max
         k = floor_log2(a / elem_max)
         k = k if Fraction(2) ** k == a / elem_max else k + 1
@@ -108,7 +111,7 @@ def boundary_blocks(name: str) -> np.ndarray:
 
 
 @pytest.mark.parametrize("name", list(ELEM))
-@pytest.mark.parametrize("rule", ["nearest_even", "rceil"])
+@pytest.mark.parametrize("rule", ["nearest_even", "rceil", "ceil_emax"])
 def test_pow2_rules_match_the_exact_definition(name: str, rule: str) -> None:
     rng = np.random.default_rng(5)
     x = np.concatenate([mixed_blocks(rng, (8, 32)), boundary_blocks(name)])
@@ -155,7 +158,7 @@ def test_rceil_equals_ceil_on_float32_and_differs_on_float64() -> None:
 
 # ----- clipped blocks ---------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["mxfp4_e2m1", "mxfp8_e4m3", "mxint8"])
-@pytest.mark.parametrize("rule", ["floor", "ceil", "nearest_even", "rceil"])
+@pytest.mark.parametrize("rule", ["floor", "ceil", "nearest_even", "rceil", "ceil_emax"])
 def test_clipped_blocks_are_those_whose_amax_saturates(name: str, rule: str) -> None:
     rng = np.random.default_rng(2)
     x = np.concatenate([rng.standard_normal((64, 32)), boundary_blocks(name)]).astype(np.float32)
@@ -167,7 +170,7 @@ def test_clipped_blocks_are_those_whose_amax_saturates(name: str, rule: str) -> 
         k = ref_k(amax, rule, ELEM[name])
         want.append(k is not None and Fraction(amax) / Fraction(2) ** k > elem_max)
     assert got.tolist() == want
-    if rule == "ceil" or (rule == "rceil" and name != "mxint8"):
+    if rule in ("ceil", "ceil_emax") or (rule == "rceil" and name != "mxint8"):
         assert not got.any()
 
 
