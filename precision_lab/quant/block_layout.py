@@ -231,7 +231,11 @@ def _nvfp4_tensor_scale(gamax: np.float32, bf: BlockFormat) -> tuple[np.float32,
 
 
 def _nvfp4_scales(
-    amax: np.ndarray, bf: BlockFormat, data: np.ndarray | None = None, lay: _Layout | None = None
+    amax: np.ndarray,
+    bf: BlockFormat,
+    data: np.ndarray | None = None,
+    lay: _Layout | None = None,
+    info: dict[str, Any] | None = None,
 ) -> tuple[np.ndarray, float, np.ndarray]:
     """Block scales (float32 values on the scale format), S_dec and the encode factors (float32).
 
@@ -240,7 +244,9 @@ def _nvfp4_scales(
     ``quantization_nvfp4.py``) ``s = e4m3((amax / 6) * S_enc)``; the 4/6 rules choose per block
     between the ``"amax"`` scale and ``e4m3(amax * (S_enc * (1/4)))`` (:func:`_four_over_six`,
     which needs the data). Scales saturate at the scale format's maximum; the element factor is
-    ``min(1 / (s * S_dec), FLT_MAX)``.
+    ``min(1 / (s * S_dec), FLT_MAX)``. A dict ``info`` receives ``"tensor_amax"`` (the float32
+    amax S_enc comes from) and, under the 4/6 rules, ``"four_over_six"`` (bool, True where a
+    block's scale maps its amax to 4).
     """
     f32 = np.float32
     fmax = f32(np.finfo(np.float32).max)
@@ -249,6 +255,8 @@ def _nvfp4_scales(
     finite = np.isfinite(a32)
     a32 = np.where(finite, a32, f32(0.0))
     gamax = f32(a32.max()) if a32.size else f32(0.0)
+    if info is not None:
+        info["tensor_amax"] = float(gamax)
     s_enc = _nvfp4_s_enc(gamax, bf)
     s_dec = f32(1.0) / s_enc
 
@@ -267,6 +275,8 @@ def _nvfp4_scales(
                 assert data is not None and lay is not None
                 s4, enc4 = scales(a32 * (s_enc * (f32(1.0) / f32(4.0))))
                 four = _four_over_six(data, lay, bf, (s, enc), (s4, enc4), float(s_dec))
+                if info is not None:
+                    info["four_over_six"] = four & finite
                 s, enc = np.where(four, s4, s), np.where(four, enc4, enc)
     s = np.where(finite, s, f32(np.nan))
     enc = np.where(finite, enc, f32(np.nan))

@@ -113,8 +113,9 @@ class _Pass:
         self.bound = float(bf.element.max)
         self.tiny = data.dtype.type(np.finfo(data.dtype).smallest_subnormal)
         self.tensor_scale = 1.0
+        self.info: dict[str, Any] = {}  # NVFP4: tensor_amax, four_over_six (QuantizedBlocks)
         if bf.tensor_scale and tensor_scales:  # (the native kernels compute their own)
-            s, s_dec, enc = _nvfp4_scales(_block_amax(data, lay), bf, data, lay)
+            s, s_dec, enc = _nvfp4_scales(_block_amax(data, lay), bf, data, lay, self.info)
             self.values[...] = s
             self.tensor_scale = s_dec
             self.enc = enc.astype(data.dtype)
@@ -421,6 +422,7 @@ def _native_blocks(
                    chunk=upc)  # fmt: skip
         s_dec, m32 = _nvfp4_tensor_scale(np.float32(max(big)), bf)
         ps.tensor_scale, mult = float(s_dec), float(m32)
+        ps.info["tensor_amax"] = float(np.float32(max(big)))
     mm, em = math.frexp(bf.element_max)
     kmin = math.frexp(sf.smallest_subnormal)[1] - 1
     ints = np.array([kmin, sf.emax, bf.element_emax, bf.element_exponent, em], dtype=np.int32)

@@ -190,6 +190,14 @@ class QuantizedBlocks:
         dtype of :func:`dequantize_blocks`' result (float32, or float64 for float64 input).
     tensor_scale:
         NVFP4's per-tensor FP32 decode scale ``S_dec`` (1.0 for the other formats).
+    tensor_amax:
+        NVFP4 (formats with a tensor scale): the global amax ``S_enc`` and ``S_dec`` come from,
+        as the quantizer holds it (float32: the largest amax of the blocks without NaN or
+        infinity; Transformer Engine's ``amax_rowwise``); None for the other formats.
+    four_over_six:
+        Under the 4/6 rules (``"4over6_mse"``, ``"4over6_mae"``): bool on the block grid, True
+        where the block's scale maps its amax to 4 (``e4m3(amax * S_enc / 4)``), False where
+        to 6 (and for NaN blocks); None for the other rules.
     """
 
     codes: np.ndarray
@@ -200,6 +208,8 @@ class QuantizedBlocks:
     axis: int
     dtype: np.dtype
     tensor_scale: float = 1.0
+    tensor_amax: float | None = None
+    four_over_six: np.ndarray | None = None
 
     def element_codes(self) -> np.ndarray:
         """Element codes unpacked to one per uint8, in the tensor's shape."""
@@ -274,6 +284,7 @@ def quantize_blocks(
     if bf.packed:
         codes = _pack4(codes)
     vals = ps.values.reshape(lay.grid)
+    four = ps.info.get("four_over_six")
     return QuantizedBlocks(
         codes=codes,
         scale_codes=encode(vals, bf.scale),
@@ -283,6 +294,8 @@ def quantize_blocks(
         axis=lay.axis,
         dtype=out_dtype,
         tensor_scale=ps.tensor_scale,
+        tensor_amax=ps.info.get("tensor_amax") if bf.tensor_scale else None,
+        four_over_six=None if four is None else np.asarray(four, dtype=bool).reshape(lay.grid),
     )
 
 

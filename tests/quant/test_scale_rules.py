@@ -294,6 +294,10 @@ def test_4over6_chooses_the_block_scale_with_the_smaller_error(metric: str) -> N
     assert 0.2 < np.mean(chosen) < 0.8 and not chosen[7]
     q = pl.quantize_blocks(x, bf)
     assert same(pl.dequantize_blocks(q), got)
+    # the choice per block is exposed (issue 31, item 8): the brute force's, block by block
+    assert q.four_over_six is not None and q.four_over_six.shape == q.scales.shape
+    assert q.four_over_six.ravel()[~close].tolist() == np.array(chosen)[~close].tolist()
+    assert pl.quantize_blocks(x, "nvfp4").four_over_six is None
     plain = pl.round_to_blocks(x, "nvfp4")
     xx = x.astype(np.float64)
     err = ((got - xx) ** 2).sum(axis=1) if metric == "mse" else np.abs(got - xx).sum(axis=1)
@@ -311,3 +315,26 @@ def test_named_formats_2d_and_4over6() -> None:
     sb = a * (s_enc * (F32(1.0) / F32(6.0)))
     assert q.scales[1, 1] == as_float(*ref_round(Fraction(float(sb)), "e4m3", "nearest_even"))
     assert pl.get_block_format("nvfp4_4over6").scale_rule == "4over6_mse"
+
+
+@pytest.mark.parametrize("backend", ["numpy", "auto"])
+@pytest.mark.parametrize("rule", ["amax", "amax_div", "4over6_mse"])
+def test_nvfp4_exposes_the_tensor_amax(backend: str, rule: str) -> None:
+    """QuantizedBlocks.tensor_amax (issue 31, item 8): the float32 amax of the blocks without NaN
+    or infinity, from which S_enc comes (TE's amax_rowwise): S_dec = amax / (6 * bound)
+    rounded as the quantizer does; the native pass (backend "auto", rule amax) and numpy agree.
+    A float64 value beyond FP32's range is an infinity: its block does not count."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((6, 32)) * 2.0 ** rng.integers(-10, 10, (6, 1))
+    x[2, 5], x[3, 1] = np.nan, -np.inf
+    x[4, 0] = 1e300  # beyond FP32: an infinity to the quantizer
+    bf = get_block_format("nvfp4", scale_rule=rule)
+    with pl.use_backend(backend):
+        q = pl.quantize_blocks(x, bf)
+    with np.errstate(over="ignore"):
+        fin = [b for b in x.reshape(-1, 16) if np.isfinite(b.astype(np.float32)).all()]
+    want = F32(max(float(np.abs(b).max()) for b in fin))
+    assert q.tensor_amax == float(want)
+    bound = F32(bf.scale_bound)
+    assert q.tensor_scale == float(F32(1.0) / (F32(6.0) * bound / want))
+    assert pl.quantize_blocks(np.ones(32, np.float32), "mxfp4_e2m1").tensor_amax is None
