@@ -126,8 +126,11 @@ from typing import Any
 import numpy as np
 
 from ..core.codec import decode, encode
+from ..core.formats import FloatFormat, get_format
 from ..core.inputs import as_input
+from ..core.ptx import cvt_rs_bits
 from ..core.rounding import (
+    check_rounding,
     for_chunks,
     round_to,
 )
@@ -161,6 +164,7 @@ __all__ = [
     "dequantize_blocks",
     "get_block_format",
     "known_block_formats",
+    "nvfp4_rbits_words",
     "quantize_blocks",
     "round_to_blocks",
 ]
@@ -244,6 +248,7 @@ def quantize_blocks(
     seed: int | None = None,
     random_bits: int | None = None,
     pad: bool = False,
+    rbits: Any = None,
 ) -> QuantizedBlocks:
     """Quantize ``x`` to a block-scaled format: element codes and one scale per block.
 
@@ -266,6 +271,12 @@ def quantize_blocks(
     pad:
         Pad a blocked axis whose length is not a multiple of the block size with zeros (the last
         block is then partial); without it such an axis is a ValueError.
+    rbits:
+        FP4 (E2M1) elements under ``rounding="stochastic"``: the random registers of the GPU's
+        ``cvt.rs.satfinite.e2m1x4.f32`` instead of ``seed`` (uint32, shape ``x.shape[:-1] +
+        (x.shape[-1] // 4,)``), so a kernel's stochastic quantization (Transformer Engine's NVFP4,
+        which draws them with curand) is reproduced from its own random bits. See
+        :func:`nvfp4_rbits_words` for which bits round which element.
 
     Returns
     -------
@@ -278,9 +289,11 @@ def quantize_blocks(
     """
     bf = get_block_format(block_format)
     x, _ = as_input(x)  # the one input conversion (DLPack and array-API arrays: torch tensors)
+    words = _given_words(rbits, np.shape(x), bf, rounding, seed, random_bits)
     codes, lay, ps, out_dtype = _elements(
-        x, bf, axis=axis, rounding=rounding, seed=seed, random_bits=random_bits, pad=pad, codes=True
-    )
+        x, bf, axis=axis, rounding=rounding, seed=seed, random_bits=random_bits, pad=pad,
+        codes=True, words=words,
+    )  # fmt: skip
     if bf.packed:
         codes = _pack4(codes)
     vals = ps.values.reshape(lay.grid)
@@ -356,6 +369,7 @@ def round_to_blocks(
     seed: int | None = None,
     random_bits: int | None = None,
     pad: bool = False,
+    rbits: Any = None,
 ) -> np.ndarray:
     """Fake quantization: the values ``x`` takes in a block-scaled format (quantize + dequantize).
 
@@ -380,8 +394,68 @@ def round_to_blocks(
         random_bits=random_bits,
         pad=pad,
         codes=False,
+        words=_given_words(rbits, np.shape(x), bf, rounding, seed, random_bits),
     )
     return restore(values)  # type: ignore[no-any-return]
+
+
+#: which operand of ``cvt.rs.satfinite.e2m1x4.f32 d, {a, b, e, f}, rbits`` element ``4g + j``
+#: is (j = 0..3): Transformer Engine passes four consecutive elements as ``{v3, v2, v1, v0}``
+#: (``mul_cvt_bf16_to_fp4_8x_stochastic_rounding`` in transformer_engine/common/util/ptx.cuh,
+#: NVIDIA/TransformerEngine 03198ae1; the same order in its Hadamard cast fusion), so that
+#: element 4g lands in the low nibble: element j is operand ``(f, e, b, a)[j]``
+_TE_OPERAND = (3, 2, 1, 0)  # index into (a, b, e, f)
+
+
+def nvfp4_rbits_words(rbits: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """The random words (uint64, one per element of an array of ``shape``, C order) that the
+    stochastic rounding of the FP4 elements draws from the ``cvt.rs.satfinite.e2m1x4.f32``
+    registers ``rbits`` (uint32, shape ``shape[:-1] + (shape[-1] // 4,)``): register ``g`` of a
+    row rounds its elements ``4g .. 4g + 3``, passed as ``{a, b, e, f} = {x[4g+3], x[4g+2],
+    x[4g+1], x[4g]}`` (Transformer Engine's order); operand ``a`` takes ``rbits[31:24]``, ``b``
+    ``rbits[15:8]``, ``e`` ``rbits[23:16]``, ``f`` ``rbits[7:0]`` (:data:`precision_lab.core.ptx.
+    LAYOUTS`, the choice :func:`~precision_lab.cvt_rs` documents), and rounds away from zero iff
+    its discarded fraction plus ``r * 2**-8`` reaches one quantum (8-bit add-and-truncate: the
+    word is the 8 bits at the top).
+
+    >>> nvfp4_rbits_words(np.array([0xA1_B2_C3_D4], dtype=np.uint32), (4,)) >> np.uint64(56)
+    array([212, 178, 195, 161], dtype=uint64)
+    """
+    if not shape or shape[-1] % 4:
+        raise ValueError(
+            f"rbits needs the last axis of x to hold whole groups of 4 elements (one cvt.rs "
+            f"e2m1x4 each), got shape {tuple(shape)}"
+        )
+    want = (*shape[:-1], shape[-1] // 4)
+    r = np.asarray(rbits)
+    if r.dtype.kind not in "ui" or r.shape != want:
+        raise ValueError(
+            f"rbits must be uint32 of shape {want} (one register per 4 elements), got "
+            f"{r.dtype} of shape {r.shape}"
+        )
+    fields = cvt_rs_bits(r, "e2m1").reshape(*want, 4)  # operands a, b, e, f
+    elems = fields[..., list(_TE_OPERAND)].reshape(shape).astype(np.uint64)
+    return np.ascontiguousarray(elems << np.uint64(56)).reshape(-1)
+
+
+def _given_words(
+    rbits: Any,
+    shape: tuple[int, ...],
+    bf: BlockFormat,
+    rounding: str,
+    seed: int | None,
+    random_bits: int | None,
+) -> np.ndarray | None:
+    if rbits is None:
+        return None
+    elem = bf.element
+    if not (isinstance(elem, FloatFormat) and elem == get_format("e2m1")):
+        raise ValueError(f"rbits (cvt.rs e2m1x4 registers) needs FP4 E2M1 elements, not {bf.name}")
+    if check_rounding(rounding) != "stochastic":
+        raise ValueError(f"rbits needs rounding='stochastic', got rounding={rounding!r}")
+    if seed is not None or random_bits not in (None, 8):
+        raise ValueError("rbits replaces seed and random_bits (8 bits per element): pass neither")
+    return nvfp4_rbits_words(rbits, tuple(shape))
 
 
 def clipped_blocks(

@@ -338,3 +338,57 @@ def test_nvfp4_exposes_the_tensor_amax(backend: str, rule: str) -> None:
     bound = F32(bf.scale_bound)
     assert q.tensor_scale == float(F32(1.0) / (F32(6.0) * bound / want))
     assert pl.quantize_blocks(np.ones(32, np.float32), "mxfp4_e2m1").tensor_amax is None
+
+
+# ----- stochastic FP4 from given cvt.rs registers -------------------------------------------------
+def _cvt_rs_te(scaled: np.ndarray, rbits: np.ndarray) -> np.ndarray:
+    """E2M1 codes of cvt.rs.satfinite.e2m1x4.f32 as Transformer Engine issues it: four
+    consecutive elements as {v3, v2, v1, v0} (pl.cvt_rs replays the instruction)."""
+    g = scaled.reshape(*scaled.shape[:-1], -1, 4)[..., ::-1]  # operands a, b, e, f
+    codes = pl.cvt_rs(np.ascontiguousarray(g).reshape(scaled.shape), "e2m1x4", rbits)
+    return codes.reshape(g.shape)[..., ::-1].reshape(scaled.shape)
+
+
+@pytest.mark.parametrize("name", ["nvfp4", "mxfp4_e2m1"])
+def test_stochastic_fp4_from_given_rbits_is_cvt_rs(name: str) -> None:
+    """Issue 31, item 8: quantize_blocks(..., rbits=) rounds each scaled element as the GPU's
+    cvt.rs.satfinite.e2m1x4.f32 with those registers (TE's operand order); the scaled elements
+    are x * enc in float32 (NVFP4: enc = min(1 / (s * S_dec), FLT_MAX) from the block scale) or
+    x / 2**k (MX), and pl.cvt_rs is the instruction's replay."""
+    rng = np.random.default_rng(44)
+    x = (rng.standard_normal((6, 64)) * 2.0 ** rng.integers(-6, 6, (6, 1))).astype(np.float32)
+    rb = rng.integers(0, 2**32, (6, 16), dtype=np.uint64).astype(np.uint32)
+    q = pl.quantize_blocks(x, name, rounding="stochastic", rbits=rb)
+    bs = q.block_format.block_size
+    s = np.repeat(q.scales, bs, axis=-1)
+    if name == "nvfp4":
+        enc = np.minimum(F32(1.0) / (s.astype(np.float32) * F32(q.tensor_scale)), F32(3.4e38))
+        scaled = x * enc.astype(np.float32)
+    else:
+        scaled = (x / s).astype(np.float32)  # exact: power-of-two scales
+    want = _cvt_rs_te(scaled, rb)
+    np.testing.assert_array_equal(q.element_codes(), want)
+    vals = pl.round_to_blocks(x, name, rounding="stochastic", rbits=rb)
+    assert same(vals, pl.dequantize_blocks(q))
+    # all-zero registers truncate (toward zero); other registers give other codes
+    zero = pl.quantize_blocks(x, name, rounding="stochastic", rbits=np.zeros_like(rb))
+    tz = pl.quantize_blocks(x, name, rounding="toward_zero")
+    np.testing.assert_array_equal(zero.element_codes(), tz.element_codes())
+    other = pl.quantize_blocks(x, name, rounding="stochastic", rbits=rb ^ np.uint32(0x80808080))
+    assert (other.element_codes() != q.element_codes()).mean() > 0.1
+
+
+def test_given_rbits_are_checked() -> None:
+    x = np.ones((2, 32), dtype=np.float32)
+    rb = np.zeros((2, 8), dtype=np.uint32)
+    with pytest.raises(ValueError, match="needs FP4 E2M1 elements"):
+        pl.quantize_blocks(x, "mxfp8_e4m3", rounding="stochastic", rbits=rb)
+    with pytest.raises(ValueError, match="needs rounding='stochastic'"):
+        pl.quantize_blocks(x, "nvfp4", rbits=rb)
+    with pytest.raises(ValueError, match="replaces seed"):
+        pl.quantize_blocks(x, "nvfp4", rounding="stochastic", rbits=rb, seed=1)
+    with pytest.raises(ValueError, match=r"uint32 of shape \(2, 8\)"):
+        pl.quantize_blocks(x, "nvfp4", rounding="stochastic", rbits=rb[:, :4])
+    with pytest.raises(ValueError, match="without padding"):
+        pl.round_to_blocks(np.ones((2, 20), np.float32), "nvfp4", rounding="stochastic",
+                           rbits=np.zeros((2, 5), np.uint32), pad=True)  # fmt: skip
