@@ -19,7 +19,7 @@ largest magnitude ``amax`` by a rule (:data:`SCALE_RULES`):
     significand width (mantissa bits + 1; 6 fraction bits for MX INT8), ties away: the exponent of
     amax goes up by one iff its significand is at least ``2 - 2**-(mantissa_bits + 1)`` (1.75 for
     E2M1, 1.9375 for E4M3), so fewer blocks clip than under floor (amax 7 in E2M1: scale 2, 7/2
-    rounds to 4).
+    rounds to 4). torchao's ``to_mx`` is run against it in ``tests/quant/test_torchao_mx.py``.
 ``"rceil"`` (torchao / cuBLAS ``RCEIL``; TE's MXFP8 ``cvt.rp.satfinite.ue8m0x2.f32``)
     ``scale = 2**ceil(log2(d))``, ``d = fp32(fp32(amax) * fp32(1 / elem_max))``: the round-up rule
     as the kernels compute it, on the float32 product. For float32 data and the OCP float
@@ -28,11 +28,13 @@ largest magnitude ``amax`` by a rule (:data:`SCALE_RULES`):
     boundary); float64 data differs where amax rounds to float32 (``amax = 6 * (1 + 2**-40)`` in
     MXFP4 gets scale 1 and clips to 6, instead of 2), and so does MX INT8, whose
     ``fp32(64 / 127)`` lies below ``64 / 127`` (an amax just above ``127/64 * 2**k`` gets
-    ``2**k`` and clips).
+    ``2**k`` and clips). torchao's ``to_mx`` is run against it in ``tests/quant/test_torchao_mx.py``
+    (its eager CPU fallback departs from the rule just above powers of two: see there).
 ``"ceil_emax"`` (torchao's ``ScaleCalculationMode.CEIL``)
     ``scale = 2**(ceil(log2(amax)) - emax_elem)``: the floor rule's formula with ``ceil``; a block
     whose amax is not a power of two gets twice the floor scale, so nothing clips but the block's
-    largest element lands in the lower half of the element range (E4M3 amax 384 -> scale 2,
+    largest element is at most ``2**emax_elem`` (256 for E4M3, 4 for E2M1: the element format's
+    top binade goes unused; E4M3 amax 384 -> scale 2,
     where ``"ceil"`` keeps 1: 384 <= 448). Unlike ``"ceil"`` (TE / cuBLAS: the smallest power of
     two with ``amax / scale <= elem_max``) it ignores the element maximum's significand.
     Bit for bit with torchao's ``to_mx(..., ScaleCalculationMode.CEIL)`` on float32 data:
