@@ -33,7 +33,7 @@ from .blocks import (
     quantize_blocks,
     round_to_blocks,
 )
-from .hadamard import hadamard, hadamard_matrix, random_signs
+from .hadamard import TE_NVFP4_SIGNS, hadamard, hadamard_matrix, random_signs
 from .integer import CALIBRATION_METHODS, Calibration, calibrate, dequantize, quantize
 from .recipes import RECIPES, GemmRole, Operand, Recipe, get_recipe
 
@@ -42,6 +42,7 @@ __all__ = [
     "CALIBRATION_METHODS",
     "RECIPES",
     "SCALE_RULES",
+    "TE_NVFP4_SIGNS",
     "BlockFormat",
     "Calibration",
     "GemmRole",

@@ -30,9 +30,10 @@ SCALE_RULES = (
     "amax_div",
     "4over6_mse",
     "4over6_mae",
+    "ceil_emax",
 )
 #: the rules that give power-of-two scales (MX: E8M0)
-POW2_RULES = ("floor", "ceil", "nearest_even", "rceil")
+POW2_RULES = ("floor", "ceil", "nearest_even", "rceil", "ceil_emax")
 #: the rules of formats with NVFP4's per-tensor FP32 scale
 TENSOR_RULES = ("amax", "amax_div", "4over6_mse", "4over6_mae")
 
@@ -65,9 +66,9 @@ class BlockFormat:
         over the last two axes.
     scale_rule:
         One of :data:`SCALE_RULES`: power-of-two scales ``"floor"`` (OCP), ``"ceil"``,
-        ``"nearest_even"``, ``"rceil"`` (:data:`POW2_RULES`); ``"amax"`` (scale ``amax / elem_max``
-        rounded to the scale format); with NVFP4's tensor scale also ``"amax_div"``,
-        ``"4over6_mse"``, ``"4over6_mae"`` (:data:`TENSOR_RULES`).
+        ``"nearest_even"``, ``"rceil"``, ``"ceil_emax"`` (torchao's CEIL) (:data:`POW2_RULES`);
+        ``"amax"`` (scale ``amax / elem_max`` rounded to the scale format); with NVFP4's tensor
+        scale also ``"amax_div"``, ``"4over6_mse"``, ``"4over6_mae"`` (:data:`TENSOR_RULES`).
         :mod:`~precision_lab.quant.blocks` defines each.
     element_exponent:
         Elements are ``code * 2**element_exponent``: -6 for MX INT8, whose elements are the

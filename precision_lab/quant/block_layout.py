@@ -165,7 +165,8 @@ def _pow2_exponents(amax: np.ndarray, bf: BlockFormat) -> tuple[np.ndarray, np.n
     element's significand width (``mantissa_bits + 1``), ties up (torchao's EVEN: amax's
     exponent goes up by one iff its significand is at least ``2 - 2**-(mantissa_bits + 1)``);
     ``rceil``: ``ceil(log2 d)`` with ``d = fp32(fp32(amax) * fp32(1 / elem_max))`` (cuBLAS /
-    torchao RCEIL, Transformer Engine's MXFP8 ``cvt.rp.satfinite.ue8m0x2.f32``).
+    torchao RCEIL, Transformer Engine's MXFP8 ``cvt.rp.satfinite.ue8m0x2.f32``);
+    ``ceil_emax``: ``ceil(log2 amax) - emax_elem`` (torchao's CEIL).
     """
     sf = bf.scale
     kmin = math.frexp(sf.smallest_subnormal)[1] - 1
@@ -188,6 +189,8 @@ def _pow2_exponents(amax: np.ndarray, bf: BlockFormat) -> tuple[np.ndarray, np.n
         k = (e - 1) + (m >= 1.0 - math.ldexp(1.0, -(mb + 2))) - bf.element_emax
     elif rule == "rceil":  # ceil(log2 d)
         k = e - (m == 0.5)
+    elif rule == "ceil_emax":  # ceil(log2 amax) - emax_elem (torchao's CEIL)
+        k = e - (m == 0.5) - bf.element_emax
     else:  # ceil(log2(a / elem_max)), exactly
         mm, em = math.frexp(bf.element_max)
         k = (e - em) + (m > mm)
@@ -228,7 +231,11 @@ def _nvfp4_tensor_scale(gamax: np.float32, bf: BlockFormat) -> tuple[np.float32,
 
 
 def _nvfp4_scales(
-    amax: np.ndarray, bf: BlockFormat, data: np.ndarray | None = None, lay: _Layout | None = None
+    amax: np.ndarray,
+    bf: BlockFormat,
+    data: np.ndarray | None = None,
+    lay: _Layout | None = None,
+    info: dict[str, Any] | None = None,
 ) -> tuple[np.ndarray, float, np.ndarray]:
     """Block scales (float32 values on the scale format), S_dec and the encode factors (float32).
 
@@ -237,7 +244,9 @@ def _nvfp4_scales(
     ``quantization_nvfp4.py``) ``s = e4m3((amax / 6) * S_enc)``; the 4/6 rules choose per block
     between the ``"amax"`` scale and ``e4m3(amax * (S_enc * (1/4)))`` (:func:`_four_over_six`,
     which needs the data). Scales saturate at the scale format's maximum; the element factor is
-    ``min(1 / (s * S_dec), FLT_MAX)``.
+    ``min(1 / (s * S_dec), FLT_MAX)``. A dict ``info`` receives ``"tensor_amax"`` (the float32
+    amax S_enc comes from) and, under the 4/6 rules, ``"four_over_six"`` (bool, True where a
+    block's scale maps its amax to 4).
     """
     f32 = np.float32
     fmax = f32(np.finfo(np.float32).max)
@@ -246,6 +255,8 @@ def _nvfp4_scales(
     finite = np.isfinite(a32)
     a32 = np.where(finite, a32, f32(0.0))
     gamax = f32(a32.max()) if a32.size else f32(0.0)
+    if info is not None:
+        info["tensor_amax"] = float(gamax)
     s_enc = _nvfp4_s_enc(gamax, bf)
     s_dec = f32(1.0) / s_enc
 
@@ -264,6 +275,8 @@ def _nvfp4_scales(
                 assert data is not None and lay is not None
                 s4, enc4 = scales(a32 * (s_enc * (f32(1.0) / f32(4.0))))
                 four = _four_over_six(data, lay, bf, (s, enc), (s4, enc4), float(s_dec))
+                if info is not None:
+                    info["four_over_six"] = four & finite
                 s, enc = np.where(four, s4, s), np.where(four, enc4, enc)
     s = np.where(finite, s, f32(np.nan))
     enc = np.where(finite, enc, f32(np.nan))

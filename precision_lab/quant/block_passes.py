@@ -113,8 +113,9 @@ class _Pass:
         self.bound = float(bf.element.max)
         self.tiny = data.dtype.type(np.finfo(data.dtype).smallest_subnormal)
         self.tensor_scale = 1.0
+        self.info: dict[str, Any] = {}  # NVFP4: tensor_amax, four_over_six (QuantizedBlocks)
         if bf.tensor_scale and tensor_scales:  # (the native kernels compute their own)
-            s, s_dec, enc = _nvfp4_scales(_block_amax(data, lay), bf, data, lay)
+            s, s_dec, enc = _nvfp4_scales(_block_amax(data, lay), bf, data, lay, self.info)
             self.values[...] = s
             self.tensor_scale = s_dec
             self.enc = enc.astype(data.dtype)
@@ -262,11 +263,17 @@ class _Kernel:
     """
 
     def __init__(
-        self, elem: FloatFormat | IntFormat, mode: str, seed: int | None, random_bits: int | None
+        self,
+        elem: FloatFormat | IntFormat,
+        mode: str,
+        seed: int | None,
+        random_bits: int | None,
+        words: np.ndarray | None = None,
     ) -> None:
         self.rbits = check_random_bits(random_bits)
         self.elem, self.mode = elem, sr_mode(mode, self.rbits)
-        self.key = check_seed(seed) if mode in STOCHASTIC_MODES else 0
+        self.key = check_seed(seed) if mode in STOCHASTIC_MODES and words is None else 0
+        self.words = words  # given random words, one per element (C order): rbits= of the API
 
     def __call__(self, scaled: np.ndarray, start: int, out: np.ndarray | None = None) -> np.ndarray:
         """Rounded values of the chunk ``scaled`` (C order), whose first element has flat index
@@ -278,11 +285,15 @@ class _Kernel:
             out = np.empty(scaled.shape, dtype=wdt)
         res = out
         out = out.reshape(-1)
-        rw = (
-            _random_for(word_bits(self.mode, self.rbits), self.key, src.size, start)
-            if self.mode in STOCHASTIC_MODES
-            else None
-        )
+        rw: np.ndarray | None
+        if self.words is not None:
+            rw = self.words[start : start + src.size]
+        else:
+            rw = (
+                _random_for(word_bits(self.mode, self.rbits), self.key, src.size, start)
+                if self.mode in STOCHASTIC_MODES
+                else None
+            )
         with np.errstate(all="ignore"):
             if isinstance(self.elem, IntFormat):
                 _round_int_chunk(self.elem, self.mode, src, out, rw)
@@ -310,6 +321,7 @@ def _elements(
     random_bits: int | None,
     pad: bool,
     codes: bool,
+    words: np.ndarray | None = None,
 ) -> tuple[np.ndarray, _Layout, _Pass, np.dtype]:
     """Element codes (``codes=True``) or values after scaling back, in x's shape; and the scales.
 
@@ -317,12 +329,16 @@ def _elements(
     rounding, scaling back, while the chunk is in cache. Stochastic rounding of a padded tensor
     (whose padded layout is not x's) scales in one pass, rounds x's whole scaled array in ONE call
     of the core, and scales back in another pass; both key the random words by x's flat index.
+    ``words`` (uint64, one per element of x in C order; x needs no padding) are given random
+    words that replace the seed's (the numpy passes serve them).
     """
     mode = sr_mode(check_rounding(rounding), check_random_bits(random_bits))
     data, lay = _prepare(x, bf, axis, pad)
-    ext = _native_ext(data, lay, bf, mode)
+    if words is not None and lay.needs_pad:
+        raise ValueError("given random bits (rbits) need x without padding (pad=False)")
+    ext = None if words is not None else _native_ext(data, lay, bf, mode)
     ps = _Pass(data, lay, bf, mode, tensor_scales=ext is None)
-    kern = _Kernel(bf.element, mode, seed, random_bits)
+    kern = _Kernel(bf.element, mode, seed, random_bits, words)
     out_dtype = _out_dtype(data)
     U, A, B, C = lay.dims
     upc = _units_per_chunk(lay)
@@ -421,6 +437,7 @@ def _native_blocks(
                    chunk=upc)  # fmt: skip
         s_dec, m32 = _nvfp4_tensor_scale(np.float32(max(big)), bf)
         ps.tensor_scale, mult = float(s_dec), float(m32)
+        ps.info["tensor_amax"] = float(np.float32(max(big)))
     mm, em = math.frexp(bf.element_max)
     kmin = math.frexp(sf.smallest_subnormal)[1] - 1
     ints = np.array([kmin, sf.emax, bf.element_emax, bf.element_exponent, em], dtype=np.int32)

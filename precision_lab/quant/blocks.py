@@ -19,7 +19,7 @@ largest magnitude ``amax`` by a rule (:data:`SCALE_RULES`):
     significand width (mantissa bits + 1; 6 fraction bits for MX INT8), ties away: the exponent of
     amax goes up by one iff its significand is at least ``2 - 2**-(mantissa_bits + 1)`` (1.75 for
     E2M1, 1.9375 for E4M3), so fewer blocks clip than under floor (amax 7 in E2M1: scale 2, 7/2
-    rounds to 4).
+    rounds to 4). torchao's ``to_mx`` is run against it in ``tests/quant/test_torchao_mx.py``.
 ``"rceil"`` (torchao / cuBLAS ``RCEIL``; TE's MXFP8 ``cvt.rp.satfinite.ue8m0x2.f32``)
     ``scale = 2**ceil(log2(d))``, ``d = fp32(fp32(amax) * fp32(1 / elem_max))``: the round-up rule
     as the kernels compute it, on the float32 product. For float32 data and the OCP float
@@ -28,7 +28,18 @@ largest magnitude ``amax`` by a rule (:data:`SCALE_RULES`):
     boundary); float64 data differs where amax rounds to float32 (``amax = 6 * (1 + 2**-40)`` in
     MXFP4 gets scale 1 and clips to 6, instead of 2), and so does MX INT8, whose
     ``fp32(64 / 127)`` lies below ``64 / 127`` (an amax just above ``127/64 * 2**k`` gets
-    ``2**k`` and clips).
+    ``2**k`` and clips). torchao's ``to_mx`` is run against it in ``tests/quant/test_torchao_mx.py``
+    (its eager CPU fallback departs from the rule just above powers of two: see there).
+``"ceil_emax"`` (torchao's ``ScaleCalculationMode.CEIL``)
+    ``scale = 2**(ceil(log2(amax)) - emax_elem)``: the floor rule's formula with ``ceil``; a block
+    whose amax is not a power of two gets twice the floor scale, so nothing clips but the block's
+    largest element is at most ``2**emax_elem`` (256 for E4M3, 4 for E2M1: the element format's
+    top binade goes unused; E4M3 amax 384 -> scale 2,
+    where ``"ceil"`` keeps 1: 384 <= 448). Unlike ``"ceil"`` (TE / cuBLAS: the smallest power of
+    two with ``amax / scale <= elem_max``) it ignores the element maximum's significand.
+    Bit for bit with torchao's ``to_mx(..., ScaleCalculationMode.CEIL)`` on float32 data:
+    ``tests/quant/test_torchao_mx.py`` (which also shows where torchao's code departs from its
+    rules: tiny scales, infinities, NaN).
 ``"amax"`` (NVFP4, DeepSeek-V3 tiles)
     ``scale = amax / elem_max`` rounded (to nearest even) to the scale format (E4M3 for NVFP4,
     FP32 for the DeepSeek tiles).
@@ -117,8 +128,11 @@ from typing import Any
 import numpy as np
 
 from ..core.codec import decode, encode
+from ..core.formats import FloatFormat, get_format
 from ..core.inputs import as_input
+from ..core.ptx import cvt_rs_bits
 from ..core.rounding import (
+    check_rounding,
     for_chunks,
     round_to,
 )
@@ -152,6 +166,7 @@ __all__ = [
     "dequantize_blocks",
     "get_block_format",
     "known_block_formats",
+    "nvfp4_rbits_words",
     "quantize_blocks",
     "round_to_blocks",
 ]
@@ -181,6 +196,14 @@ class QuantizedBlocks:
         dtype of :func:`dequantize_blocks`' result (float32, or float64 for float64 input).
     tensor_scale:
         NVFP4's per-tensor FP32 decode scale ``S_dec`` (1.0 for the other formats).
+    tensor_amax:
+        NVFP4 (formats with a tensor scale): the global amax ``S_enc`` and ``S_dec`` come from,
+        as the quantizer holds it (float32: the largest amax of the blocks without NaN or
+        infinity; Transformer Engine's ``amax_rowwise``); None for the other formats.
+    four_over_six:
+        Under the 4/6 rules (``"4over6_mse"``, ``"4over6_mae"``): bool on the block grid, True
+        where the block's scale maps its amax to 4 (``e4m3(amax * S_enc / 4)``), False where
+        to 6 (and for NaN blocks); None for the other rules.
     """
 
     codes: np.ndarray
@@ -191,6 +214,8 @@ class QuantizedBlocks:
     axis: int
     dtype: np.dtype
     tensor_scale: float = 1.0
+    tensor_amax: float | None = None
+    four_over_six: np.ndarray | None = None
 
     def element_codes(self) -> np.ndarray:
         """Element codes unpacked to one per uint8, in the tensor's shape."""
@@ -225,6 +250,7 @@ def quantize_blocks(
     seed: int | None = None,
     random_bits: int | None = None,
     pad: bool = False,
+    rbits: Any = None,
 ) -> QuantizedBlocks:
     """Quantize ``x`` to a block-scaled format: element codes and one scale per block.
 
@@ -247,6 +273,12 @@ def quantize_blocks(
     pad:
         Pad a blocked axis whose length is not a multiple of the block size with zeros (the last
         block is then partial); without it such an axis is a ValueError.
+    rbits:
+        FP4 (E2M1) elements under ``rounding="stochastic"``: the random registers of the GPU's
+        ``cvt.rs.satfinite.e2m1x4.f32`` instead of ``seed`` (uint32, shape ``x.shape[:-1] +
+        (x.shape[-1] // 4,)``), so a kernel's stochastic quantization (Transformer Engine's NVFP4,
+        which draws them with curand) is reproduced from its own random bits. See
+        :func:`nvfp4_rbits_words` for which bits round which element.
 
     Returns
     -------
@@ -259,12 +291,15 @@ def quantize_blocks(
     """
     bf = get_block_format(block_format)
     x, _ = as_input(x)  # the one input conversion (DLPack and array-API arrays: torch tensors)
+    words = _given_words(rbits, np.shape(x), bf, rounding, seed, random_bits)
     codes, lay, ps, out_dtype = _elements(
-        x, bf, axis=axis, rounding=rounding, seed=seed, random_bits=random_bits, pad=pad, codes=True
-    )
+        x, bf, axis=axis, rounding=rounding, seed=seed, random_bits=random_bits, pad=pad,
+        codes=True, words=words,
+    )  # fmt: skip
     if bf.packed:
         codes = _pack4(codes)
     vals = ps.values.reshape(lay.grid)
+    four = ps.info.get("four_over_six")
     return QuantizedBlocks(
         codes=codes,
         scale_codes=encode(vals, bf.scale),
@@ -274,6 +309,8 @@ def quantize_blocks(
         axis=lay.axis,
         dtype=out_dtype,
         tensor_scale=ps.tensor_scale,
+        tensor_amax=ps.info.get("tensor_amax") if bf.tensor_scale else None,
+        four_over_six=None if four is None else np.asarray(four, dtype=bool).reshape(lay.grid),
     )
 
 
@@ -334,6 +371,7 @@ def round_to_blocks(
     seed: int | None = None,
     random_bits: int | None = None,
     pad: bool = False,
+    rbits: Any = None,
 ) -> np.ndarray:
     """Fake quantization: the values ``x`` takes in a block-scaled format (quantize + dequantize).
 
@@ -358,8 +396,68 @@ def round_to_blocks(
         random_bits=random_bits,
         pad=pad,
         codes=False,
+        words=_given_words(rbits, np.shape(x), bf, rounding, seed, random_bits),
     )
     return restore(values)  # type: ignore[no-any-return]
+
+
+#: which operand of ``cvt.rs.satfinite.e2m1x4.f32 d, {a, b, e, f}, rbits`` element ``4g + j``
+#: is (j = 0..3): Transformer Engine passes four consecutive elements as ``{v3, v2, v1, v0}``
+#: (``mul_cvt_bf16_to_fp4_8x_stochastic_rounding`` in transformer_engine/common/util/ptx.cuh,
+#: NVIDIA/TransformerEngine 03198ae1; the same order in its Hadamard cast fusion), so that
+#: element 4g lands in the low nibble: element j is operand ``(f, e, b, a)[j]``
+_TE_OPERAND = (3, 2, 1, 0)  # index into (a, b, e, f)
+
+
+def nvfp4_rbits_words(rbits: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """The random words (uint64, one per element of an array of ``shape``, C order) that the
+    stochastic rounding of the FP4 elements draws from the ``cvt.rs.satfinite.e2m1x4.f32``
+    registers ``rbits`` (uint32, shape ``shape[:-1] + (shape[-1] // 4,)``): register ``g`` of a
+    row rounds its elements ``4g .. 4g + 3``, passed as ``{a, b, e, f} = {x[4g+3], x[4g+2],
+    x[4g+1], x[4g]}`` (Transformer Engine's order); operand ``a`` takes ``rbits[31:24]``, ``b``
+    ``rbits[15:8]``, ``e`` ``rbits[23:16]``, ``f`` ``rbits[7:0]`` (:data:`precision_lab.core.ptx.
+    LAYOUTS`, the choice :func:`~precision_lab.cvt_rs` documents), and rounds away from zero iff
+    its discarded fraction plus ``r * 2**-8`` reaches one quantum (8-bit add-and-truncate: the
+    word is the 8 bits at the top).
+
+    >>> nvfp4_rbits_words(np.array([0xA1_B2_C3_D4], dtype=np.uint32), (4,)) >> np.uint64(56)
+    array([212, 178, 195, 161], dtype=uint64)
+    """
+    if not shape or shape[-1] % 4:
+        raise ValueError(
+            f"rbits needs the last axis of x to hold whole groups of 4 elements (one cvt.rs "
+            f"e2m1x4 each), got shape {tuple(shape)}"
+        )
+    want = (*shape[:-1], shape[-1] // 4)
+    r = np.asarray(rbits)
+    if r.dtype.kind not in "ui" or r.shape != want:
+        raise ValueError(
+            f"rbits must be uint32 of shape {want} (one register per 4 elements), got "
+            f"{r.dtype} of shape {r.shape}"
+        )
+    fields = cvt_rs_bits(r, "e2m1").reshape(*want, 4)  # operands a, b, e, f
+    elems = fields[..., list(_TE_OPERAND)].reshape(shape).astype(np.uint64)
+    return np.ascontiguousarray(elems << np.uint64(56)).reshape(-1)
+
+
+def _given_words(
+    rbits: Any,
+    shape: tuple[int, ...],
+    bf: BlockFormat,
+    rounding: str,
+    seed: int | None,
+    random_bits: int | None,
+) -> np.ndarray | None:
+    if rbits is None:
+        return None
+    elem = bf.element
+    if not (isinstance(elem, FloatFormat) and elem == get_format("e2m1")):
+        raise ValueError(f"rbits (cvt.rs e2m1x4 registers) needs FP4 E2M1 elements, not {bf.name}")
+    if check_rounding(rounding) != "stochastic":
+        raise ValueError(f"rbits needs rounding='stochastic', got rounding={rounding!r}")
+    if seed is not None or random_bits not in (None, 8):
+        raise ValueError("rbits replaces seed and random_bits (8 bits per element): pass neither")
+    return nvfp4_rbits_words(rbits, tuple(shape))
 
 
 def clipped_blocks(

@@ -78,10 +78,19 @@ from ..core.rounding import (
     round_to,
 )
 
-__all__ = ["hadamard", "hadamard_matrix", "random_signs"]
+__all__ = ["TE_NVFP4_SIGNS", "hadamard", "hadamard_matrix", "random_signs"]
 
 #: block sizes accepted by :func:`hadamard` (the recipes use 16..256)
 MIN_BLOCK, MAX_BLOCK = 2, 4096
+
+#: Transformer Engine's fixed sign vector of its 16-point random Hadamard transform (NVFP4
+#: recipe, weight-gradient GEMM): ``get_wgrad_sign_vector()`` in
+#: ``transformer_engine/pytorch/tensor/nvfp4_tensor.py`` (NVIDIA/TransformerEngine, commit
+#: 01634950ba17e76ef8c73ef36039ea4588ef50fb; the same tuple in
+#: ``transformer_engine/jax/quantize/hadamard.py``). TE builds ``diag(signs) @ H_16 / 4`` and
+#: multiplies row vectors by it: ``x @ diag(s) H / 4 = H (s * x) / 4`` (H is symmetric), which is
+#: ``hadamard(x, block=16, signs=TE_NVFP4_SIGNS)``.
+TE_NVFP4_SIGNS = (1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1)
 
 
 def _check_block(block: Any, name: str = "block") -> int:
@@ -154,6 +163,7 @@ def hadamard(
     rounding: str = "nearest_even",
     rounding_seed: int | None = None,
     random_bits: int | None = None,
+    signs: Any = None,
 ) -> np.ndarray:
     """The orthonormal (random) Walsh-Hadamard transform of blocks of ``block`` values on ``axis``.
 
@@ -169,6 +179,10 @@ def hadamard(
     seed:
         Seed of the random sign vector (:func:`random_signs`; the random Hadamard transform);
         None: no sign flips (the plain transform).
+    signs:
+        A given sign vector instead of ``seed``'s: ``block`` entries, each +1 or -1 (e.g.
+        :data:`TE_NVFP4_SIGNS`, Transformer Engine's fixed 16 signs); the same for every block.
+        Passing both ``seed`` and ``signs`` is a ValueError.
     inverse:
         Apply the inverse: ``s * (c * H_n @ y)`` (with the same ``seed``).
     arithmetic:
@@ -210,7 +224,12 @@ def hadamard(
         raise ValueError(
             f"the length of axis {axis} of x is {a.shape[axis]}, not a multiple of block={n}"
         )
-    signs = None if seed is None else random_signs(n, seed)
+    if signs is not None:
+        if seed is not None:
+            raise ValueError("pass seed (random signs) or signs (a given sign vector), not both")
+        signs = _check_signs(signs, n)
+    elif seed is not None:
+        signs = random_signs(n, seed)
     moved = np.moveaxis(a, axis, -1)
     flat = np.ascontiguousarray(moved).reshape(-1, n)
     if fmt is None:
@@ -219,6 +238,21 @@ def hadamard(
         key = check_seed(rounding_seed) if mode in STOCHASTIC_MODES else 0
         out = _in_format(flat, n, signs, bool(inverse), fmt, mode, key, rbits)
     return np.moveaxis(out.reshape(moved.shape), -1, axis)
+
+
+def _check_signs(signs: Any, n: int) -> np.ndarray:
+    """A given sign vector as float64 +-1 of length ``n``; a ValueError naming what is wrong."""
+    try:
+        s = np.asarray(signs, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"signs must be {n} numbers, each +1 or -1, got {signs!r:.80}") from None
+    if s.shape != (n,):
+        raise ValueError(f"signs must have shape ({n},) (one per block element), got {s.shape}")
+    bad = (s != 1) & (s != -1)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"signs must be +1 or -1, got {float(s[i])!r} at index {i}")
+    return s
 
 
 # ----- the butterfly ----------------------------------------------------------------------------

@@ -80,13 +80,15 @@ class _HadamardFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, None]:  # type: ignore[override]
         o = ctx.opts
-        gx = _transpose(_numpy(g), o["block"], o["axis"], o["seed"], o["inverse"])
+        gx = _transpose(_numpy(g), o["block"], o["axis"], o["seed"], o["inverse"], o["signs"])
         return _tensor(gx, g).to(ctx.in_dtype), None
 
 
-def _transpose(g: np.ndarray, block: int, axis: int, seed: int | None, inverse: bool) -> Any:
+def _transpose(
+    g: np.ndarray, block: int, axis: int, seed: int | None, inverse: bool, signs: Any = None
+) -> Any:
     """The exact transpose of the (inverse) random Hadamard map applied to ``g`` (float64)."""
-    return _np_hadamard(g, block=block, axis=axis, seed=seed, inverse=not inverse)
+    return _np_hadamard(g, block=block, axis=axis, seed=seed, inverse=not inverse, signs=signs)
 
 
 def hadamard(
@@ -100,6 +102,7 @@ def hadamard(
     rounding: str = "nearest_even",
     rounding_seed: int | None = None,
     random_bits: int | None = None,
+    signs: Any = None,
 ) -> torch.Tensor:
     """:func:`precision_lab.hadamard` of a tensor, differentiable: the options and the result
     (float64 for ``arithmetic="exact"``, as the numpy function) are that function's; the
@@ -123,6 +126,7 @@ def hadamard(
         "rounding": rounding,
         "rounding_seed": rounding_seed,
         "random_bits": random_bits,
+        "signs": signs,
     }
     return _HadamardFn.apply(x, opts)  # type: ignore[no-any-return]
 

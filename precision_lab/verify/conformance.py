@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from ..core.codec import decode
+from ..core.formats import IntFormat
 from ..core.random_words import random_words
 from ..core.rounding import check_rounding, is_stochastic
 from ..quant import block_formats
@@ -229,7 +230,9 @@ def write_vectors(out_dir: str | Path = CONFORMANCE_DIR) -> list[Path]:
     paths = []
     for case in vector_cases():
         path = out / _file_name(case)
-        arrays = make_vector(case["format"], case["scale_rule"], case["rounding"])
+        arrays = make_vector(
+            case["format"], case["scale_rule"], case["rounding"], hadamard=case["hadamard"]
+        )
         np.savez_compressed(path, **arrays)  # type: ignore[arg-type]
         paths.append(path)
     return paths
@@ -437,7 +440,9 @@ def check_conformance(
     with ``scale_rule`` (default: the format's) and the elements' ``rounding``; ``hadamard``
     (a size, 0: none) rotates the inputs first (:func:`rotate` with ``hadamard_seed``). Reports
     the first ``show`` differences and a likely cause per differing block (see the module
-    docstring).
+    docstring). A code outside its format's bits (an element code of 256 or more, 16 or more
+    for FP4, a negative one; a scale code beyond the scale format's) is a ValueError, never
+    wrapped; MX INT8 codes may also be given as signed bytes (-128..127).
     """
     bf = get_block_format(block_format, scale_rule=scale_rule)
     mode = check_rounding(rounding)
@@ -456,6 +461,7 @@ def check_conformance(
         got_c = np.stack([lo, hi], axis=-1).reshape(*got_c.shape[:-1], -1)[..., : x.shape[-1]]
     if got_c.shape != x.shape:
         raise ValueError(f"codes have shape {got_c.shape}, expected {x.shape} (one per input)")
+    got_c = _checked_codes(got_c, bf.element, "codes")
     bs = bf.block_size
     if len(bf.block_shape) != 1 or x.shape[-1] % bs:
         raise ValueError(
@@ -465,12 +471,14 @@ def check_conformance(
         x = rotate(x, hadamard, hadamard_seed)
     want_c, want_s, _ = _codes_and_scales(x, bf, mode, seed, random_bits)
     got_s = np.asarray(scale_codes)
+    if got_s.dtype.kind not in "ui":
+        raise ValueError(f"scale_codes must be integers, got {got_s.dtype}")
+    got_s = _checked_codes(got_s, bf.scale, "scale_codes")
     if got_s.size != want_s.size:
         raise ValueError(
             f"scale_codes has {got_s.size} entries, expected {want_s.size} (one per block)"
         )
     got_s = got_s.reshape(want_s.shape).astype(want_s.dtype)
-    got_c = got_c.astype(np.uint8)
     nb = want_s.size
     xb = x.reshape(nb, bs)
     gcb, wcb = got_c.reshape(nb, bs), want_c.reshape(nb, bs)
@@ -523,6 +531,28 @@ def check_conformance(
                  "expected": exp_s, "got": got_s_, "cause": cause}
             )  # fmt: skip
     return report
+
+
+def _checked_codes(codes: np.ndarray, fmt: Any, name: str) -> np.ndarray:
+    """``codes`` as the unsigned codes of ``fmt``; a ValueError naming ``name``, the first code out
+    of range and the range where a code does not fit ``fmt``'s bits (never wrapped modulo 2**bits:
+    code 256 is no E4M3 code). Integer formats (MX INT8) also take their two's complement bytes
+    as signed numbers (-128..-1)."""
+    bits = int(fmt.bits)
+    top = (1 << bits) - 1
+    lo = -(1 << (bits - 1)) if isinstance(fmt, IntFormat) else 0
+    c = codes.astype(np.int64) if codes.dtype != np.uint64 else codes
+    bad = (c < lo) | (c > top) if c.dtype.kind == "i" else c > top
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        signed = f" (or {lo}..-1, two's complement)" if lo else ""
+        raise ValueError(
+            f"{name} must be codes of {fmt} ({bits} bits: 0..{top}{signed}), got "
+            f"{int(c[where])} at index {where} ({int(bad.sum())} out of range)"
+        )
+    if lo:  # two's complement bytes
+        c = c & top
+    return c.astype(fmt.code_dtype)
 
 
 def _scale_value(code: int, bf: BlockFormat) -> str:

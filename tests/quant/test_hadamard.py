@@ -274,3 +274,58 @@ def test_integer_input_and_inputs_untouched() -> None:
     hadamard(x, block=16, arithmetic="fp32", seed=1)
     assert (x == np.arange(32)).all()
     assert hadamard(np.zeros((0, 16)), block=16).shape == (0, 16)
+
+
+# ----- a given sign vector (Transformer Engine's fixed 16 signs) --------------------------------
+#: TE's get_wgrad_sign_vector() (transformer_engine/pytorch/tensor/nvfp4_tensor.py, NVIDIA/
+#: TransformerEngine 01634950ba17e76ef8c73ef36039ea4588ef50fb), copied here as the oracle of the
+#: library's constant
+TE_SIGNS = [1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1]
+
+
+def test_te_sign_vector_is_transformer_engines() -> None:
+    from precision_lab.quant.hadamard import TE_NVFP4_SIGNS
+
+    assert list(TE_NVFP4_SIGNS) == TE_SIGNS
+    # TE's kernels take it as a 16-bit mask (get_sign_from_vector: bit i set where sign i is -1)
+    assert sum(1 << i for i, v in enumerate(TE_NVFP4_SIGNS) if v == -1) == 0xD7E8
+
+
+@pytest.mark.parametrize("inverse", [False, True])
+def test_given_signs_are_te_rht_matrix_exactly(inverse: bool) -> None:
+    """TE's RHT: rows times ``diag(s) @ H_16 * 0.25`` (``get_rht_matrix``); exact here, in
+    Fractions (Sylvester's recursion), against ``hadamard(..., signs=TE_NVFP4_SIGNS)``; the
+    inverse is ``s * (H y / 4)``."""
+    from precision_lab.quant.hadamard import TE_NVFP4_SIGNS
+
+    rng = np.random.default_rng(31)
+    x = (rng.standard_normal((3, 32)) * 2.0 ** rng.integers(-30, 30, (3, 32))).astype(np.float32)
+    y = hadamard(x, block=16, signs=TE_NVFP4_SIGNS, inverse=inverse)
+    h = sylvester(16)
+    for r in range(3):
+        for b in range(2):
+            v = [Fraction(float(t)) for t in x[r, 16 * b : 16 * b + 16]]
+            if inverse:  # s_j * sum_i H_ji v_i / 4
+                want = [TE_SIGNS[j] * sum(h[j][i] * v[i] for i in range(16)) / 4 for j in range(16)]
+            else:  # sum_i v_i (diag(s) H)_ij / 4 = sum_i v_i s_i H_ij / 4
+                want = [sum(v[i] * TE_SIGNS[i] * h[i][j] for i in range(16)) / 4 for j in range(16)]
+            assert y[r, 16 * b : 16 * b + 16].tolist() == [float(w) for w in want]
+    back = hadamard(y, block=16, signs=TE_NVFP4_SIGNS, inverse=not inverse)
+    assert np.allclose(back, x, rtol=0, atol=2**-50 * float(np.abs(x).max()))
+
+
+def test_given_signs_equal_the_seeded_ones_and_are_checked() -> None:
+    x = np.random.default_rng(4).standard_normal((2, 64)).astype(np.float32)
+    s = random_signs(32, 9)
+    for kw in ({}, {"arithmetic": "fp32"}, {"arithmetic": "bf16", "inverse": True}):
+        a = hadamard(x, block=32, seed=9, **kw)
+        b = hadamard(x, block=32, signs=s.astype(np.int8), **kw)
+        assert a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8)), kw
+    with pytest.raises(ValueError, match="not both"):
+        hadamard(x, block=32, seed=9, signs=s)
+    with pytest.raises(ValueError, match=r"signs must have shape \(32,\).*got \(16,\)"):
+        hadamard(x, block=32, signs=TE_SIGNS)
+    bad = s.copy()
+    bad[3] = 0.5
+    with pytest.raises(ValueError, match=r"signs must be \+1 or -1, got 0\.5 at index 3"):
+        hadamard(x, block=32, signs=bad)

@@ -56,6 +56,9 @@ def ref_k(amax: float, rule: str, grid: str) -> int | None:
         k = floor_log2(r) - floor_log2(elem_max)
     elif rule == "floor":
         k = floor_log2(a) - floor_log2(elem_max)
+    elif rule == "ceil_emax":  # torchao's CEIL: ceil(log2 amax) - emax_elem
+        k = floor_log2(a)
+        k = (k if Fraction(2) ** k == a else k + 1) - floor_log2(elem_max)
     elif rule == "ceil":  # the smallest k with a / 2**k <= elem_max
         k = floor_log2(a / elem_max)
         k = k if Fraction(2) ** k == a / elem_max else k + 1
@@ -108,7 +111,7 @@ def boundary_blocks(name: str) -> np.ndarray:
 
 
 @pytest.mark.parametrize("name", list(ELEM))
-@pytest.mark.parametrize("rule", ["nearest_even", "rceil"])
+@pytest.mark.parametrize("rule", ["nearest_even", "rceil", "ceil_emax"])
 def test_pow2_rules_match_the_exact_definition(name: str, rule: str) -> None:
     rng = np.random.default_rng(5)
     x = np.concatenate([mixed_blocks(rng, (8, 32)), boundary_blocks(name)])
@@ -155,7 +158,7 @@ def test_rceil_equals_ceil_on_float32_and_differs_on_float64() -> None:
 
 # ----- clipped blocks ---------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["mxfp4_e2m1", "mxfp8_e4m3", "mxint8"])
-@pytest.mark.parametrize("rule", ["floor", "ceil", "nearest_even", "rceil"])
+@pytest.mark.parametrize("rule", ["floor", "ceil", "nearest_even", "rceil", "ceil_emax"])
 def test_clipped_blocks_are_those_whose_amax_saturates(name: str, rule: str) -> None:
     rng = np.random.default_rng(2)
     x = np.concatenate([rng.standard_normal((64, 32)), boundary_blocks(name)]).astype(np.float32)
@@ -167,7 +170,7 @@ def test_clipped_blocks_are_those_whose_amax_saturates(name: str, rule: str) -> 
         k = ref_k(amax, rule, ELEM[name])
         want.append(k is not None and Fraction(amax) / Fraction(2) ** k > elem_max)
     assert got.tolist() == want
-    if rule == "ceil" or (rule == "rceil" and name != "mxint8"):
+    if rule in ("ceil", "ceil_emax") or (rule == "rceil" and name != "mxint8"):
         assert not got.any()
 
 
@@ -291,6 +294,10 @@ def test_4over6_chooses_the_block_scale_with_the_smaller_error(metric: str) -> N
     assert 0.2 < np.mean(chosen) < 0.8 and not chosen[7]
     q = pl.quantize_blocks(x, bf)
     assert same(pl.dequantize_blocks(q), got)
+    # the choice per block is exposed (issue 31, item 8): the brute force's, block by block
+    assert q.four_over_six is not None and q.four_over_six.shape == q.scales.shape
+    assert q.four_over_six.ravel()[~close].tolist() == np.array(chosen)[~close].tolist()
+    assert pl.quantize_blocks(x, "nvfp4").four_over_six is None
     plain = pl.round_to_blocks(x, "nvfp4")
     xx = x.astype(np.float64)
     err = ((got - xx) ** 2).sum(axis=1) if metric == "mse" else np.abs(got - xx).sum(axis=1)
@@ -308,3 +315,80 @@ def test_named_formats_2d_and_4over6() -> None:
     sb = a * (s_enc * (F32(1.0) / F32(6.0)))
     assert q.scales[1, 1] == as_float(*ref_round(Fraction(float(sb)), "e4m3", "nearest_even"))
     assert pl.get_block_format("nvfp4_4over6").scale_rule == "4over6_mse"
+
+
+@pytest.mark.parametrize("backend", ["numpy", "auto"])
+@pytest.mark.parametrize("rule", ["amax", "amax_div", "4over6_mse"])
+def test_nvfp4_exposes_the_tensor_amax(backend: str, rule: str) -> None:
+    """QuantizedBlocks.tensor_amax (issue 31, item 8): the float32 amax of the blocks without NaN
+    or infinity, from which S_enc comes (TE's amax_rowwise): S_dec = amax / (6 * bound)
+    rounded as the quantizer does; the native pass (backend "auto", rule amax) and numpy agree.
+    A float64 value beyond FP32's range is an infinity: its block does not count."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((6, 32)) * 2.0 ** rng.integers(-10, 10, (6, 1))
+    x[2, 5], x[3, 1] = np.nan, -np.inf
+    x[4, 0] = 1e300  # beyond FP32: an infinity to the quantizer
+    bf = get_block_format("nvfp4", scale_rule=rule)
+    with pl.use_backend(backend):
+        q = pl.quantize_blocks(x, bf)
+    with np.errstate(over="ignore"):
+        fin = [b for b in x.reshape(-1, 16) if np.isfinite(b.astype(np.float32)).all()]
+    want = F32(max(float(np.abs(b).max()) for b in fin))
+    assert q.tensor_amax == float(want)
+    bound = F32(bf.scale_bound)
+    assert q.tensor_scale == float(F32(1.0) / (F32(6.0) * bound / want))
+    assert pl.quantize_blocks(np.ones(32, np.float32), "mxfp4_e2m1").tensor_amax is None
+
+
+# ----- stochastic FP4 from given cvt.rs registers -------------------------------------------------
+def _cvt_rs_te(scaled: np.ndarray, rbits: np.ndarray) -> np.ndarray:
+    """E2M1 codes of cvt.rs.satfinite.e2m1x4.f32 as Transformer Engine issues it: four
+    consecutive elements as {v3, v2, v1, v0} (pl.cvt_rs replays the instruction)."""
+    g = scaled.reshape(*scaled.shape[:-1], -1, 4)[..., ::-1]  # operands a, b, e, f
+    codes = pl.cvt_rs(np.ascontiguousarray(g).reshape(scaled.shape), "e2m1x4", rbits)
+    return codes.reshape(g.shape)[..., ::-1].reshape(scaled.shape)
+
+
+@pytest.mark.parametrize("name", ["nvfp4", "mxfp4_e2m1"])
+def test_stochastic_fp4_from_given_rbits_is_cvt_rs(name: str) -> None:
+    """Issue 31, item 8: quantize_blocks(..., rbits=) rounds each scaled element as the GPU's
+    cvt.rs.satfinite.e2m1x4.f32 with those registers (TE's operand order); the scaled elements
+    are x * enc in float32 (NVFP4: enc = min(1 / (s * S_dec), FLT_MAX) from the block scale) or
+    x / 2**k (MX), and pl.cvt_rs is the instruction's replay."""
+    rng = np.random.default_rng(44)
+    x = (rng.standard_normal((6, 64)) * 2.0 ** rng.integers(-6, 6, (6, 1))).astype(np.float32)
+    rb = rng.integers(0, 2**32, (6, 16), dtype=np.uint64).astype(np.uint32)
+    q = pl.quantize_blocks(x, name, rounding="stochastic", rbits=rb)
+    bs = q.block_format.block_size
+    s = np.repeat(q.scales, bs, axis=-1)
+    if name == "nvfp4":
+        enc = np.minimum(F32(1.0) / (s.astype(np.float32) * F32(q.tensor_scale)), F32(3.4e38))
+        scaled = x * enc.astype(np.float32)
+    else:
+        scaled = (x / s).astype(np.float32)  # exact: power-of-two scales
+    want = _cvt_rs_te(scaled, rb)
+    np.testing.assert_array_equal(q.element_codes(), want)
+    vals = pl.round_to_blocks(x, name, rounding="stochastic", rbits=rb)
+    assert same(vals, pl.dequantize_blocks(q))
+    # all-zero registers truncate (toward zero); other registers give other codes
+    zero = pl.quantize_blocks(x, name, rounding="stochastic", rbits=np.zeros_like(rb))
+    tz = pl.quantize_blocks(x, name, rounding="toward_zero")
+    np.testing.assert_array_equal(zero.element_codes(), tz.element_codes())
+    other = pl.quantize_blocks(x, name, rounding="stochastic", rbits=rb ^ np.uint32(0x80808080))
+    assert (other.element_codes() != q.element_codes()).mean() > 0.1
+
+
+def test_given_rbits_are_checked() -> None:
+    x = np.ones((2, 32), dtype=np.float32)
+    rb = np.zeros((2, 8), dtype=np.uint32)
+    with pytest.raises(ValueError, match="needs FP4 E2M1 elements"):
+        pl.quantize_blocks(x, "mxfp8_e4m3", rounding="stochastic", rbits=rb)
+    with pytest.raises(ValueError, match="needs rounding='stochastic'"):
+        pl.quantize_blocks(x, "nvfp4", rbits=rb)
+    with pytest.raises(ValueError, match="replaces seed"):
+        pl.quantize_blocks(x, "nvfp4", rounding="stochastic", rbits=rb, seed=1)
+    with pytest.raises(ValueError, match=r"uint32 of shape \(2, 8\)"):
+        pl.quantize_blocks(x, "nvfp4", rounding="stochastic", rbits=rb[:, :4])
+    with pytest.raises(ValueError, match="without padding"):
+        pl.round_to_blocks(np.ones((2, 20), np.float32), "nvfp4", rounding="stochastic",
+                           rbits=np.zeros((2, 5), np.uint32), pad=True)  # fmt: skip

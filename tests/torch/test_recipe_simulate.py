@@ -373,3 +373,19 @@ def test_quantize_operand_clipped_and_identity():
         plt.quantize_operand(x2, "te_nvfp4", "wgrad", "x", grad="straight")
     with pytest.raises(ValueError, match=r"axis must be in \[-2, 2\).*got 2"):
         plt.quantize_operand(x2, "te_nvfp4", "wgrad", "x", axis=2)
+
+
+def test_hadamard_with_given_signs_and_its_gradient():
+    """plt.hadamard(signs=...) (TE's fixed vector): the numpy bits forward, the transpose back."""
+    from precision_lab.quant.hadamard import TE_NVFP4_SIGNS
+
+    rng = np.random.default_rng(16)
+    x = torch.tensor(rng.standard_normal((2, 32)).astype(np.float32), requires_grad=True)
+    y = plt.hadamard(x, block=16, signs=TE_NVFP4_SIGNS)
+    want = np_hadamard(x.detach().numpy(), block=16, signs=TE_NVFP4_SIGNS)
+    assert np.array_equal(y.detach().numpy(), want)
+    g = rng.integers(-8, 9, (2, 32)).astype(np.float64)
+    y.backward(torch.from_numpy(g))
+    inv = np_hadamard(g, block=16, signs=TE_NVFP4_SIGNS, inverse=True)
+    assert np.array_equal(x.grad.numpy(), inv.astype(np.float32))
+    assert not np.array_equal(inv, np_hadamard(g, block=16, inverse=True))  # the signs count

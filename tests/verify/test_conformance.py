@@ -5,6 +5,7 @@ caught with the right cause (floor instead of ceil/RCEIL, ties away, no saturati
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -170,3 +171,118 @@ def test_rotated_vectors_need_and_use_the_hadamard_transform() -> None:
     assert rep.ok
     plain = cf.check_conformance(v["inputs"], v["codes"], v["scale_codes"], "nvfp4")
     assert not plain.ok  # the codes are those of the rotated inputs
+
+
+# ----- the rotated vectors against an independent rotation --------------------------------------
+def _sylvester(n: int) -> np.ndarray:
+    """Sylvester's +-1 Hadamard matrix by Kronecker products (independent of pl.hadamard_matrix)."""
+    h = np.array([[1]], dtype=np.int64)
+    while h.shape[0] < n:
+        h = np.kron(np.array([[1, 1], [1, -1]]), h)
+    return h
+
+
+def _signs(n: int, seed: int) -> np.ndarray:
+    """The documented sign vector from the plain-Python Philox4x64-10 (not numpy's generator):
+    sign i is -1 where the top bit of word i % 4 at counter (i // 4, 0, 0, 0) is set."""
+    from precision_lab.core.random_words import philox4x64
+
+    words = [w for c in range(-(-n // 4)) for w in philox4x64((c, 0, 0, 0), (seed, 0))][:n]
+    return np.array([-1 if w >> 63 else 1 for w in words], dtype=np.int64)
+
+
+def _independent_rotation(x: np.ndarray, n: int, seed: int) -> np.ndarray:
+    """``c * H_n (s * x)`` per block of n along the last axis: the signed sums exactly and
+    correctly rounded by math.fsum (products by +-1 are exact), times 2**-k exactly (no
+    subnormals here); for n = 2 * 4**k one more float64 multiply by fl64(2**-0.5), as the
+    rotation is defined (module docstring of precision_lab.quant.hadamard)."""
+    import math
+
+    h, s = _sylvester(n), _signs(n, seed)
+    lg = n.bit_length() - 1
+    k, odd = lg // 2, lg % 2
+    rows = x.astype(np.float64).reshape(-1, n) * s
+    out = np.array([[math.fsum(r * hrow) for hrow in h] for r in rows]) * 2.0**-k
+    if odd:
+        out = out * np.float64(2.0**-0.5)
+    return out.reshape(x.shape)
+
+
+ROTATED = [p for p in cf.vector_paths() if "_h" in p.stem]
+
+
+@pytest.mark.parametrize("path", ROTATED, ids=lambda p: p.stem)
+def test_rotated_vectors_hold_the_rotation_of_their_inputs(path: Path) -> None:
+    """Issue 31, item 5: the *_h16 / *_h32 files were written without the rotation (byte-identical
+    to the plain ones). Each must hold ``hadamard`` = its size, and its codes and scales must be
+    those of the library's quantizer on an independently rotated copy of ``inputs``."""
+    n = int(path.stem.rsplit("_h", 1)[1])
+    z = np.load(path)
+    assert int(z["hadamard"]) == n, path.name
+    seed = int(z["hadamard_seed"])
+    rot = _independent_rotation(z["inputs"], n, seed)
+    np.testing.assert_array_equal(z["rotated"], rot)  # -0.0 == 0.0 here
+    # an exact zero (an all-zero block) has no sign; the butterfly's IEEE sums give some -0.0
+    rot = np.where(rot == 0, z["rotated"], rot)
+    bf = get_block_format(str(z["format"]), scale_rule=str(z["scale_rule"]))
+    kw = {"seed": int(z["seed"]), "random_bits": int(z["random_bits"])} if "seed" in z else {}
+    q = pl.quantize_blocks(rot, bf, rounding=str(z["rounding"]), **kw)
+    np.testing.assert_array_equal(z["codes"], q.element_codes())
+    np.testing.assert_array_equal(z["scale_codes"], q.scale_codes)
+    plain = np.load(path.with_name(path.name.replace(f"_h{n}", "")))
+    assert (plain["codes"] != z["codes"]).mean() > 0.5  # not the unrotated vector's codes
+    # the dequantized values are the rotated inputs within the format's error, not the inputs
+    vals = pl.dequantize_blocks(q).astype(np.float64)
+    fin = np.isfinite(vals)
+    err_rot = np.abs(vals - rot)[fin].sum()
+    assert err_rot < 0.5 * np.abs(vals - z["inputs"])[fin].sum()
+
+
+# ----- codes out of range -----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("fmt", "what", "add", "msg"),
+    [
+        ("mxfp8_e4m3", "codes", 256, "codes must be codes of e4m3 (8 bits: 0..255), got "),
+        ("mxfp8_e4m3", "codes", -1000, "codes must be codes of e4m3 (8 bits: 0..255), got -"),
+        ("mxfp4_e2m1", "codes", 16, "codes must be codes of e2m1 (4 bits: 0..15), got "),
+        ("mxfp8_e5m2", "scale_codes", 256, "scale_codes must be codes of e8m0 (8 bits: 0..255)"),
+        ("nvfp4", "scale_codes", 512, "scale_codes must be codes of e4m3 (8 bits: 0..255)"),
+        ("mxint8", "codes", -1000, "codes must be codes of int8 (8 bits: 0..255 (or -128..-1"),
+    ],
+)
+def test_codes_out_of_range_are_an_error(tmp_path: Path, capsys, fmt, what, add, msg) -> None:
+    """Issue 31, item 7: conform wrapped element codes >= 256 (and scale codes) modulo 256 and
+    reported "all codes and scales match"; a code beyond the format's bits is an error, in the
+    API and on the command line (npz and CSV). Adding 256 keeps the wrapped code right: only the
+    range check can reject it."""
+    x = np.random.default_rng(3).standard_normal((4, 128)).astype(np.float32)
+    q = pl.quantize_blocks(x, fmt)
+    arrays = {"codes": q.element_codes().astype(np.int64),
+              "scale_codes": q.scale_codes.astype(np.int64)}  # fmt: skip
+    arrays[what][1, 3] += add
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        cf.check_conformance(x, arrays["codes"], arrays["scale_codes"], fmt)
+    f = tmp_path / "third_party.npz"
+    np.savez(f, inputs=x, format=fmt, **arrays)
+    assert main(["conform", str(f)]) == 1
+    captured = capsys.readouterr()
+    assert "all codes and scales match" not in captured.out
+    assert msg in captured.err and "at index (1, 3)" in captured.err
+    assert "\n" not in captured.err.strip()
+    if fmt == "mxfp4_e2m1":  # a CSV row with a code of 16 or more
+        c = tmp_path / "third_party.csv"
+        sc = np.repeat(arrays["scale_codes"].reshape(-1), 32)
+        rows = zip(x.reshape(-1), arrays["codes"].reshape(-1), sc, strict=True)
+        lines = [f"# format={fmt}", "input,code,scale_code"]
+        lines += [f"{float(a)!r},{int(b)},{int(s)}" for a, b, s in rows]
+        c.write_text("\n".join(lines) + "\n")
+        assert main(["conform", str(c)]) == 1
+        assert msg in capsys.readouterr().err
+
+
+def test_int8_codes_as_signed_bytes_are_accepted() -> None:
+    """MX INT8 codes are two's complement bytes: as int8 (-128..-1) they are the same codes."""
+    x = np.random.default_rng(0).standard_normal((4, 32)).astype(np.float32)
+    q = pl.quantize_blocks(x, "mxint8")
+    assert (q.codes.view(np.int8) < 0).any()
+    assert cf.check_conformance(x, q.codes.view(np.int8), q.scale_codes, "mxint8").ok
