@@ -16,7 +16,9 @@ import importlib.util
 import os
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -57,9 +59,25 @@ class OptionalBuildExt(build_ext):
             flags += GCC_ONLY_FLAGS
         for ext in self.extensions:
             ext.extra_compile_args = flags
-        # the extensions compile at the same time (setuptools' own parallel build_ext)
+        # the extensions compile at the same time (setuptools' own parallel build_ext), and so do
+        # the translation units of one extension (_native_kernels has four: one per instruction
+        # set, each with all kernels): on 2 cores the build's wall time is its CPU time / 2
         self.parallel = self.parallel or os.cpu_count() or 1
+        self._compile_sources_in_parallel(self.parallel)
         super().build_extensions()
+
+    def _compile_sources_in_parallel(self, workers: int) -> None:
+        """Make the compiler's ``compile`` build each source file in its own thread."""
+        one_by_one = self.compiler.compile
+
+        def compile_all(sources: list[str], *args: Any, **kwargs: Any) -> list[str]:
+            if len(sources) < 2 or workers < 2:
+                return one_by_one(sources, *args, **kwargs)
+            with ThreadPoolExecutor(min(workers, len(sources))) as pool:
+                parts = pool.map(lambda src: one_by_one([src], *args, **kwargs), sources)
+                return [obj for part in parts for obj in part]
+
+        self.compiler.compile = compile_all  # type: ignore[method-assign]
 
     def _accepts(self, flags: list[str]) -> bool:
         """Whether the compiler takes these flags (clang, for one, does not know GCC's params)."""
