@@ -504,13 +504,44 @@ def test_random_words_against_the_plain_python_philox() -> None:
         _native_words(1, 4, 0, 0)
 
 
+@pytest.mark.parametrize("path", [0, 1, 2], ids=["scalar", "avx2", "avx512"])
+def test_every_generator_copy_gives_numpys_words(path: int) -> None:
+    """Each copy of the whole-group generator (scalar MULX, AVX2 vectors beside MULX groups,
+    AVX-512) that this build and CPU have gives numpy's Philox4x64-10 words, forced through
+    random_words' path argument: ranges that start and end inside a group, shorter and longer
+    than one loop of each copy (10 groups for AVX2, 32 for AVX-512), several native blocks, masked
+    words, counters near 2**62 and seeds with high bits set. round_to uses the copy philox_paths()
+    names (the other tests of this file check its stochastic results)."""
+    have, auto = native.ext.philox_paths()
+    assert 0 in have and auto == max(have)
+    if path not in have:
+        pytest.skip(f"generator copy {path} not in this build or CPU (have {have})")
+    rng = np.random.default_rng(31)
+    cases = [(1, 0, 40, 64), (2**64 + 3, 4097, 2 * native.ext.BLOCK + 5, 64), (5, 1, 999, 13)]
+    cases += [(2**128 - 1, 2**62 + 2, 300, 64), (2**127 + 11, 3, 41, 1), (7, 6, 161, 64)]
+    for _ in range(6):
+        seed = int(rng.integers(0, 2**62)) * int(rng.integers(1, 2**62)) % 2**128
+        start, n = int(rng.integers(0, 2**40)), int(rng.integers(0, 1500))
+        cases.append((seed, start, n, int(rng.integers(1, 65))))
+    for seed, start, n, bits in cases:
+        keep = (2**64 - 1) ^ ((1 << (64 - bits)) - 1)
+        want = [w & keep for w in random_words(seed, n, start).tolist()]
+        out = np.empty(n, dtype=np.uint64)
+        native.ext.random_words(out, seed & (2**64 - 1), seed >> 64, bits, start, path)
+        assert out.tolist() == want, (path, seed, start, n, bits)
+    with pytest.raises(ValueError, match=r"path must be -1 \(auto\) or a generator .* got 7"):
+        native.ext.random_words(np.empty(4, dtype=np.uint64), 1, 0, 64, 0, 7)
+
+
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no g++")
 def test_portable_build_gives_the_same_words(tmp_path) -> None:
-    """core.cpp built as on other CPUs and compilers (no AVX-512 path, no BMI2 copy, no __int128:
-    the header's four-product fallback) gives the same random words and stochastic results."""
+    """core.cpp built as on other CPUs and compilers (no AVX-512 or AVX2 path, no BMI2 copy, no
+    __int128: the header's four-product fallback) gives the same random words and stochastic
+    results."""
     so = tmp_path / ("_native" + sysconfig.get_config_var("EXT_SUFFIX"))
     core = Path(pl.__file__).parent / "backends" / "native" / "core.cpp"
-    flags = ["-DPL_NO_AVX512", "-DPL_NO_CLONES", "-DPL_NO_INT128", "-ffp-contract=off"]
+    flags = ["-DPL_NO_AVX512", "-DPL_NO_AVX2", "-DPL_NO_CLONES", "-DPL_NO_INT128"]
+    flags.append("-ffp-contract=off")
     include = f"-I{sysconfig.get_paths()['include']}"
     cmd = ["g++", "-std=c++17", "-O0", "-shared", "-fPIC", *flags, include, str(core)]
     subprocess.run([*cmd, "-o", str(so)], check=True, capture_output=True)
@@ -518,6 +549,7 @@ def test_portable_build_gives_the_same_words(tmp_path) -> None:
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    assert mod.philox_paths() == ([0], 0)  # the scalar generator only
     for seed, start, n in [
         (2**64 + 3, 4097, 2 * mod.BLOCK + 5),
         (5, 1, 999),
