@@ -343,7 +343,7 @@ def test_inner_blocks_of_a_last_block_of_one_or_two_products(row: Row, header) -
     rng = np.random.default_rng(len(row.acc.name))
     grid = np.array([-2.0, -1.5, -1.0, -0.5, 0.5, 1.0, 1.5, 2.0])
     kw = {"input_format": (row.fa, row.fb), "accumulator": row.acc, "out_format": row.out}
-    for k in (1, 2, 3, 33, 34, 64, 65, 66):
+    for k in (1, 2, 3, 34, 65):
         a, b = rng.choice(grid, (3, k)), rng.choice(grid, (k, 2))
         exact = a @ b  # (exact in float64)
         for backend, got in _all_backends(header, a, b, **kw).items():
