@@ -391,3 +391,15 @@ def test_an_infinite_running_value_meets_the_opposite_infinity_as_nan(acc, heade
             what = f"{backend}, other row {other}"
             np.testing.assert_array_equal(np.isnan(d[:3]), want_nan, err_msg=what)
             assert d[1, 0] == np.inf and np.isfinite(d[:3, 1]).all(), what
+
+
+def test_fp64_fma_chain_keeps_the_sign_of_a_zero_sum(header) -> None:
+    """FP64 DMMA (s = fma(a_k, b_k, s)): fma(-2**-600, 2**-600, +0) underflows to -0 (the sign of
+    the exact result), then fma(0, -1, -0) = -0 + -0 = -0 (IEEE 754 6.3). The reference's
+    emulated fma gave +0 there (its rounding-to-odd correction v = +0 was added to th = -0);
+    found by test_backends_agree_bit_for_bit (a100 fp64, subnormal inputs: native -0)."""
+    acc = pl.tensor_core("a100", "fp64", out_format="fp64")
+    a, b = np.array([[-(2.0**-600), 0.0]]), np.array([[2.0**-600], [-1.0]])
+    kw = {"input_format": "fp64", "accumulator": acc, "out_format": "fp64"}
+    for backend, d in _all_backends(header, a, b, **kw).items():
+        assert _bits(d).tolist() == [[0x8000000000000000]], backend
