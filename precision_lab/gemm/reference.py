@@ -898,8 +898,10 @@ class _Model:
                     new = self.r_block.round(X, self.words(j0 + i, shape))
                     t = self._special_step(t, new, self._specials(ch, ks))
             new = self._add(r, t, self.r_acc, self.K + j0, exact_hint=False)
-            # (with special inputs, _add gives r + t for an infinite r: inf meets -inf)
-            r = new if self.special else np.where(np.isfinite(r), new, r)
+            # an infinite or NaN r or t (an overflow, special inputs) gives their IEEE sum (spec
+            # 5: inf meets -inf is NaN), whether or not other rows' inputs are special
+            with np.errstate(invalid="ignore"):
+                r = np.where(np.isfinite(r) & np.isfinite(t), new, r + t)
         return r
 
     def _fma_sum(
@@ -1166,7 +1168,7 @@ def _fma64(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
         th, tl = two_sum(c, p)
         u, w = two_sum(tl, e)
         v = odd_collapse(u, w)
-        out = th + v
+        out = np.where(v == 0, th, th + v)  # (v = 0: th, the IEEE sum c + p, its zero's sign)
         fin_ab = np.isfinite(a) & np.isfinite(b)
         fin = fin_ab & np.isfinite(c)
         out = np.where(fin, out, np.where(fin_ab, c, p + c))

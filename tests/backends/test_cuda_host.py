@@ -24,13 +24,17 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
+import cuda_host
 import ml_dtypes
 import numpy as np
 import pytest
+from cuda_host import BUILD
+from cuda_host import compiler as _compiler
+from cuda_host import emu_gemm as _emu_gemm
+from cuda_host import ptr as _ptr
 
 from precision_lab import (
     FORMATS,
@@ -54,7 +58,7 @@ from precision_lab.core.rounding import (
 
 ROOT = Path(__file__).resolve().parent
 HARNESS = ROOT / "cuda_harness" / "host_round.cpp"
-BUILD = ROOT / "_build"
+gemm_lib = cuda_host.gemm_lib  # the GEMM harness (a session fixture, shared)
 CXXFLAGS = ["-O2", "-std=c++17", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC"]
 
 # casting the signalling NaNs among the float16/bfloat16 patterns raises numpy's "invalid" flag
@@ -126,13 +130,6 @@ INTS = [
 
 
 # ----- building and calling the harness ------------------------------------------------------
-def _compiler() -> str | None:
-    for cand in (os.environ.get("CXX"), "g++", "c++", "clang++"):
-        if cand and shutil.which(cand):
-            return shutil.which(cand)
-    return None
-
-
 @pytest.fixture(scope="session")
 def lib() -> ctypes.CDLL:
     cxx = _compiler()
@@ -153,10 +150,6 @@ def lib() -> ctypes.CDLL:
         assert res.returncode == 0, f"compiling the harness failed:\n{' '.join(cmd)}\n{res.stderr}"
         os.replace(tmp, out)
     return ctypes.CDLL(str(out))
-
-
-def _ptr(a: np.ndarray) -> ctypes.c_void_p:
-    return ctypes.c_void_p(a.ctypes.data)
 
 
 def _fmt_array(fmt: FloatFormat) -> np.ndarray:
@@ -631,67 +624,8 @@ def test_hand_derived_cases(lib) -> None:
     assert r.tolist() == [fake.max]
 
 
-# ===== the GEMM kernels, run on the CPU (tests/backends/cuda_harness/cuda_emul.h)
-# =========================
-GEMM_HARNESS = ROOT / "cuda_harness" / "host_gemm.cpp"
-GEMM_FLAGS = [
-    "-O2",
-    "-std=c++20",
-    "-ffp-contract=off",
-    "-fno-fast-math",
-    "-shared",
-    "-fPIC",
-    "-Wno-unknown-pragmas",
-]
-
-
-@pytest.fixture(scope="session")
-def gemm_lib() -> ctypes.CDLL:
-    cxx = _compiler()
-    if cxx is None:
-        pytest.skip("no C++ compiler found (g++, c++, clang++ or $CXX): cannot build the harness")
-    srcs = [GEMM_HARNESS, ROOT / "cuda_harness" / "cuda_emul.h", *sorted(CUDA_DIR.glob("pl_*"))]
-    digest = hashlib.sha256(
-        b"".join(p.read_bytes() for p in srcs) + " ".join([cxx, *GEMM_FLAGS]).encode()
-    ).hexdigest()[:16]
-    out = BUILD / f"host_gemm_{digest}.so"
-    if not out.exists():
-        BUILD.mkdir(exist_ok=True)
-        tmp = out.with_suffix(f".{os.getpid()}.tmp")
-        cmd = [
-            cxx,
-            *GEMM_FLAGS,
-            f"-I{CUDA_DIR}",
-            f"-I{GEMM_HARNESS.parent}",
-            str(GEMM_HARNESS),
-            "-o",
-            str(tmp),
-        ]
-        res = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        assert res.returncode == 0, f"compiling the harness failed:\n{' '.join(cmd)}\n{res.stderr}"
-        os.replace(tmp, out)
-    return ctypes.CDLL(str(out))
-
-
-def _emu_gemm(lib: ctypes.CDLL, a, b, c=None, **kw):
-    """precision_lab.gemm.cupy_backend.run over numpy, its kernels run by the CPU emulation."""
-    from precision_lab.gemm.cupy_backend import run
-
-    launched: list[str] = []
-
-    def launch(name, grid, block, args):
-        launched.append(name)
-        fn = getattr(lib, f"emu_{name}")
-        ptrs = []
-        for arg in args:
-            assert arg.flags.c_contiguous
-            ptrs.append(_ptr(arg))
-        fn(*[ctypes.c_uint(v) for v in (*grid, *block)], *ptrs)
-
-    out = run(np, launch, a, b, c, **kw)
-    return out, launched
-
-
+# ===== the GEMM kernels, run on the CPU (tests/backends/cuda_harness/cuda_emul.h; built and
+# launched by tests/cuda_host.py) =========================
 def _gemm_inputs(seed: int, batch=(2,), m=19, n=21, k=67, scale=1.0):
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((*batch, m, k)) * scale

@@ -667,7 +667,9 @@ PL_HD_CALL void pl_gemm_feed_block(const pl_gemm_cfg& c, pl_gemm_elem* e, pl_i64
     }
   }
   const double nr = pl_gemm_add_sp(c, c.acc, r, t, c.K + j0, e->idx);
-  if (pl_finite(r) || c.has_special) e->acc = nr;
+  // an infinite or NaN r or t (an overflow, special inputs) gives their IEEE sum (spec 5: inf
+  // meets -inf is NaN), whether or not other elements' inputs are special (has_special)
+  e->acc = (pl_finite(r) && pl_finite(t)) ? nr : r + t;
 }
 
 // End of segment s = [k0, k1): the segment's value, promoted into W.
