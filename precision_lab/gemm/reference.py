@@ -1170,6 +1170,9 @@ def _fma64(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
         fin_ab = np.isfinite(a) & np.isfinite(b)
         fin = fin_ab & np.isfinite(c)
         out = np.where(fin, out, np.where(fin_ab, c, p + c))
+        # an exact zero product: fma is c + (±0), IEEE's sign of zero included (-0 + -0 = -0;
+        # the two-sum above loses it)
+        out = np.where(fin & ((a == 0) | (b == 0)), p + c, out)
         ap = np.abs(p)
         risky = (
             fin
