@@ -101,17 +101,27 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
      products with ``l % 4`` in {0, 1} first, then those with ``l % 4`` in {2, 3}.) A last,
      shorter block (``K`` not a multiple of ``n``) uses the same rule with its ``l``.
 
-   ``block_fma`` with ``addend="separate"`` (AMD CDNA3 MFMA, MMA-Sim's TR-FDPA and GTR-FDPA):
-   the block's products are aligned to their own anchor ``e_p`` (the largest alignment exponent
-   of the block's non-zero products; ``r`` takes no part) and truncated to ``align_bits``
-   fraction bits as above, giving ``X``; with inner blocks (``inner_block = m``, dealt by
-   ``inner_interleave`` as above) each inner block gives ``X_i`` at its own anchor ``e_i``,
-   and ``X`` is their sum after truncating each ``X_i`` toward zero to a multiple of
-   ``2**(e_p - align_bits)``, ``e_p = max e_i``. Then ``E = max(e_p, e(r))`` (``e(r)`` as
-   above; a term-less side takes no part); ``X`` is cut to a multiple of ``2**(E -
-   sum_bits)`` and ``r`` to a multiple of ``2**(E - align_bits)``, both with
-   ``align_rounding`` (``toward_zero``: truncation; ``down``: floor, toward -inf), and
-   ``r = round(X' + r', acc, mode)``. Every backend (CuPy: at most 16 inner blocks).
+   ``block_fma`` with ``addend="separate"`` (AMD CDNA3 MFMA, MMA-Sim 2.1.1's TR-FDPA and
+   GTR-FDPA; ``F = align_bits``, ``F2 = sum_bits``, every cut below by ``align_rounding``:
+   ``toward_zero`` truncates, ``down`` floors toward -inf):
+
+   * a product whose magnitude reaches ``2**(acc.emax + 1)`` (fp32: ``2**128``) is ±inf
+     before the sum (a special value of the step: spec section 5; ``inf - inf`` is NaN);
+   * the block's products are aligned to their own anchor ``e_p`` (the largest alignment
+     exponent of the block's non-zero products; ``r`` takes no part) and truncated toward zero
+     to ``F`` fraction bits, giving ``X``; with inner blocks (``inner_block = m``, dealt by
+     ``inner_interleave`` as above) each inner block gives ``X_i`` at its own anchor ``e_i``,
+     and ``X`` is the sum of the ``X_i`` each cut to a multiple of ``2**(e_p - F)``, ``e_p =
+     max e_i``;
+   * ``e(r) = max(floor(log2|r|), acc.emin)``, and ``acc.emin`` for a zero ``r``: the running
+     value always takes part; ``E = max(e_p, e(r))`` (``e(r)`` alone without products);
+   * ``X' = cut(X, E - F2 - 1)`` and ``r' = cut(r, E - F)``; with :attr:`drop_bits` ``= D``,
+     ``r' = 0`` when ``e(r) < E - D`` (GTR-FDPA: ``D = F + 1``);
+   * ``S = X' + r'`` (exact) is normalised and cut to ``F2`` fraction bits below its own
+     exponent: ``S' = cut(S, max(floor(log2|S|), acc.emin) - F2)``;
+   * ``r = round(S', acc, mode)`` (an exact zero: +0).
+
+   Every backend (CuPy: at most 16 inner blocks).
 
    ``exact_block`` (AMD CDNA1 fp16/bf16 MFMA, MMA-Sim's E-FDPA): consecutive blocks of
    ``block`` products; ``r = round(r + sum of the block's products, acc, mode)`` with the sum
@@ -357,9 +367,14 @@ class Accumulator:
         on fp16 tensor cores (Hopper, Blackwell): ``block=32, inner_block=16,
         inner_interleave=2``.
     sum_bits, align_rounding:
-        ``addend="separate"`` (AMD CDNA3): fraction bits below the common anchor kept of the
-        products' block sum (MMA-Sim's F2 = 31), and how the block sum and the running value
-        are cut to the common anchor (``"toward_zero"`` or ``"down"``).
+        ``addend="separate"`` (AMD CDNA3): MMA-Sim's F2 = 31 (the products' block sum is cut to
+        ``sum_bits + 1`` fraction bits below the common anchor, the sum with the running value
+        to ``sum_bits`` below its own exponent), and how every cut of that model is made
+        (``"toward_zero"`` or ``"down"``: floor, as CDNA3).
+    drop_bits:
+        ``addend="separate"``: the running value is dropped (taken as 0) when its exponent lies
+        below the common anchor minus ``drop_bits`` (MMA-Sim's GTR-FDPA, CDNA3 fp8/bf8:
+        ``align_bits + 1``); ``None``: never.
     scales:
         ``"promote"`` (scales of block-quantized operands multiply each scale block's partial
         sum at promotion, DeepSeek-V3) or ``"in_block"`` (they enter the block FMA's terms:
@@ -432,6 +447,7 @@ class Accumulator:
     inner_interleave: int | None = None
     sum_bits: int | None = None
     align_rounding: str = "toward_zero"
+    drop_bits: int | None = None
     scales: str = "promote"
     group: int | None = None
     scale_format: str | FloatFormat | None = None
@@ -590,6 +606,12 @@ class Accumulator:
                 )
         elif self.sum_bits is not None:
             raise ValueError(f"sum_bits needs addend='separate', got addend={self.addend!r}")
+        put(self, "drop_bits", _positive_int(self.drop_bits, "drop_bits"))
+        if self.drop_bits is not None and (self.addend != "separate" or self.drop_bits > 200):
+            raise ValueError(
+                f"drop_bits needs addend='separate' and at most 200, got drop_bits="
+                f"{self.drop_bits}, addend={self.addend!r}"
+            )
         if self.scales == "in_block":
             if self.order != "block_fma" or self.addend != "in_block":
                 raise ValueError(
@@ -670,11 +692,17 @@ class Accumulator:
                     f" as {(self.block or 0) // self.inner_block} blocks of {self.inner_block} "
                     f"(dealt in runs of {self.inner_interleave or self.inner_block})"
                 )
+            drop = (
+                ""
+                if self.drop_bits is None
+                else f", the accumulator dropped {self.drop_bits} binades below"
+            )
             txt = (
                 f"block FMA of {self.block} products{inner} aligned to their own maximum "
                 f"exponent ({self.align_bits} fraction bits), then the block sum "
-                f"({self.sum_bits} bits) and the accumulator ({self.align_bits} bits) "
-                f"aligned ({self.align_rounding}) and rounded into {fmt} ({self.rounding})"
+                f"({(self.sum_bits or 0) + 1} bits) and the accumulator ({self.align_bits} bits) "
+                f"aligned{drop}, their sum normalised to {self.sum_bits} bits "
+                f"({self.align_rounding}) and rounded into {fmt} ({self.rounding})"
             )
         elif self.order == "block_fma":
             txt = (

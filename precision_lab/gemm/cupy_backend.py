@@ -176,7 +176,8 @@ def kernel_plan(
         # fp64 inputs (reference._check_wide_inputs: fp64 nearest_even sequential only)
         "FMA64": int(max(fa.precision, fb.precision) > _EXACT_PRODUCT_BITS),
         "SEP": int(acc.sum_bits or 0) + 1 if acc.addend == "separate" else 0,
-        "SEP_DOWN": int(acc.align_rounding == "down"),
+        # bit 0: the cuts floor; bits 1-: drop_bits (0: none)
+        "SEP_DOWN": int(acc.align_rounding == "down") | (acc.drop_bits or 0) << 1,
         "GROUP": acc.group or 0,
         "SCALE_EMIN": acc.scale_format.emin
         if isinstance(acc.scale_format, FloatFormat)

@@ -281,7 +281,12 @@ def gemm(
         out = _pairwise32_gemm(a, b, c, fa, fb, accumulator, input_rounding)
         if out is not None:
             return out
-    if scale_a is None and scale_b is None and blockfma_applies(accumulator, fa, fb, out_format):
+    if (
+        scale_a is None
+        and scale_b is None
+        and accumulator.addend != "separate"  # (gemm_separate declined: products may overflow)
+        and blockfma_applies(accumulator, fa, fb, out_format)
+    ):
         out = _blockfma_gemm(a, b, c, fa, fb, accumulator, out_format, input_rounding)
         if out is not None:
             return out
@@ -619,7 +624,8 @@ def _blockfma_opts(
     below 2**31, and the special-value rules (bit 0 ``overflow="infinity"``, bit 1
     ``zero_sign="positive"``), the scale block along K of block-scaled MMA (0: none), and
     ``addend="separate"``'s ``sum_bits + 1`` (0: another addend) and whether its
-    ``align_rounding`` is ``"down"``; the last entry (whether block-scaled groups sum exactly
+    ``align_rounding`` is ``"down"`` (bit 0) with its ``drop_bits`` (bits 1-, 0: none); the last
+    entry (whether block-scaled groups sum exactly
     in float32) is set by :func:`_grouped_gemm` on its copy."""
     F = int(acc.align_bits or 0)
     sig_a = 2.0 - 2.0**-fa.mantissa_bits
@@ -631,7 +637,7 @@ def _blockfma_opts(
     zero = ZERO_EXPONENT if acc.zeros_in_anchor else _NO_TERM
     rules = int(acc.overflow == "infinity") | int(acc.zero_sign == "positive") << 1
     sep = int(acc.sum_bits) + 1 if acc.addend == "separate" and acc.sum_bits is not None else 0
-    down = int(acc.align_rounding == "down")
+    down = int(acc.align_rounding == "down") | (acc.drop_bits or 0) << 1
     return np.array(
         [run, zero, zero, zero, _BLOCKFMA_SPAN - F, safe, rules, kblock, sep, down, 0],
         dtype=np.int32,
@@ -961,6 +967,12 @@ def gemm_separate(
         return None
     if acc.input_subnormals != "keep" or not blockfma_applies(acc, fa, fb, out_format):
         return None
+    fmt = acc.format
+    assert isinstance(fmt, FloatFormat)
+    if fa.max * fb.max >= 2.0 ** (fmt.emax + 1):  # products may overflow (bf16, tf32): they
+        big = [float(np.max(np.abs(x), initial=0.0)) for x in (a, b)]  # are inf (spec 3), a
+        if not big[0] * big[1] < 2.0**fmt.emax:  # rule of the per-element kernels (NaN: too)
+            return None
     return _blockfma_gemm(a, b, c, fa, fb, acc, out_format, input_rounding)
 
 

@@ -877,7 +877,7 @@ class _Model:
             j1 = min(j0 + n, k1)
             if acc.addend == "separate":
                 new = self._separate(ch, j0, j1, r, ea_all, eb_all, k0)
-                r = self._special_step(r, new, self._specials(ch, range(j0, j1)))
+                r = self._special_step(r, new, self._separate_specials(ch, j0, j1))
                 continue
             if acc.addend == "in_block":
                 X = self._fma_sum(ch, range(j0, j1), r, ea_all, eb_all, k0)
@@ -1037,9 +1037,10 @@ class _Model:
         eb: np.ndarray,
         k0: int,
     ) -> np.ndarray:
-        """``addend="separate"`` (AMD CDNA3, MMA-Sim's TR-FDPA / GTR-FDPA): one block."""
+        """``addend="separate"`` (AMD CDNA3, MMA-Sim 2.1.1's TR-FDPA / GTR-FDPA): one block
+        (the spec's steps; the products that overflow, and special values, in the caller)."""
         acc = self.acc
-        F, F2 = acc.align_bits, acc.sum_bits
+        F, F2, mode = acc.align_bits, acc.sum_bits, acc.align_rounding
         assert F is not None and F2 is not None
         if acc.inner_block is None:
             X, ep = self._aligned(ch, range(j0, j1), ea, eb, k0)
@@ -1054,13 +1055,43 @@ class _Model:
             ep = np.max(np.stack([e for _, e in parts]), axis=0)
             X = np.zeros(r.shape)
             for Xi, _ in parts:
-                X += _cut(Xi, ep - F, "toward_zero")
+                X += _cut(Xi, ep - F, mode)
         rr = np.where(np.isfinite(r), r, 0.0)
-        E = np.maximum(ep, _exponents(rr, self.emin_acc, self.zero_exp))
-        total = _cut(X, E - F2, acc.align_rounding) + _cut(rr, E - F, acc.align_rounding)
-        total[E == _NO_TERM] = 0.0
-        total += 0.0
+        er = _exponents(rr, self.emin_acc, self.emin_acc)  # (a zero r: emin)
+        E = np.maximum(ep, er)
+        rc = _cut(rr, E - F, mode)
+        if acc.drop_bits is not None:
+            rc[er < E - acc.drop_bits] = 0.0
+        S = _cut(X, E - F2 - 1, mode) + rc  # exact: multiples of 2**(E - F2 - 1) below 2**(E + 8)
+        total = _cut(S, _exponents(S, self.emin_acc, self.emin_acc) - F2, mode) + 0.0
         return self.r_acc.round(total, self.words(j0, r.shape))
+
+    def _separate_specials(
+        self, ch: _Chunk, j0: int, j1: int
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """:meth:`_specials` of a ``separate`` block, with the products at or beyond
+        ``2**(acc.emax + 1)`` as ±inf (MMA-Sim's TR-FDPA: a product exponent of 128 is inf)."""
+        sp = self._specials(ch, range(j0, j1))
+        fmt = self.acc.format
+        assert isinstance(fmt, FloatFormat)
+        if self.fa.max * self.fb.max < 2.0 ** (fmt.emax + 1):
+            return sp
+        big = 2.0 ** (fmt.emax + 1)
+        q = has = None
+        for k in range(j0, j1):
+            p = ch.A[:, :, k, None] * ch.B[:, None, k, :]
+            over = np.abs(p) >= big
+            if over.any():
+                part = np.where(over, np.copysign(np.inf, p), 0.0)
+                with np.errstate(invalid="ignore"):
+                    q = part if q is None else q + part
+                has = over if has is None else has | over
+        if q is None or has is None:
+            return sp
+        if sp is not None:
+            with np.errstate(invalid="ignore"):
+                q, has = q + sp[0], has | sp[1]
+        return q, has
 
     def _exact_block(self, ch: _Chunk, k0: int, k1: int, s0: np.ndarray | None) -> np.ndarray:
         """``order="exact_block"`` (AMD CDNA1, MMA-Sim's E-FDPA): each block of products and
@@ -1172,6 +1203,9 @@ def _fma64(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
         fin_ab = np.isfinite(a) & np.isfinite(b)
         fin = fin_ab & np.isfinite(c)
         out = np.where(fin, out, np.where(fin_ab, c, p + c))
+        # an exact zero product: fma is c + (±0), IEEE's sign of zero included (-0 + -0 = -0;
+        # the two-sum above loses it)
+        out = np.where(fin & ((a == 0) | (b == 0)), p + c, out)
         ap = np.abs(p)
         risky = (
             fin

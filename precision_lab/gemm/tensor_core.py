@@ -25,13 +25,24 @@ by the two scales (E8M0, or UE4M3 for NVFP4) and align those terms at the scales
 35 fraction bits. FP64 (``mma.m8n8k4.f64`` and Hopper's DMMA, AMD's f64 MFMA) is a chain of
 fused multiply-adds in fp64.
 
-AMD (MMA-Sim, CDNA1-3): f32 and f64 MFMA are chains of FMAs; CDNA1 fp16/bf16 sum blocks of 4/2
-products and the accumulator exactly with one round to nearest (E-FDPA); CDNA2 fp16/bf16 round
-products to fp32, add them in pairs (``_1k`` and fp16: pairs of pairs) in fp32 with subnormals
-flushed (inputs and results) and add that to the accumulator; CDNA3 fp16/bf16 (8 products),
-xf32 (4) and fp8/bf8 FNUZ (16: even and odd products as two blocks) align the products among
-themselves (24 fraction bits), then the block sum (31 bits) and the accumulator (24 bits) at
-their common exponent, and round to nearest (TR-FDPA, GTR-FDPA).
+AMD (MMA-Sim 2.1.1, CDNA1-3): f32 and f64 MFMA are chains of FMAs; CDNA1 fp16/bf16 sum blocks
+of 4/2 products and the accumulator exactly with one round to nearest (E-FDPA); CDNA2 fp16/bf16
+round products to fp32, add them in pairs (``_1k`` and fp16: pairs of pairs) in fp32 with
+subnormals flushed (inputs and results) and add that to the accumulator; CDNA3 fp16/bf16 (8
+products), xf32 (4) and fp8/bf8 FNUZ (16: even and odd products as two blocks) align the
+products among themselves (24 fraction bits, truncated), then the block sum (32 bits) and the
+accumulator (24 bits) at their common exponent, floored, normalise that sum to 31 bits
+(floored) and round to nearest (TR-FDPA, GTR-FDPA; ``addend="separate"`` in the accumulator
+spec). The rules MMA-Sim 2.1.1 fixed, each now the preset's (issue 31): fp8/bf8 floor the
+even/odd partial sums and c at the common anchor (not toward zero) and drop c below ``e_max -
+F - 1`` (``drop_bits=25``); bf16/xf32 products of ``2**128`` or more are inf before the sum
+(``inf - inf`` is NaN); a zero c enters the anchor at -126. No measured AMD data set exists (the
+library's 30 measured sets are NVIDIA's), so MMA-Sim 2.1.1 is the evidence of every AMD rule;
+``tests/gemm/test_mmasim_amd.py`` runs it on six input classes and requires the same bits (NaN
+payloads aside), with one documented departure: an inf or NaN accumulator stays inf or NaN on
+CDNA3 fp8/bf8, where MMA-Sim's GTR-FDPA drops it once the next block's products reach ``2**25``
+(an artifact of its float emulation: ``torch.frexp`` gives inf and NaN the exponent 0, and its
+code assumes a finite c, ``-126 <= e_c <= 127``).
 
 Operands are taken on their format's grid: tf32 (NVIDIA) and xf32 (AMD) matrix cores truncate
 fp32 data to tf32 (MMA-Sim), so pass ``input_rounding="toward_zero"`` to
@@ -224,7 +235,8 @@ _SPECIAL_EVIDENCE = {
     "nvidia": f"{_MMASIM}: zero exponent -126, NaN 0x7fffffff/0x7fff, truncated significand "
     "times 2**e (inf past emax), the aligned sum a fixed-point integer (no -0)",
     "fma": f"{_MMASIM}: libm fma, IEEE 754 results",
-    "amd": f"{_MMASIM} MFMA: IEEE results of the fp64 sum for inf/NaN, round to nearest",
+    "amd": f"{_MMASIM.replace('MMA-Sim', 'MMA-Sim 2.1.1')} MFMA: IEEE results of the fp64 "
+    "sum for inf/NaN (CDNA3 bf16/xf32: products of 2**128 or more are inf), round to nearest",
     "cdna2": f"{_MMASIM} MFMA CDNA2: subnormal inputs flushed to +0, results to signed zero",
 }
 
@@ -378,7 +390,8 @@ def _cdna3(block: int, fp8: bool) -> Accumulator:
         align_bits=24,
         addend="separate",
         sum_bits=31,
-        align_rounding="toward_zero" if fp8 else "down",
+        align_rounding="down",
+        drop_bits=25 if fp8 else None,
         inner_block=block // 2 if fp8 else None,
         inner_interleave=1 if fp8 else None,
     )
@@ -533,7 +546,7 @@ def _build_table() -> None:
                    "FP6 enters the same datapath", fp4_published=True))  # fmt: skip
     _block_scaled_rows("rtx_blackwell", "mma", rb + ".block_scale", tcgen05=False)
     # AMD CDNA1 (MI100)
-    amd = _MMASIM.replace("MMA-Sim", "MMA-Sim MFMA")
+    amd = _MMASIM.replace("MMA-Sim", "MMA-Sim 2.1.1 MFMA")  # (tests/gemm/test_mmasim_amd.py)
     _add("cdna1", "mfma", "f32", ["fp32"], ("fp32",), lambda o: _fma_chain("fp32"),
          f"{amd} CDNA1 f32 (a chain of fp32 FMAs)")  # fmt: skip
     _add("cdna1", "mfma", "f16", ["fp16"], ("fp32",),
@@ -555,20 +568,24 @@ def _build_table() -> None:
     _add("cdna2", "mfma", "bf16", ["bf16"], ("fp32",), lambda o: _cdna2(False),
          f"{amd} CDNA2 bf16 (FTZ mul-add, P = 2: {ftz})")  # fmt: skip
     # CDNA3 (MI300A, MI300X, MI325X)
-    tr = "TR-FDPA: products aligned among themselves (24 bits), then with c (31/24 bits, floor)"
+    tr = ("TR-FDPA: products aligned among themselves (24 bits), then with c (32/24 bits, "
+          "floor; a zero c at -126), the sum normalised to 31 bits (floor); products of 2**128 "
+          "or more are inf")  # fmt: skip
     _add("cdna3", "mfma", "f64", ["fp64"], ("fp64",), lambda o: _fma_chain("fp64"),
          f"{amd} CDNA3 f64 (a chain of fp64 FMAs)")  # fmt: skip
     _add("cdna3", "mfma", "f32", ["fp32"], ("fp32",), lambda o: _fma_chain("fp32"),
          f"{amd} CDNA3 f32 (a chain of fp32 FMAs)")  # fmt: skip
     _add("cdna3", "mfma", "xf32", ["tf32"], ("fp32",), lambda o: _cdna3(4, False),
-         f"{amd} CDNA3 xf32 ({tr}, 4 products)")  # fmt: skip
+         f"{amd} CDNA3 xf32 ({tr}, 4 products; no measured AMD data)")  # fmt: skip
     for f, kind in (("fp16", "f16"), ("bf16", "bf16")):
         _add("cdna3", "mfma", kind, [f], ("fp32",), lambda o: _cdna3(8, False),
-             f"{amd} CDNA3 {kind} ({tr}, 8 products)")  # fmt: skip
+             f"{amd} CDNA3 {kind} ({tr}, 8 products; no measured AMD data)")  # fmt: skip
     _add("cdna3", "mfma", "fp8", _pairs(("e4m3fnuz", "e5m2fnuz")), ("fp32",),
          lambda o: _cdna3(16, True),
          f"{amd} CDNA3 fp8/bf8 (GTR-FDPA: even and odd products as two blocks of 8, "
-         "then with c, truncated)")  # fmt: skip
+         "their sums and c floored at the common anchor, c dropped below it - 25; an inf/NaN "
+         "c stays, which MMA-Sim drops: an artifact of its emulation; no measured AMD "
+         "data)")  # fmt: skip
 
 
 def _same_as_mma(arch: str) -> Callable[[tuple[str, str], str], str]:

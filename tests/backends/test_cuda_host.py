@@ -1009,6 +1009,49 @@ def test_gemm_separate_addend(gemm_lib, gpu, fmt, acc, out) -> None:
             _same_gemm(pl.gemm(a, b, c, backend="native", **kw), want, f"native {kind}", a)
 
 
+def _amd_oracle_module():
+    """tests/gemm/test_mmasim_amd.py (its AMD families and six input classes need no mmasim)."""
+    import importlib.util
+
+    path = ROOT.parent / "gemm" / "test_mmasim_amd.py"
+    spec = importlib.util.spec_from_file_location("_amd_oracle_classes", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+_AMD = _amd_oracle_module()
+
+
+@pytest.mark.parametrize(
+    "family", _AMD.FAMILIES, ids=[f[0].replace(" ", "-") for f in _AMD.FAMILIES]
+)
+def test_gemm_amd_oracle_classes(gemm_lib, family) -> None:
+    """Every AMD preset (CDNA1-3) in the CUDA kernels' header = the numpy reference (which
+    tests/gemm/test_mmasim_amd.py holds to MMA-Sim 2.1.1) and = the native backend, on the six
+    input classes of that oracle test (uniform, random bit patterns, wide exponents,
+    near-cancellation, subnormals, specials and zeros beside huge operands)."""
+    import precision_lab as pl
+    from precision_lab.gemm import native_backend
+
+    label, gpu, ins, pair, out = family
+    acc = pl.tensor_core(gpu, pair, out_format=out, instruction=ins)
+    for cls in _AMD.CLASSES:
+        a, b, c = _AMD.case(family, cls, seed=1)
+        kw = {
+            "input_format": pair,
+            "accumulator": acc,
+            "out_format": out,
+            "input_rounding": "exact",
+        }
+        want = pl.gemm(a, b, c, backend="numpy", **kw)
+        got, _ = _emu_gemm(gemm_lib, a, b, c, **kw)
+        _same_gemm(got, want, f"{label} {cls}", a)
+        if native_backend.available():
+            _same_gemm(pl.gemm(a, b, c, backend="native", **kw), want, f"native {label} {cls}", a)
+
+
 def test_gemm_special_values_and_shapes(gemm_lib) -> None:
     import precision_lab as pl
 

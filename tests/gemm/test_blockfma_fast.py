@@ -106,7 +106,10 @@ def test_every_preset_equals_the_reference_and_the_general_kernels(
         ref = pl.gemm(a, b, c, backend="numpy", **kw)
         assert same_bits(fast, ref), (kind, np.argwhere(fast != ref)[:3])
         results.append((a, b, c, kw, fast))
-    assert fast_calls["fast"] >= 5  # (bf16/tf32 "wide" inputs may go back: spread too wide)
+    # (bf16/tf32 "wide" inputs may go back: spread too wide; AMD CDNA3's bf16/tf32 "big" too:
+    # products of 2**128 are inf there, which the per-element kernels compute)
+    overflow = acc.addend == "separate" and fmt in ("bf16", "tf32")
+    assert fast_calls["fast"] >= 5 - overflow
     monkeypatch.setattr(nbk, "blockfma_applies", lambda *args: False)  # the general kernels
     for a, b, c, kw, fast in results:
         assert same_bits(fast, pl.gemm(a, b, c, backend="native", **kw))

@@ -117,3 +117,20 @@ def test_native_batches_and_other_rules(monkeypatch):
     fp64 = pl.get_format("fp64")
     kw = {"input_format": fp64, "out_format": fp64, "input_rounding": "nearest_even"}
     assert nbk.gemm_fma64(a, b, c, accumulator=acc, **kw) is None
+
+
+@pytest.mark.parametrize("backend", ["numpy", "native"])
+def test_a_zero_product_keeps_the_sign_of_a_negative_zero(backend):
+    # fma(+0, -1, -0) = (-0) + (-0) = -0 (IEEE 754 6.3); the reference's two-sum gave +0
+    # (found by MMA-Sim's CDNA3 f64 MFMA, tests/gemm/test_mmasim_amd.py, subnormal inputs)
+    if backend == "native" and not native_kernels.available():
+        pytest.skip("the native extension is not built")
+    # rows: 0 * -tiny + -0, then 0 * -1 + -0: -0; -2**-1200 underflows to -0, then + 0 * -1:
+    # -0; -0 * -tiny + -0 = +0, then 0 * -1 + +0: +0
+    a = np.array([[0.0, 0.0], [2.0**-600, 0.0], [-0.0, 0.0]])
+    b = np.array([[-(2.0**-600)], [-1.0]])
+    c = np.array([[-0.0], [0.0], [-0.0]])
+    got = pl.gemm(a, b, c, backend=backend, **KW)
+    want = _oracle(a, b, c)
+    assert np.signbit(want).ravel().tolist() == [True, True, False]
+    assert got.view(np.uint64).tolist() == want.view(np.uint64).tolist()

@@ -67,4 +67,7 @@ def test_native_equals_the_reference(fmt, monkeypatch):
         want = pl.gemm(a, b, c, backend="numpy", **kw)
         got = pl.gemm(a, b, c, backend="native", **kw)
         np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32), err_msg=kind)
-    assert calls == {"native": len(KINDS), "back": 0}
+    # (bf16 and tf32 "big": products reach 2**128, infinite by the model, which the
+    # per-element kernels compute: the fast path hands them back)
+    back = int(fa in ("bf16", "tf32"))
+    assert calls == {"native": len(KINDS) - back, "back": back}

@@ -455,6 +455,8 @@ def test_cdna2_ftz_mul_add(fmt, instruction, pairs, backend):
 
 
 def _tr_oracle(a, b, c, fa, fb, block, fp8):
+    """MMA-Sim 2.1.1's TR-FDPA (fp8: GTR-FDPA, even and odd products as two inner blocks),
+    F = 24, F2 = 31, every cut a floor (products aligned among themselves: truncated)."""
     r = Fr(c)
     for j0 in range(0, len(a), block):
         idx = list(range(j0, j0 + block))
@@ -466,17 +468,18 @@ def _tr_oracle(a, b, c, fa, fb, block, fp8):
             if terms:
                 ep = max(e for _, e in terms)
                 sums.append((sum(_cut(v, Fr(2) ** (ep - 24), "trunc") for v, _ in terms), ep))
-        mode = "trunc" if fp8 else "floor"
+        er = _e(r, F32.emin) if r != 0 else F32.emin  # (a zero c: -126)
+        E = max([er] + [e for _, e in sums])
+        X = Fr(0)
         if sums:
             ep = max(e for _, e in sums)
-            X = sum(_cut(v, Fr(2) ** (ep - 24), "trunc") for v, _ in sums)
-        exps = ([ep] if sums else []) + ([_e(r, F32.emin)] if r != 0 else [])
-        if not exps:
-            r = Fr(0)
-            continue
-        E = max(exps)
-        total = (_cut(X, Fr(2) ** (E - 31), mode) if sums else 0) + _cut(r, Fr(2) ** (E - 24), mode)
-        r = _round(total, F32, "rne")
+            X = sum(_cut(v, Fr(2) ** (ep - 24), "floor") for v, _ in sums)
+        rc = _cut(r, Fr(2) ** (E - 24), "floor")
+        if fp8 and er < E - 25:  # GTR-FDPA drops c below e_max - F - 1
+            rc = Fr(0)
+        S = _cut(X, Fr(2) ** (E - 32), "floor") + rc
+        es = _e(S, F32.emin) if S != 0 else F32.emin
+        r = _round(_cut(S, Fr(2) ** (es - 31), "floor"), F32, "rne")
     return r
 
 
@@ -492,6 +495,7 @@ def test_cdna3_aligns_products_then_the_accumulator(fmt, block, fp8, backend):
     gpu = "mi300x"
     acc = pl.tensor_core(gpu, fmt)
     assert acc.addend == "separate" and acc.block == block and acc.sum_bits == 31
+    assert acc.align_rounding == "down" and acc.drop_bits == (25 if fp8 else None)
     fa_n, fb_n = fmt if isinstance(fmt, tuple) else (fmt, fmt)
     fa, fb = pl.get_format(fa_n), pl.get_format(fb_n)
     rng = np.random.default_rng(block)
@@ -515,6 +519,63 @@ def test_cdna3_floor_moves_a_tiny_negative_accumulator_down(backend):
     a = np.array([[1.0] + [0.0] * 7])
     b = np.array([[1.0] + [0.0] * 7])
     assert _row_gemm(a, b, [-(2.0**-40)], "fp16", acc, backend=backend)[0] == 1 - 2.0**-24
+
+
+def _pad(v: list[float], n: int) -> list[float]:
+    return v + [0.0] * (n - len(v))
+
+
+#: the rules of MMA-Sim 2.1.1's CDNA3 models that the presets had wrong (issue 31, item 9), one
+#: hand-made block each: (label, input format, a, b, c, d); test_mmasim_amd.py checks MMA-Sim
+#: itself gives d
+CDNA3_RULE_CASES = [
+    # GTR-FDPA: the even/odd partial sums are floored at the common anchor: 2**30 (even) and
+    # -1 (odd, k = 1) -> -1 floored at 2**6 is -2**6 (truncation: 0, d = 2**30)
+    ("fp8 inner sums floored", "e5m2fnuz", _pad([2.0**15, 1.0], 16), _pad([2.0**15, -1.0], 16),
+     0.0, 2.0**30 - 64),
+    # GTR-FDPA: c is dropped below e_max - F - 1 = -25: 1 + (-2**-40) = 1 (floored: 1 - 2**-24)
+    ("fp8 c dropped", "e4m3fnuz", _pad([1.0], 16), _pad([1.0], 16), -(2.0**-40), 1.0),
+    # ... but not at e_max - 25: -2**-25 floored at 2**-24: 1 - 2**-24
+    ("fp8 c kept", "e4m3fnuz", _pad([1.0], 16), _pad([1.0], 16), -(2.0**-25), 1 - 2.0**-24),
+    # fp8 c floored at the anchor (E = 9): 1280 + floor(-1 + 2**-14 + 2**-16 at 2**-15) is the
+    # tie 1279 + 2**-14 (even: 1279); truncated, 1279 + 2**-14 + 2**-15 rounds up
+    ("fp8 c floored", "e4m3fnuz", _pad([32.0, 48.0], 16), _pad([16.0, 16.0], 16),
+     -1 + 2.0**-14 + 2.0**-16, 1279.0),
+    # TR-FDPA: a product of 2**128 or more is inf before the sum: 2**128 - 2**127 = +inf, and
+    # 2**130 - 2**130 = NaN (the exact sums: 2**127 and c)
+    ("bf16 product overflow", "bf16", _pad([2.0**127, 2.0**127], 8), _pad([2.0, -1.0], 8),
+     0.0, math.inf),
+    ("bf16 products inf - inf", "bf16", _pad([2.0**100, 2.0**100], 8),
+     _pad([2.0**30, -(2.0**30)], 8), 1.0, math.nan),
+    ("xf32 product overflow", "tf32", _pad([2.0**127, 2.0**127], 4), _pad([2.0, -1.0], 4),
+     0.0, math.inf),
+    # a zero c enters the anchor at -126: 2**-150 + 2**-170 is floored at 2**-158 to the tie
+    # 2**-150, which rounds to +0 (the exact sum rounds to 2**-149)
+    ("bf16 zero c at -126", "bf16", _pad([2.0**-75, 2.0**-85], 8), _pad([2.0**-75, 2.0**-85], 8),
+     0.0, 0.0),
+    # the sum S = X' + c' is cut to 31 bits below its own exponent: 2 - 2**-23 + 2**-22 +
+    # 2**-31 = 2 + 2**-23 + 2**-31 -> 2 + 2**-23 (a tie: 2); uncut it rounds to 2 + 2**-22
+    ("fp16 sum renormalised (carry)", "fp16", _pad([2.0**-11, 2.0**-16], 8),
+     _pad([2.0**-11, 2.0**-15], 8), 2 - 2.0**-23, 2.0),
+    # ... and X cut at 32 bits below the anchor, not 31: 1 - 2**-8 + 2**-25 + 2**-32 (c = 1,
+    # E = 0) keeps 2**-32 and rounds up to 1 - 2**-8 + 2**-24 (cut at 2**-31: a tie, down)
+    ("fp16 block sum 32 bits", "fp16", _pad([-(2.0**-4), 2.0**-12, 2.0**-16], 8),
+     _pad([2.0**-4, 2.0**-13, 2.0**-16], 8), 1.0, 1 - 2.0**-8 + 2.0**-24),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", ["numpy", "native"])
+@pytest.mark.parametrize("case", CDNA3_RULE_CASES, ids=lambda c: c[0])
+def test_cdna3_rules_of_mmasim(case, backend):
+    if backend == "native" and not native_kernels.available():
+        pytest.skip("precision_lab.backends._native_kernels is not built")
+    _, fmt, a, b, c, want = case
+    acc = pl.tensor_core("mi300x", fmt)
+    got = _row_gemm(np.array([a]), np.array([b]), [c], fmt, acc, backend=backend)[0]
+    if math.isnan(want):
+        assert math.isnan(got)
+    else:
+        assert np.float64(got).view(np.uint64) == np.float64(want).view(np.uint64), (got, want)
 
 
 # ----- instruction choice, describe, errors ---------------------------------------------------

@@ -171,7 +171,8 @@ enum {
   PL_P_SCALES_IN,  // scales="in_block" (spec 3b without groups): SA/SB enter the block FMAs
   PL_P_FMA64,      // inputs wider than 26 bits (fp64): a chain of fused multiply-adds
   PL_P_SEP,        // addend="separate" (AMD CDNA3): sum_bits + 1 (0: the addend is not)
-  PL_P_SEP_DOWN,   // ... its cuts: 1 down (floor), 0 toward zero (align_rounding)
+  PL_P_SEP_DOWN,   // ... bit 0: its cuts down (floor; 0: toward zero, align_rounding);
+                   // bits 1-: drop_bits (0: the running value is never dropped)
   PL_P_GROUP,      // scales="in_block" with groups (kind::mxf4nvf4): products per group (0: none)
   PL_P_SCALE_EMIN, // ... the scale format's emin (the scales' alignment exponents)
   PL_P_ROUNDERS = 40,  // 6 rounders of 9 entries: acc, block, promote, scale, product, out
@@ -189,6 +190,7 @@ struct pl_gemm_cfg {
   int scales_in;  // the power-of-two scales multiply each product of a block FMA (spec 3b)
   int fma64;      // sequential steps r = round(fma(a, b, r)) (FP64 DMMA, AMD f64 MFMA)
   int sep, sep_down;  // addend="separate": sum_bits + 1 (0: off); cuts down (else toward zero)
+  int sep_drop;       // ... drop_bits (0: none)
   int group, scale_emin;  // block-scaled MMA with groups: products per group, the scales' emin
   pl_u64 seed_lo, seed_hi;
   pl_rounder acc, blk, prom, scale, prod, out;
@@ -233,7 +235,8 @@ PL_HD_CALL void pl_gemm_load_cfg(pl_gemm_cfg* c, const pl_i64* q) {
   c->scales_in = (int)q[PL_P_SCALES_IN];
   c->fma64 = (int)q[PL_P_FMA64];
   c->sep = (int)q[PL_P_SEP];
-  c->sep_down = (int)q[PL_P_SEP_DOWN];
+  c->sep_down = (int)(q[PL_P_SEP_DOWN] & 1);
+  c->sep_drop = (int)(q[PL_P_SEP_DOWN] >> 1);
   c->group = (int)q[PL_P_GROUP];
   c->scale_emin = (int)q[PL_P_SCALE_EMIN];
   pl_rounder* all[6] = {&c->acc, &c->blk, &c->prom, &c->scale, &c->prod, &c->out};
@@ -599,10 +602,13 @@ PL_HD_CALL void pl_gemm_feed_block(const pl_gemm_cfg& c, pl_gemm_elem* e, pl_i64
   const int n = (int)(j1 - j0);
   const double r = e->acc;
   double sp;
-  if (c.sep) {  // addend="separate" (AMD CDNA3: MMA-Sim's TR-FDPA, GTR-FDPA; reference.
-    // _Model._separate): the products at their own anchor e_p (inner blocks: each at its own,
-    // cut toward zero at e_p - F), then X and r cut at E - sum_bits and E - F, E = max(e_p, e(r))
-    const int F = c.align_bits;
+  if (c.sep) {  // addend="separate" (AMD CDNA3: MMA-Sim 2.1.1's TR-FDPA, GTR-FDPA; reference.
+    // _Model._separate, spec 3): the products at their own anchor e_p (inner blocks: each at
+    // its own, cut at e_p - F); E = max(e_p, e(r)), e(r) >= emin (a zero r too); X cut at
+    // E - sum_bits - 1, r at E - F (dropped below E - drop_bits); their sum S cut to sum_bits
+    // below its own exponent, then rounded. Products at or beyond 2**(emax + 1) are infinite.
+    const int F = c.align_bits, F2 = c.sep - 1, emin = c.acc.p.emin;
+    const bool down = c.sep_down != 0;
     int ep = PL_GEMM_NO_TERM;
     double X = 0.0;
     if (!c.inner) {
@@ -616,15 +622,28 @@ PL_HD_CALL void pl_gemm_feed_block(const pl_gemm_cfg& c, pl_gemm_elem* e, pl_i64
         Xi[g] = pl_fma_sum(c, a, as, b, bs, n, g, groups, q, false, 0.0, sc, &ei[g]);
         ep = ei[g] > ep ? ei[g] : ep;
       }
-      for (int g = 0; g < groups; ++g) X += pl_cut(Xi[g], ep - F, false);
+      for (int g = 0; g < groups; ++g) X += pl_cut(Xi[g], ep - F, down);
     }
     const double rr = pl_finite(r) ? r : 0.0;
-    const int er = pl_align_exp(rr, c.acc.p.emin, c.zero_exp);
+    const int er = pl_align_exp(rr, emin, emin);
     const int E = ep > er ? ep : er;
-    double total = pl_cut(X, E - (c.sep - 1), c.sep_down) + pl_cut(rr, E - F, c.sep_down);
-    if (E == PL_GEMM_NO_TERM) total = 0.0;
-    const double nr = pl_rounder_round(c.acc, total + 0.0, pl_gemm_word(c, c.acc, j0, e->idx));
-    const bool has = pl_block_specials(c, a, as, b, bs, n, 0, 1, 1, &sp);
+    double rc = pl_cut(rr, E - F, down);
+    if (c.sep_drop && er < E - c.sep_drop) rc = 0.0;
+    const double S = pl_cut(X, E - F2 - 1, down) + rc;  // (exact)
+    const double total = pl_cut(S, pl_align_exp(S, emin, emin) - F2, down) + 0.0;
+    const double nr = pl_rounder_round(c.acc, total, pl_gemm_word(c, c.acc, j0, e->idx));
+    bool has = pl_block_specials(c, a, as, b, bs, n, 0, 1, 1, &sp);
+    int emax1;
+    frexp(pl_fmt_max(c.acc.p.fmt), &emax1);  // (emax + 1)
+    const double big = ldexp(1.0, emax1);
+    for (int i = 0; i < n; ++i) {  // products that overflow (MMA-Sim: exponent 128 is inf)
+      const double p = pl_model_value(c, a[i * as]) * pl_model_value(c, b[i * bs]);
+      if (fabs(p) >= big) {
+        const double inf = pl_f64_of(p > 0.0 ? 0x7FF0000000000000ULL : 0xFFF0000000000000ULL);
+        sp = has ? sp + inf : inf;
+        has = true;
+      }
+    }
     e->acc = pl_special_step(r, nr, has, sp);
     return;
   }
