@@ -57,7 +57,7 @@ words are not the counter-based ones of :mod:`precision_lab.core.random_words`).
 >>> hidden = pl.tensor_core("a100", "fp16")
 >>> fn = lambda a, b: pl.gemm(a, b, input_format="fp16", accumulator=hidden)
 >>> res = pl.probe_gemm(fn, input_format="fp16", max_k=20, cases=256)
->>> rules = ("overflow", "zeros_in_anchor", "zero_sign", "nan_encoding")
+>>> rules = ("overflow", "zeros_in_anchor", "zero_exponent", "zero_sign", "nan_encoding")
 >>> res.accumulator.replace(**{r: getattr(hidden, r) for r in rules}) == hidden, res.confidence
 (True, 1.0)
 >>> print(res.accumulator.describe())

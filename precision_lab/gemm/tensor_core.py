@@ -853,7 +853,7 @@ def _tensor_core(
     --------
     >>> print(tensor_core("a100", "fp16", out_format="fp16").describe())
     block FMA of 8 products, 24 fraction bits kept after alignment, normalised into fp16
-    (nearest_even); zeros align with exponent -126, zero results are +0, NaN is 0x7fffffff
+    (nearest_even); zeros align with exponent -20, zero results are +0, NaN is 0x7fffffff
     [a100 fp16 -> fp16 (mma.m16n8k16)]
     >>> tensor_core("b200", "nvfp4", instruction="tcgen05").group
     16
