@@ -25,9 +25,15 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
 
 1. Inputs. ``a`` and ``b`` are first put on the grid of the input format(s) by :func:`gemm`.
    The accumulator input ``c`` is rounded (nearest_even) to ``out_format``, the type C and D share
-   on a GPU. Products ``p_k = a_k * b_k`` are exact (the float64 product is exact because input
-   formats have at most 26 significant bits); with :attr:`product_format` set they are
-   ``round(a_k * b_k, product_format, product_rounding)`` instead (separate multiply and add).
+   on a GPU; with :attr:`c_format` (C and D of different types: Volta's and Turing's
+   ``mma.m8n8k4.f32.f16.f16.f16``; ``order="block_fma"``, ``addend="in_block"``, no promotion)
+   it is rounded to ``c_format`` instead, and in the first block FMA its alignment exponent is
+   ``max(floor(log2|c|), c_format.emin)`` (MMA-Sim 2.1.1: a subnormal fp16 C aligns at fp16's
+   -14, not at its own exponent). Numpy reference only (the native backend hands it to numpy,
+   the CuPy backend raises). Products ``p_k = a_k * b_k`` are exact (the float64 product is
+   exact because input formats have at most 26 significant bits); with :attr:`product_format`
+   set they are ``round(a_k * b_k, product_format, product_rounding)`` instead (separate
+   multiply and add).
 
 2. Segments (promotion). With ``promote_every = N`` the index range is cut into segments
    ``[sN, (s+1)N)``. Each segment is reduced by the order below starting from ``0`` (no ``c``),
@@ -64,17 +70,19 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
      take the format's ``emin``; significands then lie in [0, 2)); a product's alignment
      exponent is ``e(a_k) + e(b_k)`` (its significand lies in [0, 4)); the running value's is
      ``max(floor(log2|r|), acc.emin)``. Zero products and a zero ``r`` take no part, unless
-     :attr:`zeros_in_anchor` is set: then a zero input takes the exponent ``ZERO_EXPONENT``
-     (-126, fp32's ``emin``, whatever the input's format), so a zero product's alignment
-     exponent is ``e(partner) - 126`` (``-252`` for two zeros), and a zero ``r`` (or ``t``
-     below) takes -126; they take part in the anchor like any other term. Evidence: MMA-Sim
-     (Xie et al., arXiv 2511.10909; ``extract_significand_exponent`` gives a zero the
-     exponent -126 for every operand type), e.g. Volta fp16: ``a = [2, 0, 0, 0]``, ``b =
-     [-0, 0, 0, 0]``, ``c = -1847 * 2**-149`` (0x80000737) gives 0x80000736 (anchor
-     1 - 126 = -125, 23 fraction bits: ``c`` loses its last bit), Hopper bf16 ``a0 = 2**127``,
-     ``b0 = 0``, ``c = 0x3e800001`` gives 0x3e800000 (anchor 127 - 126 = 1, 25 bits).
-     A zero's exponent of its own format's ``emin`` (fp16: -14) would give +0 in the Volta
-     example: it is not the rule.
+     :attr:`zeros_in_anchor` is set: then a zero product (a factor zero, whatever the other)
+     and a zero ``r`` (or ``t`` below) take the fixed alignment exponent
+     :attr:`zero_exponent` and take part in the anchor like any other term. Evidence: MMA-Sim
+     2.1.1 (Xie et al., arXiv 2511.10909; ``t_fdpa``: ``e[s == 0.0] = e_zero``, a constant
+     per architecture and output type: fp32 output -131 on Volta, -132 on Turing, Ampere and
+     Ada, -133 on Hopper and both Blackwells; fp16 output -19, -20, -21; block-scaled
+     ``kind::mxf8f6f4`` -133, ``kind::mxf4nvf4`` -139). As ``zero_exponent`` lies below
+     ``acc.emin`` in every preset, a zero product moves the anchor only where no running value
+     takes part in the block (``addend="after_block"`` without inner blocks, ``"separate"``).
+     The rule it replaces (a zero operand at -126, so a zero product at ``e(partner) - 126``,
+     MMA-Sim's earlier snapshot) differs from MMA-Sim 2.1.1 beside huge operands, e.g. Hopper
+     bf16 ``a = [2**-20 * (1 + 2**-7) + 2**-27, 0]``, ``b = [1 + 2**-7, 2**127]``, ``c = 0``:
+     MMA-Sim (and this rule) keep the product's low bits, the old rule's anchor 1 cut them.
    * anchor ``E`` = the largest alignment exponent among the block's products and (with
      ``addend="in_block"``) ``r`` that take part.
    * each term ``x`` (product, and ``r`` when in block) becomes ``sign(x) * floor(|x| /
@@ -144,12 +152,15 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
    :func:`~precision_lab.gemm_blocks` enter the ``block_fma`` terms. Without ``group`` each
    product ``a_k * b_k`` becomes ``a_k * b_k * sa * sb`` (``sa``, ``sb`` the scales of
    ``k``'s block, powers of two) with alignment exponent ``e(a_k) + e(b_k) + log2(sa * sb)``;
-   a zero operand's exponent (``zeros_in_anchor``) is not scaled: ``-126 + e(b_k) + log2(sb)``
-   for ``a_k = 0``.
+   a zero product (``zeros_in_anchor``) takes :attr:`zero_exponent`, unscaled (MMA-Sim's
+   ST-FDPA).
    With ``group = G`` (dividing ``block`` and the scale block) the terms are groups of ``G``
    consecutive products: ``(sum of the group's products, exact) * sa * sb`` with alignment
    exponent ``e(sa) + e(sb)``, ``e(s) = max(floor(log2 s), emin)`` of ``scale_format`` (the
-   group's own magnitude does not move the anchor; a zero group is a zero term). The running
+   group's own magnitude does not move the anchor). Without ``zeros_in_anchor`` a group whose
+   sum is zero takes no part; with it (MMA-Sim's GST-FDPA) a group whose products are all zero,
+   or whose scale is zero, takes :attr:`zero_exponent`, and a group whose non-zero products
+   cancel keeps its scales' exponent. The running
    value ``r`` is aligned with them (``addend="in_block"``). Every backend computes the model:
    the CuPy and native per-element kernels in ``pl_gemm.cuh`` (at most 16 groups per block),
    the native block-FMA fast path without groups and a native float64 kernel with them.
@@ -290,8 +301,8 @@ ACC_OVERFLOW_MODES = (*OVERFLOW_MODES, "infinity")
 ZERO_SIGNS = ("ieee", "positive")
 #: values of :attr:`Accumulator.nan_encoding` (spec section 5)
 NAN_ENCODINGS = ("quiet", "nvidia")
-#: alignment exponent of a zero operand with ``zeros_in_anchor`` (fp32's ``emin``: the
-#: tensor core's datapath exponent of a zero, whatever the operand's format; spec section 3)
+#: default of :attr:`Accumulator.zero_exponent` (the alignment exponent of a zero product or a
+#: zero running value with ``zeros_in_anchor``; spec section 3)
 ZERO_EXPONENT = -126
 
 _FP32 = get_format("fp32")
@@ -398,9 +409,16 @@ class Accumulator:
     subnormals:
         Switch of :func:`~precision_lab.round_to` for every rounding of the model.
     zeros_in_anchor:
-        ``block_fma`` only: a zero operand takes part in the block's alignment anchor with the
-        exponent ``ZERO_EXPONENT`` (-126) (NVIDIA tensor cores, spec section 3); ``False``:
-        zeros take no part.
+        ``block_fma`` only: a zero product and a zero running value take part in the block's
+        alignment anchor with the exponent :attr:`zero_exponent` (NVIDIA tensor cores, spec
+        section 3); ``False``: zeros take no part.
+    c_format:
+        The type of C where it differs from the output's (Volta's and Turing's
+        ``mma.m8n8k4.f32.f16.f16.f16``: ``"fp16"``; spec section 1); ``None``: ``out_format``.
+    zero_exponent:
+        The alignment exponent of a zero with ``zeros_in_anchor`` (MMA-Sim's ``e_zero``: a
+        constant per architecture and output type, e.g. -133 for Hopper with fp32 output, -21
+        with fp16 output); default ``ZERO_EXPONENT`` (-126).
     zero_sign:
         Sign of a zero result of a rounding (an exact cancellation or an underflow):
         ``"ieee"`` (IEEE 754 section 6.3: a tiny negative value rounds to -0, an exact zero
@@ -453,6 +471,8 @@ class Accumulator:
     scale_format: str | FloatFormat | None = None
     input_subnormals: str = "keep"
     zeros_in_anchor: bool = False
+    zero_exponent: int = -126
+    c_format: str | FloatFormat | None = None
     zero_sign: str = "ieee"
     nan_encoding: str = "quiet"
     name: str | None = field(default=None, compare=False)
@@ -490,6 +510,27 @@ class Accumulator:
             )
         if not isinstance(self.zeros_in_anchor, bool):
             raise ValueError(f"zeros_in_anchor must be True or False, got {self.zeros_in_anchor!r}")
+        if (
+            isinstance(self.zero_exponent, bool)
+            or not isinstance(self.zero_exponent, int)
+            or not -1100 <= self.zero_exponent <= 1100
+        ):
+            raise ValueError(
+                f"zero_exponent must be an int in -1100..1100, got {self.zero_exponent!r}"
+            )
+        object.__setattr__(self, "zero_exponent", int(self.zero_exponent))
+        if self.c_format is not None:
+            put(self, "c_format", _float_format(self.c_format, "c_format"))
+            if (
+                self.order != "block_fma"
+                or self.addend != "in_block"
+                or self.promote_every is not None
+            ):
+                raise ValueError(
+                    f"c_format needs order='block_fma', addend='in_block' and no promotion, got "
+                    f"order={self.order!r}, addend={self.addend!r}, "
+                    f"promote_every={self.promote_every!r}"
+                )
         if self.zeros_in_anchor and self.order != "block_fma":
             raise ValueError(
                 f"zeros_in_anchor=True needs order='block_fma' (zeros in a block's alignment "
@@ -737,6 +778,8 @@ class Accumulator:
             )
         if self.input_subnormals == "flush":
             txt += ", subnormal inputs flushed"
+        if self.c_format is not None:
+            txt += f", c in {self.c_format}"
         if self.product_format is not None:
             txt += f", products rounded to {self.product_format} ({self.product_rounding})"
         if self.promote_every is not None:
@@ -758,7 +801,7 @@ class Accumulator:
         elif self.overflow == "saturate":
             rules.append("overflow saturates to ±max")
         if self.zeros_in_anchor:
-            rules.append(f"zeros align with exponent {ZERO_EXPONENT}")
+            rules.append(f"zeros align with exponent {self.zero_exponent}")
         if self.zero_sign == "positive":
             rules.append("zero results are +0")
         if self.nan_encoding == "nvidia":
@@ -770,8 +813,9 @@ class Accumulator:
 
 def reference_only(acc: Accumulator) -> str | None:
     """Why the general kernels (CuPy's, the native per-element ones) do not compute ``acc``
-    (None: every backend does): only Kahan summation (``order="compensated"``) is the numpy
-    reference's alone. Every matrix-core model is the general kernels' (``pl_gemm.cuh``):
+    (None: every backend does): only Kahan summation (``order="compensated"``) and a C type
+    apart from the output's (``c_format``) are the numpy reference's alone. Every other
+    matrix-core model is the general kernels' (``pl_gemm.cuh``):
     block-scaled MMA (``scales="in_block"``, with or without groups), ``addend="separate"``,
     ``order="exact_block"``, ``input_subnormals="flush"`` (the inputs flushed first, then the
     model with them kept) and fp64 inputs; the native backend also has fast kernels for them
@@ -783,4 +827,6 @@ def reference_only(acc: Accumulator) -> str | None:
     """
     if acc.order == "compensated":
         return f"order={acc.order!r}"
+    if acc.c_format is not None:
+        return f"c_format={str(acc.c_format)!r}"
     return None

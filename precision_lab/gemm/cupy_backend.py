@@ -67,7 +67,8 @@ _P = {
     for i, name in enumerate(
         "M N K NB T ORDER BLOCK ALIGN IN_BLOCK SEG PROMOTE PRODUCT SCALES SA_ROWS SB_COLS NK "
         "KBLOCK EMIN_A EMIN_B SEED_LO SEED_HI RBITS SPECIAL TK HAS_C STOCHASTIC INNER "
-        "INTERLEAVE ZEROS ZERO_POS INF_OVER SCALES_IN FMA64 SEP SEP_DOWN GROUP SCALE_EMIN".split()
+        "INTERLEAVE ZEROS ZERO_POS INF_OVER SCALES_IN FMA64 SEP SEP_DOWN GROUP SCALE_EMIN "
+        "ZERO_EXP".split()
     )
 }
 _P_ROUNDERS, _P_SIZE = 40, 40 + 6 * 9
@@ -170,6 +171,7 @@ def kernel_plan(
         "INNER": getattr(acc, "inner_block", None) or 0,
         "INTERLEAVE": getattr(acc, "inner_interleave", None) or 0,
         "ZEROS": int(acc.zeros_in_anchor),
+        "ZERO_EXP": acc.zero_exponent,
         "ZERO_POS": int(acc.zero_sign == "positive"),
         "INF_OVER": int(acc.overflow == "infinity"),
         "SCALES_IN": int(in_block),

@@ -77,7 +77,7 @@ from ..core.rounding import (
     is_stochastic,
     round_to,
 )
-from .accumulator import ZERO_EXPONENT, Accumulator, reference_only
+from .accumulator import Accumulator, reference_only
 from .shapes import gemm_shapes
 
 __all__ = ["available", "blockfma_applies", "covers", "fma32_applies", "gemm", "isa"]
@@ -116,9 +116,36 @@ def covers(accumulator: Accumulator, **_: Any) -> bool:
         accumulator = accumulator.replace(input_subnormals="keep")
     if accumulator.order in ("blas", "compensated") or reference_only(accumulator):
         return False
+    if zero_products_matter(accumulator):
+        return False
     from .cupy_backend import header_limit  # (the per-element kernels' header)
 
     return header_limit(accumulator) is None
+
+
+def zero_products_matter(acc: Accumulator) -> bool:
+    """Whether a zero product's ``zero_exponent`` can move a block FMA's anchor (spec 3): with
+    ``zeros_in_anchor``, unless every block FMA aligns a running value too (``addend=
+    "in_block"``, or inner blocks chained from their ``t``) and ``zero_exponent`` is at most
+    the accumulator's ``emin`` (a running value's exponent is ``zero_exponent`` when zero and
+    at least ``emin`` otherwise), as in every preset; or block-scaled groups, whose cancelled
+    sums keep their scales' exponent. The native kernels take zero products as no term and
+    decline these models (the numpy reference computes them).
+
+    >>> from precision_lab.gemm.tensor_core import tensor_core
+    >>> zero_products_matter(tensor_core("h100", "bf16"))
+    False
+    >>> zero_products_matter(tensor_core("h100", "bf16").replace(zero_exponent=0))
+    True
+    """
+    if not acc.zeros_in_anchor or acc.order != "block_fma":
+        return False
+    fmt = acc.format
+    assert isinstance(fmt, FloatFormat)
+    r_in_block = acc.addend == "in_block" or (
+        acc.addend == "after_block" and acc.inner_block is not None
+    )
+    return not r_in_block or acc.zero_exponent > fmt.emin or acc.group is not None
 
 
 def _rows_chunk(rows: int, per_row: int) -> int:
@@ -207,9 +234,8 @@ def _run_generic(
         EB = np.empty(B.shape, np.int16)
         _ext.align_exponents(A, int(params[17]), EA)
         _ext.align_exponents(B, int(params[18]), EB)
-        if params[28]:  # zeros_in_anchor: a zero aligns with exponent ZERO_EXPONENT
-            EA[A == 0] = ZERO_EXPONENT
-            EB[B == 0] = ZERO_EXPONENT
+        # (zero operands take no part: covers() declines models where a zero product's
+        # zero_exponent can move an anchor; a zero running value takes it in the kernel)
         if flags & 4:
             B32 = B.astype(np.float32)  # exact: B is on a grid that float32 holds
     else:
@@ -568,6 +594,8 @@ def _blockfma_accepts(acc: Accumulator, max_align: int = _BLOCKFMA_MAX_ALIGN) ->
     return (
         _ext is not None
         and acc.order == "block_fma"
+        and not zero_products_matter(acc)
+        and acc.c_format is None
         and acc.block is not None
         and acc.block <= _MAX_BLOCK
         and acc.align_bits is not None
@@ -617,8 +645,8 @@ def _blockfma_opts(
 ) -> np.ndarray:
     """The int32 options of the fast path: products per int32 run (the most whose truncated
     terms, each at most ``(2 - 2**-ma) * (2 - 2**-mb) * 2**F``, sum below 2**31), the alignment
-    exponents of zero operands and of a zero running value (no part in the anchor, or
-    ``ZERO_EXPONENT`` with ``zeros_in_anchor``), the
+    exponents of zero operands (no part in the anchor: :func:`zero_products_matter`) and of a
+    zero running value (none, or ``zero_exponent`` with ``zeros_in_anchor``), the
     largest exponent span of a unit's inputs (``2**(F + span)`` stays a float32 normal), and
     whether a block's int32 sum plus the running value's term (below ``2**(F + 1)``) stays
     below 2**31, and the special-value rules (bit 0 ``overflow="infinity"``, bit 1
@@ -634,12 +662,12 @@ def _blockfma_opts(
     run = max(1, (2**31 - 1) // max(term, 1))
     unit = acc.inner_block if acc.addend == "after_block" and acc.inner_block else acc.block
     safe = int((unit or 1) * term + 2 ** (F + 1) <= 2**31 - 1)
-    zero = ZERO_EXPONENT if acc.zeros_in_anchor else _NO_TERM
+    zero = acc.zero_exponent if acc.zeros_in_anchor else _NO_TERM  # (a zero running value)
     rules = int(acc.overflow == "infinity") | int(acc.zero_sign == "positive") << 1
     sep = int(acc.sum_bits) + 1 if acc.addend == "separate" and acc.sum_bits is not None else 0
     down = int(acc.align_rounding == "down") | (acc.drop_bits or 0) << 1
     return np.array(
-        [run, zero, zero, zero, _BLOCKFMA_SPAN - F, safe, rules, kblock, sep, down, 0],
+        [run, _NO_TERM, _NO_TERM, zero, _BLOCKFMA_SPAN - F, safe, rules, kblock, sep, down, 0],
         dtype=np.int32,
     )
 
@@ -801,6 +829,8 @@ def gemm_block_scaled(
     if reference_only(plain) is not None or not blockfma_applies(plain, fa, fb, out_format, limit):
         return None
     if acc.group is not None:
+        if acc.zeros_in_anchor:  # (cancelled groups keep their scales' exponent: the reference)
+            return None
         return _grouped_gemm(a, b, c, fa, fb, acc, plain, out_format, input_rounding,
                              (scale_a, scale_b, scale_block))  # fmt: skip
     sa, sb, kblock = expand_scales(a, b, scale_a, scale_b, scale_block)

@@ -78,7 +78,7 @@ words are not the counter-based ones of :mod:`precision_lab.core.random_words`).
 >>> hidden = pl.tensor_core("a100", "fp16")
 >>> fn = lambda a, b: pl.gemm(a, b, input_format="fp16", accumulator=hidden)
 >>> res = pl.probe_gemm(fn, input_format="fp16", max_k=20, cases=256)
->>> rules = ("overflow", "zeros_in_anchor", "zero_sign", "nan_encoding")
+>>> rules = ("overflow", "zeros_in_anchor", "zero_exponent", "zero_sign", "nan_encoding")
 >>> res.accumulator.replace(**{r: getattr(hidden, r) for r in rules}) == hidden, res.confidence
 (True, 1.0)
 >>> print(res.accumulator.describe())
@@ -1613,6 +1613,21 @@ def _special_cases(fin: FloatFormat, fout: FloatFormat, k: int, with_c: bool) ->
             c = (1 + 2.0**-20) * 2.0 ** (ea - 126 - shift)
             c = float(_grid(np.array([c]), fout)[0])
             cases.append((np.r_[2.0**ea, np.zeros(k - 1)], np.zeros(k), c))
+    # a zero c beside two products that sum to the output's least grain 2**q exactly, one just
+    # below it (2**q - 2**(q - j)): a zero's exponent (zero_exponent, MMA-Sim's e_zero) above
+    # theirs truncates the first to below 2**q (zeros_in_anchor and which e_zero)
+    q = fout.emin - fout.mantissa_bits
+    for j in range(2, 2 * fin.precision + 1 if fin.precision <= 12 else 2):
+        n = 2**j - 1  # 2**q - 2**(q - j) = n * 2**(q - j): n = d * (n // d), each d < 2**p
+        top = 2**fin.precision
+        d = next((d for d in range(1, top) if n % d == 0 and n // d < top), 0)
+        if not d or k < 2:
+            continue
+        e = q - j
+        a = np.array([d * 2.0 ** (e // 2), 2.0 ** (e // 2)])
+        b = np.array([(n // d) * 2.0 ** (e - e // 2), 2.0 ** (e - e // 2)])
+        if (_grid(a, fin) == a).all() and (_grid(b, fin) == b).all():
+            cases.append((np.r_[a, np.zeros(k - 2)], np.r_[b, np.zeros(k - 2)], 0.0))
     return cases
 
 
@@ -1662,6 +1677,9 @@ def _special_values(
         options["zero_sign"] = ("ieee", "positive")
         if base.order == "block_fma":
             options["zeros_in_anchor"] = (False, True)
+            # MMA-Sim 2.1.1's e_zero: a constant per architecture and output type
+            e_zero = (-19, -20, -21) if base.format.emin > -126 else (-131, -132, -133, -139)
+            options["zero_exponent"] = (base.zero_exponent, *e_zero)
     names = list(options)
     tried: set[Accumulator] = set()
     for combo in itertools.islice(

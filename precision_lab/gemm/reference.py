@@ -46,7 +46,7 @@ from ..core.rounding import (
     is_stochastic,
     round_to,
 )
-from .accumulator import ZERO_EXPONENT, Accumulator, _float_format, reference_only
+from .accumulator import Accumulator, _float_format, reference_only
 from .scales import expand_scales
 from .shapes import gemm_shapes
 
@@ -361,7 +361,8 @@ def _gemm_numpy(
     if c is None:
         c64 = np.zeros(out_shape)
     else:
-        c64 = round_to(_broadcast_c(c, out_shape).astype(np.float64), out_fmt).astype(np.float64)
+        c_fmt = out_fmt if acc.c_format is None else acc.c_format  # (spec 1)
+        c64 = round_to(_broadcast_c(c, out_shape).astype(np.float64), c_fmt).astype(np.float64)
     if acc.input_subnormals == "flush":  # spec 3c: subnormal inputs become +0
         a64, b64, c64 = _flushed(a64, fa), _flushed(b64, fb), _flushed(c64, out_fmt)
     sa, sb, kblock = expand_scales(a, b, scale_a, scale_b, scale_block)
@@ -577,8 +578,8 @@ class _Model:
         sf = acc.scale_format
         self.scale_emin = -(1 << 16) if not isinstance(sf, FloatFormat) else sf.emin
         _check_groups(acc, fa, fb, kblock)
-        #: alignment exponent of a zero operand (block_fma)
-        self.zero_exp = ZERO_EXPONENT if acc.zeros_in_anchor else _NO_TERM
+        #: alignment exponent of a zero product, group or running value (block_fma)
+        self.zero_exp = acc.zero_exponent if acc.zeros_in_anchor else _NO_TERM
         #: the inputs hold infinities or NaNs (set by run_all): additions combine them (spec 5)
         self.special = False
 
@@ -869,8 +870,8 @@ class _Model:
         r = np.zeros(shape) if s0 is None else s0
         if acc.scales == "in_block" and acc.group is not None:
             return self._block_fma_grouped(ch, k0, k1, r)
-        ea_all = _exponents(ch.A[:, :, k0:k1], self.emin_a, self.zero_exp)
-        eb_all = _exponents(ch.B[:, k0:k1, :], self.emin_b, self.zero_exp)
+        ea_all = _exponents(ch.A[:, :, k0:k1], self.emin_a)  # (zero products: _fma_sum)
+        eb_all = _exponents(ch.B[:, k0:k1, :], self.emin_b)
         if acc.scales == "in_block" and ch.sa is not None and ch.sb is not None:
             ch, ea_all, eb_all = self._scaled_terms(ch, k0, k1, ea_all, eb_all)
         for j0 in range(k0, k1, n):
@@ -880,7 +881,10 @@ class _Model:
                 r = self._special_step(r, new, self._separate_specials(ch, j0, j1))
                 continue
             if acc.addend == "in_block":
-                X = self._fma_sum(ch, range(j0, j1), r, ea_all, eb_all, k0)
+                cf = acc.c_format  # (spec 1: c's own format aligns it in the first block)
+                c_emin = cf.emin if isinstance(cf, FloatFormat) and s0 is not None else None
+                X = self._fma_sum(ch, range(j0, j1), r, ea_all, eb_all, k0,
+                                  c_emin if j0 == 0 else None)  # fmt: skip
                 new = self.r_acc.round(X, self.words(j0, shape))
                 r = self._special_step(r, new, self._specials(ch, range(j0, j1)))
                 continue
@@ -912,18 +916,27 @@ class _Model:
         ea_all: np.ndarray,
         eb_all: np.ndarray,
         k0: int,
+        r_emin: int | None = None,
     ) -> np.ndarray:
         """Exact sum ``X`` of one block FMA: products ``ks`` (and ``r`` when given) aligned
-        to the largest exponent and truncated to ``align_bits`` fraction bits; +0 if empty."""
+        to the largest exponent and truncated to ``align_bits`` fraction bits; +0 if empty.
+        ``r_emin``: the least exponent of ``r`` (default the accumulator's emin; c's format
+        with ``c_format`` in the first block)."""
         F = self.acc.align_bits
         assert F is not None
         shape = (ch.A.shape[0], ch.A.shape[1], ch.B.shape[2])
         E = np.full(shape, _NO_TERM, np.int32)
         for k in ks:
             np.maximum(E, ea_all[:, :, k - k0, None] + eb_all[:, None, k - k0, :], out=E)
+        if self.zero_exp != _NO_TERM and len(ks):  # a zero product aligns at zero_exponent
+            zero = np.zeros(shape, bool)
+            for k in ks:
+                zero |= (ch.A[:, :, k, None] == 0) | (ch.B[:, None, k, :] == 0)
+            np.maximum(E, np.where(zero, self.zero_exp, _NO_TERM), out=E)
         if r is not None:
             rr = np.where(np.isfinite(r), r, 0.0)
-            np.maximum(E, _exponents(rr, self.emin_acc, self.zero_exp), out=E)
+            emin_r = self.emin_acc if r_emin is None else r_emin
+            np.maximum(E, _exponents(rr, emin_r, self.zero_exp), out=E)
         scale = np.ldexp(1.0, np.clip(F - E, -1000, 1000))
         S = np.zeros(shape)
         tmp = np.empty(shape)
@@ -964,8 +977,7 @@ class _Model:
         B[:, k0:k1, :] *= sb
         ea = ea + (np.frexp(sa)[1] - 1).astype(np.int32)
         eb = eb + (np.frexp(sb)[1] - 1).astype(np.int32)
-        ea[ch.A[:, :, k0:k1] == 0] = self.zero_exp  # a zero's exponent is not scaled
-        eb[ch.B[:, k0:k1, :] == 0] = self.zero_exp
+        # (a zero product's exponent, zero_exponent, is not scaled: _fma_sum)
         return _Chunk(A, B, ch.C, ch.sa, ch.sb, ch.Araw, ch.Braw), ea, eb
 
     def _block_fma_grouped(self, ch: _Chunk, k0: int, k1: int, r: np.ndarray) -> np.ndarray:
@@ -991,7 +1003,16 @@ class _Model:
                 s_b = sb[:, None, g0 - k0, :]
                 e = _exponents(s_a, self.scale_emin) + _exponents(s_b, self.scale_emin)
                 e = np.broadcast_to(e, shape).copy()
-                e[val == 0] = self.zero_exp
+                if self.zero_exp == _NO_TERM:  # a zero group takes no part
+                    e[val == 0] = _NO_TERM
+                else:  # MMA-Sim's GST-FDPA: all products zero, or a zero scale: zero_exponent;
+                    # a group whose products cancel keeps its scales' exponent
+                    nz = np.einsum(
+                        "bmk,bkn->bmn",
+                        (ch.A[:, :, g0:g1] != 0).astype(np.int64),
+                        (ch.B[:, g0:g1, :] != 0).astype(np.int64),
+                    )
+                    e[(nz == 0) | np.broadcast_to((s_a == 0) | (s_b == 0), shape)] = self.zero_exp
                 terms.append((val * s_a * s_b, e))
             rr = np.where(np.isfinite(r), r, 0.0)
             E = _exponents(rr, self.emin_acc, self.zero_exp)
@@ -1166,7 +1187,8 @@ def sum_is_exact(acc: Accumulator, fa: FloatFormat, fb: FloatFormat) -> bool:
 
 def _exponents(x: np.ndarray, emin: int, zero: int = _NO_TERM) -> np.ndarray:
     """Alignment exponents ``max(floor(log2|x|), emin)`` (int32); zeros get ``zero``
-    (``_NO_TERM``: they take no part; ``ZERO_EXPONENT`` with ``zeros_in_anchor``)."""
+    (``_NO_TERM``: they take no part; the accumulator's ``zero_exponent`` with
+    ``zeros_in_anchor``)."""
     e = np.frexp(x)[1].astype(np.int32) - 1
     np.maximum(e, emin, out=e)
     e[x == 0] = zero

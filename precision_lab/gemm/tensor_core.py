@@ -22,8 +22,13 @@ GST-FDPA) takes the block format as ``input_format`` and runs through
 :func:`~precision_lab.gemm_blocks`: the E8M0 scales add to the products' exponents inside the
 32-product block FMA (25 bits); FP4 kinds (k = 64) first sum each 16 products exactly, multiply
 by the two scales (E8M0, or UE4M3 for NVFP4) and align those terms at the scales' exponents with
-35 fraction bits. FP64 (``mma.m8n8k4.f64`` and Hopper's DMMA, AMD's f64 MFMA) is a chain of
-fused multiply-adds in fp64.
+35 fraction bits. FP64 (``mma.m8n8k4.f64`` from Ampere on, Hopper's DMMA, AMD's f64 MFMA) is a
+chain of fused multiply-adds in fp64. Turing keeps Volta's ``mma.m8n8k4`` (4 products, 23 bits).
+A zero product and a zero c take part in the alignment anchor at MMA-Sim 2.1.1's ``e_zero``, a
+constant per architecture and output type (:data:`NV_ZERO_EXPONENT`; the accumulator's
+``zero_exponent``), not at -126 plus the partner's exponent (MMA-Sim's earlier snapshot): no
+measured data set separates the two rules (they agree on all 30 sets), so MMA-Sim 2.1.1 decides
+(``tests/gemm/test_mmasim_nvidia.py`` runs it against every preset it models).
 
 AMD (MMA-Sim 2.1.1, CDNA1-3): f32 and f64 MFMA are chains of FMAs; CDNA1 fp16/bf16 sum blocks
 of 4/2 products and the accumulator exactly with one round to nearest (E-FDPA); CDNA2 fp16/bf16
@@ -222,8 +227,9 @@ MEASURED: dict[tuple[str, str, str], tuple[str, str]] = {
 }
 
 #: special-value rules (fields of the Accumulator spec) of NVIDIA's block-FMA datapaths, with
-#: their evidence. A zero operand takes the exponent -126 in the alignment anchor
-#: (``zeros_in_anchor``); NaN results are 0x7fffffff / 0x7fff (``nan_encoding="nvidia"``);
+#: their evidence. A zero product and a zero c take MMA-Sim 2.1.1's fixed exponent ``e_zero``
+#: in the alignment anchor (``zeros_in_anchor``, ``zero_exponent``: :data:`NV_ZERO_EXPONENT`);
+#: NaN results are 0x7fffffff / 0x7fff (``nan_encoding="nvidia"``);
 #: a zero result is +0 (``zero_sign="positive"``): the aligned terms are summed as a
 #: fixed-point integer from +0, so even a sum of -0 terms is +0, into fp32 or fp16 alike
 #: (MMA-Sim's fused sum; no measured set has the case); where the datapath truncates (fp32
@@ -232,7 +238,8 @@ MEASURED: dict[tuple[str, str, str], tuple[str, str]] = {
 NVIDIA_SPECIALS = {"zeros_in_anchor": True, "nan_encoding": "nvidia", "zero_sign": "positive"}
 NVIDIA_TRUNCATING = {"overflow": "infinity"}
 _SPECIAL_EVIDENCE = {
-    "nvidia": f"{_MMASIM}: zero exponent -126, NaN 0x7fffffff/0x7fff, truncated significand "
+    "nvidia": f"{_MMASIM} 2.1.1: zeros (a zero product, a zero c) align at e_zero (a constant per "
+    "architecture and output type), NaN 0x7fffffff/0x7fff, truncated significand "
     "times 2**e (inf past emax), the aligned sum a fixed-point integer (no -0)",
     "fma": f"{_MMASIM}: libm fma, IEEE 754 results",
     "amd": f"{_MMASIM.replace('MMA-Sim', 'MMA-Sim 2.1.1')} MFMA: IEEE results of the fp64 "
@@ -304,6 +311,8 @@ def _special_text(acc: Accumulator) -> str:
     ]
     if acc.order == "block_fma":
         parts.append(f"zeros_in_anchor={acc.zeros_in_anchor}")
+        if acc.zeros_in_anchor:
+            parts.append(f"zero_exponent={acc.zero_exponent}")
     if acc.subnormals == "flush":
         parts.append("subnormals=flush")
     if acc.input_subnormals == "flush":
@@ -332,6 +341,29 @@ def _special_evidence(p: Preset) -> str:
     if acc.order == "sequential":
         return _SPECIAL_EVIDENCE["fma"]
     return _SPECIAL_EVIDENCE[p.vendor]
+
+
+#: MMA-Sim 2.1.1's ``e_zero`` (the alignment exponent of a zero product and of a zero c) of
+#: NVIDIA's T-FDPA per architecture: (fp32 output, fp16 output) (``nv_ptx/sim.py``); Turing's
+#: ``mma.m8n8k4`` runs Volta's datapath and takes Volta's; block-scaled kinds: ST-FDPA
+#: (``kind::mxf8f6f4``) -133, GST-FDPA (``kind::mxf4nvf4``) -139
+NV_ZERO_EXPONENT: dict[str, tuple[int, int]] = {
+    "volta": (-131, -19),
+    "turing": (-132, -20),
+    "ampere": (-132, -20),
+    "ada": (-132, -20),
+    "hopper": (-133, -21),
+    "blackwell": (-133, -21),
+    "rtx_blackwell": (-133, -21),
+}
+
+
+def _zero_exponent(arch: str, kind: str, out: str, acc: Accumulator) -> int:
+    """MMA-Sim 2.1.1's ``e_zero`` of a preset (:data:`NV_ZERO_EXPONENT`)."""
+    if acc.scales == "in_block":
+        return -139 if acc.group is not None else -133
+    fp32, fp16 = NV_ZERO_EXPONENT["volta" if kind.startswith("m8n8k4") else arch]
+    return fp16 if out == "fp16" else fp32
 
 
 # ----- the builders -----------------------------------------------------------------------
@@ -431,6 +463,8 @@ def _add(
         for out in outs:
             ev = evidence((fa, fb), out) if callable(evidence) else evidence
             acc = _with_specials(build(out), vendor)
+            if acc.zeros_in_anchor:
+                acc = dataclasses.replace(acc, zero_exponent=_zero_exponent(arch, kind, out, acc))
             label = f"{fa if fa == fb else fa + ' x ' + fb} -> {out}"
             name = f"({instruction_name(instruction, kind)})"
             p = Preset(
@@ -481,6 +515,16 @@ def _build_table() -> None:
     _add("turing", "mma", "m16n8k8", ["fp16"], ("fp32", "fp16"),
          lambda o: _nv_block(o, 8, 24),
          nv + " Turing m16n8k8 (one block of 8, 24 bits)")  # fmt: skip
+    # Turing keeps Volta's mma.m8n8k4 (MMA-Sim: Volta's settings, 4 products, 23 bits)
+    _add("turing", "mma", "m8n8k4", ["fp16"], ("fp32", "fp16"),
+         lambda o: _nv_block(o, 4, 23),
+         nv + " Turing mma.m8n8k4 (Volta's datapath: one block of 4, 23 bits)")  # fmt: skip
+    # ... and both have the f32 D with an f16 C: a subnormal C aligns at fp16's emin (-14)
+    for arch, name in (("volta", "Volta"), ("turing", "Turing")):
+        _add(arch, "mma", "m8n8k4.f32.f16.f16.f16", ["fp16"], ("fp32",),
+             lambda o: _nv_block(o, 4, 23).replace(c_format="fp16"),
+             f"{nv} {name} mma.m8n8k4.f32.f16.f16.f16 (C in fp16, D in fp32: c aligns "
+             "with fp16's emin in the first block; numpy reference only)")  # fmt: skip
     # Ampere and Ada: m16n8k16 as two blocks of 8 (24 bits), tf32 m16n8k8 as 2 x 4
     for arch in ("ampere", "ada"):
         name = "Ampere" if arch == "ampere" else "Ada Lovelace"
@@ -509,6 +553,10 @@ def _build_table() -> None:
          _fp8_emulation_evidence("hopper"))  # fmt: skip
     _add("hopper", "mma", "m16n8k16.f64", ["fp64"], ("fp64",), lambda o: _fma_chain("fp64"),
          f"{nv} Hopper mma.m16n8k16.f64 (DMMA: a chain of fp64 FMAs)")  # fmt: skip
+    for arch, name in (("hopper", "Hopper"), ("blackwell", "Blackwell"),
+                       ("rtx_blackwell", "RTX Blackwell")):  # fmt: skip
+        _add(arch, "mma", "m8n8k4.f64", ["fp64"], ("fp64",), lambda o: _fma_chain("fp64"),
+             f"{nv} {name} mma.m8n8k4.f64 (sm_80's, a chain of fp64 FMAs)")  # fmt: skip
     # Blackwell (sm_100): mma as Hopper, FP8 mma emulated; tcgen05 kinds
     _add("blackwell", "mma", "m16n8k16", ["fp16"], ("fp32", "fp16"),
          lambda o: _nv_block(o, 16, 25), _measured_or("blackwell", nv))  # fmt: skip
@@ -822,7 +870,7 @@ def _tensor_core(
     --------
     >>> print(tensor_core("a100", "fp16", out_format="fp16").describe())
     block FMA of 8 products, 24 fraction bits kept after alignment, normalised into fp16
-    (nearest_even); zeros align with exponent -126, zero results are +0, NaN is 0x7fffffff
+    (nearest_even); zeros align with exponent -20, zero results are +0, NaN is 0x7fffffff
     [a100 fp16 -> fp16 (mma.m16n8k16)]
     >>> tensor_core("b200", "nvfp4", instruction="tcgen05").group
     16

@@ -143,15 +143,21 @@ def test_special_value_rules_equal_the_reference(
     assert fast_calls["fast"] == 4
 
 
-def test_zeros_in_anchor_case_of_the_spec() -> None:
-    """Volta fp16, a = [2, 0, 0, 0], b = [-0, 0, 0, 0], c = 0x80000737: the zero products align
-    with exponent 1 - 126 = -125 and c loses its last bit (accumulator.py, section 3)."""
-    acc = dataclasses.replace(pl.tensor_core("v100", "fp16"), zeros_in_anchor=True)
-    a = np.array([[2.0, 0, 0, 0]], np.float32)
-    b = np.array([[-0.0], [0], [0], [0]], np.float32)
-    c = np.array([[0x80000737]], np.uint32).view(np.float32)
-    d = pl.gemm(a, b, c, input_format="fp16", accumulator=acc, backend="native")
-    assert hex(int(d.view(np.uint32)[0, 0])) == "0x80000736"
+def test_zeros_in_anchor_case_of_the_spec(fast_calls: dict[str, int]) -> None:
+    """Hopper bf16, c = 0 (accumulator.py, section 3): the zero c aligns at zero_exponent =
+    -133 (MMA-Sim 2.1.1's e_zero): two products near 2**-145 give 0x37 (MMA-Sim's); at -126
+    they gave 0x38. The fast path computes it."""
+    acc = pl.tensor_core("h100", "bf16", instruction="mma")
+    a = np.zeros((1, 16), np.float32)
+    b = np.zeros((16, 1), np.float32)
+    a[0, :2] = [1.5021599923962983e-21, 2.2540671692070004e-23]
+    b[:2, 0] = [5.459392042849983e-23, -1.5881867761018131e-22]
+    d = pl.gemm(a, b, input_format="bf16", accumulator=acc, backend="native")
+    assert hex(int(d.view(np.uint32)[0, 0])) == "0x37"
+    old = acc.replace(zero_exponent=-126)
+    d = pl.gemm(a, b, input_format="bf16", accumulator=old, backend="native")
+    assert hex(int(d.view(np.uint32)[0, 0])) == "0x38"
+    assert fast_calls["fast"] == 2
 
 
 def test_hands_back_what_it_does_not_compute(fast_calls: dict[str, int]) -> None:

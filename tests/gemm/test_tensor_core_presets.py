@@ -793,11 +793,18 @@ def test_truncating_overflow_gives_inf():
 
 
 def test_zeros_take_part_in_the_anchor():
+    """MMA-Sim 2.1.1: a zero product aligns at e_zero (-133 on Hopper, -131 on Volta), not at
+    its partner's exponent - 126 (the earlier snapshot gave 0x3E800000 and 0x80000736): c is
+    kept (tests/gemm/test_mmasim_nvidia.py runs mmasim itself)."""
     big = _from_bits(0x7F00, "bf16")
     c = _from_bits(0x3E800001, "fp32")
-    assert _bits(_one("h100", "bf16", {0: (big, 0.0)}, c=c)) == 0x3E800000
+    assert _bits(_one("h100", "bf16", {0: (big, 0.0)}, c=c)) == 0x3E800001
     c = _from_bits(0x80000737, "fp32")
-    assert _bits(_one("v100", "fp16", {0: (2.0, -0.0)}, c=c, k=4)) == 0x80000736
+    assert _bits(_one("v100", "fp16", {0: (2.0, -0.0)}, c=c, k=4)) == 0x80000737
+    # a zero c aligns at e_zero: Hopper bf16, two products near 2**-145 (MMA-Sim 0x37; -126: 0x38)
+    a0, a1 = 1.5021599923962983e-21, 2.2540671692070004e-23
+    b0, b1 = 5.459392042849983e-23, -1.5881867761018131e-22
+    assert _bits(_one("h100", "bf16", {0: (a0, b0), 1: (a1, b1)}, c=0.0)) == 0x37
 
 
 def test_infinity_after_an_overflow_is_nan_and_nvidia_nan_encoding():

@@ -175,18 +175,19 @@ enum {
                    // bits 1-: drop_bits (0: the running value is never dropped)
   PL_P_GROUP,      // scales="in_block" with groups (kind::mxf4nvf4): products per group (0: none)
   PL_P_SCALE_EMIN, // ... the scale format's emin (the scales' alignment exponents)
+  PL_P_ZERO_EXP,   // zeros_in_anchor: the alignment exponent of zeros (zero_exponent)
   PL_P_ROUNDERS = 40,  // 6 rounders of 9 entries: acc, block, promote, scale, product, out
   PL_P_SIZE = 40 + 6 * 9
 };
 #define PL_GEMM_NO_TERM (-(1 << 20))
-#define PL_GEMM_ZERO_EXP (-126)  // accumulator.ZERO_EXPONENT (zeros_in_anchor)
 #define PL_PAIR_STACK 64
 
 struct pl_gemm_cfg {
   pl_i64 M, N, K, NB, T, seg, sa_rows, sb_cols, nk, kblock;
   int order, block, align_bits, in_block, promote, has_product, has_scales, emin_a, emin_b;
   int random_bits, has_special, tk, has_c, stochastic, inner, interleave;
-  int zero_exp;  // alignment exponent of a zero operand: PL_GEMM_ZERO_EXP or PL_GEMM_NO_TERM
+  int zero_exp;  // alignment exponent of a zero product, group or running value (zero_exponent
+                 // with zeros_in_anchor) or PL_GEMM_NO_TERM (zeros take no part)
   int scales_in;  // the power-of-two scales multiply each product of a block FMA (spec 3b)
   int fma64;      // sequential steps r = round(fma(a, b, r)) (FP64 DMMA, AMD f64 MFMA)
   int sep, sep_down;  // addend="separate": sum_bits + 1 (0: off); cuts down (else toward zero)
@@ -231,7 +232,7 @@ PL_HD_CALL void pl_gemm_load_cfg(pl_gemm_cfg* c, const pl_i64* q) {
   c->scale = pl_make_rounder(q + PL_P_ROUNDERS + 3 * 9);
   c->prod = pl_make_rounder(q + PL_P_ROUNDERS + 4 * 9);
   c->out = pl_make_rounder(q + PL_P_ROUNDERS + 5 * 9);
-  c->zero_exp = q[PL_P_ZEROS] ? PL_GEMM_ZERO_EXP : PL_GEMM_NO_TERM;
+  c->zero_exp = q[PL_P_ZEROS] ? (int)q[PL_P_ZERO_EXP] : PL_GEMM_NO_TERM;
   c->scales_in = (int)q[PL_P_SCALES_IN];
   c->fma64 = (int)q[PL_P_FMA64];
   c->sep = (int)q[PL_P_SEP];
@@ -369,7 +370,7 @@ PL_HD_CALL void pl_gemm_feed(const pl_gemm_cfg& c, pl_gemm_elem* e, pl_i64 k0, p
 }
 
 // Alignment exponent max(floor(log2|x|), emin); `zero` for zero (PL_GEMM_NO_TERM: no part;
-// PL_GEMM_ZERO_EXP with zeros_in_anchor).
+// the accumulator's zero_exponent with zeros_in_anchor).
 PL_HD int pl_align_exp(double x, int emin, int zero = PL_GEMM_NO_TERM) {
   if (x == 0.0) return zero;
   int e;
@@ -403,7 +404,7 @@ struct pl_gemm_sc {
 // value r, aligned to the largest alignment exponent and truncated to align_bits fraction bits.
 // With sc (scales="in_block", reference._Model._scaled_terms): each product times its
 // power-of-two scales sa * sb (exact), the alignment exponent of a non-zero a (b) raised by
-// log2(sa) (log2(sb)); a zero's exponent is not scaled.
+// log2(sa) (log2(sb)); a zero product takes c.zero_exp, not scaled (MMA-Sim's e_zero).
 PL_HD void pl_fma_scales(const pl_gemm_cfg& c, const pl_gemm_sc* sc, int i, double* s,
                          int* sha, int* shb) {
   *s = 1.0;
@@ -426,16 +427,17 @@ PL_HD_CALL double pl_fma_sum(const pl_gemm_cfg& c, const double* a, int as, cons
   for (int i = 0; i < n; ++i) {
     if (groups > 1 && (i / q) % groups != g) continue;
     const double va = pl_model_value(c, a[i * as]), vb = pl_model_value(c, b[i * bs]);
-    int ea = pl_align_exp(va, c.emin_a, c.zero_exp);
-    int eb = pl_align_exp(vb, c.emin_b, c.zero_exp);
-    if (sc) {
-      double s;
-      int sha, shb;
-      pl_fma_scales(c, sc, i, &s, &sha, &shb);
-      ea += va != 0.0 ? sha : 0;
-      eb += vb != 0.0 ? shb : 0;
+    int ep = c.sep ? PL_GEMM_NO_TERM : c.zero_exp;  // a zero product ("separate": no part)
+    if (va != 0.0 && vb != 0.0) {
+      ep = pl_align_exp(va, c.emin_a) + pl_align_exp(vb, c.emin_b);
+      if (sc) {
+        double s;
+        int sha, shb;
+        pl_fma_scales(c, sc, i, &s, &sha, &shb);
+        ep += sha + shb;
+      }
     }
-    if (ea + eb > E) E = ea + eb;
+    if (ep > E) E = ep;
   }
   const double rr = pl_finite(r) ? r : 0.0;
   if (has_r) {
@@ -527,7 +529,7 @@ PL_HD int pl_scale_exp(double s, int emin) {
 // The exact sum X of one block FMA with groups (spec 3b, kind::mxf4nvf4; MMA-Sim's GST-FDPA;
 // reference._Model._block_fma_grouped): each group of c.group products summed exactly (the
 // caller checks the span: reference._check_groups), times its scales sa * sb, aligned at
-// e(sa) + e(sb) (e(s) = max(floor(log2 s), scale_emin); a zero sum at the zero exponent) with
+// e(sa) + e(sb) (e(s) = max(floor(log2 s), scale_emin); zeros: see below) with
 // the running value r, truncated to align_bits fraction bits; the scales of group g0 are those
 // of its first product (sc, or 1 without scales).
 PL_HD_CALL double pl_fma_grouped(const pl_gemm_cfg& c, const double* a, int as, const double* b,
@@ -540,14 +542,22 @@ PL_HD_CALL double pl_fma_grouped(const pl_gemm_cfg& c, const double* a, int as, 
   for (int g0 = 0; g0 < n && ng < PL_GROUPS_MAX; g0 += c.group, ++ng) {
     const int g1 = g0 + c.group < n ? g0 + c.group : n;
     double val = 0.0;  // (exact)
+    bool any = false;  // a non-zero product
     for (int i = g0; i < g1; ++i) {
-      val += pl_model_value(c, a[i * as]) * pl_model_value(c, b[i * bs]);
+      const double p = pl_model_value(c, a[i * as]) * pl_model_value(c, b[i * bs]);
+      val += p;
+      any = any || p != 0.0;
     }
     double sa = 1.0, sb = 1.0;
     if (sc) pl_gemm_scales(c, sc->SA, sc->SB, sc->batch, sc->row, sc->col, sc->k0 + g0, &sa, &sb);
     v[ng] = val * sa * sb;
     const int es = pl_scale_exp(sa, c.scale_emin) + pl_scale_exp(sb, c.scale_emin);
-    ev[ng] = val == 0.0 ? c.zero_exp : es;
+    if (c.zero_exp == PL_GEMM_NO_TERM) {
+      ev[ng] = val == 0.0 ? PL_GEMM_NO_TERM : es;  // a zero group takes no part
+    } else {  // MMA-Sim's GST-FDPA: products all zero or a zero scale: zero_exp; a group
+      // whose products cancel keeps its scales' exponent
+      ev[ng] = (!any || sa == 0.0 || sb == 0.0) ? c.zero_exp : es;
+    }
     E = ev[ng] > E ? ev[ng] : E;
   }
   int sh = c.align_bits - E;
