@@ -175,7 +175,10 @@ def test_sampled_presets_are_reproduced(gpu, fin, fout, instruction):
 
 
 def test_the_sample_covers_the_table():
-    assert len(ROWS) == 184  # every row but the 57 block-scaled ones is a candidate
+    # every row but the block-scaled ones (57) is a candidate; the table only grows (184 rows
+    # before MMA-Sim 2.1.1's m8n8k4 fp16-C and f64 rows, 191 with them)
+    assert len(ROWS) >= 191
+    assert len(ROWS) + 57 == len(pl.tensor_core.list())
     assert {r[1] for r in ROWS} >= {"fp16", "bf16", "tf32", "fp32", "fp64", "e4m3", "e2m1"}
     assert any(isinstance(r[1], tuple) for r in SAMPLE)  # mixed operands sampled too
 
