@@ -59,7 +59,6 @@ True
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -287,8 +286,8 @@ def _exact(v: np.ndarray, n: int, signs: np.ndarray | None, inverse: bool) -> np
             a[...], b[...] = s, d
         out = np.ldexp(h_v, -k)  # exact sums: one rounding (subnormal results) of the exact value
     bad = np.flatnonzero(~ok)
-    for r in bad:
-        out[r] = _exact_row(v[r], n, k)
+    if bad.size:
+        out[bad] = _exact_rows(v[bad], n, k)
     if odd:
         with np.errstate(all="ignore"):
             out = out * np.float64(2.0**-0.5)
@@ -314,24 +313,30 @@ def _fp64_exact_rows(v: np.ndarray, n: int) -> np.ndarray:
     return allzero | fits | ~finite.all(axis=1)
 
 
-def _exact_row(row: np.ndarray, n: int, k: int) -> np.ndarray:
-    """One row in Python integers: ``H_n row * 2**-k`` correctly rounded to float64."""
-    fr = [Fraction(float(t)) for t in row]
-    den = math.lcm(*(f.denominator for f in fr))
-    ints = [int(f * den) for f in fr]
-    h = 1
-    while h < n:
-        for g in range(0, n, 2 * h):
-            for j in range(g, g + h):
-                p, q = ints[j], ints[j + h]
-                ints[j], ints[j + h] = p + q, p - q
-        h *= 2
-    out = np.empty(n)
-    for j, m in enumerate(ints):
-        try:
-            out[j] = m / (den << k)  # int / int: correctly rounded (CPython)
-        except OverflowError:
-            out[j] = math.copysign(math.inf, m)
+def _exact_rows(rows: np.ndarray, n: int, k: int) -> np.ndarray:
+    """Rows in Python integers: ``H_n row * 2**-k`` correctly rounded to float64.
+
+    Each row is scaled to integers by its largest denominator (a power of two: the lcm of the
+    others), the butterfly runs on exact integers, and ``int / int`` is correctly rounded
+    (CPython)."""
+    out = np.empty(rows.shape)
+    for i, row in enumerate(rows.tolist()):  # Python floats
+        ratios = [t.as_integer_ratio() for t in row]
+        den = max(d for _, d in ratios)
+        ints = [p * (den // d) for p, d in ratios]
+        h = 1
+        while h < n:
+            for g in range(0, n, 2 * h):
+                for j in range(g, g + h):
+                    p, q = ints[j], ints[j + h]
+                    ints[j], ints[j + h] = p + q, p - q
+            h *= 2
+        scale = den << k
+        for j, m in enumerate(ints):
+            try:
+                out[i, j] = m / scale  # int / int: correctly rounded (CPython)
+            except OverflowError:
+                out[i, j] = math.inf if m > 0 else -math.inf  # (m itself may not fit a float)
     return out
 
 
