@@ -314,30 +314,38 @@ def _fp64_exact_rows(v: np.ndarray, n: int) -> np.ndarray:
 
 
 def _exact_rows(rows: np.ndarray, n: int, k: int) -> np.ndarray:
-    """Rows in Python integers: ``H_n row * 2**-k`` correctly rounded to float64.
+    """Finite rows in Python integers: ``H_n row * 2**-k`` correctly rounded to float64.
 
-    Each row is scaled to integers by its largest denominator (a power of two: the lcm of the
-    others), the butterfly runs on exact integers, and ``int / int`` is correctly rounded
-    (CPython)."""
-    out = np.empty(rows.shape)
-    for i, row in enumerate(rows.tolist()):  # Python floats
-        ratios = [t.as_integer_ratio() for t in row]
-        den = max(d for _, d in ratios)
-        ints = [p * (den // d) for p, d in ratios]
-        h = 1
-        while h < n:
-            for g in range(0, n, 2 * h):
-                for j in range(g, g + h):
-                    p, q = ints[j], ints[j + h]
-                    ints[j], ints[j + h] = p + q, p - q
-            h *= 2
-        scale = den << k
-        for j, m in enumerate(ints):
+    Each value is its 53-bit signed significand times a power of two; a row is scaled to
+    integers by its smallest such power, the butterfly runs on exact integers (numpy object
+    arrays: every row at once), and ``int / int`` is correctly rounded (CPython)."""
+    mant, e = np.frexp(rows)  # rows = mant * 2**e, 0.5 <= |mant| < 1 (0: mant = 0)
+    sig = (mant * 2.0**53).astype(np.int64)  # exact
+    lsb = e.astype(np.int64) - 53
+    nz = sig != 0
+    low = np.where(nz, lsb, np.iinfo(np.int64).max).min(axis=1)
+    low = np.where(nz.any(axis=1), low, 0)[:, None]
+    ints = sig.astype(object) << np.where(nz, lsb - low, 0).astype(object)
+    h = 1
+    while h < n:
+        a, b = _pairs(ints, n, h)
+        s, d = a + b, a - b
+        a[...], b[...] = s, d
+        h *= 2
+    t = (low - k).astype(object)  # the value is ints * 2**t
+    num = ints << np.maximum(t, 0)
+    den = np.left_shift(1, np.maximum(-t, 0))
+    try:
+        return np.true_divide(num, den).astype(np.float64)  # int / int: correctly rounded
+    except OverflowError:  # past float64's max somewhere: value by value
+        out = np.empty(rows.shape)
+        for i, j in np.ndindex(*rows.shape):
+            m, q = num[i, j], den[i, 0]
             try:
-                out[i, j] = m / scale  # int / int: correctly rounded (CPython)
+                out[i, j] = m / q
             except OverflowError:
                 out[i, j] = math.inf if m > 0 else -math.inf  # (m itself may not fit a float)
-    return out
+        return out
 
 
 # ----- in a format ------------------------------------------------------------------------------
