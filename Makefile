@@ -31,7 +31,7 @@ test: $(NATIVE)
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
-	PRECISION_LAB_REQUIRE_NATIVE=1 $(PY) -m pytest -n auto --maxprocesses 4 --dist loadfile
+	PRECISION_LAB_REQUIRE_NATIVE=1 $(PY) -m pytest -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder
 
 figures: $(NATIVE)
 	$(PY) -m precision_lab.figures

@@ -6,6 +6,9 @@
 * ``dask_cluster``: a real dask.distributed LocalCluster (2 worker processes, 1 thread each),
   started once for the scale-out tests (tests/verify/test_sweep.py, tests/verify/test_grid.py) and
   only when they ask for it.
+* ``quartet2_numbers`` / ``quartet2_sr_attempts``: precision_lab.studies.fp4's Quartet II error
+  studies at their default settings (the report's), computed once per process for
+  tests/studies/test_fp4_numbers.py and tests/figures/test_fig_fp4.py.
 """
 
 from __future__ import annotations
@@ -36,3 +39,19 @@ def dask_cluster():
         distributed.Client(cluster) as client,
     ):
         yield cluster, client
+
+
+@pytest.fixture(scope="session")
+def quartet2_numbers():
+    """``fp4.quartet2_numbers()`` (seed 0, 1024 x 1024: the report's settings)."""
+    from precision_lab.studies import fp4
+
+    return fp4.quartet2_numbers()
+
+
+@pytest.fixture(scope="session")
+def quartet2_sr_attempts():
+    """``fp4.quartet2_sr_attempts()`` (seed 0, 512 x 1024: the report's settings)."""
+    from precision_lab.studies import fp4
+
+    return fp4.quartet2_sr_attempts()

@@ -59,7 +59,6 @@ True
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -287,8 +286,8 @@ def _exact(v: np.ndarray, n: int, signs: np.ndarray | None, inverse: bool) -> np
             a[...], b[...] = s, d
         out = np.ldexp(h_v, -k)  # exact sums: one rounding (subnormal results) of the exact value
     bad = np.flatnonzero(~ok)
-    for r in bad:
-        out[r] = _exact_row(v[r], n, k)
+    if bad.size:
+        out[bad] = _exact_rows(v[bad], n, k)
     if odd:
         with np.errstate(all="ignore"):
             out = out * np.float64(2.0**-0.5)
@@ -314,25 +313,39 @@ def _fp64_exact_rows(v: np.ndarray, n: int) -> np.ndarray:
     return allzero | fits | ~finite.all(axis=1)
 
 
-def _exact_row(row: np.ndarray, n: int, k: int) -> np.ndarray:
-    """One row in Python integers: ``H_n row * 2**-k`` correctly rounded to float64."""
-    fr = [Fraction(float(t)) for t in row]
-    den = math.lcm(*(f.denominator for f in fr))
-    ints = [int(f * den) for f in fr]
+def _exact_rows(rows: np.ndarray, n: int, k: int) -> np.ndarray:
+    """Finite rows in Python integers: ``H_n row * 2**-k`` correctly rounded to float64.
+
+    Each value is its 53-bit signed significand times a power of two; a row is scaled to
+    integers by its smallest such power, the butterfly runs on exact integers (numpy object
+    arrays: every row at once), and ``int / int`` is correctly rounded (CPython)."""
+    mant, e = np.frexp(rows)  # rows = mant * 2**e, 0.5 <= |mant| < 1 (0: mant = 0)
+    sig = (mant * 2.0**53).astype(np.int64)  # exact
+    lsb = e.astype(np.int64) - 53
+    nz = sig != 0
+    low = np.where(nz, lsb, np.iinfo(np.int64).max).min(axis=1)
+    low = np.where(nz.any(axis=1), low, 0)[:, None]
+    ints = sig.astype(object) << np.where(nz, lsb - low, 0).astype(object)
     h = 1
     while h < n:
-        for g in range(0, n, 2 * h):
-            for j in range(g, g + h):
-                p, q = ints[j], ints[j + h]
-                ints[j], ints[j + h] = p + q, p - q
+        a, b = _pairs(ints, n, h)
+        s, d = a + b, a - b
+        a[...], b[...] = s, d
         h *= 2
-    out = np.empty(n)
-    for j, m in enumerate(ints):
-        try:
-            out[j] = m / (den << k)  # int / int: correctly rounded (CPython)
-        except OverflowError:
-            out[j] = math.copysign(math.inf, m)
-    return out
+    t = (low - k).astype(object)  # the value is ints * 2**t
+    num = ints << np.maximum(t, 0)
+    den = np.left_shift(1, np.maximum(-t, 0))
+    try:
+        return np.true_divide(num, den).astype(np.float64)  # int / int: correctly rounded
+    except OverflowError:  # past float64's max somewhere: value by value
+        out = np.empty(rows.shape)
+        for i, j in np.ndindex(*rows.shape):
+            m, q = num[i, j], den[i, 0]
+            try:
+                out[i, j] = m / q
+            except OverflowError:
+                out[i, j] = math.inf if m > 0 else -math.inf  # (m itself may not fit a float)
+        return out
 
 
 # ----- in a format ------------------------------------------------------------------------------

@@ -271,12 +271,16 @@ def test_torch_like_bfloat16_tensors_everywhere() -> None:
 
 # ----- item 9: the general numpy path in chunks ----------------------------------------------
 @pytest.mark.parametrize("mode", ["nearest_even", "up", "odd", "stochastic", "stochastic_equal"])
-def test_chunked_general_path_equals_one_call(mode) -> None:
+def test_chunked_general_path_equals_one_call(mode, monkeypatch) -> None:
     """Large calls run chunk by chunk (ops.call.run); a broadcasting call runs as one. Both
-    must agree bit for bit, stochastic words (keyed by the flat index) included."""
-    from precision_lab.arith.ops.call import CHUNK
+    must agree bit for bit, stochastic words (keyed by the flat index) included.
 
-    n = 4 * CHUNK + 12345
+    The chunk size is cut from 2**16 to 2**12 (``run`` reads ``CHUNK`` at each call): the same
+    chunked path (more than 4 chunks, a partial last one, the worker pool), 16x fewer elements."""
+    from precision_lab.arith.ops import call
+
+    monkeypatch.setattr(call, "CHUNK", 1 << 12)
+    n = 4 * call.CHUNK + 12345
     rng = np.random.default_rng(11)
     x = pl.round_to(rng.standard_normal(n), "bf16").astype(np.float32)
     y = pl.round_to(rng.standard_normal(n) + 3, "bf16").astype(np.float32)

@@ -46,8 +46,10 @@ def _e3(cell: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def errors() -> tuple:
-    return fp4.quartet2_numbers(), fp4.quartet2_sr_attempts(), fp4.mx_scale_rule_numbers()
+def errors(quartet2_numbers, quartet2_sr_attempts) -> tuple:
+    """The error half's three studies at their defaults (the first two: session fixtures of
+    tests/conftest.py, shared with tests/studies/test_fp4_numbers.py)."""
+    return quartet2_numbers, quartet2_sr_attempts, fp4.mx_scale_rule_numbers()
 
 
 def test_the_error_half_of_the_section_regenerates_byte_for_byte(errors) -> None:

@@ -181,6 +181,20 @@ def test_exact_infinities_follow_ieee() -> None:
     assert not np.isnan(z).any() and set(np.abs(z).tolist()) == {np.inf}
 
 
+def test_exact_overflow_past_the_float64_butterfly_is_inf() -> None:
+    """A row whose float64 butterfly is not exact (one subnormal beside values near the max)
+    goes through Python integers; an exact result beyond float64's range is an infinity of its
+    sign, as where the float64 butterfly serves (it raised OverflowError: the integer itself
+    does not fit a float)."""
+    x = np.full(16, 1.7e308)
+    x[1] = 5e-324
+    y = hadamard(x, block=16)
+    hx = exact_transform(x.tolist(), None)
+    assert y[0] == np.inf == hadamard(np.full(16, 1.7e308), block=16)[0]
+    assert y[1:].tolist() == [float(t / 4) for t in hx[1:]]  # the finite ones: rounded once
+    assert hadamard(-x, block=16)[0] == -np.inf
+
+
 # ----- in a format ------------------------------------------------------------------------------
 @pytest.mark.parametrize("backend", ["numpy", "auto"])
 @pytest.mark.parametrize("fmt", ["fp32", "bf16"])

@@ -10,7 +10,8 @@ notebooks see the same precision_lab as the test suite.
 
 Each executed notebook is saved to docs/notebooks/ (ignored by git), and the last test builds the
 documentation site from those copies with ``sphinx-build -W``: the notebooks run once per suite,
-for both. pytest-xdist's ``--dist loadfile`` keeps this module in one worker, in order.
+for both. pytest-xdist's ``--dist loadfile`` keeps this module in one worker, in order, and the
+root conftest.py puts it first (it is the longest chain of the suite: ``HEAVY_FIRST``).
 """
 
 from __future__ import annotations

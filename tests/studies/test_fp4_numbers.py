@@ -14,8 +14,9 @@ from precision_lab.studies import fp4
 
 
 @pytest.fixture(scope="module")
-def q2() -> dict[str, fp4.Number]:
-    return fp4.quartet2_numbers(seed=0, shape=(1024, 1024))
+def q2(quartet2_numbers) -> dict[str, fp4.Number]:
+    """seed 0, 1024 x 1024 (the defaults: shared with tests/figures/test_fig_fp4.py)."""
+    return quartet2_numbers
 
 
 @pytest.mark.parametrize(
@@ -50,8 +51,9 @@ def test_quartet2_values_are_deterministic(q2) -> None:
 
 
 @pytest.fixture(scope="module")
-def tries() -> dict[str, fp4.Number]:
-    return fp4.quartet2_sr_attempts(seed=0, shape=(512, 1024))
+def tries(quartet2_sr_attempts) -> dict[str, fp4.Number]:
+    """seed 0, 512 x 1024 (the defaults: shared with tests/figures/test_fig_fp4.py)."""
+    return quartet2_sr_attempts
 
 
 def test_sr_with_nvidias_rule_is_twice_rtn_not_the_published_value(q2, tries) -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 HIDE_TORCH = """
 import sys
 class _NoTorch:
@@ -24,19 +26,16 @@ def _run(code: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_everything_else_works_without_torch():
+@pytest.fixture(scope="module")
+def without_torch() -> list[str]:
+    """One subprocess (one import of precision_lab, ~1.3 s) for both torch tests: first
+    everything else, with torch still absent from ``sys.modules``, then the import of
+    precision_lab.torch."""
     r = _run(
         "import precision_lab as pl, numpy as np\n"
         "import precision_lab.training, precision_lab.studies, precision_lab.verify\n"
         "print(float(pl.round_to(np.float32(0.3), 'bf16')))\n"
-        "assert 'torch' not in sys.modules\n"
-    )
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "0.30078125"
-
-
-def test_precision_lab_torch_says_how_to_install():
-    r = _run(
+        "print('torch' in sys.modules)\n"
         "try:\n"
         "    import precision_lab.torch\n"
         "except ImportError as e:\n"
@@ -45,7 +44,18 @@ def test_precision_lab_torch_says_how_to_install():
         "    print('imported')\n"
     )
     assert r.returncode == 0, r.stderr
-    msg = r.stdout.strip()
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 3, r.stdout
+    return lines
+
+
+def test_everything_else_works_without_torch(without_torch):
+    assert without_torch[0] == "0.30078125"
+    assert without_torch[1] == "False", "importing precision_lab imported torch"
+
+
+def test_precision_lab_torch_says_how_to_install(without_torch):
+    msg = without_torch[2]
     assert "pip install 'precision_lab[torch]'" in msg and "\\n" not in msg, msg
 
 
