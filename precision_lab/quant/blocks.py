@@ -415,8 +415,8 @@ def nvfp4_rbits_words(rbits: Any, shape: tuple[int, ...]) -> np.ndarray:
     registers ``rbits`` (uint32, shape ``shape[:-1] + (shape[-1] // 4,)``): register ``g`` of a
     row rounds its elements ``4g .. 4g + 3``, passed as ``{a, b, e, f} = {x[4g+3], x[4g+2],
     x[4g+1], x[4g]}`` (Transformer Engine's order); operand ``a`` takes ``rbits[31:24]``, ``b``
-    ``rbits[15:8]``, ``e`` ``rbits[23:16]``, ``f`` ``rbits[7:0]`` (:data:`precision_lab.core.ptx.
-    LAYOUTS`, the choice :func:`~precision_lab.cvt_rs` documents), and rounds away from zero iff
+    ``rbits[15:8]``, ``e`` ``rbits[23:16]``, ``f`` ``rbits[7:0]`` (``precision_lab.core.ptx.
+    LAYOUTS``, the choice :func:`~precision_lab.cvt_rs` documents), and rounds away from zero iff
     its discarded fraction plus ``r * 2**-8`` reaches one quantum (8-bit add-and-truncate: the
     word is the 8 bits at the top).
 

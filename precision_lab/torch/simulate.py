@@ -493,8 +493,8 @@ class Simulated(torch.nn.Module):
     def store_parameters(self, optimizer: torch.optim.Optimizer | None = None) -> None:
         """Round the model's floating-point parameters (those ``optimizer`` updates, if given)
         in place to the policy's ``variable_format``, round to nearest even, as the numpy
-        training emulation stores its master weights (:meth:`~precision_lab.training.model.
-        Numerics.store`). :func:`simulate` calls it at the start and after every
+        training emulation stores its master weights (``precision_lab.training.model.
+        Numerics.store``). :func:`simulate` calls it at the start and after every
         ``optimizer.step()`` (a global optimizer step hook, removed by :meth:`remove`), so the
         weights live in ``variable_format`` as under Keras' variable dtype."""
         fmt = self.variable_format
