@@ -260,7 +260,9 @@ def random_matrix(n: int, kappa: float, seed: int) -> np.ndarray:
     reflections ``H = I - 2 v v^T``, formed with elementwise float64 operations and
     :func:`math.fsum` only (bit-reproducible; no BLAS)."""
     rng = np.random.default_rng(seed)
-    sigma = kappa ** (-np.arange(n) / max(n - 1, 1))
+    # math.pow (the C library's pow), not numpy's power: numpy dispatches float64 power to SIMD
+    # code chosen by the CPU (SVML on AVX-512), whose last bits differ from other CPUs'
+    sigma = np.array([math.pow(kappa, -i / max(n - 1, 1)) for i in range(n)])
     u = rng.normal(size=n)
     w = rng.normal(size=n)
     u = u / math.sqrt(math.fsum((u * u).tolist()))
