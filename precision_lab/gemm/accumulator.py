@@ -319,6 +319,22 @@ def _float_format(value: Any, name: str) -> FloatFormat:
     return fmt
 
 
+def _format_pair(input_format: Any) -> tuple[FloatFormat, FloatFormat]:
+    """``input_format`` of a GEMM: one format for both operands, or a pair ``(fa, fb)``."""
+    if isinstance(input_format, tuple | list):
+        if len(input_format) != 2:
+            raise ValueError(
+                f"input_format must be one format or a pair (format_a, format_b), got "
+                f"{len(input_format)} items"
+            )
+        return (
+            _float_format(input_format[0], "input_format[0]"),
+            _float_format(input_format[1], "input_format[1]"),
+        )
+    fmt = _float_format(input_format, "input_format")
+    return fmt, fmt
+
+
 def _positive_int(value: Any, name: str, *, allow_none: bool = True) -> int | None:
     if value is None and allow_none:
         return None

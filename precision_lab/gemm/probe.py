@@ -104,7 +104,7 @@ import numpy as np
 
 from ..core.formats import FloatFormat, get_format
 from ..core.pool import use_workers
-from .accumulator import Accumulator, _float_format
+from .accumulator import Accumulator, _float_format, _format_pair
 from .reference import _EXACT_PRODUCT_BITS, gemm
 from .tensor_core import FP8_ACCUMULATOR
 
@@ -708,18 +708,7 @@ def probe_gemm(
     """
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    if isinstance(input_format, tuple | list):
-        if len(input_format) != 2:
-            raise ValueError(
-                f"input_format must be one format or a pair (format_a, format_b), got "
-                f"{len(input_format)} items"
-            )
-        fins = (
-            _float_format(input_format[0], "input_format[0]"),
-            _float_format(input_format[1], "input_format[1]"),
-        )
-    else:
-        fins = (_float_format(input_format, "input_format"),) * 2
+    fins = _format_pair(input_format)
     # the grid of the targeted inputs: the operands' format, or a grid inside both
     fin = fins[0] if fins[0] == fins[1] else _common_grid(*fins)
     # fp64 inputs: an fp64 FMA chain only

@@ -46,7 +46,7 @@ from ..core.rounding import (
     is_stochastic,
     round_to,
 )
-from .accumulator import Accumulator, _float_format, reference_only
+from .accumulator import Accumulator, _float_format, _format_pair, reference_only
 from .scales import expand_scales
 from .shapes import gemm_shapes
 
@@ -272,16 +272,7 @@ def _check_wide_inputs(acc: Accumulator, fa: FloatFormat, fb: FloatFormat) -> No
 
 
 def _input_formats(input_format: Any) -> tuple[FloatFormat, FloatFormat]:
-    if isinstance(input_format, tuple | list):
-        if len(input_format) != 2:
-            raise ValueError(
-                f"input_format must be one format or a pair (format_a, format_b), got "
-                f"{len(input_format)} items"
-            )
-        fa = _float_format(input_format[0], "input_format[0]")
-        fb = _float_format(input_format[1], "input_format[1]")
-    else:
-        fa = fb = _float_format(input_format, "input_format")
+    fa, fb = _format_pair(input_format)
     for f in (fa, fb):
         if f.precision > 53:
             raise ValueError(
