@@ -15,8 +15,8 @@ ways that change bits, so each is modelled here as its own quantizer:
   ``2**127``; a NaN or infinite ``sf`` gets ``2**127``);
 * elements ``e4m3(fp32(x * fp32(1 / sf)))``: multiplied by the float32 reciprocal, *not*
   divided (with FP32 scales ``1 / sf`` is rounded, and the product is rounded again before the
-  E4M3 conversion), E4M3 by torch's cast (round to nearest even; the scaled values never reach
-  torch's NaN threshold 480).
+  E4M3 conversion), E4M3 by torch's cast: round to nearest even, saturating (torch 2.13 clamps
+  every finite value and the infinities to ±448; the scaled finite values never exceed 448).
 
 :func:`te_blockwise_quantize` (Transformer Engine's ``Float8BlockScaling`` quantizer:
 ``tests/pytorch/references/blockwise_quantizer_reference.py`` and ``quantize_scale_calc.py``,
@@ -238,9 +238,8 @@ def deepgemm_quantize(
     g = inv[:, None, :, None]
     with np.errstate(all="ignore"):
         scaled = _f32(data.astype(np.float64) * g)  # float32 product (exact operands)
-        # torch's float32 -> float8_e4m3fn: RNE; |x| >= 480 and inf give NaN
+        # torch's float32 -> float8 cast: RNE, saturating (infinities included), NaN kept
         q = round_to(scaled, elem, overflow="saturate")
-        q = np.where(np.abs(scaled) >= 480.0, np.nan, q) if element == "e4m3" else q
     return _finish(a.shape, lay, q, elem, sf, bf)
 
 

@@ -35,6 +35,8 @@ def _data(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
     x[0, :128] = 0.0
     if shape[0] > 1:
         x[1] *= 1e-7
+    if shape[0] > 3 and shape[1] > 128:
+        x[3, 200] = np.inf  # a tile with an infinity (scale 2**127, or FP32 inf)
     if shape[0] > 2:  # amax at an exact power-of-two boundary of amax / 448
         x[2, :128] = 0
         x[2, 5] = 448.0 * 2.0**-3
@@ -249,6 +251,7 @@ def test_te_pow2_is_the_exact_ceil_rule_for_nonzero_tiles() -> None:
     rng = np.random.default_rng(9)
     x = _data(rng, (8, 256))
     x[0, :128] = 1.0  # replace the zero tile (TE: scale 1; the library: its smallest scale)
+    x[3, 200] = 1.0  # and the infinity (TE: scale_inv inf; the library: a NaN block)
     q = te_blockwise_quantize(x)
     lib = pl.quantize_blocks(x, pl.get_block_format("fp8_1x128", scale_rule="ceil"))
     np.testing.assert_array_equal(q.scales, lib.scales)
