@@ -74,7 +74,7 @@ __all__ = ["SCALE_ORDERS", "blockwise_gemm", "fma32", "promotion_error"]
 #: where the tile scales enter: cuBLAS's equations (TE's reference) or CUTLASS's / DeepGEMM's
 SCALE_ORDERS = ("cublas", "cutlass")
 _FP32 = get_format("fp32")
-_RN32 = Rounder(_FP32, "nearest_even")
+_RN32 = Rounder("fp32", "nearest_even")
 
 
 def _f32(v: np.ndarray) -> np.ndarray:

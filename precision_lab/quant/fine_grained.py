@@ -91,7 +91,7 @@ __all__ = [
     "te_blockwise_quantize",
 ]
 
-_FP32 = get_format("fp32")
+_FP32 = _float("fp32")
 #: DeepGEMM's amax clamp (``clamp(1e-4)`` of a float32 tensor: the float32 nearest 1e-4)
 DEEPGEMM_AMAX_FLOOR = float(np.float32(1e-4))
 
