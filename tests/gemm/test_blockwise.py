@@ -199,3 +199,19 @@ def test_errors() -> None:
         blockwise_gemm(q, deepgemm_quantize(np.ones((128, 2)), axis=-2), order="cudnn")
     with pytest.raises(TypeError, match="QuantizedBlocks"):
         blockwise_gemm(np.ones((2, 128)), q)  # type: ignore[arg-type]
+
+
+def test_fp8_x_fp4_operands() -> None:
+    """DeepGEMM's FP8 x FP4 pairing: a 1x128 E4M3 operand with a 1x128 E2M1 one (UE8M0 scales),
+    on the B200 mixed-kind preset; power-of-two scales, so cuBLAS's order is the library's
+    promotion (gemm_blocks)."""
+    from precision_lab.quant.fine_grained import deepgemm_fp4_quantize
+
+    rng = np.random.default_rng(6)
+    x, w = rng.standard_normal((4, 256)), rng.standard_normal((256, 6))
+    qa, qb = deepgemm_quantize(x), deepgemm_fp4_quantize(w, axis=-2)
+    acc = pl.tensor_core("b200", ("e4m3", "e2m1"))
+    got = blockwise_gemm(qa, qb, accumulator=acc)
+    np.testing.assert_array_equal(got, pl.gemm_blocks(qa, qb, accumulator=acc))
+    exact = qa.dequantize().astype(np.float64) @ qb.dequantize().astype(np.float64)
+    assert np.abs(got - exact).max() <= 1e-5 * np.abs(exact).max()
