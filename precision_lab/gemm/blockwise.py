@@ -244,7 +244,7 @@ def promotion_error(
     Two random ``(m, k)`` and ``(k, n)`` matrices (``"normal"``: N(0, 1); ``"uniform"``:
     U[0, 1)) are rounded to E4M3 (per-tensor scale: the values are taken as they are), and
     their product is computed exactly (float64 of exact E4M3 products, error-free at these
-    sizes: |sum| < 2**53 quanta) and by the matrix core ``accumulator`` (default
+    sizes: ``|sum| < 2**53`` quanta) and by the matrix core ``accumulator`` (default
     ``pl.tensor_core("h100", "e4m3")``) without promotion (cuBLAS fast accumulation: the
     14-bit accumulator chained over all of K) and with promotion every ``promote_every``
     products into FP32 (the split accumulator). Returns the largest relative error

@@ -48,7 +48,7 @@ Inputs are taken in float32, as the peers take them (``.float()`` of a bf16 tens
 data is first rounded to float32 (the one rounding the peers' float32 arithmetic implies);
 bf16 and fp16 data are exact. Every rounding goes through the core
 (:func:`~precision_lab.round_to`); float32 quotients and products are formed in float64 and
-rounded once, which is the correctly rounded float32 operation (for +, -, *, / on float32
+rounded once, which is the correctly rounded float32 operation (for ``+ - * /`` on float32
 operands float64's 53 >= 2 * 24 + 2 bits make the double rounding innocuous: Figueroa 1995).
 
 The results are :class:`~precision_lab.quant.blocks.QuantizedBlocks` (blocks along ``axis``
@@ -216,6 +216,8 @@ def deepgemm_quantize(
     element:
         ``"e4m3"`` (DeepGEMM's) or ``"e5m2"``.
 
+    Examples
+    --------
     >>> import numpy as np
     >>> q = deepgemm_quantize(np.full((1, 128), 0.3, np.float32), ue8m0=False)
     >>> float(q.scales[0, 0]) == float(np.float32(np.float32(0.3) / np.float32(448)))
@@ -276,6 +278,8 @@ def te_blockwise_quantize(
         an infinite quantization scale. Default: ``"bf16"``/``"fp16"`` for ml_dtypes bfloat16 /
         float16 input, else ``"fp32"``.
 
+    Examples
+    --------
     >>> import numpy as np
     >>> q = te_blockwise_quantize(np.full((1, 128), 0.3, np.float32), pow2=False)
     >>> float(q.scales[0, 0]) == float(np.float32(1 / np.float32(448 / np.float32(0.3))))

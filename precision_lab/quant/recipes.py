@@ -96,8 +96,8 @@ class Operand:
 
     @property
     def fine_grained(self) -> bool:
-        """Whether the format is a peer's fine-grained quantizer (:data:`~precision_lab.quant.
-        fine_grained.FINE_GRAINED_FORMATS`)."""
+        """Whether the format is a peer's fine-grained quantizer
+        (:data:`~precision_lab.quant.fine_grained.FINE_GRAINED_FORMATS`)."""
         return self.format in FINE_GRAINED_FORMATS
 
 

@@ -4,8 +4,8 @@
 library defines and names each departure. Decoders and casts disagree in the field; the checks:
 
 ``decode``
-    every code of E4M3, E5M2, E2M1 and E8M0 decoded by the peer, against :func:`~precision_lab.
-    decode` (NaN equals NaN, the sign of zero counts).
+    every code of E4M3, E5M2, E2M1 and E8M0 decoded by the peer, against
+    :func:`~precision_lab.decode` (NaN equals NaN, the sign of zero counts).
 ``ue4m3_bit7``
     NVFP4's block scales are unsigned E4M3 (UE4M3): the library never writes bit 7. How the peer
     reads the codes 0x80-0xFF as E4M3 is reported (a sign: ``-s``; NaN; or ignored), against the
