@@ -141,8 +141,8 @@ def convert_blocks(
         array on the E4M3/E5M2 grid) with its dequantization ``scale``.
     to:
         The target block format (a name of
-        :data:`~precision_lab.quant.block_formats.BLOCK_FORMATS`, optionally with a ``[rule]`` suffix as ``"mxfp8_e4m3[ceil]"``, or a
-        :class:`~precision_lab.BlockFormat`).
+        :data:`~precision_lab.quant.block_formats.BLOCK_FORMATS`, optionally with a ``[rule]``
+        suffix as ``"mxfp8_e4m3[ceil]"``, or a :class:`~precision_lab.BlockFormat`).
     scale:
         The per-tensor scale of an array ``q`` (ignored for a QuantizedBlocks).
     axis:
