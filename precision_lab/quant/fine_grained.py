@@ -289,9 +289,11 @@ def te_blockwise_quantize(
     elem = get_format(element, name="element")
     assert isinstance(elem, FloatFormat)
     bf = _tile_format(t, elem, pow2, "te")
-    if x_dtype is None:
-        dt = np.asarray(x).dtype if not hasattr(x, "__dlpack__") else np.dtype(np.float32)
-        x_dtype = {"bfloat16": "bf16", "float16": "fp16"}.get(dt.name, "fp32")
+    if x_dtype is None:  # numpy / ml_dtypes dtypes ("bfloat16") and torch's ("torch.bfloat16")
+        dt = str(getattr(x, "dtype", ""))
+        x_dtype = (
+            "bf16" if dt.endswith("bfloat16") else "fp16" if dt.endswith("float16") else "fp32"
+        )
     dmax = float(get_format(x_dtype, name="x_dtype").max)
     a = _fp32_data(x)
     data, lay = _tiles(a, bf, axis)

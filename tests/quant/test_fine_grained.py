@@ -207,9 +207,11 @@ def test_ceil_to_ue8m0_bits() -> None:
 
 # ----- Transformer Engine ---------------------------------------------------------------------
 def _torch_te(
-    x: np.ndarray, tile: tuple[int, int], pow2: bool, eps: float
+    x: np.ndarray, tile: tuple[int, int], pow2: bool, eps: float, dtype: Any = None
 ) -> tuple[np.ndarray, np.ndarray]:
     t = torch.from_numpy(x)
+    if dtype is not None:
+        t = t.to(dtype)
     m, n = t.shape
     if tile == (1, 128):
         v = t.reshape(m, n // 128, 128)
@@ -219,7 +221,7 @@ def _torch_te(
         amax = v.abs().amax(dim=(1, 3)).float()
     amax = torch.max(amax, torch.tensor(eps))
     scale = torch.div(448.0, amax)
-    scale = torch.where(scale == torch.inf, torch.finfo(torch.float32).max, scale)
+    scale = torch.where(scale == torch.inf, torch.finfo(t.dtype).max, scale)
     if pow2:
         _, e = torch.frexp(scale)
         scale = torch.ldexp(torch.ones_like(scale), e - 1)
@@ -245,6 +247,23 @@ def test_te_bits_match_torch(tile: tuple[int, int], pow2: bool, eps: float) -> N
     codes, inv = _torch_te(x, tile, pow2, eps)
     np.testing.assert_array_equal(q.codes, codes)
     np.testing.assert_array_equal(q.scales, inv.astype(np.float64))
+
+
+@pytest.mark.parametrize("pow2", [True, False])
+def test_te_bf16_input(pow2: bool) -> None:
+    """bf16 input: an infinite quantization scale (amax below 448 / FLT_MAX) becomes bf16's
+    largest value, not float32's."""
+    ml = pytest.importorskip("ml_dtypes")
+    rng = np.random.default_rng(8)
+    x = _data(rng, (4, 256)).astype(ml.bfloat16)
+    x[2, 128:] = (rng.standard_normal(128) * 1e-37).astype(ml.bfloat16)
+    q = te_blockwise_quantize(x, pow2=pow2)
+    codes, inv = _torch_te(x.astype(np.float32), (1, 128), pow2, 0.0, torch.bfloat16)
+    np.testing.assert_array_equal(q.codes, codes)
+    np.testing.assert_array_equal(q.scales, inv.astype(np.float64))
+    if not pow2:
+        fp32 = te_blockwise_quantize(x.astype(np.float32), pow2=False)
+        assert q.scales[2, 1] != fp32.scales[2, 1]
 
 
 def test_te_pow2_is_the_exact_ceil_rule_for_nonzero_tiles() -> None:
