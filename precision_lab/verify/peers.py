@@ -27,7 +27,7 @@ library defines and names each departure. Decoders and casts disagree in the fie
     with the diagnosed cause) or value by value (gfloat).
 
 Peers: ``ml_dtypes``, ``torch``, ``gfloat`` (decode, ue4m3_bit7, casts, e8m0_round; gfloat
-also its MX quantizer) and ``torchao`` (its MX quantizer ``to_mx``; not its NVFP4 code). What they
+also its MX quantizer) and ``torchao`` (its quantizers ``to_mx`` and ``nvfp4_quantize``). What they
 were found to do (ml_dtypes 0.7.0, torch 2.13.0, gfloat, torchao 0.18.0 on the CPU), as
 ``tests/verify/test_peers.py`` pins it: every decoder agrees on every code, and reads bit 7 of an
 E4M3 scale code as a sign; ml_dtypes' E4M3 and E5M2 casts overflow as IEEE 754 (NaN / inf from
@@ -35,7 +35,9 @@ E4M3 scale code as a sign; ml_dtypes' E4M3 and E5M2 casts overflow as IEEE 754 (
 into -0; torch saturates E4M3 (infinities to 448) but overflows E5M2 to inf; ml_dtypes and torch
 round E8M0 ties up (``3 -> 4``, ``1.5 * 2**k -> 2**(k+1)`` for every k), the library and gfloat to
 the even code (``3 -> 2``); gfloat's casts and MX quantizer and torchao's ``to_mx`` (four scale
-rules) agree with the library everywhere.
+rules) agree with the library everywhere; torchao's ``nvfp4_quantize`` (two-level scale) agrees
+on every element code and departs on all-zero blocks only, whose E4M3 scale it clamps at
+``E4M3_EPS`` (code 0x08, ``2**-6``) where the library's is 0.
 
 >>> r = check_peer("ml_dtypes")
 >>> sorted(c.name for c in r.checks)[:3]
@@ -342,7 +344,42 @@ def _torchao_checks() -> tuple[list[PeerCheck], str]:
                 f"quantize_{case.block_format}[{rule}]", rep.blocks, rep.bad_blocks, causes, ex
             )
         )
+    out += _torchao_nvfp4_checks(torch)
     return out, version
+
+
+def _torchao_nvfp4_checks(torch: Any) -> list[PeerCheck]:
+    """torchao's ``nvfp4_quantize`` with its two-level scale (``per_tensor_amax_to_scale`` of
+    the tensor's amax) over the NVFP4 vectors of the ``"amax"`` rules (torchao has no 4/6)."""
+    nv = importlib.import_module("torchao.prototype.mx_formats.nvfp4_tensor")
+    out = []
+    for p in vector_paths():
+        case = load_vector(p)
+        rule = case.scale_rule or "amax"
+        if (
+            case.block_format != "nvfp4"
+            or rule not in ("amax", "amax_div")
+            or case.rounding != "nearest_even"
+            or case.hadamard
+        ):
+            continue
+        x = torch.from_numpy(np.ascontiguousarray(case.inputs, dtype=np.float32))
+        ts = nv.per_tensor_amax_to_scale(torch.amax(torch.abs(x)))
+        sc, d = nv.nvfp4_quantize(x, 16, ts)
+        rep = check_conformance(
+            case.inputs, d.view(torch.uint8).numpy(), sc.view(torch.uint8).numpy(), "nvfp4",
+            scale_rule=rule, show=2,
+        )  # fmt: skip
+        zero = [d_ for d_ in rep.differences if d_["what"] == "scale" and d_["input"] == 0]
+        note = ", ".join(f"{c} ({n} blocks)" for c, n in rep.causes.most_common())
+        if zero and rep.bad_elements == 0:
+            note = (
+                f"all-zero blocks get {zero[0]['got']} (torchao clamps the block scale at "
+                f"E4M3_EPS), precision_lab {zero[0]['expected']}; every element code agrees"
+            )
+        ex = [(d_["input"], d_["expected"], d_["got"]) for d_ in rep.differences[:2]]
+        out.append(PeerCheck(f"quantize_nvfp4[{rule}]", rep.blocks, rep.bad_blocks, note, ex))
+    return out
 
 
 def _gfloat_quantize_checks() -> list[PeerCheck]:

@@ -43,8 +43,12 @@ def test_gfloat_and_torchao_agree() -> None:
     r = check_peer("gfloat")
     assert r.ok and any(n.name.startswith("quantize_mx") for n in r.checks)
     pytest.importorskip("torchao")
-    r = check_peer("torchao")
-    assert r.ok and len(r.checks) == 12
+    c = _checks("torchao")
+    mx = [v for k, v in c.items() if k.startswith("quantize_mx")]
+    assert len(mx) == 12 and all(v.ok for v in mx)
+    for rule in ("amax", "amax_div"):  # only the 8 all-zero blocks: scale 2**-6, not 0
+        v = c[f"quantize_nvfp4[{rule}]"]
+        assert v.departed == 8 and "E4M3_EPS" in v.note and "every element code agrees" in v.note
 
 
 def test_cli_peer(capsys: pytest.CaptureFixture[str]) -> None:
