@@ -215,3 +215,15 @@ def test_fp8_x_fp4_operands() -> None:
     np.testing.assert_array_equal(got, pl.gemm_blocks(qa, qb, accumulator=acc))
     exact = qa.dequantize().astype(np.float64) @ qb.dequantize().astype(np.float64)
     assert np.abs(got - exact).max() <= 1e-5 * np.abs(exact).max()
+
+
+def test_deepseek_k4096_numbers_in_the_docs() -> None:
+    """The numbers docs/fine_grained_fp8.md and docs/reproductions.md state (inferred)."""
+    r = promotion_error(4096, m=24, n=24, distribution="uniform", seed=0)
+    assert f"{r['max_rel_no_promotion']:.3g}" == "0.0703"
+    assert f"{r['max_rel_promoted']:.3g}" == "0.000568"
+    n = promotion_error(4096, m=24, n=24, distribution="normal", seed=0)
+    assert (f"{n['normwise_no_promotion']:.3g}", f"{n['normwise_promoted']:.3g}") == (
+        "0.00148",
+        "0.00012",
+    )
