@@ -26,14 +26,23 @@ tiles (:mod:`precision_lab.quant.fine_grained`). The GEMM then runs per 128-wide
    * 2Dx1D (operands' roles swapped): ``y = fma(fp32(P_t * sb), sa, y)``
    * 2Dx2D: ``y = fma(P_t, fp32(sa * sb), y)``
 
-   ``order="cutlass"`` (CUTLASS's blockwise-scaled mainloop and DeepGEMM's
-   ``sm90_fp8_gemm_1d2d.cuh``: ``final_accum += (scale_a * scale_b) * accum``, contracted to
-   an FMA by nvcc's default ``-fmad=true``, inferred): ``y = fma(P_t, fp32(sa * sb), y)`` in
-   every case. This is also what :func:`~precision_lab.gemm_blocks` computes (the library's
-   promotion ``W = round(W + P * round(sa * sb))``; the tests check they agree bit for bit).
+   ``order="cutlass"`` (CUTLASS's SM90 blockwise-scaled mainloop,
+   ``sm90_mma_tma_gmma_ss_warpspecialized_fp8_blockwise_scaling.hpp`` and
+   ``fp8_accumulation.hpp``, NVIDIA/cutlass 7107b05): with per-row A scales *and* per-column B
+   scales (1Dx1D) ``accum += accum_temp * scaleA * scaleB``, i.e.
+   ``y = fma(fp32(P_t * sa), sb, y)`` (cuBLAS's 1Dx1D equation); otherwise the two scales are
+   multiplied first (``tCrSFA * tCrSFB``) and ``accum += accum_temp * scale``:
+   ``y = fma(P_t, fp32(sa * sb), y)``.
 
-   The orders differ only for non-power-of-two (FP32) scales; with UE8M0 or TE's power-of-two
-   scales every product is exact (outside overflow and underflow) and all orders agree.
+   ``order="deepgemm"`` (DeepGEMM's ``sm90_fp8_gemm_1d1d.cuh`` and ``sm90_fp8_gemm_1d2d.cuh``:
+   ``final_accum += scale_a * scale_b * accum``): ``y = fma(P_t, fp32(sa * sb), y)`` in every
+   case. This is also what :func:`~precision_lab.gemm_blocks` computes (the library's promotion
+   ``W = round(W + P * round(sa * sb))``; the tests check they agree bit for bit).
+
+   ``a += b * c`` becomes one FMA under nvcc's default ``-fmad=true`` (inferred; the C++
+   expressions are the evidence, not a disassembly). The orders differ only for
+   non-power-of-two (FP32) scales; with UE8M0 or TE's power-of-two scales every product is
+   exact (outside overflow and underflow) and all orders agree.
 3. the output conversion after the last tile (``d = round(y, out_format)``, nearest even: bf16
    by ``__float22bfloat162_rn`` in DeepGEMM), and with ``c`` (cuBLAS ``accumulate=True``) C
    added *after* the conversion, ``d = round(fp32(round(y, out) + c), out)``: "cublas
@@ -71,8 +80,8 @@ from .tensor_core import tensor_core
 
 __all__ = ["SCALE_ORDERS", "blockwise_gemm", "fma32", "promotion_error"]
 
-#: where the tile scales enter: cuBLAS's equations (TE's reference) or CUTLASS's / DeepGEMM's
-SCALE_ORDERS = ("cublas", "cutlass")
+#: where the tile scales enter: cuBLAS's equations (TE's reference), CUTLASS's, DeepGEMM's
+SCALE_ORDERS = ("cublas", "cutlass", "deepgemm")
 _FP32 = get_format("fp32")
 _RN32 = Rounder("fp32", "nearest_even")
 
@@ -151,7 +160,7 @@ def blockwise_gemm(
         "e4m3")``, the H100 FP8 ``wgmma`` model); promotion fields are ignored (the tile is the
         promotion interval).
     order:
-        ``"cublas"`` (TE's reference equations) or ``"cutlass"`` (also DeepGEMM).
+        ``"cublas"`` (TE's reference equations), ``"cutlass"`` or ``"deepgemm"``.
     out_format:
         ``"fp32"``, ``"bf16"``, ``"fp16"``: D's type.
     backend:
@@ -215,11 +224,11 @@ def blockwise_gemm(
         for t in range(nk):
             p = parts[..., t, :, :]
             s_a, s_b = sa[..., t, :, :], sb[..., t, :, :]
-            if order == "cublas" and one_a:  # 1Dx1D, 1Dx2D
-                y = fma32(_f32(p * s_a), s_b, y)
-            elif order == "cublas" and one_b:  # 2Dx1D
+            if one_a and (order == "cublas" or (order == "cutlass" and one_b)):
+                y = fma32(_f32(p * s_a), s_b, y)  # cuBLAS 1Dx1D, 1Dx2D; CUTLASS 1Dx1D
+            elif order == "cublas" and one_b:  # cuBLAS 2Dx1D
                 y = fma32(_f32(p * s_b), s_a, y)
-            else:  # 2Dx2D; CUTLASS and DeepGEMM always
+            else:  # 2Dx2D; CUTLASS 1Dx2D, 2Dx1D; DeepGEMM always
                 y = fma32(p, _f32(s_a * s_b), y)
         d = round_to(y, out)
         if c is not None:

@@ -93,7 +93,7 @@ def recipe_gemm(
     promoted to FP32 at every block of K). A role with a ``scale_order`` (the fine-grained FP8
     recipes ``"deepseek_v3_fp8"``, ``"te_fp8_block"``) runs
     :func:`~precision_lab.gemm.blockwise.blockwise_gemm` instead: the preset's partial per
-    128-wide K tile, the tile scales in cuBLAS's or CUTLASS's order.
+    128-wide K tile, the tile scales in cuBLAS's, CUTLASS's or DeepGEMM's order.
 
     Parameters
     ----------

@@ -102,7 +102,7 @@ class Operand:
 
 
 #: where a fine-grained FP8 GEMM applies the tile scales (:mod:`precision_lab.gemm.blockwise`)
-SCALE_ORDERS = ("cublas", "cutlass")
+SCALE_ORDERS = ("cublas", "cutlass", "deepgemm")
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ class GemmRole:
     block of K, as DeepSeek-V3 and the block-scaled MMA do). ``scale_order`` (fine-grained FP8
     operands): the GEMM runs tile by tile as :func:`precision_lab.gemm.blockwise.blockwise_gemm`,
     the GPU's partial per 128-wide K tile and the scales in cuBLAS's (``"cublas"``) or
-    CUTLASS's / DeepGEMM's (``"cutlass"``) order."""
+    CUTLASS's (``"cutlass"``) or DeepGEMM's (``"deepgemm"``) order."""
 
     a: Operand
     b: Operand

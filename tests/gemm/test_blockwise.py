@@ -1,11 +1,11 @@
-"""The fine-grained FP8 GEMM (precision_lab.gemm.blockwise): cuBLAS's and CUTLASS's scale orders.
+"""The fine-grained FP8 GEMM (precision_lab.gemm.blockwise): cuBLAS's, CUTLASS's, DeepGEMM's orders.
 
 Oracles: (1) TE's reference equations (``tests/pytorch/references/blockwise_fp8_gemm_reference.py``,
 ``CuBLASRefBlockwiseGemm.qgemm_blockwise_2d``) re-written here loop by loop over 128x128 output
 tiles and K tiles, in exact rational arithmetic with explicit float32 roundings, with the
 tensor-core partial of each K tile (``torch._scaled_mm`` in TE's code) replaced by the library's
 H100 preset; (2) the whole tile algebra from exact products when the partial is exact; (3) the
-library's own promotion (``gemm_blocks``), which is CUTLASS's order.
+library's own promotion (``gemm_blocks``), which is DeepGEMM's order.
 """
 
 from __future__ import annotations
@@ -120,8 +120,9 @@ def test_cublas_2dx2d_and_accumulate_bf16() -> None:
 
 
 def test_orders_differ_only_for_fp32_scales() -> None:
-    """With FP32 scales cuBLAS's 1D equations (two roundings) and CUTLASS's fused product
-    (sa * sb rounded, one FMA) part in some outputs; with power-of-two scales they agree."""
+    """With FP32 scales cuBLAS's 1D equations (two roundings) and CUTLASS's product of the
+    scales (sa * sb rounded, one FMA; 1Dx2D here) part in some outputs; with power-of-two
+    scales they agree."""
     rng = np.random.default_rng(2)
     x, w = _operands(rng, 16, 512, 16)
     for pow2, differ in ((False, True), (True, False)):
@@ -133,14 +134,14 @@ def test_orders_differ_only_for_fp32_scales() -> None:
 
 
 @pytest.mark.parametrize("ue8m0", [False, True])
-def test_cutlass_order_is_the_library_promotion(ue8m0: bool) -> None:
-    """CUTLASS's / DeepGEMM's order is the library's gemm_blocks promotion (W = round(W + P *
+def test_deepgemm_order_is_the_library_promotion(ue8m0: bool) -> None:
+    """DeepGEMM's order is the library's gemm_blocks promotion (W = round(W + P *
     round(sa * sb))), with the H100 preset forming each tile's partial."""
     rng = np.random.default_rng(3)
     x, w = _operands(rng, 8, 384, 7)
     qa = deepgemm_quantize(x, ue8m0=ue8m0)
     qb = deepgemm_quantize(w, tile=(128, 128), ue8m0=ue8m0)
-    got = blockwise_gemm(qa, qb, order="cutlass")
+    got = blockwise_gemm(qa, qb, order="deepgemm")
     np.testing.assert_array_equal(got, pl.gemm_blocks(qa, qb, accumulator=H100))
 
 
@@ -180,6 +181,22 @@ def test_unit_scales_are_promotion_every_tile() -> None:
     np.testing.assert_array_equal(got, want)
     fast = pl.gemm(a, b, input_format="e4m3", accumulator=H100)  # no promotion: differs
     assert (np.asarray(fast) != got).any()
+
+
+def test_cutlass_order_is_cublas_for_1dx1d_and_deepgemm_otherwise() -> None:
+    """CUTLASS multiplies the partial by A's scale first only when both operands have 1-D
+    (per-row / per-column) scales; with a 128x128 operand it multiplies the scales first."""
+    rng = np.random.default_rng(7)
+    x, w = _operands(rng, 16, 512, 16)
+    a1 = te_blockwise_quantize(x, pow2=False)
+    b1 = te_blockwise_quantize(w, pow2=False, axis=-2)
+    b2 = te_blockwise_quantize(w, tile=(128, 128), pow2=False)
+    run = {o: (blockwise_gemm(a1, b1, order=o), blockwise_gemm(a1, b2, order=o))
+           for o in ("cublas", "cutlass", "deepgemm")}  # fmt: skip
+    np.testing.assert_array_equal(run["cutlass"][0], run["cublas"][0])  # 1Dx1D
+    np.testing.assert_array_equal(run["cutlass"][1], run["deepgemm"][1])  # 1Dx2D
+    assert (run["cutlass"][0] != run["deepgemm"][0]).any()
+    assert (run["cutlass"][1] != run["cublas"][1]).any()
 
 
 def test_fma32_is_one_rounding() -> None:

@@ -34,9 +34,10 @@ def test_deepseek_v3_fp8_roles_are_deepgemm_tiles_on_h100() -> None:
     np.testing.assert_array_equal(out.y, run(x, w.T, (1, 128), (128, 128)))
     np.testing.assert_array_equal(out.dx, run(dy, w, (1, 128), (128, 128)))
     np.testing.assert_array_equal(out.dw, run(dy.T, x, (1, 128), (1, 128)))
-    # UE8M0 scales: every scale a power of two, so CUTLASS's / DeepGEMM's order agrees
+    # UE8M0 scales: every scale a power of two, so CUTLASS's and DeepGEMM's orders agree
     qa, qb = deepgemm_quantize(x), deepgemm_quantize(w.T, tile=(128, 128))
-    np.testing.assert_array_equal(blockwise_gemm(qa, qb, order="cutlass"), out.y)
+    for order in ("cutlass", "deepgemm"):
+        np.testing.assert_array_equal(blockwise_gemm(qa, qb, order=order), out.y)
 
 
 def test_te_fp8_block_is_te_quantizer_cublas_order() -> None:
