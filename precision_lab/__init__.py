@@ -11,10 +11,12 @@ Main entry points (all at the top level, ``import precision_lab as pl``):
   stochastic conversions replayed from a kernel's random bits)
 * quantization: ``pl.quantize`` / ``pl.dequantize`` / ``pl.calibrate`` (INT8 ...),
   ``pl.round_to_blocks`` / ``pl.quantize_blocks`` / ``pl.dequantize_blocks`` (MX, NVFP4 ...),
+  ``pl.convert_blocks`` (MXFP4 -> NVFP4 and other conversions between block formats),
   ``pl.hadamard`` (blockwise random Hadamard rotations), ``pl.get_recipe`` / ``pl.Recipe`` and
   ``pl.apply_recipe`` / ``pl.recipe_gemm`` (FP4/FP8 training recipes per GEMM role)
 * GEMM: ``pl.gemm(a, b, input_format=..., accumulator=...)``, ``pl.Accumulator``,
-  ``pl.tensor_core("h100", "e4m3")``
+  ``pl.tensor_core("h100", "e4m3")``, ``pl.blockwise_gemm`` (1x128 / 128x128 FP8 GEMMs in
+  cuBLAS's or CUTLASS's scale order)
 * analysis: ``pl.underflow_stats``, ``pl.pick_loss_scale``, ``pl.error_stats``,
   ``pl.gamma_n``, ``pl.sqrt_n_u``
 * scaling: ``pl.scaling.DynamicLossScaler`` (``.preset("deepspeed")`` ...),
@@ -87,6 +89,7 @@ from .gemm import (
     Accumulator,
     ProbeResult,
     apply_recipe,
+    blockwise_gemm,
     gemm,
     gemm_blocks,
     probe_gemm,
@@ -99,6 +102,7 @@ from .quant import (
     QuantizedBlocks,
     Recipe,
     calibrate,
+    convert_blocks,
     dequantize,
     dequantize_blocks,
     get_block_format,
@@ -129,7 +133,9 @@ __all__ = [
     "analysis",
     "apply_recipe",
     "backend_info",
+    "blockwise_gemm",
     "calibrate",
+    "convert_blocks",
     "cvt_rs",
     "decode",
     "dequantize",

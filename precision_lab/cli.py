@@ -11,6 +11,7 @@
     precision-lab info [--json]                        which backend serves each operation
     precision-lab tensor-cores [GPU]                   the matrix-core presets and their evidence
     precision-lab conform FILE                         check a block quantizer's codes and scales
+    precision-lab conform --peer torch                 where a third-party decoder/cast departs
     precision-lab verify FORMAT ...                    exhaustive check against an oracle (Dask)
     precision-lab grid SPEC ...                        an experiment grid (Dask)
     precision-lab probe LIBRARY ...                    the accumulation model of a matmul
@@ -653,9 +654,30 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 # ----- conform -----------------------------------------------------------------------------------
 def cmd_conform(args: argparse.Namespace) -> int:
-    """Check a third-party quantizer's codes and scales (npz or CSV) against precision_lab."""
+    """Check a third-party quantizer's codes and scales (npz or CSV) against precision_lab, or
+    (``--peer``) run an installed peer's decoders, casts and quantizer over the library's vectors
+    and name where it departs."""
     from .verify.conformance import check_conformance, load_vector
 
+    if args.peer is not None:
+        if args.file is not None:
+            raise ValueError("conform takes FILE or --peer, not both")
+        from .verify.peers import check_peer
+
+        rep = check_peer(args.peer)
+        if args.json:
+            checks = [
+                {"check": c.name, "ok": c.ok, "checked": c.checked, "departed": c.departed,
+                 "note": c.note, "examples": [list(map(str, e)) for e in c.examples]}
+                for c in rep.checks
+            ]  # fmt: skip
+            print(json.dumps({"peer": rep.peer, "version": rep.version, "ok": rep.ok,
+                              "checks": checks}, indent=2))  # fmt: skip
+        else:
+            print(rep.summary())
+        return 0 if rep.ok else 1
+    if args.file is None:
+        raise ValueError("conform needs FILE (an .npz or .csv) or --peer NAME")
     case = load_vector(args.file)
     fmt = args.format or case.block_format
     if fmt is None:
@@ -826,7 +848,11 @@ def build_parser() -> argparse.ArgumentParser:
         "cause (scale rule, tie rule, saturation). Exit status 0 when everything matches, 1 on a "
         "mismatch or a bad file.",
     )
-    p.add_argument("file", metavar="FILE", help="an .npz or .csv file")
+    p.add_argument("file", metavar="FILE", nargs="?", help="an .npz or .csv file")
+    p.add_argument("--peer", choices=("ml_dtypes", "torch", "gfloat", "torchao"),
+                   help="instead of FILE: run this installed third-party decoder / quantizer "
+                   "over precision_lab's codes, probes and shipped vectors and name where it "
+                   "departs (exit status 1 if it does)")  # fmt: skip
     p.add_argument("--format", help="block format (nvfp4, mxfp4_e2m1, mxfp8_e4m3 ...), if the "
                    "file names none or to override it")  # fmt: skip
     p.add_argument("--scale-rule", help="scale rule (default: the file's, else the format's)")

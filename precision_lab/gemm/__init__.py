@@ -32,6 +32,7 @@ and native) and the test matrix; a new tensor-core preset is an entry of the tab
 
 from .accumulator import ORDERS, Accumulator
 from .blocks import gemm_blocks
+from .blockwise import blockwise_gemm
 from .probe import ProbeResult, probe_gemm
 from .recipes import LinearGemms, apply_recipe, recipe_gemm
 from .reference import gemm
@@ -44,6 +45,7 @@ __all__ = [
     "LinearGemms",
     "ProbeResult",
     "apply_recipe",
+    "blockwise_gemm",
     "gemm",
     "gemm_blocks",
     "probe_gemm",

@@ -30,6 +30,7 @@ from ..quant.blocks import QuantizedBlocks
 from ..quant.recipes import ROLES, Operand, Recipe, get_recipe, quantize_operand
 from .accumulator import Accumulator
 from .blocks import gemm_blocks
+from .blockwise import blockwise_gemm
 from .reference import gemm
 from .tensor_core import tensor_core
 
@@ -50,8 +51,11 @@ class LinearGemms:
 def _accumulator(gpu: str | None, operand: Operand) -> Any:
     if gpu is None:
         return None
+    fmt = operand.format.split("[")[0]
+    if operand.fine_grained:
+        fmt = "e4m3"
     try:
-        return tensor_core(gpu, operand.format.split("[")[0])
+        return tensor_core(gpu, fmt)
     except (ValueError, TypeError):
         return None  # no preset for this format: FP32 promotion per block
 
@@ -86,7 +90,10 @@ def recipe_gemm(
     :func:`~precision_lab.gemm_blocks` for block formats, :func:`~precision_lab.gemm` for element
     formats, under ``accumulator`` if given, else the tensor-core preset of the role's ``gpu``
     for the first operand's format where one exists, else the default (FP32 sequential,
-    promoted to FP32 at every block of K).
+    promoted to FP32 at every block of K). A role with a ``scale_order`` (the fine-grained FP8
+    recipes ``"deepseek_v3_fp8"``, ``"te_fp8_block"``) runs
+    :func:`~precision_lab.gemm.blockwise.blockwise_gemm` instead: the preset's partial per
+    128-wide K tile, the tile scales in cuBLAS's, CUTLASS's or DeepGEMM's order.
 
     Parameters
     ----------
@@ -131,6 +138,10 @@ def recipe_gemm(
     qa = quantize_operand(aa, oa, axis=-1, seed=seed, hadamard_seed=seed)
     qb = quantize_operand(ba, ob, axis=-2, seed=seed + 1, hadamard_seed=seed)
     acc = accumulator if accumulator is not None else _accumulator(gr.gpu, oa)
+    if gr.scale_order is not None:  # fine-grained FP8: tile by tile, the peer's scale order
+        if not (isinstance(qa, QuantizedBlocks) and isinstance(qb, QuantizedBlocks)):
+            raise ValueError("scale_order needs block-scaled operands")
+        return blockwise_gemm(qa, qb, accumulator=acc, order=gr.scale_order)
     if isinstance(qa, QuantizedBlocks) and isinstance(qb, QuantizedBlocks):
         return np.asarray(gemm_blocks(qa, qb, accumulator=acc))
     if isinstance(qa, QuantizedBlocks) or isinstance(qb, QuantizedBlocks):

@@ -33,6 +33,13 @@ from .blocks import (
     quantize_blocks,
     round_to_blocks,
 )
+from .convert import conversion_error, convert_blocks
+from .fine_grained import (
+    FINE_GRAINED_FORMATS,
+    deepgemm_fp4_quantize,
+    deepgemm_quantize,
+    te_blockwise_quantize,
+)
 from .hadamard import TE_NVFP4_SIGNS, hadamard, hadamard_matrix, random_signs
 from .integer import CALIBRATION_METHODS, Calibration, calibrate, dequantize, quantize
 from .recipes import RECIPES, GemmRole, Operand, Recipe, get_recipe
@@ -40,6 +47,7 @@ from .recipes import RECIPES, GemmRole, Operand, Recipe, get_recipe
 __all__ = [
     "BLOCK_FORMATS",
     "CALIBRATION_METHODS",
+    "FINE_GRAINED_FORMATS",
     "RECIPES",
     "SCALE_RULES",
     "TE_NVFP4_SIGNS",
@@ -50,6 +58,10 @@ __all__ = [
     "QuantizedBlocks",
     "Recipe",
     "calibrate",
+    "conversion_error",
+    "convert_blocks",
+    "deepgemm_fp4_quantize",
+    "deepgemm_quantize",
     "dequantize",
     "dequantize_blocks",
     "get_block_format",
@@ -61,4 +73,5 @@ __all__ = [
     "quantize_blocks",
     "random_signs",
     "round_to_blocks",
+    "te_blockwise_quantize",
 ]

@@ -34,11 +34,13 @@ from ..core.formats import get_format
 from ..core.rounding import check_rounding, is_stochastic, round_to
 from .block_formats import BLOCK_FORMATS, get_block_format
 from .blocks import QuantizedBlocks, quantize_blocks
+from .fine_grained import FINE_GRAINED_FORMATS
 from .hadamard import _check_block, hadamard
 
 __all__ = [
     "RECIPES",
     "ROLES",
+    "SCALE_ORDERS",
     "GemmRole",
     "Operand",
     "Recipe",
@@ -59,8 +61,12 @@ class Operand:
     ----------
     format:
         A block format name (``"nvfp4"``, ``"nvfp4_16x16"``, ``"mxfp8_e4m3"``, ``"fp8_1x128"``
-        ...; a ``[rule]`` suffix as in ``"mxfp8_e4m3[rceil]"`` picks another scale rule) or an
-        element format (``"bf16"``, ``"fp32"``, ``"e4m3"``: each value rounded on its own).
+        ...; a ``[rule]`` suffix as in ``"mxfp8_e4m3[rceil]"`` picks another scale rule), a
+        peer's fine-grained FP8 quantizer of
+        :data:`~precision_lab.quant.fine_grained.FINE_GRAINED_FORMATS` (``"deepgemm_1x128"``,
+        ``"te_block_128x128"`` ...: DeepGEMM's or Transformer Engine's arithmetic, bit for bit;
+        round to nearest only) or an element format (``"bf16"``, ``"fp32"``, ``"e4m3"``: each
+        value rounded on its own).
     rounding:
         ``"nearest_even"`` or ``"stochastic"`` (any mode of :func:`~precision_lab.round_to`).
     hadamard:
@@ -77,22 +83,50 @@ class Operand:
         _resolve(self.format)
         if self.hadamard is not None:
             _check_block(self.hadamard, "hadamard")
+        if self.fine_grained and check_rounding(self.rounding) != "nearest_even":
+            raise ValueError(
+                f"{self.format} is a peer's quantizer (round to nearest even), got "
+                f"rounding={self.rounding!r}"
+            )
 
     @property
     def blocked(self) -> bool:
         """Whether the format is block-scaled."""
-        return self.format.split("[")[0] in BLOCK_FORMATS
+        return self.format.split("[")[0] in BLOCK_FORMATS or self.fine_grained
+
+    @property
+    def fine_grained(self) -> bool:
+        """Whether the format is a peer's fine-grained quantizer
+        (:data:`~precision_lab.quant.fine_grained.FINE_GRAINED_FORMATS`)."""
+        return self.format in FINE_GRAINED_FORMATS
+
+
+#: where a fine-grained FP8 GEMM applies the tile scales (:mod:`precision_lab.gemm.blockwise`)
+SCALE_ORDERS = ("cublas", "cutlass", "deepgemm")
 
 
 @dataclass(frozen=True)
 class GemmRole:
     """The two operands of one GEMM (``a @ b``: ``a`` is the first operand named in
     :data:`ROLES`), and the GPU whose tensor-core model accumulates it (None: FP32 promotion per
-    block of K, as DeepSeek-V3 and the block-scaled MMA do)."""
+    block of K, as DeepSeek-V3 and the block-scaled MMA do). ``scale_order`` (fine-grained FP8
+    operands): the GEMM runs tile by tile as :func:`precision_lab.gemm.blockwise.blockwise_gemm`,
+    the GPU's partial per 128-wide K tile and the scales in cuBLAS's (``"cublas"``) or
+    CUTLASS's (``"cutlass"``) or DeepGEMM's (``"deepgemm"``) order."""
 
     a: Operand
     b: Operand
     gpu: str | None = None
+    scale_order: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.scale_order is not None:
+            if self.scale_order not in SCALE_ORDERS:
+                raise ValueError(
+                    f"scale_order must be None or one of {SCALE_ORDERS}, got {self.scale_order!r}"
+                )
+            if not (self.a.blocked and self.b.blocked):
+                raise ValueError("scale_order needs block-scaled operands (1x128 / 128x128 tiles)")
 
 
 @dataclass(frozen=True)
@@ -121,16 +155,20 @@ def _resolve(fmt: str) -> Any:
     base, _, rule = fmt.partition("[")
     if base in BLOCK_FORMATS:
         return get_block_format(base, scale_rule=rule.rstrip("]") or None)
+    if fmt in FINE_GRAINED_FORMATS:
+        return FINE_GRAINED_FORMATS[fmt]
     if rule:
         raise ValueError(f"a scale rule suffix needs a block format, got {fmt!r}")
     return get_format(fmt, name="format")
 
 
-def _role(a: Operand, b: Operand, gpu: str | None = None) -> GemmRole:
-    return GemmRole(a, b, gpu)
+def _role(a: Operand, b: Operand, gpu: str | None = None, order: str | None = None) -> GemmRole:
+    return GemmRole(a, b, gpu, order)
 
 
 _RTN, _SR = "nearest_even", "stochastic"
+#: the GPU and scale order of the fine-grained FP8 recipes
+_H100_CUBLAS = ("h100", "cublas")
 
 #: The published recipes. Sources: NVIDIA, "Pretraining Large Language Models with NVFP4"
 #: (arXiv 2509.25149) and Transformer Engine's recipes (``NVFP4BlockScaling``,
@@ -162,11 +200,33 @@ RECIPES: dict[str, Recipe] = {
         ),
         Recipe(
             "te_fp8_block",
-            forward=_role(Operand("fp8_1x128"), Operand("fp8_128x128")),
-            dgrad=_role(Operand("fp8_1x128"), Operand("fp8_128x128")),
-            wgrad=_role(Operand("fp8_1x128"), Operand("fp8_1x128")),
-            source="Transformer Engine Float8BlockScaling",
-            notes=("1x128 activation/gradient tiles, 128x128 weight tiles, FP32 scales",),
+            forward=_role(Operand("te_block_1x128"), Operand("te_block_128x128"), *_H100_CUBLAS),
+            dgrad=_role(Operand("te_block_1x128"), Operand("te_block_128x128"), *_H100_CUBLAS),
+            wgrad=_role(Operand("te_block_1x128"), Operand("te_block_1x128"), *_H100_CUBLAS),
+            source="Transformer Engine Float8BlockScaling (transformer_engine/common/recipe; its "
+            "quantizer and GEMM references in tests/pytorch/references)",
+            notes=(
+                "x and dy in 1x128 tiles (x_block_scaling_dim = grad_block_scaling_dim = 1), w in "
+                "128x128 tiles (w_block_scaling_dim = 2); wgrad takes the 1x128 column-wise "
+                "quantizations of dy and x; E4M3; power-of-two scales (power_2_scale, "
+                "amax_epsilon 0) by TE's quantizer",
+                "H100 FP8 wgmma partial per 128-wide K tile (use_split_accumulator=True in every "
+                "role), scales applied by cuBLAS's equations",
+            ),
+        ),
+        Recipe(
+            "deepseek_v3_fp8",
+            forward=_role(Operand("deepgemm_1x128"), Operand("deepgemm_128x128"), *_H100_CUBLAS),
+            dgrad=_role(Operand("deepgemm_1x128"), Operand("deepgemm_128x128"), *_H100_CUBLAS),
+            wgrad=_role(Operand("deepgemm_1x128"), Operand("deepgemm_1x128"), *_H100_CUBLAS),
+            source="DeepSeek-V3, arXiv 2412.19437 section 3.3; DeepGEMM deep_gemm/utils/math.py "
+            "(per_token_cast_to_fp8, per_block_cast_to_fp8, ceil_to_ue8m0)",
+            notes=(
+                "E4M3 for every GEMM input; activations and gradients in 1x128 tiles, weights in "
+                "128x128 tiles; UE8M0 scales rounded up by DeepGEMM's cast (amax clamped at 1e-4)",
+                "H100 FP8 wgmma partial per 128-wide K tile, promoted into FP32 with cuBLAS's "
+                "scale equations (equal to DeepGEMM's order for power-of-two scales)",
+            ),
         ),
         Recipe(
             "deepseek_v3",
@@ -257,6 +317,8 @@ def quantize_operand(
         hs = seed if hadamard_seed is None else hadamard_seed
         a = hadamard(a, block=operand.hadamard, axis=axis, seed=hs).astype(np.float32)
     fmt = _resolve(operand.format)
+    if operand.fine_grained:
+        return fmt.quantize(a, axis=axis)  # type: ignore[no-any-return]
     sr_seed = seed if is_stochastic(operand.rounding) else None
     if operand.blocked:
         return quantize_blocks(a, fmt, axis=axis, rounding=operand.rounding, seed=sr_seed, pad=True)
