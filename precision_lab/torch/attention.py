@@ -346,11 +346,14 @@ def p_underflow(
     block_n: int | None = None,
     reverse: bool = True,
     mask: Any = None,
+    count: Any = None,
 ) -> PUnderflow:
     """Cast ``P`` of softmax ``scores`` (``(..., Lk)``, natural-log units: the softmax scale
     applied) to ``fmt`` as :func:`fp8_attention` does (static scale ``2**max_offset``, the
     running row maximum over key blocks of ``block_n`` in ``reverse`` or forward order) and
-    count what becomes 0. ``mask`` (bool, True = keep) excludes entries. ``P`` is computed as
+    count what becomes 0. ``mask`` (bool, True = keep) masks scores out (as attention masks
+    do); ``count`` (bool) restricts the counting to some entries (e.g. the non-sink ones: the
+    sink still sets the maximum). ``P`` is computed as
     FA3 does in float32 (``exp2`` of one FFMA rounding), so entries within float32 rounding of
     the threshold may fall either way.
 
@@ -365,6 +368,8 @@ def p_underflow(
     sc = np.asarray(scores, dtype=np.float32)
     keep = np.ones(sc.shape, bool) if mask is None else np.broadcast_to(np.asarray(mask, bool), sc.shape)
     sc = np.where(keep, sc, np.float32(-np.inf))
+    if count is not None:
+        keep = keep & np.broadcast_to(np.asarray(count, bool), sc.shape)
     n = sc.shape[-1]
     sl2 = np.float32(_LOG2E)
     bn = block_n or max(n, 1)
@@ -385,37 +390,49 @@ def p_underflow(
         k = keep[..., j0:j1]
         zeros += int(np.count_nonzero((q == 0) & k))
         sub += int(np.count_nonzero((q != 0) & (np.abs(q) < f.smallest_normal) & k))
-    count = int(np.count_nonzero(keep))
+    total = int(np.count_nonzero(keep))
     return PUnderflow(
-        fraction=zeros / count if count else 0.0,
+        fraction=zeros / total if total else 0.0,
         zeros=zeros,
-        count=count,
-        subnormal_fraction=sub / count if count else 0.0,
+        count=total,
+        subnormal_fraction=sub / total if total else 0.0,
         threshold=p_underflow_threshold(f, max_offset=max_offset),
     )
 
 
 def p_collapse_prediction(
-    delta: float, *, k_sink: int = 4, fmt: str | FloatFormat = "e4m3", max_offset: int = 8
+    delta: float,
+    *,
+    k_sink: int = 4,
+    fmt: str | FloatFormat = "e4m3",
+    max_offset: int = 8,
+    exact: bool = False,
 ) -> float:
     """The leading-order fraction of non-sink ``P`` entries that underflow under forward KV
     iteration (arXiv 2606.06521's ``Phi(Delta + delta_k - 6.93 - ln S)``): non-sink scores
     standard normal, ``k_sink`` sink scores ``Delta +`` standard normal in the first block, the
     running maximum replaced by its expectation ``Delta + delta_k`` (``delta_k``: the expected
-    maximum of ``k_sink`` standard normals, by numerical integration).
+    maximum of ``k_sink`` standard normals, by numerical integration). ``exact=True`` averages
+    ``Phi(M - Delta_c')`` over the distribution of the sink maximum ``M = Delta + max of k_sink
+    standard normals`` instead (no leading-order step: the measured fractions follow it more
+    closely where ``Phi`` is steep; it still ignores later blocks whose own maximum exceeds
+    ``M``).
 
     >>> round(p_collapse_prediction(10.0, max_offset=0), 3)
     0.999
     """
-    dk = _expected_max_normal(k_sink)
     t = p_underflow_threshold(fmt, max_offset=max_offset)
-    return 0.5 * math.erfc(-(delta + dk - t) / math.sqrt(2.0))
+    x, pdf_max = _max_normal_pdf(k_sink)
+    if not exact:
+        dk = float(np.trapezoid(x * pdf_max, x))
+        return 0.5 * math.erfc(-(delta + dk - t) / math.sqrt(2.0))
+    phi = 0.5 * np.vectorize(math.erfc)(-(delta + x - t) / math.sqrt(2.0))
+    return float(np.trapezoid(phi * pdf_max, x))
 
 
-def _expected_max_normal(k: int) -> float:
-    """E[max of k standard normals] (trapezoid on [-10, 10], step 1e-3)."""
+def _max_normal_pdf(k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The density of the maximum of ``k`` standard normals on [-10, 10] (step 1e-3)."""
     x = np.linspace(-10.0, 10.0, 20001)
     phi = np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
     cdf = 0.5 * np.vectorize(math.erfc)(-x / math.sqrt(2.0))
-    pdf_max = k * phi * cdf ** (k - 1)
-    return float(np.trapezoid(x * pdf_max, x))
+    return x, k * phi * cdf ** (k - 1)

@@ -100,7 +100,8 @@ def _addmv(
     **kw: Any,
 ) -> torch.Tensor:  # fmt: skip
     _no_out("addmv", kw)
-    return _gemm_add(sim, c, m, v, beta, alpha)
+    cc = c.unsqueeze(-1) if c.dim() else c  # (M,) against the product's column (M, 1)
+    return _gemm_add(sim, cc, m, v.unsqueeze(-1), beta, alpha).squeeze(-1)
 
 
 def _dot(sim: Any, a: torch.Tensor, b: torch.Tensor, **kw: Any) -> torch.Tensor:
@@ -393,6 +394,23 @@ def _conv_t(nd: int) -> Callable[..., torch.Tensor]:
     return run
 
 
+def _linear_cross_entropy(
+    sim: Any, input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tensor, *,
+    linear_bias: torch.Tensor | None = None, options: Any = None, **kw: Any,
+) -> torch.Tensor:  # fmt: skip
+    """``F.linear_cross_entropy``: the emulated ``linear`` then ``cross_entropy`` (under its
+    rule); the fused, chunked options raise."""
+    if options is not None or linear_weight.dim() != 2:
+        raise NotImplementedError(
+            "simulate: linear_cross_entropy with options or a weight of more than 2 dimensions: "
+            "write it as F.cross_entropy(F.linear(input, weight, bias), target)"
+        )
+    if kw.get("ignore_index", 0) is None:
+        kw["ignore_index"] = -100  # cross_entropy's default: no class ignored
+    logits = sim._linear(input, linear_weight, linear_bias)
+    return sim._after("cross_entropy", F.cross_entropy(logits, target, **kw))  # type: ignore[no-any-return]
+
+
 #: torch function -> ``handler(sim, *args, **kwargs)``
 EMULATED_OPS: dict[Any, Callable[..., Any]] = {}
 for _f in (torch.mv, torch.Tensor.mv):
@@ -417,6 +435,8 @@ for _f in (torch.addbmm, torch.Tensor.addbmm):
     EMULATED_OPS[_f] = _addbmm
 EMULATED_OPS[torch.tensordot] = _tensordot
 EMULATED_OPS[torch.einsum] = _einsum
+if hasattr(F, "linear_cross_entropy"):
+    EMULATED_OPS[F.linear_cross_entropy] = _linear_cross_entropy
 EMULATED_OPS[F.conv3d] = _conv(3)
 EMULATED_OPS[F.conv_transpose1d] = _conv_t(1)
 EMULATED_OPS[F.conv_transpose2d] = _conv_t(2)

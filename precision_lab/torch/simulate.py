@@ -108,6 +108,7 @@ from ..scaling.fp8 import DelayedScaling, scale_from_amax
 from ..training.policy import POLICIES, LayerPrecision, Policy, get_policy
 from .attention import AttentionRecipe, fp8_attention, get_attention_recipe, torch_mha_body
 from .casts import _as_matrices, _squeezed
+from .kv_cache import KVCache, KVQuant, get_kv_quant
 from .ops import CONV_ND, EMULATED_OPS
 from .recipes import recipe_matmul
 from .rnn import RNN_OPS
@@ -334,11 +335,22 @@ _NOT_EMULATED = {
 _SPARSE: tuple[Any, ...] = (torch.smm, torch.sspaddmm, torch.hspmm, torch.sparse.mm,
                             torch.sparse.addmm, torch.sparse.sampled_addmm,
                             torch._sparse_sparse_matmul)  # fmt: skip
+_SPARSE += tuple(getattr(torch, n) for n in ("dsmm", "hsmm", "spmm", "saddmm") if hasattr(torch, n))
+_SPARSE += (torch.Tensor.smm, torch.Tensor.sspaddmm)
+#: backend-specific and quantized kernels (ROCm MIOpen, fbgemm int8/fp16 linear, quantized RNN
+#: cells): never emulated, refused
+_BACKEND = [getattr(torch, n) for n in dir(torch)
+            if n.startswith(("miopen_convolution", "miopen_depthwise", "miopen_rnn",
+                             "fbgemm_linear", "quantized_lstm_cell", "quantized_gru_cell",
+                             "quantized_rnn"))]  # fmt: skip
 _FUSED: tuple[Any, ...] = (torch._transformer_encoder_layer_fwd,
                            torch._native_multi_head_attention, torch._addmm_activation)  # fmt: skip
 _NOT_EMULATED.update(dict.fromkeys(_SPARSE, "sparse GEMMs are not emulated: use a dense matmul"))
 _NOT_EMULATED.update(
     dict.fromkeys(_FUSED, "a fused GEMM: write it with nn.Linear and explicit attention")
+)
+_NOT_EMULATED.update(
+    dict.fromkeys(_BACKEND, "a backend-specific or quantized kernel: use the float module")
 )
 #: in-place forms of the GEMMs (the emulated result would replace the tensor's own values)
 for _name in ("addmm_", "baddbmm_", "addbmm_", "addmv_", "addr_"):
@@ -435,6 +447,7 @@ class Simulated(torch.nn.Module):
         attention: str | AttentionRecipe | None = None,
         variable_rounding: str = "nearest_even",
         optimizer_state_format: str | FloatFormat | None = None,
+        kv_cache: str | KVQuant | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(module, torch.nn.Module):
@@ -449,6 +462,8 @@ class Simulated(torch.nn.Module):
         self.attention: AttentionRecipe | None = (
             None if attention is None else get_attention_recipe(attention)
         )
+        #: the quantization given to the KVCache arguments of forward that have none
+        self.kv_cache: KVQuant | None = None if kv_cache is None else get_kv_quant(kv_cache)
         #: the recipe whose roles every GEMM follows (None: the policy's formats)
         self.recipe: Recipe | None = None
         if isinstance(policy, Recipe) or (isinstance(policy, str) and policy in RECIPES):
@@ -829,6 +844,10 @@ class Simulated(torch.nn.Module):
         self._current = []
         self._matmul_calls = 0
         self._recipe_calls = 0
+        if self.kv_cache is not None:
+            for a in (*args, *kwargs.values()):
+                if isinstance(a, KVCache) and a.quant is None:
+                    a.quant = self.kv_cache
         with _Mode(self):
             out = self.module(*args, **kwargs)
         if self.recipe is not None and self._update():
@@ -873,6 +892,7 @@ def simulate(
     attention: str | AttentionRecipe | None = None,
     variable_rounding: str = "nearest_even",
     optimizer_state_format: str | FloatFormat | None = None,
+    kv_cache: str | KVQuant | None = None,
 ) -> Simulated:
     """``model`` with its GEMMs emulated under ``policy``: a :class:`~precision_lab.Policy` or a
     name of :data:`~precision_lab.POLICIES`, or a training recipe, a
@@ -885,12 +905,16 @@ def simulate(
     ``scaled_dot_product_attention`` (and ``multi_head_attention_forward`` with
     ``need_weights=False``) as FP8 attention. ``variable_rounding`` rounds the parameters' stores
     to ``variable_format``; ``optimizer_state_format`` stores the optimizer's state in a format
-    after each step (:meth:`Simulated.store_parameters`). Returns a :class:`Simulated` module
+    after each step (:meth:`Simulated.store_parameters`); ``kv_cache`` (a
+    :class:`~precision_lab.torch.kv_cache.KVQuant` or a name of
+    :data:`~precision_lab.torch.kv_cache.KV_CACHE_PRESETS`) quantizes the
+    :class:`~precision_lab.torch.kv_cache.KVCache` arguments of forward. Returns a :class:`Simulated` module
     sharing ``model``'s parameters."""
     if isinstance(policy, str | Policy | Recipe):
         return Simulated(
             model, policy, accumulator=accumulator, seed=seed, attention=attention,
             variable_rounding=variable_rounding, optimizer_state_format=optimizer_state_format,
+            kv_cache=kv_cache,
         )  # fmt: skip
     raise TypeError(
         f"policy must be a Policy, a Recipe, or a policy or recipe name, got "
