@@ -372,3 +372,69 @@ def test_variable_format_stores_the_parameters():
     lin.weight.grad = torch.full_like(w, 2.0**-20)
     torch.optim.SGD([lin.weight], lr=1.0).step()
     assert torch.equal(lin.weight, w - 2.0**-20)
+
+
+# ----- issue 34: stochastic variable stores, optimizer state formats, capture under emulation ---
+def test_variable_format_with_stochastic_rounding_is_unbiased_and_seeded():
+    """pure bf16 weights at 1.0, an update of a quarter ulp (2**-9): round to nearest loses it,
+    stochastic rounding keeps it on average (a quarter of the weights move up one ulp)."""
+    pol = Policy("pure_bf16", compute_format="bf16", variable_format="bf16")
+
+    def step(rounding, seed):
+        lin = torch.nn.Linear(64, 64, bias=False)
+        with torch.no_grad():
+            lin.weight.fill_(1.0)
+        plt.simulate(lin, pol, variable_rounding=rounding, seed=seed)
+        lin.weight.grad = torch.full_like(lin.weight, -(2.0**-9))
+        torch.optim.SGD(lin.parameters(), lr=1.0).step()
+        return lin.weight.detach().clone()
+
+    rn = step("nearest_even", 0)
+    assert torch.equal(rn, torch.ones_like(rn))
+    sr = step("stochastic", 3)
+    assert set(sr.unique().tolist()) == {1.0, 1.0 + 2.0**-7}  # the two bf16 neighbours
+    up = float((sr > 1).float().mean())
+    assert abs(up - 0.25) < 0.03  # 4096 weights: 3 sigma is 0.02
+    assert torch.equal(step("stochastic", 3), sr)  # the seed reproduces it
+    assert not torch.equal(step("stochastic", 4), sr)
+
+
+def test_optimizer_state_is_stored_in_its_format():
+    torch.manual_seed(7)
+    lin, twin = torch.nn.Linear(6, 3), torch.nn.Linear(6, 3)
+    twin.load_state_dict(lin.state_dict())
+    plt.simulate(lin, "float32", optimizer_state_format="bf16")
+    opt, opt2 = torch.optim.Adam(lin.parameters()), torch.optim.Adam(twin.parameters())
+    x = torch.randn(5, 6)
+    for o, m in ((opt, lin), (opt2, twin)):
+        m(x).square().sum().backward()
+        o.step()
+    for p, p2 in zip(lin.parameters(), twin.parameters(), strict=True):
+        st, st2 = opt.state[p], opt2.state[p2]
+        for key in ("exp_avg", "exp_avg_sq"):
+            want = torch.from_numpy(_store(_np(st2[key]), "bf16"))
+            assert torch.equal(st[key], want), key
+        assert st["step"] == st2["step"]  # the step count is not rounded
+    assert not all(torch.equal(opt.state[p]["exp_avg"], opt2.state[p2]["exp_avg"])
+                   for p, p2 in zip(lin.parameters(), twin.parameters(), strict=True))  # fmt: skip
+
+
+def test_capture_gradients_under_emulation():
+    """capture_gradients and simulate compose: the captured gradients are the emulated
+    backward's (bf16 values), not FP32's."""
+    torch.manual_seed(8)
+    net = torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.ReLU(), torch.nn.Linear(6, 3))
+    x, y = torch.randn(10, 8), torch.randint(0, 3, (10,))
+    sim = plt.simulate(net, "mixed_bfloat16")
+    with plt.capture_gradients(net) as cap:
+        F.cross_entropy(sim(x), y).backward()
+    (step,) = cap.steps
+    for n, p in net.named_parameters():
+        got = step.grads[f"param:{n}"]
+        assert np.array_equal(got, _np(p.grad).reshape(-1)), n
+        assert np.array_equal(got, _store(got, "bf16")), n  # on the gradient format's grid
+    assert "act:0" in step.grads and "act:2" in step.grads
+    emulated = _np(net[0].weight.grad).copy()
+    net.zero_grad()
+    F.cross_entropy(net(x), y).backward()
+    assert not np.array_equal(emulated, _np(net[0].weight.grad))
