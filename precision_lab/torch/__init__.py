@@ -15,10 +15,16 @@ module raises an ImportError that says how to install it.
   :func:`precision_lab.gradients.load_gradients` reads, and runs
   :func:`~precision_lab.underflow_stats`, :func:`~precision_lab.pick_loss_scale`,
   :func:`precision_lab.scaling.simulate` and :func:`~precision_lab.scaling.diagnose` on them;
-* :mod:`.simulate`: :func:`simulate` (``simulate(model, policy)``) runs a model's Linear /
-  conv / matmul / bmm GEMMs through :func:`precision_lab.gemm` (emulated input formats, any
-  :class:`~precision_lab.Accumulator` or tensor-core preset), forward and backward, and its other
-  operations by the policy's rules; ``simulate(model, recipe)`` (an FP4/FP8 training recipe,
+* :mod:`.simulate`: :func:`simulate` (``simulate(model, policy)``) runs every GEMM of a model
+  (Linear, convolutions of any dimension, groups and transposed, matmul / bmm / einsum /
+  tensordot / mv / dot ..., ``nn.MultiheadAttention`` and the ``nn.Transformer*`` layers,
+  RNN / LSTM / GRU gates: :mod:`.ops`, :mod:`.attention`, :mod:`.rnn`) through
+  :func:`precision_lab.gemm` (emulated input formats, any :class:`~precision_lab.Accumulator`
+  or tensor-core preset), forward and backward, refuses the GEMMs it cannot emulate, and runs
+  its other operations by the policy's rules;
+* :mod:`.attention`: FP8 attention as FlashAttention-3 runs it (:func:`fp8_attention`,
+  ``simulate(..., attention="fa3_fp8")``) and the underflow of its P cast (:func:`p_underflow`);
+  :mod:`.kv_cache`: :class:`KVCache`, keys and values stored in FP8 / NVFP4; ``simulate(model, recipe)`` (an FP4/FP8 training recipe,
   ``"te_nvfp4"``, ``"te_mxfp8"``, ``"deepseek_v3"`` ...) runs every GEMM's forward, dgrad and
   wgrad as :func:`precision_lab.apply_recipe` does, bit for bit, seeded deterministically;
 * :mod:`.recipes`: the FP4-era recipe pieces as autograd functions: :func:`hadamard` (its
@@ -49,6 +55,8 @@ except ImportError:  # pragma: no cover - exercised where torch is missing
         "(a CPU build of torch is enough)"
     ) from None
 
+from . import attention, kv_cache
+from .attention import ATTENTION_RECIPES, AttentionRecipe, fp8_attention, p_underflow
 from .capture import CapturedStep, GradientCapture, TensorCounts, capture_gradients
 from .casts import (
     GRAD_MODES,
@@ -59,11 +67,17 @@ from .casts import (
     round_to_blocks,
 )
 from .recipes import hadamard, quantize_operand, recipe_matmul
+from .kv_cache import KV_CACHE_PRESETS, KVCache, KVQuant
 from .scaler import LossScaling
 from .simulate import Simulated, emulated_matmul, simulate
 
 __all__ = [
+    "ATTENTION_RECIPES",
     "GRAD_MODES",
+    "KV_CACHE_PRESETS",
+    "AttentionRecipe",
+    "KVCache",
+    "KVQuant",
     "CapturedStep",
     "GradientCapture",
     "LossScaling",
@@ -71,9 +85,13 @@ __all__ = [
     "TensorCounts",
     "capture_gradients",
     "dequantize",
+    "attention",
     "emulated_matmul",
     "fake_quantize",
+    "fp8_attention",
     "hadamard",
+    "kv_cache",
+    "p_underflow",
     "quantize",
     "quantize_operand",
     "recipe_matmul",

@@ -418,8 +418,8 @@ def p_collapse_prediction(
     closely where ``Phi`` is steep; it still ignores later blocks whose own maximum exceeds
     ``M``).
 
-    >>> round(p_collapse_prediction(10.0, max_offset=0), 3)
-    0.999
+    >>> round(p_collapse_prediction(6.0, max_offset=0), 3), round(p_collapse_prediction(6.0), 3)
+    (0.539, 0.0)
     """
     t = p_underflow_threshold(fmt, max_offset=max_offset)
     x, pdf_max = _max_normal_pdf(k_sink)

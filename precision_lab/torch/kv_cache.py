@@ -91,8 +91,8 @@ def quantize_kv(x: torch.Tensor, q: str | KVQuant, amax: float | None = None) ->
     """``x`` stored as ``q`` says (dequantized, float32), with per-tensor ``amax`` (default
     ``q.amax``; the quantization's amax must be given one way or the other).
 
-    >>> quantize_kv(torch.tensor([3.0, 0.2]), KVQuant("e4m3", amax=3.0)).tolist()
-    [3.0, 0.19921875]
+    >>> quantize_kv(torch.tensor([3.0, 0.2]), KVQuant("e4m3", amax=3.0)).tolist()  # scale 448/3
+    [3.0, 0.2008928656578064]
     """
     kq = get_kv_quant(q)
     a = kq.amax if amax is None else amax

@@ -34,13 +34,13 @@ floating-point GEMM runs in FP32 unannounced.
 Under a training recipe every GEMM is a linear layer of the recipe (first operand the patches
 or rows, second the transposed weight or the right operand), as for the other operations.
 
->>> import torch, precision_lab as pl, precision_lab.torch as plt
+>>> import torch, precision_lab.torch as plt
 >>> class Dot(torch.nn.Module):
 ...     def forward(self, a, b):
 ...         return torch.dot(a, b)
->>> a, b = torch.tensor([1.0, 2.0**-9]), torch.tensor([1.0, 1.0])
->>> plt.simulate(Dot(), "mixed_bfloat16")(a, b).item()   # 2**-9 is lost in bf16 inputs? no: bf16 holds it
-1.001953125
+>>> a = torch.tensor([1.0, 2.0**-9])
+>>> plt.simulate(Dot(), "float32")(a, a).item(), plt.simulate(Dot(), "mixed_bfloat16")(a, a).item()
+(1.0000038146972656, 1.0)
 """
 
 from __future__ import annotations

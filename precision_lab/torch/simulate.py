@@ -6,15 +6,21 @@ the model inside a ``torch.overrides.TorchFunctionMode`` that sends every GEMM t
 :func:`precision_lab.gemm`:
 
 * ``F.linear`` (``nn.Linear``), ``F.conv1d`` / ``F.conv2d`` (``nn.Conv1d`` / ``nn.Conv2d``, as
-  im2col GEMMs: ``torch.nn.functional.unfold`` then one GEMM; ``groups=1``), ``torch.matmul`` /
-  ``@`` / ``mm`` / ``bmm`` / ``addmm`` (attention's ``q @ k^T`` ...), and
-  ``F.scaled_dot_product_attention`` as its math definition (two GEMMs and a softmax). Operations
-  whose GEMMs are not emulated (``nn.MultiheadAttention``'s functional form, ``nn.RNN`` /
-  ``nn.LSTM`` / ``nn.GRU`` and their cells, ``mv``, ``dot``, ``vdot``, ``inner``, ``outer``,
-  ``addmv``, ``addr``, ``einsum``, ``tensordot``, ``baddbmm``, ``addbmm``, ``multi_dot``,
-  ``vecdot``, ``cdist``, in-place ``addmm_`` ..., 3-D and transposed convolutions) raise
-  NotImplementedError naming the operation and the rewrite, rather than run silently in FP32. A
-  GEMM with no floating-point operand (an integer ``a @ b``) runs as torch runs it;
+  im2col GEMMs: ``torch.nn.functional.unfold`` then one GEMM; with ``groups > 1``, and
+  ``conv3d`` and the transposed convolutions, as :mod:`.ops` describes), ``torch.matmul`` /
+  ``@`` / ``mm`` / ``bmm`` / ``addmm`` (attention's ``q @ k^T`` ...), the vector products
+  ``mv`` / ``dot`` / ``vdot`` / ``inner`` / ``outer`` / ``addmv`` / ``addr``, ``einsum``,
+  ``tensordot``, ``baddbmm`` / ``addbmm`` (:mod:`.ops`), ``F.scaled_dot_product_attention`` as
+  its math definition (two GEMMs and a softmax; under an attention recipe as FP8 attention,
+  :mod:`.attention`), ``F.multi_head_attention_forward`` (``nn.MultiheadAttention``, the
+  ``nn.Transformer*`` layers: torch's own body with these GEMMs emulated, :mod:`.attention`),
+  and ``nn.RNN`` / ``nn.LSTM`` / ``nn.GRU`` and their cells (the cell equations with emulated
+  gate GEMMs, :mod:`.rnn`). Operations whose GEMMs are not emulated (``F.bilinear``,
+  ``multi_dot``, ``vecdot``, ``cdist``, ``conv_tbc``, sparse and backend-specific kernels,
+  in-place ``addmm_`` ..., packed sequences) raise NotImplementedError naming the operation and
+  the rewrite, rather than run silently in FP32 (tests/torch/test_coverage.py enumerates
+  torch's GEMM functions and watches its GEMM kernels). A GEMM with no floating-point operand
+  (an integer ``a @ b``) runs as torch runs it;
 * forward: ``y = c + a @ b`` with ``a`` and ``b`` rounded to the layer's compute format (8-bit
   formats per-tensor scaled as the policy's ``tensor_scaling`` says: Transformer Engine's delayed
   scaling, or current scaling; the decode scales go to ``pl.gemm``'s ``scale_a`` / ``scale_b``),
@@ -59,9 +65,11 @@ result in float32 (the epilogue), their gradient summed pairwise in FP32; everyt
 as under the ``"float32"`` policy (no storage rounding).
 
 The parameters are stored in the policy's ``variable_format`` (round to nearest even, as the
-numpy training emulation stores its master weights): rounded when :func:`simulate` wraps the
-model and after every ``optimizer.step()`` of an optimizer holding them
-(:meth:`Simulated.store_parameters`); ``fp32`` leaves them as they are.
+numpy training emulation stores its master weights, or ``variable_rounding=``, stochastic
+rounding included): rounded when :func:`simulate` wraps the model and after every
+``optimizer.step()`` of an optimizer holding them (:meth:`Simulated.store_parameters`); ``fp32``
+leaves them as they are. ``optimizer_state_format=`` stores the optimizer's state (Adam's
+moments, momentum) in a format after each step.
 
 GEMM layers (Linear and conv modules, in ``model.modules()`` order) are the policy's layers for
 its per-layer overrides; functional matmuls use the policy's default formats. Slow (every GEMM is
