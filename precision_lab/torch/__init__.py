@@ -21,12 +21,13 @@ module raises an ImportError that says how to install it.
   RNN / LSTM / GRU gates: :mod:`.ops`, :mod:`.attention`, :mod:`.rnn`) through
   :func:`precision_lab.gemm` (emulated input formats, any :class:`~precision_lab.Accumulator`
   or tensor-core preset), forward and backward, refuses the GEMMs it cannot emulate, and runs
-  its other operations by the policy's rules;
+  its other operations by the policy's rules; ``simulate(model, recipe)`` (an FP4/FP8 training
+  recipe, ``"te_nvfp4"``, ``"te_mxfp8"``, ``"deepseek_v3"`` ...) runs every GEMM's forward,
+  dgrad and wgrad as :func:`precision_lab.apply_recipe` does, bit for bit, seeded
+  deterministically;
 * :mod:`.attention`: FP8 attention as FlashAttention-3 runs it (:func:`fp8_attention`,
   ``simulate(..., attention="fa3_fp8")``) and the underflow of its P cast (:func:`p_underflow`);
-  :mod:`.kv_cache`: :class:`KVCache`, keys and values stored in FP8 / NVFP4; ``simulate(model, recipe)`` (an FP4/FP8 training recipe,
-  ``"te_nvfp4"``, ``"te_mxfp8"``, ``"deepseek_v3"`` ...) runs every GEMM's forward, dgrad and
-  wgrad as :func:`precision_lab.apply_recipe` does, bit for bit, seeded deterministically;
+  :mod:`.kv_cache`: :class:`KVCache`, keys and values stored in FP8 / NVFP4;
 * :mod:`.recipes`: the FP4-era recipe pieces as autograd functions: :func:`hadamard` (its
   gradient the exact transpose transform), :func:`quantize_operand` (one GEMM operand as a
   recipe's role quantizes it; ``grad`` as the casts) and :func:`recipe_matmul` (a recipe's
@@ -66,8 +67,8 @@ from .casts import (
     round_to,
     round_to_blocks,
 )
-from .recipes import hadamard, quantize_operand, recipe_matmul
 from .kv_cache import KV_CACHE_PRESETS, KVCache, KVQuant
+from .recipes import hadamard, quantize_operand, recipe_matmul
 from .scaler import LossScaling
 from .simulate import Simulated, emulated_matmul, simulate
 
@@ -76,16 +77,16 @@ __all__ = [
     "GRAD_MODES",
     "KV_CACHE_PRESETS",
     "AttentionRecipe",
-    "KVCache",
-    "KVQuant",
     "CapturedStep",
     "GradientCapture",
+    "KVCache",
+    "KVQuant",
     "LossScaling",
     "Simulated",
     "TensorCounts",
+    "attention",
     "capture_gradients",
     "dequantize",
-    "attention",
     "emulated_matmul",
     "fake_quantize",
     "fp8_attention",

@@ -178,13 +178,15 @@ ATTENTION_RECIPES: dict[str, AttentionRecipe] = {
         "descales folded into softmax_scale_log2, row sum of the FP32 P, reverse KV order)",
     ),
     "fa3_fp8_forward_order": AttentionRecipe(
-        "fa3_fp8_forward_order", reverse=False,
+        "fa3_fp8_forward_order",
+        reverse=False,
         source="fa3_fp8 iterating the key blocks first to last (arXiv 2606.06521's 'forward')",
-    ),  # fmt: skip
+    ),
     "fp8_p_unscaled": AttentionRecipe(
-        "fp8_p_unscaled", max_offset=0,
+        "fp8_p_unscaled",
+        max_offset=0,
         source="fa3_fp8 with P cast unscaled (S = 1: P in (0, 1])",
-    ),  # fmt: skip
+    ),
 }
 
 
@@ -194,9 +196,7 @@ def get_attention_recipe(recipe: str | AttentionRecipe) -> AttentionRecipe:
         return recipe
     if isinstance(recipe, str) and recipe in ATTENTION_RECIPES:
         return ATTENTION_RECIPES[recipe]
-    raise ValueError(
-        f"attention: unknown recipe {recipe!r}; known: {', '.join(ATTENTION_RECIPES)}"
-    )
+    raise ValueError(f"attention: unknown recipe {recipe!r}; known: {', '.join(ATTENTION_RECIPES)}")
 
 
 # ----- FP8 attention ---------------------------------------------------------------------------
@@ -273,7 +273,9 @@ def fp8_attention(
             s = s.masked_fill(attn_mask == float("-inf"), float("-inf"))
             bias = torch.where(torch.isfinite(attn_mask), attn_mask, torch.zeros_like(attn_mask))
             bias = (bias.to(torch.float32) * _LOG2E).expand(s.shape)
-    blocks = [(j, min(j + (r.block_n or n_k), n_k)) for j in range(0, n_k, r.block_n or max(n_k, 1))]
+    blocks = [
+        (j, min(j + (r.block_n or n_k), n_k)) for j in range(0, n_k, r.block_n or max(n_k, 1))
+    ]
     if r.reverse:
         blocks = blocks[::-1]
     lead = s.shape[:-1]
@@ -293,8 +295,8 @@ def fp8_attention(
             x = x + bias[..., j0:j1]
             pj = torch.exp2(x.to(torch.float64)).to(torch.float32)
         cur = torch.where(m_new == float("-inf"), torch.zeros_like(m_new), m_new)
-        alpha = torch.where(m == float("-inf"), torch.ones_like(m),
-                            torch.exp2(((m - cur) * sl2).to(torch.float64)).to(torch.float32))  # fmt: skip
+        grow = torch.exp2(((m - cur) * sl2).to(torch.float64)).to(torch.float32)
+        alpha = torch.where(m == float("-inf"), torch.ones_like(m), grow)
         row_sum = row_sum * alpha + pj.sum(-1)
         p8 = _cast(pj, fp, overflow="saturate")
         c = None if o is None else o * alpha.unsqueeze(-1)
@@ -366,7 +368,11 @@ def p_underflow(
     if not isinstance(f, FloatFormat):
         raise ValueError(f"fmt must be a floating-point format, got {fmt!r}")
     sc = np.asarray(scores, dtype=np.float32)
-    keep = np.ones(sc.shape, bool) if mask is None else np.broadcast_to(np.asarray(mask, bool), sc.shape)
+    keep = (
+        np.ones(sc.shape, bool)
+        if mask is None
+        else np.broadcast_to(np.asarray(mask, bool), sc.shape)
+    )
     sc = np.where(keep, sc, np.float32(-np.inf))
     if count is not None:
         keep = keep & np.broadcast_to(np.asarray(count, bool), sc.shape)

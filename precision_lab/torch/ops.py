@@ -173,7 +173,9 @@ def _addbmm(
 
 
 # ----- tensordot and einsum ---------------------------------------------------------------------
-def _tensordot(sim: Any, a: torch.Tensor, b: torch.Tensor, dims: Any = 2, **kw: Any) -> torch.Tensor:
+def _tensordot(
+    sim: Any, a: torch.Tensor, b: torch.Tensor, dims: Any = 2, **kw: Any
+) -> torch.Tensor:
     _no_out("tensordot", kw)
     if isinstance(dims, torch.Tensor):
         dims = dims.tolist()
@@ -215,7 +217,9 @@ def _parse_einsum(eq: str, shapes: list[tuple[int, ...]]) -> tuple[list[str], st
         out = rhs.replace("...", ell)
     else:
         letters = "".join(out_ins)
-        out = ell + "".join(sorted(c for c in set(letters) if letters.count(c) == 1 and c not in ell))
+        out = ell + "".join(
+            sorted(c for c in set(letters) if letters.count(c) == 1 and c not in ell)
+        )
     return out_ins, out
 
 
@@ -229,7 +233,9 @@ def _reduce_alone(t: torch.Tensor, sub: str, keep: set[str]) -> tuple[torch.Tens
         return torch.einsum(f"{sub}->{target}", t), target
 
 
-def _contract(sim: Any, a: torch.Tensor, sa: str, b: torch.Tensor, sb: str, keep: str) -> tuple[torch.Tensor, str]:
+def _contract(
+    sim: Any, a: torch.Tensor, sa: str, b: torch.Tensor, sb: str, keep: str
+) -> tuple[torch.Tensor, str]:
     """``a`` (subscripts ``sa``) times ``b`` (``sb``) keeping the subscripts ``keep``: one
     batched emulated GEMM."""
     batch = [c for c in sa if c in sb and c in keep]
@@ -242,8 +248,8 @@ def _contract(sim: Any, a: torch.Tensor, sa: str, b: torch.Tensor, sb: str, keep
             size[c] = max(size.get(c, 1), n)
     pa = a.permute([sa.index(c) for c in batch + left + con])
     pb = b.permute([sb.index(c) for c in batch + con + right])
-    pa = pa.expand(*[size[c] for c in batch], *pa.shape[len(batch):])
-    pb = pb.expand(*[size[c] for c in batch], *pb.shape[len(batch):])
+    pa = pa.expand(*[size[c] for c in batch], *pa.shape[len(batch) :])
+    pb = pb.expand(*[size[c] for c in batch], *pb.shape[len(batch) :])
     nb = math.prod(size[c] for c in batch)
     m = math.prod(size[c] for c in left)
     k = math.prod(size[c] for c in con)
@@ -356,7 +362,9 @@ def _conv_transpose_nd(
     g = int(groups)
     cout_g = weight.shape[1]
     kk = math.prod(k)
-    xg = x.reshape(n, g, cin // g, -1).permute(1, 2, 0, 3).reshape(g, cin // g, -1)  # (G, Cin/G, N*L)
+    xg = (
+        x.reshape(n, g, cin // g, -1).permute(1, 2, 0, 3).reshape(g, cin // g, -1)
+    )  # (G, Cin/G, N*L)
     wg = weight.reshape(g, cin // g, cout_g * kk)  # (G, Cin/G, Cout/G*k)
     if sim.recipe is not None:  # a linear layer: x rows (G, N*L, Cin/G) @ (G, Cin/G, Cout/G*k)
         cols = sim._recipe_gemm("conv_transpose", xg.transpose(1, 2), wg, None).transpose(1, 2)

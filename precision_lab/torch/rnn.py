@@ -79,7 +79,9 @@ def _cell(
 
 def _layers(sim: Any, mode: str, *args: Any) -> Any:
     """``torch.lstm`` / ``gru`` / ``rnn_tanh`` / ``rnn_relu`` (the padded form)."""
-    if len(args) < 9 or isinstance(args[3], list | tuple):  # packed: (data, batch_sizes, hx, params, ...)
+    if len(args) < 9 or isinstance(
+        args[3], list | tuple
+    ):  # packed: (data, batch_sizes, hx, params, ...)
         raise NotImplementedError(
             f"simulate: {mode} with a PackedSequence is not emulated: pad the sequence "
             "(nn.utils.rnn.pad_packed_sequence) and pass the padded tensor"

@@ -916,8 +916,8 @@ def simulate(
     after each step (:meth:`Simulated.store_parameters`); ``kv_cache`` (a
     :class:`~precision_lab.torch.kv_cache.KVQuant` or a name of
     :data:`~precision_lab.torch.kv_cache.KV_CACHE_PRESETS`) quantizes the
-    :class:`~precision_lab.torch.kv_cache.KVCache` arguments of forward. Returns a :class:`Simulated` module
-    sharing ``model``'s parameters."""
+    :class:`~precision_lab.torch.kv_cache.KVCache` arguments of forward. Returns a
+    :class:`Simulated` module sharing ``model``'s parameters."""
     if isinstance(policy, str | Policy | Recipe):
         return Simulated(
             model, policy, accumulator=accumulator, seed=seed, attention=attention,

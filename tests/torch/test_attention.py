@@ -57,7 +57,7 @@ def test_multihead_attention_with_weights_is_torchs_decomposition_bit_for_bit():
     y = _gemm_bf16(o, mha.out_proj.weight.detach().numpy().T, mha.out_proj.bias.detach().numpy())
     assert torch.equal(out, torch.from_numpy(y.reshape(L, N, E)))
     assert torch.equal(w, torch.from_numpy(p.reshape(N, H, L, L)).mean(1))
-    ref, wref = mha(x, x, x, key_padding_mask=pad, attn_mask=causal)
+    ref, _ = mha(x, x, x, key_padding_mask=pad, attn_mask=causal)
     assert 0 < float((out - ref).detach().abs().max()) < 0.05
 
 
@@ -82,7 +82,6 @@ def test_transformer_layers_run_unmodified():
 def _fa3_reference(q, k, v, *, block_n=None, reverse=True, offset=8, causal=False):
     """FA3's FP8 forward in numpy, written from its description (module docstring)."""
     f32 = np.float32
-    out = []
     sc = []
     for t in (q, k, v):
         s = f32(pl.scaling.scale_from_amax(float(np.abs(t).max()), "e4m3"))
@@ -106,8 +105,8 @@ def _fa3_reference(q, k, v, *, block_n=None, reverse=True, offset=8, causal=Fals
         p = np.exp2(x.astype(np.float64)).astype(f32)
         cur = np.where(np.isneginf(mn), f32(0), mn)
         with np.errstate(invalid="ignore"):
-            alpha = np.where(np.isneginf(m), f32(1),
-                             np.exp2(((m - cur) * sl2).astype(f32).astype(np.float64)).astype(f32))  # fmt: skip
+            grow = np.exp2(((m - cur) * sl2).astype(f32).astype(np.float64)).astype(f32)
+            alpha = np.where(np.isneginf(m), f32(1), grow)
         lsum = lsum * alpha + torch.from_numpy(p).sum(-1).numpy()
         p8 = np.asarray(pl.round_to(p, "e4m3", overflow="saturate"), f32)
         c = None if o is None else o * alpha[..., None]
@@ -118,8 +117,10 @@ def _fa3_reference(q, k, v, *, block_n=None, reverse=True, offset=8, causal=Fals
     return np.asarray(pl.round_to(o * (inv * dv)[..., None], "bf16"), f32)
 
 
-@pytest.mark.parametrize(("block_n", "reverse", "causal"),
-                         [(None, True, False), (4, True, True), (4, False, False), (3, False, True)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("block_n", "reverse", "causal"),
+    [(None, True, False), (4, True, True), (4, False, False), (3, False, True)],
+)
 def test_fp8_attention_is_fa3s_algorithm(block_n, reverse, causal):
     g = torch.Generator().manual_seed(2)
     q, k, v = (torch.randn(2, 3, 6, 8, generator=g) * 3 for _ in range(3))
@@ -184,7 +185,9 @@ def test_p_underflow_against_exact_arithmetic():
             zeros += sum(1 for x in row if 2**off * mpmath.exp(mpmath.mpf(float(x)) - m) <= half)
         assert r.zeros == zeros and r.count == s.size
         assert r.threshold == pytest.approx(10 * math.log(2) + off * math.log(2))
-    assert p_underflow_threshold("e4m3", max_offset=8) == pytest.approx(6.93 + math.log(256), abs=2e-3)
+    assert p_underflow_threshold("e4m3", max_offset=8) == pytest.approx(
+        6.93 + math.log(256), abs=2e-3
+    )
 
 
 def test_sink_collapse_reproduces_the_closed_form_threshold():

@@ -22,13 +22,14 @@ import pytest
 torch = pytest.importorskip(
     "torch", reason="precision_lab.torch needs PyTorch: pip install 'precision_lab[torch]'"
 )
+import sys  # noqa: E402
+
 import torch.nn.functional as F  # noqa: E402
 from torch.overrides import get_overridable_functions  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 import precision_lab.torch as plt  # noqa: E402
 import precision_lab.torch.simulate  # noqa: E402, F401
-import sys  # noqa: E402
 
 simmod = sys.modules["precision_lab.torch.simulate"]
 
@@ -212,7 +213,7 @@ def test_no_float_gemm_kernel_runs_under_simulate(name, fn):
 @pytest.mark.parametrize(("name", "fn"), REFUSED[:-1], ids=[n for n, _ in REFUSED[:-1]])
 def test_refused_gemms_raise_before_any_kernel(name, fn):
     spy = _Spy()
-    with spy, pytest.raises(NotImplementedError, match="simulate: .* GEMM|simulate: .*"):
+    with spy, pytest.raises(NotImplementedError, match=r"simulate: "):
         plt.simulate(_Call(fn), "mixed_bfloat16")()
     assert not spy.seen
 
@@ -220,5 +221,5 @@ def test_refused_gemms_raise_before_any_kernel(name, fn):
 def test_packed_sequences_raise_naming_the_rewrite():
     lstm = torch.nn.LSTM(4, 3)
     packed = torch.nn.utils.rnn.pack_padded_sequence(_SEQ.detach(), [5, 3])
-    with pytest.raises(NotImplementedError, match="PackedSequence.*pad_packed_sequence"):
+    with pytest.raises(NotImplementedError, match=r"PackedSequence.*pad_packed_sequence"):
         plt.simulate(lstm, "float32")(packed)

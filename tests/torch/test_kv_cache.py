@@ -34,7 +34,7 @@ def test_nvfp4_with_the_datas_amax_is_quantize_blocks(seed):
 
 
 def test_fp8_cast_is_a_saturating_cast_and_calibration_sets_the_scale():
-    x = torch.tensor([[[0.3, 1000.0, -2.0**-12]]])
+    x = torch.tensor([[[0.3, 1000.0, -(2.0**-12)]]])
     got = quantize_kv(x, "fp8_cast")
     assert _bits(got.numpy(), pl.round_to(x.numpy(), "e4m3", overflow="saturate"))
     s = np.float32(448.0) / np.float32(1000.0)

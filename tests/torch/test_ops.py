@@ -63,7 +63,7 @@ B3, B4 = _t(2, 3, 40), _t(2, 40, 5)
 
 
 def test_vector_products_are_gemms():
-    a, b, v = _np(A), _np(B), _np(V)
+    a, v = _np(A), _np(V)
     assert _bits(_sim(torch.mv, A, V), _g(a, v[:, None])[:, 0])
     assert _bits(_sim(torch.dot, V, V), _g(v[None], v[:, None]).reshape(()))
     assert _bits(_sim(torch.inner, A, A), _g(a, a.T))
@@ -135,7 +135,9 @@ def test_grouped_and_3d_convolutions_are_im2col_gemms():
     outs = []
     for g in range(2):
         cols = _im2col(xs[:, 2 * g : 2 * g + 2], (2, 3, 2))
-        outs.append(_g(_np(w)[3 * g : 3 * g + 3].reshape(3, -1), cols, _np(b)[3 * g : 3 * g + 3, None]))
+        outs.append(
+            _g(_np(w)[3 * g : 3 * g + 3].reshape(3, -1), cols, _np(b)[3 * g : 3 * g + 3, None])
+        )
     want = np.concatenate(outs).reshape(6, 2, 4, 2, 2).transpose(1, 0, 2, 3, 4)
     assert _bits(got, want)
     ref = conv(x).detach()

@@ -72,8 +72,10 @@ def test_lstm_cell_gates_i_f_g_o():
 @pytest.mark.parametrize(
     ("module", "x"),
     [
-        (lambda: torch.nn.LSTM(3, 4, num_layers=2, bidirectional=True, batch_first=True),
-         (2, 5, 3)),
+        (
+            lambda: torch.nn.LSTM(3, 4, num_layers=2, bidirectional=True, batch_first=True),
+            (2, 5, 3),
+        ),
         (lambda: torch.nn.GRU(3, 4, num_layers=2, bidirectional=True), (5, 2, 3)),
         (lambda: torch.nn.RNN(3, 4, num_layers=2, nonlinearity="relu"), (5, 2, 3)),
         (lambda: torch.nn.RNN(3, 4, bias=False), (5, 3)),  # unbatched
@@ -81,8 +83,15 @@ def test_lstm_cell_gates_i_f_g_o():
         (lambda: torch.nn.GRUCell(3, 4), (2, 3)),
         (lambda: torch.nn.RNNCell(3, 4, nonlinearity="relu"), (3,)),
     ],
-    ids=["lstm_bi_2layers", "gru_bi_2layers", "rnn_relu", "rnn_unbatched", "lstm_proj", "gru_cell",
-         "rnn_cell"],  # fmt: skip
+    ids=[
+        "lstm_bi_2layers",
+        "gru_bi_2layers",
+        "rnn_relu",
+        "rnn_unbatched",
+        "lstm_proj",
+        "gru_cell",
+        "rnn_cell",
+    ],
 )
 def test_float32_policy_matches_torch(module, x):
     torch.manual_seed(2)
