@@ -298,7 +298,7 @@ def fp8_attention(
         grow = torch.exp2(((m - cur) * sl2).to(torch.float64)).to(torch.float32)
         alpha = torch.where(m == float("-inf"), torch.ones_like(m), grow)
         row_sum = row_sum * alpha + pj.sum(-1)
-        p8 = _cast(pj, fp, overflow="saturate")
+        p8 = _cast(pj, fp, overflow="saturate")  # type: ignore[arg-type]
         c = None if o is None else o * alpha.unsqueeze(-1)
         o = mm(p8, vq[..., j0:j1, :], c, spec_pv)
         m = m_new

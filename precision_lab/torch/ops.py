@@ -242,7 +242,7 @@ def _contract(
     con = [c for c in sa if c in sb and c not in keep]
     left = [c for c in sa if c not in sb]
     right = [c for c in sb if c not in sa]
-    size = {}
+    size: dict[str, int] = {}
     for t, s in ((a, sa), (b, sb)):
         for c, n in zip(s, t.shape, strict=True):
             size[c] = max(size.get(c, 1), n)
@@ -379,9 +379,11 @@ def _conv_transpose_nd(
         idx = tuple(slice(off[i] * dl[i], off[i] * dl[i] + (ins[i] - 1) * st[i] + 1, st[i])
                     for i in range(nd))  # fmt: skip
         sl = (slice(None), slice(None), *idx)
-        buf[sl] = buf[sl] + cols[(slice(None), slice(None), *off)]
-    crop = tuple(slice(pd[i], pd[i] + outs[i]) for i in range(nd))
-    y = buf[(slice(None), slice(None), *crop)]
+        part: tuple[Any, ...] = (slice(None), slice(None), *off)
+        buf[sl] = buf[sl] + cols[part]
+    crop: tuple[Any, ...] = (slice(None), slice(None))
+    crop += tuple(slice(pd[i], pd[i] + outs[i]) for i in range(nd))
+    y = buf[crop]
     if bias is not None:
         y = y + bias.reshape(1, -1, *([1] * nd))
     y = sim._after(None, y)
@@ -421,26 +423,20 @@ def _linear_cross_entropy(
 
 #: torch function -> ``handler(sim, *args, **kwargs)``
 EMULATED_OPS: dict[Any, Callable[..., Any]] = {}
-for _f in (torch.mv, torch.Tensor.mv):
-    EMULATED_OPS[_f] = _mv
-for _f in (torch.addmv, torch.Tensor.addmv):
-    EMULATED_OPS[_f] = _addmv
-for _f in (torch.dot, torch.Tensor.dot):
-    EMULATED_OPS[_f] = _dot
-for _f in (torch.vdot, torch.Tensor.vdot):
-    EMULATED_OPS[_f] = _vdot
-for _f in (torch.inner, torch.Tensor.inner):
-    EMULATED_OPS[_f] = _inner
-for _f in (torch.outer, torch.Tensor.outer, torch.ger, torch.Tensor.ger):
-    EMULATED_OPS[_f] = _outer
-for _f in (torch.addr, torch.Tensor.addr):
-    EMULATED_OPS[_f] = _addr
-for _f in (torch.addmm, torch.Tensor.addmm):
-    EMULATED_OPS[_f] = _addmm
-for _f in (torch.baddbmm, torch.Tensor.baddbmm):
-    EMULATED_OPS[_f] = _baddbmm
-for _f in (torch.addbmm, torch.Tensor.addbmm):
-    EMULATED_OPS[_f] = _addbmm
+_TABLE: list[tuple[tuple[Any, ...], Callable[..., Any]]] = [
+    ((torch.mv, torch.Tensor.mv), _mv),
+    ((torch.addmv, torch.Tensor.addmv), _addmv),
+    ((torch.dot, torch.Tensor.dot), _dot),
+    ((torch.vdot, torch.Tensor.vdot), _vdot),
+    ((torch.inner, torch.Tensor.inner), _inner),
+    ((torch.outer, torch.Tensor.outer, torch.ger, torch.Tensor.ger), _outer),
+    ((torch.addr, torch.Tensor.addr), _addr),
+    ((torch.addmm, torch.Tensor.addmm), _addmm),
+    ((torch.baddbmm, torch.Tensor.baddbmm), _baddbmm),
+    ((torch.addbmm, torch.Tensor.addbmm), _addbmm),
+]
+for _fs, _h in _TABLE:
+    EMULATED_OPS.update(dict.fromkeys(_fs, _h))
 EMULATED_OPS[torch.tensordot] = _tensordot
 EMULATED_OPS[torch.einsum] = _einsum
 if hasattr(F, "linear_cross_entropy"):
