@@ -810,8 +810,9 @@ class Simulated(torch.nn.Module):
     ) -> torch.Tensor:
         """``F.scaled_dot_product_attention`` as its math definition: two emulated GEMMs and a
         softmax under the ``softmax`` rule."""
-        if enable_gqa:
-            raise NotImplementedError("simulate: scaled_dot_product_attention with enable_gqa")
+        if enable_gqa:  # grouped-query attention: each key/value head serves q's group of heads
+            rep = q.shape[-3] // k.shape[-3]
+            k, v = k.repeat_interleave(rep, -3), v.repeat_interleave(rep, -3)
         if self.attention is not None:
             if dropout_p > 0:
                 raise NotImplementedError("simulate: attention dropout under an attention recipe")

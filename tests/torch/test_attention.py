@@ -209,3 +209,26 @@ def test_sink_collapse_reproduces_the_closed_form_threshold():
             if off == 8:
                 assert rev.zeros == 0
     assert p_collapse_prediction(12.0, max_offset=0) > 0.99  # S = 1 collapses
+
+
+def test_gqa_and_the_backward_roles():
+    g = torch.Generator().manual_seed(9)
+    q = torch.randn(1, 4, 5, 8, generator=g)
+    k, v = torch.randn(1, 2, 5, 8, generator=g), torch.randn(1, 2, 5, 8, generator=g)
+
+    class Gqa(torch.nn.Module):
+        def forward(self, q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+    got = plt.simulate(Gqa(), "float32")(q, k, v)
+    assert torch.allclose(got, Gqa()(q, k, v), rtol=1e-5, atol=1e-6)
+    # dO and dS in E5M2 change the gradients (FP32 backward operands by default)
+    grads = []
+    for do in (None, "e5m2"):
+        qq = q[:, :2].clone().requires_grad_(True)
+        r = AttentionRecipe("b", do=do, ds=do)
+        fp8_attention(qq, k, v, recipe=r).square().sum().backward()
+        grads.append(qq.grad)
+    assert not torch.equal(grads[0], grads[1])
+    # unscaled E5M2 dS underflows: the gradient of the raw S carries the 1/l normalisation
+    assert int((grads[1] == 0).sum()) > int((grads[0] == 0).sum())
