@@ -259,9 +259,12 @@ def fp8_attention(
     vq, dv = _scaled_cast(v, fv, r.scaling)  # type: ignore[arg-type]
     s = mm(qq, kq.transpose(-2, -1), None, spec_qk)  # raw S, float32
     n_q, n_k = s.shape[-2], s.shape[-1]
-    sm = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    # FA3's default softmax_scale: 1.0 / sqrtf(d) (float sqrt, double quotient, stored in a float)
+    sm = 1.0 / float(np.float32(math.sqrt(q.shape[-1]))) if scale is None else float(scale)
     f32n = np.float32
-    sl2 = float(f32n(f32n(f32n(sm) * f32n(_LOG2E)) * f32n(f32n(dq) * f32n(dk))))
+    # FA3: float softmax_scale_log2 = softmax_scale * M_LOG2E (a double product stored in a
+    # float), then *= q_descale * k_descale in float32
+    sl2 = float(f32n(f32n(float(f32n(sm)) * _LOG2E) * f32n(f32n(dq) * f32n(dk))))
     bias = None
     if is_causal:
         keep = torch.ones(n_q, n_k, dtype=torch.bool, device=q.device).tril()

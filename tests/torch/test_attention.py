@@ -92,7 +92,9 @@ def _fa3_reference(q, k, v, *, block_n=None, reverse=True, offset=8, causal=Fals
     n = S.shape[-1]
     if causal:
         S = np.where(np.tril(np.ones((S.shape[-2], n), bool)), S, -np.inf)
-    sl2 = f32(f32(f32(1 / math.sqrt(q.shape[-1])) * f32(1.4426950408889634)) * f32(dq * dk))
+    sl2 = f32(
+        f32(float(f32(1 / float(f32(math.sqrt(q.shape[-1]))))) * 1.4426950408889634) * f32(dq * dk)
+    )
     bn = block_n or n
     blocks = [(j, min(j + bn, n)) for j in range(0, n, bn)][:: -1 if reverse else 1]
     m = np.full(S.shape[:-1], -np.inf, f32)
