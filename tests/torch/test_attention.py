@@ -234,3 +234,18 @@ def test_gqa_and_the_backward_roles():
     assert not torch.equal(grads[0], grads[1])
     # unscaled E5M2 dS underflows: the gradient of the raw S carries the 1/l normalisation
     assert int((grads[1] == 0).sum()) > int((grads[0] == 0).sum())
+
+
+def test_multihead_attention_separate_projections_bias_kv_and_zero_attn():
+    torch.manual_seed(10)
+    mha = torch.nn.MultiheadAttention(8, 2, kdim=6, vdim=5, add_bias_kv=True, add_zero_attn=True,
+                                      batch_first=True)  # fmt: skip
+    q, k, v = torch.randn(2, 3, 8), torch.randn(2, 4, 6), torch.randn(2, 4, 5)
+    sim = plt.simulate(mha, "float32")
+    sim.trace = []
+    out, w = sim(q, k, v, average_attn_weights=False)
+    ref, wref = mha(q, k, v, average_attn_weights=False)
+    assert torch.allclose(out, ref, rtol=1e-5, atol=1e-6) and w.shape == wref.shape == (2, 2, 3, 6)
+    assert torch.allclose(w, wref, rtol=1e-5, atol=1e-6)
+    # three in-projections (q, k, v weights apart), q k^T, P V, the out-projection
+    assert [t[0] for t in sim.trace] == ["linear"] * 3 + ["matmul"] * 2 + ["linear"]
