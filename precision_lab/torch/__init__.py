@@ -56,7 +56,6 @@ except ImportError:  # pragma: no cover - exercised where torch is missing
         "(a CPU build of torch is enough)"
     ) from None
 
-from . import attention, kv_cache
 from .attention import ATTENTION_RECIPES, AttentionRecipe, fp8_attention, p_underflow
 from .capture import CapturedStep, GradientCapture, TensorCounts, capture_gradients
 from .casts import (

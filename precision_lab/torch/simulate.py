@@ -878,7 +878,8 @@ class Simulated(torch.nn.Module):
                 f"recipe={self.recipe.name!r}, accumulator="
                 f"{'the recipe' if acc is None else acc.describe()!r}, seed={self.seed}"
             )
-        return f"policy={self.policy.name!r}, accumulator={self.accumulator.describe()!r}"
+        extra = "" if self.attention is None else f", attention={self.attention.name!r}"
+        return f"policy={self.policy.name!r}, accumulator={self.accumulator.describe()!r}{extra}"
 
 
 def _pair(v: Any) -> tuple[int, int]:

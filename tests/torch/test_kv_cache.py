@@ -68,7 +68,7 @@ def test_simulate_quantizes_the_cache_it_is_called_with():
     with cache.calibrating():  # calibrated amax: the largest |K|, |V| of the calibration pass
         sim(x, cache)
     amax_k, amax_v = cache.amax[0]
-    q, k, v = dec.qkv(x).chunk(3, -1)
+    q, k, v = plt.simulate(dec.qkv, "float32")(x).detach().chunk(3, -1)  # the emulated GEMM
     assert amax_k == float(k.abs().max()) and amax_v == float(v.abs().max())
     outs = [sim(x[:, t : t + 1], cache) for t in range(5)]  # token by token
     assert cache.quant == KVQuant("e4m3", None) and cache.get_seq_length() == 5
