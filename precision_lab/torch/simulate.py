@@ -781,7 +781,7 @@ class Simulated(torch.nn.Module):
         """``F.multi_head_attention_forward``: torch's own body with its GEMMs emulated (see
         :mod:`.attention`)."""
         if self.attention is not None:
-            need = kwargs.get("need_weights", args[14] if len(args) > 14 else True)
+            need = kwargs.get("need_weights", args[15] if len(args) > 15 else True)
             if need:
                 raise NotImplementedError(
                     "simulate: multi_head_attention_forward with need_weights=True under an "
