@@ -15,12 +15,19 @@ module raises an ImportError that says how to install it.
   :func:`precision_lab.gradients.load_gradients` reads, and runs
   :func:`~precision_lab.underflow_stats`, :func:`~precision_lab.pick_loss_scale`,
   :func:`precision_lab.scaling.simulate` and :func:`~precision_lab.scaling.diagnose` on them;
-* :mod:`.simulate`: :func:`simulate` (``simulate(model, policy)``) runs a model's Linear /
-  conv / matmul / bmm GEMMs through :func:`precision_lab.gemm` (emulated input formats, any
-  :class:`~precision_lab.Accumulator` or tensor-core preset), forward and backward, and its other
-  operations by the policy's rules; ``simulate(model, recipe)`` (an FP4/FP8 training recipe,
-  ``"te_nvfp4"``, ``"te_mxfp8"``, ``"deepseek_v3"`` ...) runs every GEMM's forward, dgrad and
-  wgrad as :func:`precision_lab.apply_recipe` does, bit for bit, seeded deterministically;
+* :mod:`.simulate`: :func:`simulate` (``simulate(model, policy)``) runs every GEMM of a model
+  (Linear, convolutions of any dimension, groups and transposed, matmul / bmm / einsum /
+  tensordot / mv / dot ..., ``nn.MultiheadAttention`` and the ``nn.Transformer*`` layers,
+  RNN / LSTM / GRU gates: :mod:`.ops`, :mod:`.attention`, :mod:`.rnn`) through
+  :func:`precision_lab.gemm` (emulated input formats, any :class:`~precision_lab.Accumulator`
+  or tensor-core preset), forward and backward, refuses the GEMMs it cannot emulate, and runs
+  its other operations by the policy's rules; ``simulate(model, recipe)`` (an FP4/FP8 training
+  recipe, ``"te_nvfp4"``, ``"te_mxfp8"``, ``"deepseek_v3"`` ...) runs every GEMM's forward,
+  dgrad and wgrad as :func:`precision_lab.apply_recipe` does, bit for bit, seeded
+  deterministically;
+* :mod:`.attention`: FP8 attention as FlashAttention-3 runs it (:func:`fp8_attention`,
+  ``simulate(..., attention="fa3_fp8")``) and the underflow of its P cast (:func:`p_underflow`);
+  :mod:`.kv_cache`: :class:`KVCache`, keys and values stored in FP8 / NVFP4;
 * :mod:`.recipes`: the FP4-era recipe pieces as autograd functions: :func:`hadamard` (its
   gradient the exact transpose transform), :func:`quantize_operand` (one GEMM operand as a
   recipe's role quantizes it; ``grad`` as the casts) and :func:`recipe_matmul` (a recipe's
@@ -49,6 +56,7 @@ except ImportError:  # pragma: no cover - exercised where torch is missing
         "(a CPU build of torch is enough)"
     ) from None
 
+from .attention import ATTENTION_RECIPES, AttentionRecipe, fp8_attention, p_underflow
 from .capture import CapturedStep, GradientCapture, TensorCounts, capture_gradients
 from .casts import (
     GRAD_MODES,
@@ -58,14 +66,20 @@ from .casts import (
     round_to,
     round_to_blocks,
 )
+from .kv_cache import KV_CACHE_PRESETS, KVCache, KVQuant
 from .recipes import hadamard, quantize_operand, recipe_matmul
 from .scaler import LossScaling
 from .simulate import Simulated, emulated_matmul, simulate
 
 __all__ = [
+    "ATTENTION_RECIPES",
     "GRAD_MODES",
+    "KV_CACHE_PRESETS",
+    "AttentionRecipe",
     "CapturedStep",
     "GradientCapture",
+    "KVCache",
+    "KVQuant",
     "LossScaling",
     "Simulated",
     "TensorCounts",
@@ -73,7 +87,9 @@ __all__ = [
     "dequantize",
     "emulated_matmul",
     "fake_quantize",
+    "fp8_attention",
     "hadamard",
+    "p_underflow",
     "quantize",
     "quantize_operand",
     "recipe_matmul",

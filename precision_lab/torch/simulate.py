@@ -6,15 +6,21 @@ the model inside a ``torch.overrides.TorchFunctionMode`` that sends every GEMM t
 :func:`precision_lab.gemm`:
 
 * ``F.linear`` (``nn.Linear``), ``F.conv1d`` / ``F.conv2d`` (``nn.Conv1d`` / ``nn.Conv2d``, as
-  im2col GEMMs: ``torch.nn.functional.unfold`` then one GEMM; ``groups=1``), ``torch.matmul`` /
-  ``@`` / ``mm`` / ``bmm`` / ``addmm`` (attention's ``q @ k^T`` ...), and
-  ``F.scaled_dot_product_attention`` as its math definition (two GEMMs and a softmax). Operations
-  whose GEMMs are not emulated (``nn.MultiheadAttention``'s functional form, ``nn.RNN`` /
-  ``nn.LSTM`` / ``nn.GRU`` and their cells, ``mv``, ``dot``, ``vdot``, ``inner``, ``outer``,
-  ``addmv``, ``addr``, ``einsum``, ``tensordot``, ``baddbmm``, ``addbmm``, ``multi_dot``,
-  ``vecdot``, ``cdist``, in-place ``addmm_`` ..., 3-D and transposed convolutions) raise
-  NotImplementedError naming the operation and the rewrite, rather than run silently in FP32. A
-  GEMM with no floating-point operand (an integer ``a @ b``) runs as torch runs it;
+  im2col GEMMs: ``torch.nn.functional.unfold`` then one GEMM; with ``groups > 1``, and
+  ``conv3d`` and the transposed convolutions, as :mod:`.ops` describes), ``torch.matmul`` /
+  ``@`` / ``mm`` / ``bmm`` / ``addmm`` (attention's ``q @ k^T`` ...), the vector products
+  ``mv`` / ``dot`` / ``vdot`` / ``inner`` / ``outer`` / ``addmv`` / ``addr``, ``einsum``,
+  ``tensordot``, ``baddbmm`` / ``addbmm`` (:mod:`.ops`), ``F.scaled_dot_product_attention`` as
+  its math definition (two GEMMs and a softmax; under an attention recipe as FP8 attention,
+  :mod:`.attention`), ``F.multi_head_attention_forward`` (``nn.MultiheadAttention``, the
+  ``nn.Transformer*`` layers: torch's own body with these GEMMs emulated, :mod:`.attention`),
+  and ``nn.RNN`` / ``nn.LSTM`` / ``nn.GRU`` and their cells (the cell equations with emulated
+  gate GEMMs, :mod:`.rnn`). Operations whose GEMMs are not emulated (``F.bilinear``,
+  ``multi_dot``, ``vecdot``, ``cdist``, ``conv_tbc``, sparse and backend-specific kernels,
+  in-place ``addmm_`` ..., packed sequences) raise NotImplementedError naming the operation and
+  the rewrite, rather than run silently in FP32 (tests/torch/test_coverage.py enumerates
+  torch's GEMM functions and watches its GEMM kernels). A GEMM with no floating-point operand
+  (an integer ``a @ b``) runs as torch runs it;
 * forward: ``y = c + a @ b`` with ``a`` and ``b`` rounded to the layer's compute format (8-bit
   formats per-tensor scaled as the policy's ``tensor_scaling`` says: Transformer Engine's delayed
   scaling, or current scaling; the decode scales go to ``pl.gemm``'s ``scale_a`` / ``scale_b``),
@@ -59,9 +65,11 @@ result in float32 (the epilogue), their gradient summed pairwise in FP32; everyt
 as under the ``"float32"`` policy (no storage rounding).
 
 The parameters are stored in the policy's ``variable_format`` (round to nearest even, as the
-numpy training emulation stores its master weights): rounded when :func:`simulate` wraps the
-model and after every ``optimizer.step()`` of an optimizer holding them
-(:meth:`Simulated.store_parameters`); ``fp32`` leaves them as they are.
+numpy training emulation stores its master weights, or ``variable_rounding=``, stochastic
+rounding included): rounded when :func:`simulate` wraps the model and after every
+``optimizer.step()`` of an optimizer holding them (:meth:`Simulated.store_parameters`); ``fp32``
+leaves them as they are. ``optimizer_state_format=`` stores the optimizer's state (Adam's
+moments, momentum) in a format after each step.
 
 GEMM layers (Linear and conv modules, in ``model.modules()`` order) are the policy's layers for
 its per-layer overrides; functional matmuls use the policy's default formats. Slow (every GEMM is
@@ -86,6 +94,7 @@ True
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import weakref
 from collections.abc import Callable
@@ -98,19 +107,26 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.overrides import TorchFunctionMode
 
 from ..core.formats import FloatFormat, get_format
+from ..core.rounding import check_options, is_stochastic
 from ..core.rounding import round_to as _round_to
 from ..gemm import Accumulator, gemm
 from ..gemm.recipes import _check_accumulator
 from ..quant.recipes import RECIPES, Recipe, get_recipe
 from ..scaling.fp8 import DelayedScaling, scale_from_amax
 from ..training.policy import POLICIES, LayerPrecision, Policy, get_policy
+from .attention import AttentionRecipe, fp8_attention, get_attention_recipe, torch_mha_body
 from .casts import _as_matrices, _squeezed
+from .kv_cache import KVCache, KVQuant, get_kv_quant
+from .ops import CONV_ND, EMULATED_OPS
 from .recipes import recipe_matmul
+from .rnn import RNN_OPS
 
 __all__ = ["GemmSpec", "Simulated", "emulated_matmul", "simulate"]
 
 _FP32: FloatFormat = get_format("fp32")  # type: ignore[assignment]
-_GEMM_MODULES = (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d)
+_GEMM_MODULES = (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d,
+                 torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d,
+                 torch.nn.RNNBase, torch.nn.RNNCellBase)  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -316,19 +332,7 @@ _MATMULS = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.mm
 _ADDMM = {torch.addmm, torch.Tensor.addmm}
 #: operations that run GEMMs this module does not emulate: refused, never run silently in FP32
 _NOT_EMULATED = {
-    F.multi_head_attention_forward: "use explicit q @ k.transpose(-2, -1) / softmax / @ v, or "
-    "F.scaled_dot_product_attention, in the model",
-    torch.einsum: "write it as matmul / bmm",
-    torch.tensordot: "write it as matmul",
     F.bilinear: "write it as matmuls",
-    torch.baddbmm: "write it as bmm plus an add",
-    torch.addbmm: "write it as bmm, a sum and an add",
-    F.conv3d: "3-D convolutions are not emulated",
-    F.conv_transpose1d: "transposed convolutions are not emulated",
-    F.conv_transpose2d: "transposed convolutions are not emulated",
-    F.conv_transpose3d: "transposed convolutions are not emulated",
-    torch.Tensor.baddbmm: "write it as bmm plus an add",
-    torch.Tensor.addbmm: "write it as bmm, a sum and an add",
     torch.conv_tbc: "write it as F.conv1d",
     torch.convolution: "call F.conv1d / F.conv2d",
     torch.linalg.multi_dot: "write it as a chain of matmuls",
@@ -336,26 +340,25 @@ _NOT_EMULATED = {
     torch.linalg.vecdot: "write it as (a * b).sum(-1) or a matmul",
     torch.cdist: "write it with matmuls",
 }
-_RECURRENT = "nn.RNN / nn.LSTM / nn.GRU and their cells run their gate GEMMs inside one fused op: "
-_RECURRENT += "write the cell with nn.Linear layers (x @ W_ih^T + h @ W_hh^T) to emulate it"
-_VECTOR = (
-    "write it as a matmul (a @ b, a @ b.transpose(-2, -1), torch.outer as a[:, None] @ b[None])"
-)
-for _f in (torch.rnn_tanh, torch.rnn_relu, torch.lstm, torch.gru, torch.rnn_tanh_cell,
-           torch.rnn_relu_cell, torch.lstm_cell, torch.gru_cell):  # fmt: skip
-    _NOT_EMULATED[_f] = _RECURRENT
-for _name in ("mv", "dot", "vdot", "inner", "addmv", "outer", "ger", "addr"):
-    _NOT_EMULATED[getattr(torch, _name)] = _VECTOR
-    if hasattr(torch.Tensor, _name):
-        _NOT_EMULATED[getattr(torch.Tensor, _name)] = _VECTOR
 _SPARSE: tuple[Any, ...] = (torch.smm, torch.sspaddmm, torch.hspmm, torch.sparse.mm,
                             torch.sparse.addmm, torch.sparse.sampled_addmm,
                             torch._sparse_sparse_matmul)  # fmt: skip
+_SPARSE += tuple(getattr(torch, n) for n in ("dsmm", "hsmm", "spmm", "saddmm") if hasattr(torch, n))
+_SPARSE += (torch.Tensor.smm, torch.Tensor.sspaddmm)
+#: backend-specific and quantized kernels (ROCm MIOpen, fbgemm int8/fp16 linear, quantized RNN
+#: cells): never emulated, refused
+_BACKEND = [getattr(torch, n) for n in dir(torch)
+            if n.startswith(("miopen_convolution", "miopen_depthwise", "miopen_rnn",
+                             "fbgemm_linear", "quantized_lstm_cell", "quantized_gru_cell",
+                             "quantized_rnn"))]  # fmt: skip
 _FUSED: tuple[Any, ...] = (torch._transformer_encoder_layer_fwd,
                            torch._native_multi_head_attention, torch._addmm_activation)  # fmt: skip
 _NOT_EMULATED.update(dict.fromkeys(_SPARSE, "sparse GEMMs are not emulated: use a dense matmul"))
 _NOT_EMULATED.update(
     dict.fromkeys(_FUSED, "a fused GEMM: write it with nn.Linear and explicit attention")
+)
+_NOT_EMULATED.update(
+    dict.fromkeys(_BACKEND, "a backend-specific or quantized kernel: use the float module")
 )
 #: in-place forms of the GEMMs (the emulated result would replace the tensor's own values)
 for _name in ("addmm_", "baddbmm_", "addbmm_", "addmv_", "addr_"):
@@ -363,7 +366,14 @@ for _name in ("addmm_", "baddbmm_", "addbmm_", "addmv_", "addr_"):
 #: every operation that runs a GEMM: with no floating-point tensor among its arguments (an
 #: integer matmul) it runs as torch runs it, untouched
 _GEMM_OPS = {F.linear, F.conv1d, F.conv2d, torch.Tensor.__rmatmul__, F.scaled_dot_product_attention,
-             *_MATMULS, *_ADDMM, *_NOT_EMULATED}  # fmt: skip
+             F.multi_head_attention_forward, *_MATMULS, *_ADDMM, *_NOT_EMULATED, *EMULATED_OPS,
+             *RNN_OPS}  # fmt: skip
+
+
+def _groups(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+    """The ``groups`` argument of a convolution call (``F.convNd(input, weight, bias, stride,
+    padding, dilation, groups)``)."""
+    return int(kwargs.get("groups", args[6] if len(args) > 6 else 1))
 
 
 def _any_float(args: Any, kwargs: dict[str, Any]) -> bool:
@@ -393,7 +403,15 @@ class _Mode(TorchFunctionMode):
             return func(*args, **kwargs)  # integer GEMMs are exact in torch: not emulated
         if func is F.linear:
             return sim._linear(*args, **kwargs)
+        if func in EMULATED_OPS:
+            return EMULATED_OPS[func](sim, *args, **kwargs)
+        if func in RNN_OPS:
+            return RNN_OPS[func](sim, *args, **kwargs)
+        if func is F.multi_head_attention_forward:
+            return sim._mha(*args, **kwargs)
         if func in (F.conv1d, F.conv2d):
+            if _groups(args, kwargs) != 1:
+                return CONV_ND[func](sim, *args, **kwargs)
             return sim._conv(func, *args, **kwargs)
         if func is torch.Tensor.__rmatmul__:
             return sim._matmul(args[1], args[0])
@@ -434,6 +452,10 @@ class Simulated(torch.nn.Module):
         *,
         accumulator: Accumulator | None = None,
         seed: int = 0,
+        attention: str | AttentionRecipe | None = None,
+        variable_rounding: str = "nearest_even",
+        optimizer_state_format: str | FloatFormat | None = None,
+        kv_cache: str | KVQuant | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(module, torch.nn.Module):
@@ -444,6 +466,12 @@ class Simulated(torch.nn.Module):
         if not 0 <= int(seed) < 1 << 64:
             raise ValueError(f"seed must be an int in [0, 2**64), got {seed!r}")
         self.module = module
+        #: the attention recipe of scaled_dot_product_attention (None: its math definition)
+        self.attention: AttentionRecipe | None = (
+            None if attention is None else get_attention_recipe(attention)
+        )
+        #: the quantization given to the KVCache arguments of forward that have none
+        self.kv_cache: KVQuant | None = None if kv_cache is None else get_kv_quant(kv_cache)
         #: the recipe whose roles every GEMM follows (None: the policy's formats)
         self.recipe: Recipe | None = None
         if isinstance(policy, Recipe) or (isinstance(policy, str) and policy in RECIPES):
@@ -477,7 +505,21 @@ class Simulated(torch.nn.Module):
         #: the policy's variable_format: the parameters are stored in it (None: fp32, as they are)
         var = get_format(self.policy.variable_format)
         self.variable_format: FloatFormat | None = None if var == _FP32 else var  # type: ignore[assignment]
-        if self.variable_format is not None:
+        check_options(variable_rounding, "ieee", "keep", 0, None)  # a known rounding mode
+        #: the rounding of the parameters' stores to variable_format (stochastic: seeded by
+        #: ``seed``, the optimizer step and the parameter's index)
+        self.variable_rounding = variable_rounding
+        #: the format the optimizer's floating-point state is stored in after each step (None:
+        #: as the optimizer keeps it)
+        self.optimizer_state_format: FloatFormat | None = None
+        if optimizer_state_format is not None:
+            f = get_format(optimizer_state_format, name="optimizer_state_format")
+            if not isinstance(f, FloatFormat):
+                raise ValueError(f"optimizer_state_format: expected a floating-point format, "
+                                 f"got {optimizer_state_format!r}")  # fmt: skip
+            self.optimizer_state_format = f
+        self._stores = 0
+        if self.variable_format is not None or self.optimizer_state_format is not None:
             self.store_parameters()
             ref = weakref.ref(self)
 
@@ -492,22 +534,44 @@ class Simulated(torch.nn.Module):
 
     def store_parameters(self, optimizer: torch.optim.Optimizer | None = None) -> None:
         """Round the model's floating-point parameters (those ``optimizer`` updates, if given)
-        in place to the policy's ``variable_format``, round to nearest even, as the numpy
-        training emulation stores its master weights (``precision_lab.training.model.
-        Numerics.store``). :func:`simulate` calls it at the start and after every
-        ``optimizer.step()`` (a global optimizer step hook, removed by :meth:`remove`), so the
-        weights live in ``variable_format`` as under Keras' variable dtype."""
+        in place to the policy's ``variable_format`` with ``variable_rounding`` (default round
+        to nearest even, as the numpy training emulation stores its master weights,
+        ``precision_lab.training.model.Numerics.store``; ``"stochastic"`` as its ``bf16_sr``
+        weight update, the random words keyed by ``seed``, the store's count and the
+        parameter's index in ``model.parameters()``), and, given an optimizer and an
+        ``optimizer_state_format``, its floating-point state tensors (Adam's moments, SGD's
+        momentum; not the step count) to that format, round to nearest even. :func:`simulate`
+        calls it at the start and after every ``optimizer.step()`` (a global optimizer step
+        hook, removed by :meth:`remove`), so the weights live in ``variable_format`` as under
+        Keras' variable dtype. What is rounded is the optimizer's float32 result ``fl32(w +
+        delta)``, not the exact sum (the numpy path rounds the exact sum: the two differ only
+        where the float32 rounding of the sum moves it across a rounding boundary of
+        ``variable_format``, i.e. for round to nearest when ``fl32(w + delta)`` lands on a
+        midpoint; inferred, not measured)."""
         fmt = self.variable_format
-        if fmt is None:
-            return
-        own = {id(p): p for p in self.module.parameters()}
+        params = list(enumerate(self.module.parameters()))
         if optimizer is not None:
             ids = {id(p) for g in optimizer.param_groups for p in g["params"]}
-            own = {k: p for k, p in own.items() if k in ids}
+            params = [(i, p) for i, p in params if id(p) in ids]
         with torch.no_grad():
-            for p in own.values():
-                if p.is_floating_point():
-                    p.copy_(_store(p, fmt).to(device=p.device, dtype=p.dtype))
+            if fmt is not None:
+                for i, p in params:
+                    if not p.is_floating_point():
+                        continue
+                    seed = None
+                    if is_stochastic(self.variable_rounding):
+                        key = repr((self.seed, self._stores, i)).encode()
+                        seed = int.from_bytes(hashlib.sha256(key).digest()[:8], "little")
+                    x = p.detach().to(torch.float32 if p.dtype != torch.float64 else p.dtype)
+                    r = _round_to(x, fmt, rounding=self.variable_rounding, seed=seed)
+                    p.copy_(torch.as_tensor(r).to(device=p.device, dtype=p.dtype))
+                self._stores += 1
+            sf = self.optimizer_state_format
+            if optimizer is not None and sf is not None:
+                for _, p in params:
+                    for t in optimizer.state.get(p, {}).values():
+                        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim():
+                            t.copy_(_store(t, sf).to(device=t.device, dtype=t.dtype))
 
     # ----- layer bookkeeping -------------------------------------------------------------------
     def _enter(self, m: torch.nn.Module, inputs: Any) -> None:
@@ -695,6 +759,44 @@ class Simulated(torch.nn.Module):
             out = out.squeeze(-2)
         return out
 
+    def _conv_gemm(
+        self, w: torch.Tensor, cols: torch.Tensor, c: torch.Tensor | None, weight: torch.Tensor
+    ) -> torch.Tensor:
+        """A convolution's GEMM ``c + w @ cols`` (batched over groups, see :mod:`.ops`) in the
+        current layer's formats (a batch of one group is the 2-D GEMM)."""
+        layer = self._layer()
+        spec = self.spec(layer)
+        self._record("conv", spec)
+        one = w.dim() == 3 and w.shape[0] == 1
+        if one:
+            w, cols = w[0], cols[0]
+            c = None if c is None else c[0]
+        out = emulated_matmul(
+            w, cols, c, spec=spec, operands=self.operands,
+            key=("conv", layer if layer is not None else id(weight)), update=self._update(),
+        )  # fmt: skip
+        return out.unsqueeze(0) if one else out
+
+    def _mha(self, *args: Any, **kwargs: Any) -> Any:
+        """``F.multi_head_attention_forward``: torch's own body with its GEMMs emulated (see
+        :mod:`.attention`)."""
+        if self.attention is not None:
+            need = kwargs.get("need_weights", args[15] if len(args) > 15 else True)
+            if need:
+                raise NotImplementedError(
+                    "simulate: multi_head_attention_forward with need_weights=True under an "
+                    "attention recipe (FP8 attention never forms the normalised weights): "
+                    "call the module with need_weights=False"
+                )
+        with _Mode(self):
+            return torch_mha_body()(*args, **kwargs)
+
+    def _attn_matmul(
+        self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None, spec: GemmSpec
+    ) -> torch.Tensor:
+        self._record("attention", spec)
+        return emulated_matmul(a, b, c, spec=spec)
+
     def _sdpa(
         self,
         q: torch.Tensor,
@@ -708,8 +810,17 @@ class Simulated(torch.nn.Module):
     ) -> torch.Tensor:
         """``F.scaled_dot_product_attention`` as its math definition: two emulated GEMMs and a
         softmax under the ``softmax`` rule."""
-        if enable_gqa:
-            raise NotImplementedError("simulate: scaled_dot_product_attention with enable_gqa")
+        if enable_gqa:  # grouped-query attention: each key/value head serves q's group of heads
+            rep = q.shape[-3] // k.shape[-3]
+            k, v = k.repeat_interleave(rep, -3), v.repeat_interleave(rep, -3)
+        if self.attention is not None:
+            if dropout_p > 0:
+                raise NotImplementedError("simulate: attention dropout under an attention recipe")
+            return fp8_attention(
+                q, k, v, attn_mask, recipe=self.attention, is_causal=is_causal, scale=scale,
+                accumulator=self.attention.accumulator or self.accumulator,
+                matmul=self._attn_matmul,
+            )  # fmt: skip
         n_q, n_k = q.shape[-2], k.shape[-2]
         sc = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
         s = self._matmul(q, k.transpose(-2, -1)) * sc
@@ -742,6 +853,10 @@ class Simulated(torch.nn.Module):
         self._current = []
         self._matmul_calls = 0
         self._recipe_calls = 0
+        if self.kv_cache is not None:
+            for a in (*args, *kwargs.values()):
+                if isinstance(a, KVCache) and a.quant is None:
+                    a.quant = self.kv_cache
         with _Mode(self):
             out = self.module(*args, **kwargs)
         if self.recipe is not None and self._update():
@@ -763,7 +878,8 @@ class Simulated(torch.nn.Module):
                 f"recipe={self.recipe.name!r}, accumulator="
                 f"{'the recipe' if acc is None else acc.describe()!r}, seed={self.seed}"
             )
-        return f"policy={self.policy.name!r}, accumulator={self.accumulator.describe()!r}"
+        extra = "" if self.attention is None else f", attention={self.attention.name!r}"
+        return f"policy={self.policy.name!r}, accumulator={self.accumulator.describe()!r}{extra}"
 
 
 def _pair(v: Any) -> tuple[int, int]:
@@ -783,16 +899,33 @@ def simulate(
     *,
     accumulator: Accumulator | None = None,
     seed: int = 0,
+    attention: str | AttentionRecipe | None = None,
+    variable_rounding: str = "nearest_even",
+    optimizer_state_format: str | FloatFormat | None = None,
+    kv_cache: str | KVQuant | None = None,
 ) -> Simulated:
     """``model`` with its GEMMs emulated under ``policy``: a :class:`~precision_lab.Policy` or a
     name of :data:`~precision_lab.POLICIES`, or a training recipe, a
     :class:`~precision_lab.Recipe` or a name of :data:`~precision_lab.quant.recipes.RECIPES`
     (see the module docstring). ``accumulator`` overrides the policy's, or every role's of the
     recipe; ``seed`` (an int in [0, 2**64)) seeds a recipe's stochastic rounding and Hadamard
-    signs (:meth:`Simulated.gemm_seed`). Returns a :class:`Simulated` module sharing ``model``'s
-    parameters."""
+    signs (:meth:`Simulated.gemm_seed`) and the stochastic stores of ``variable_rounding``.
+    ``attention`` (an :class:`~precision_lab.torch.attention.AttentionRecipe` or a name of
+    :data:`~precision_lab.torch.attention.ATTENTION_RECIPES`, e.g. ``"fa3_fp8"``) runs
+    ``scaled_dot_product_attention`` (and ``multi_head_attention_forward`` with
+    ``need_weights=False``) as FP8 attention. ``variable_rounding`` rounds the parameters' stores
+    to ``variable_format``; ``optimizer_state_format`` stores the optimizer's state in a format
+    after each step (:meth:`Simulated.store_parameters`); ``kv_cache`` (a
+    :class:`~precision_lab.torch.kv_cache.KVQuant` or a name of
+    :data:`~precision_lab.torch.kv_cache.KV_CACHE_PRESETS`) quantizes the
+    :class:`~precision_lab.torch.kv_cache.KVCache` arguments of forward. Returns a
+    :class:`Simulated` module sharing ``model``'s parameters."""
     if isinstance(policy, str | Policy | Recipe):
-        return Simulated(model, policy, accumulator=accumulator, seed=seed)
+        return Simulated(
+            model, policy, accumulator=accumulator, seed=seed, attention=attention,
+            variable_rounding=variable_rounding, optimizer_state_format=optimizer_state_format,
+            kv_cache=kv_cache,
+        )  # fmt: skip
     raise TypeError(
         f"policy must be a Policy, a Recipe, or a policy or recipe name, got "
         f"{type(policy).__name__}"
