@@ -119,6 +119,14 @@ from typing import Any
 from ..core.formats import FloatFormat, get_format
 from ..quant.block_formats import BlockFormat, get_block_format
 from .accumulator import Accumulator, reference_only
+from .cpu_instructions import (
+    CPU_INSTRUCTIONS,
+    CPU_LIBRARY_CHOICE,
+    CPU_MACHINES,
+    CPU_SPECIAL_EVIDENCE,
+    cpu_instruction_name,
+    cpu_rows,
+)
 
 __all__ = [
     "APPROXIMATE",
@@ -155,11 +163,12 @@ GPUS: dict[str, str] = {
     "mi300a": "cdna3",
     "mi300x": "cdna3",
     "mi325x": "cdna3",
+    **CPU_MACHINES,  # CPUs: "x86" (aliases "zen4", "sapphirerapids"), "arm" (cpu_instructions)
 }
 
 #: the instructions, and per architecture the order in which GEMM libraries prefer them
 #: (cuBLAS/CUTLASS: wgmma on Hopper, tcgen05 on datacenter Blackwell; rocBLAS/hipBLASLt: mfma)
-INSTRUCTIONS = ("mma", "wgmma", "tcgen05", "mfma")
+INSTRUCTIONS = ("mma", "wgmma", "tcgen05", "mfma", *CPU_INSTRUCTIONS)
 _LIBRARY_CHOICE: dict[str, tuple[str, ...]] = {
     "volta": ("mma",),
     "turing": ("mma",),
@@ -171,6 +180,7 @@ _LIBRARY_CHOICE: dict[str, tuple[str, ...]] = {
     "cdna1": ("mfma",),
     "cdna2": ("mfma",),
     "cdna3": ("mfma",),
+    **CPU_LIBRARY_CHOICE,
 }
 
 #: (architecture, input format, output format) whose preset does not reproduce measurements
@@ -263,7 +273,7 @@ class Preset:
 
     @property
     def vendor(self) -> str:
-        return "amd" if self.arch.startswith("cdna") else "nvidia"
+        return _vendor(self.arch)
 
     @property
     def gpus(self) -> list[str]:
@@ -315,8 +325,12 @@ def _special_text(acc: Accumulator) -> str:
             parts.append(f"zero_exponent={acc.zero_exponent}")
     if acc.subnormals == "flush":
         parts.append("subnormals=flush")
-    if acc.input_subnormals == "flush":
-        parts.append("input_subnormals=flush")
+    if acc.input_subnormals != "keep":
+        parts.append(f"input_subnormals={acc.input_subnormals}")
+    if acc.tininess != "subnormal_grid":
+        parts.append(f"tininess={acc.tininess}")
+    if acc.pair_order != "natural":
+        parts.append(f"pair_order={acc.pair_order}")
     return ", ".join(parts)
 
 
@@ -334,8 +348,16 @@ def _with_specials(acc: Accumulator, vendor: str) -> Accumulator:
     return dataclasses.replace(acc, **changes)
 
 
+def _vendor(arch: str) -> str:
+    if arch in CPU_SPECIAL_EVIDENCE:  # the CPUs: "x86", "arm"
+        return arch
+    return "amd" if arch.startswith("cdna") else "nvidia"
+
+
 def _special_evidence(p: Preset) -> str:
     acc = p.accumulator
+    if p.vendor in CPU_SPECIAL_EVIDENCE:
+        return CPU_SPECIAL_EVIDENCE[p.vendor]
     if acc.input_subnormals == "flush":
         return _SPECIAL_EVIDENCE["cdna2"]
     if acc.order == "sequential":
@@ -457,7 +479,7 @@ def _add(
     *,
     block_scaled: bool = False,
 ) -> None:
-    vendor = "amd" if arch.startswith("cdna") else "nvidia"
+    vendor = _vendor(arch)
     for pair in inputs:
         fa, fb = (pair, pair) if isinstance(pair, str) else pair
         for out in outs:
@@ -482,7 +504,9 @@ def _add(
 
 def instruction_name(instruction: str, kind: str) -> str:
     """``"tcgen05.mma kind::f8f6f4"``, ``"mma.m16n8k16"``, ``"wgmma.m64nNk32"``,
-    ``"mfma bf16_1k"``."""
+    ``"mfma bf16_1k"``, ``"bfdot (FPCR.EBF=0)"``."""
+    if instruction in CPU_INSTRUCTIONS:
+        return cpu_instruction_name(instruction, kind)
     base = {"mma": "mma", "wgmma": "wgmma", "tcgen05": "tcgen05.mma", "mfma": "v_mfma"}
     if instruction == "mma" and kind.startswith("kind::mx"):
         return f"mma.block_scale {kind}"
@@ -634,6 +658,9 @@ def _build_table() -> None:
          "their sums and c floored at the common anchor, c dropped below it - 25; an inf/NaN "
          "c stays, which MMA-Sim drops: an artifact of its emulation; no measured AMD "
          "data)")  # fmt: skip
+    # CPUs (x86 AVX512-BF16 measured, Arm from the Arm ARM): precision_lab.gemm.cpu_instructions
+    for row in cpu_rows():
+        _add(*row)
 
 
 def _same_as_mma(arch: str) -> Callable[[tuple[str, str], str], str]:
