@@ -117,7 +117,7 @@ MEASURED_ON: dict[str, str] = {
 }
 #: the special-value rules of the CPU rows, with their evidence (the table's special-values note)
 CPU_SPECIAL_EVIDENCE: dict[str, str] = {
-    "x86": "measured on an AMD EPYC 9004 (Zen 4): DAZ (signed zeros), FTZ (tininess after "
+    "x86": "measured: AMD EPYC 9004 (Zen 4): DAZ (signed zeros), FTZ (tininess after "
     "rounding), RNE whatever MXCSR says; NaN: the first NaN of src1, src2, accumulator, "
     "quieted, invalid gives 0xffc00000 (pl.gemm: quiet NaN; exact bits: "
     "precision_lab.gemm.cpu_instructions.vdpbf16ps)",

@@ -285,6 +285,7 @@ def test_vdpbf16ps_is_the_preset_and_the_measured_nan_rule():
     assert np.array_equal(np.isnan(got), nan) and 200 < nan.sum() < n
     assert np.array_equal(got.view(np.uint32)[~nan], d.view(np.uint32)[~nan])
     assert (d.view(np.uint32)[nan] == 0x7FC00000).all()  # pl.gemm: the quiet NaN
+
     # the rule, lane by lane on a few: the first NaN of a1, b1, c (quieted), then of a0, b0 and
     # that; an invalid step without NaN operands gives 0xffc00000
     def one(x, y, z):
