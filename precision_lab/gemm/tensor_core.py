@@ -49,6 +49,10 @@ CDNA3 fp8/bf8, where MMA-Sim's GTR-FDPA drops it once the next block's products 
 (an artifact of its float emulation: ``torch.frexp`` gives inf and NaN the exponent 0, and its
 code assumes a finite c, ``-126 <= e_c <= 127``).
 
+CPUs (issue 33; :mod:`precision_lab.gemm.cpu_instructions`): x86 ``vdpbf16ps`` (measured on
+an AMD EPYC 9004, Zen 4) and Arm ``bfmmla``, ``bfdot``, ``bfmlal``, ``fdot``, ``fmlal``,
+``fmlall`` (the Arm ARM's pseudocode) are rows of the same table, machine ``"x86"`` or ``"arm"``.
+
 Operands are taken on their format's grid: tf32 (NVIDIA) and xf32 (AMD) matrix cores truncate
 fp32 data to tf32 (MMA-Sim), so pass ``input_rounding="toward_zero"`` to
 :func:`~precision_lab.gemm` for fp32 data that is not on the tf32 grid yet.
@@ -875,7 +879,8 @@ def _tensor_core(
         ``"v100"``, ``"t4"``/``"rtx2080"``, ``"a100"``/``"a2"``/``"a30"``,
         ``"ada"``/``"l40s"``/``"rtx4090"``, ``"h100"``/``"h200"``, ``"b200"``,
         ``"rtx5090"``/``"rtxpro6000"``, ``"mi100"``, ``"mi210"``/``"mi250"``,
-        ``"mi300a"``/``"mi300x"``/``"mi325x"``.
+        ``"mi300a"``/``"mi300x"``/``"mi325x"``; CPUs: ``"x86"`` (``"zen4"``,
+        ``"sapphirerapids"``) and ``"arm"`` (:mod:`precision_lab.gemm.cpu_instructions`).
     input_format:
         The operands' format (``"fp16"``, ``"bf16"``, ``"tf32"``, ``"fp32"``, ``"fp64"``,
         ``"e4m3"``, ``"e5m2"``, ``"e3m2"``, ``"e2m3"``, ``"e2m1"``, ``"e4m3fnuz"``,
@@ -890,7 +895,8 @@ def _tensor_core(
         :func:`~precision_lab.gemm`.
     instruction:
         ``"mma"``, ``"wgmma"``, ``"tcgen05"`` or ``"mfma"``, optionally with the kind after a
-        dot (``"tcgen05.kind::mxf8f6f4"``, ``"mfma.bf16"`` for CDNA2's pre-``_1k`` bf16);
+        dot (``"tcgen05.kind::mxf8f6f4"``, ``"mfma.bf16"`` for CDNA2's pre-``_1k`` bf16); on
+        CPUs the mnemonic (``"vdpbf16ps"``, ``"bfmmla"``, ``"bfdot.ebf1"``, ``"fdot"`` ...);
         ``None``: what GEMM libraries issue on that GPU (wgmma on Hopper, tcgen05 on B200).
 
     Examples
