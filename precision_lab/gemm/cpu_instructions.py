@@ -199,7 +199,7 @@ Row = tuple[str, str, str, list[Any], tuple[str, ...], Callable[[str], Accumulat
 
 def cpu_rows() -> list[Row]:
     """The CPU rows of the table, as ``(arch, instruction, kind, inputs, outputs, builder,
-    evidence)`` for :func:`precision_lab.gemm.tensor_core._add`.
+    evidence)`` for ``precision_lab.gemm.tensor_core._add``.
 
     >>> [r[1] for r in cpu_rows()][:3]
     ['vdpbf16ps', 'bfmmla', 'bfmmla']
