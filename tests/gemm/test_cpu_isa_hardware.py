@@ -52,7 +52,8 @@ def _compiler() -> str | None:
 
 
 @pytest.fixture(scope="module")
-def lib(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
+def harness(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
+    """The compiled harness (any x86-64 CPU loads it: only its kernels need AVX512-BF16)."""
     if sys.platform != "linux" or platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip(f"x86-64 Linux only (this is {sys.platform} {platform.machine()})")
     cxx = _compiler()
@@ -63,13 +64,31 @@ def lib(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode:
         pytest.skip(f"the compiler cannot build the AVX512-BF16 harness: {res.stderr[-400:]}")
-    h = ctypes.CDLL(str(out))
+    return ctypes.CDLL(str(out))
+
+
+@pytest.fixture(scope="module")
+def lib(harness: ctypes.CDLL) -> ctypes.CDLL:
+    """The harness where this CPU runs its kernels; a skip saying why elsewhere."""
+    h = harness
     if not h.pl_has_avx512bf16():
         pytest.skip(
             "this CPU (or OS) has no AVX512-BF16 with AVX512F/VL and ZMM state: "
             "VDPBF16PS and VCVTNE(2)PS2BF16 cannot run here"
         )
     return h
+
+
+def test_the_cpuid_check_agrees_with_the_kernel(harness):
+    flags = set()
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            break
+    if not flags:
+        pytest.skip("/proc/cpuinfo has no flags line")
+    want = {"avx512f", "avx512vl", "avx512_bf16"} <= flags
+    assert bool(harness.pl_has_avx512bf16()) == want
 
 
 def _p(a: np.ndarray) -> ctypes.c_void_p:
@@ -242,7 +261,8 @@ def _mismatch(what: str, got: np.ndarray, want: np.ndarray, *inputs: np.ndarray)
 
 
 @pytest.fixture(scope="module")
-def vdp_inputs() -> dict[str, tuple[np.ndarray, ...]]:
+def vdp_inputs(lib: ctypes.CDLL) -> dict[str, tuple[np.ndarray, ...]]:
+    """(Built only where the harness runs: no 10-million-lane arrays on other CPUs.)"""
     return vdp_classes(np.random.default_rng(33))
 
 
@@ -353,7 +373,7 @@ def cvt_inputs(rng: np.random.Generator) -> dict[str, np.ndarray]:
 
 
 @pytest.fixture(scope="module")
-def cvt_words() -> dict[str, np.ndarray]:
+def cvt_words(lib: ctypes.CDLL) -> dict[str, np.ndarray]:
     return cvt_inputs(np.random.default_rng(35))
 
 
