@@ -14,28 +14,33 @@ b[k0:k0+n])``, ``n`` the products per instruction); the preset is that chain as 
 :class:`~precision_lab.Accumulator`, so :func:`~precision_lab.gemm` computes it bit for bit.
 
 x86 (measured). **VDPBF16PS** (AVX512-BF16): per fp32 lane, two fused multiply-adds, the
-product of the odd BF16 element first, ``d = fma(a1, b1, d); d = fma(a0, b0, d)``, each
-rounded to nearest even whatever MXCSR says, with subnormal inputs (the BF16 elements and the
-fp32 accumulator) read as zeros of their sign and subnormal results flushed to zeros of their
-sign, tininess detected after rounding. This is Intel's pseudocode (SDM vol. 2, VDPBF16PS:
-two ``srcdest.fp32[j] += make_fp32(src1.bf16[2*j+1]) * make_fp32(t.bf16[1])`` steps, odd
-element first, "FP32 FMA with daz in, ftz out and RNE rounding; MXCSR neither consulted nor
-updated"), and what an AMD EPYC 9004 (Zen 4, Genoa) does, measured by
-``tests/gemm/test_cpu_isa_hardware.py`` (10 million lanes per class of inputs; see
-:data:`MEASURED_ON`). The pseudocode leaves open where tininess is detected and which NaN a
-lane returns; the hardware answers (preset and :func:`vdpbf16ps` follow it): tininess after
-rounding (an exact ``2**-126 - 2**-151`` rounds to ``2**-126`` and stays; ``2**-126 -
-2**-150`` flushes), and NaN: at each step the first NaN among the BF16 element of ``src1``,
-that of ``src2``, then the accumulator, made quiet; an invalid operation (``inf * 0``,
-``inf - inf``) gives the x86 default NaN ``0xffc00000``. The preset's Accumulator gives NaN
-results as the quiet NaN (payloads are beyond the Accumulator spec); :func:`vdpbf16ps` gives the
-hardware's bits. Since the SDM and the measurement agree, there is one row.
+product of the odd (upper) BF16 element first, ``d = fma(a1, b1, d); d = fma(a0, b0, d)``,
+each rounded to nearest even whatever MXCSR says, with subnormal inputs (the BF16 elements and
+the fp32 accumulator) read as zeros of their sign and subnormal results flushed to zeros of
+their sign, tininess detected after rounding; a NaN result is the first NaN among ``src1``'s
+low element, ``src2``'s low element, ``src1``'s high element, ``src2``'s high element and the
+accumulator, made quiet; an invalid operation without NaN operands (``inf * 0``, ``inf - inf``)
+gives the x86 default NaN ``0xffc00000``. Measured on an AMD EPYC 9004 (Zen 4, Genoa) by
+``tests/gemm/test_cpu_isa_hardware.py`` (10.4 million lanes; :data:`MEASURED_ON`). Intel's
+SDM (vol. 2, VDPBF16PS; felixcloutier.com/x86/vdpbf16ps) says: "'Round to nearest even'
+rounding mode is used when doing each accumulation of the FMA. Output denormals are always
+flushed to zero and input denormals are always treated as zero. MXCSR is not consulted nor
+updated", and gives the NaN priorities above as its Table 5-1 ("lower part has priority over
+upper part"); the measurement agrees with all of it and settles what the text leaves open:
+two roundings (not one), the odd product first (the even one first differs on 1534 of 20 000
+random lanes), the signs of flushed zeros, and tininess after rounding (an exact ``2**-126 -
+2**-151`` rounds to ``2**-126`` and stays; ``2**-126 - 2**-150`` flushes). So there is one
+row. The preset's Accumulator gives NaN results as the quiet NaN (payloads are beyond the
+Accumulator spec); :func:`vdpbf16ps` gives the hardware's bits.
 
 **VCVTNEPS2BF16** and **VCVTNE2PS2BF16** are conversions (:func:`vcvtneps2bf16`,
 :func:`vcvtne2ps2bf16`, on :func:`~precision_lab.encode`): round to nearest even whatever MXCSR
-says, overflow to inf, subnormal fp32 inputs read as zeros of their sign (measured: the SDM's
-pseudocode converts through ``convert_fp32_to_bfloat16``, with DAZ), NaN made quiet keeping the
-sign and the payload's upper seven bits (``(x >> 16) | 0x0040``).
+says, overflow to inf, subnormal fp32 inputs read as zeros of their sign, NaN made quiet keeping
+the sign and the payload's upper seven bits (``(x >> 16) | 0x0040``): the SDM's pseudocode
+(``convert_fp32_to_bfloat16``: a zero or denormal gives the signed zero, a NaN is truncated with
+bit 6 set, a normal number is ``(x + 0x7fff + x[16]) >> 16`` in integers), measured equal on
+10.5 million inputs; ``tests/gemm/test_cpu_isa_presets.py`` holds the functions to that
+pseudocode on any CPU.
 
 Arm (published: Arm Architecture Reference Manual for A-profile, DDI 0487, the instruction
 descriptions of section C8.2 (SVE) and their ASL, e.g. C8.2.49 BFDOT (vectors), C8.2.67
@@ -118,9 +123,9 @@ MEASURED_ON: dict[str, str] = {
 #: the special-value rules of the CPU rows, with their evidence (the table's special-values note)
 CPU_SPECIAL_EVIDENCE: dict[str, str] = {
     "x86": "measured: AMD EPYC 9004 (Zen 4): DAZ (signed zeros), FTZ (tininess after "
-    "rounding), RNE whatever MXCSR says; NaN: the first NaN of src1, src2, accumulator, "
-    "quieted, invalid gives 0xffc00000 (pl.gemm: quiet NaN; exact bits: "
-    "precision_lab.gemm.cpu_instructions.vdpbf16ps)",
+    "rounding), RNE whatever MXCSR says; NaN: the first of src1 low, src2 low, src1 high, src2 "
+    "high, accumulator (the SDM's Table 5-1), quieted, invalid gives 0xffc00000 (pl.gemm: "
+    "quiet NaN; exact bits: precision_lab.gemm.cpu_instructions.vdpbf16ps)",
     "arm": "published: Arm ARM (DDI 0487) C8.2: BF16 (FPCR.EBF = 0) round to odd, overflow to "
     "inf, FZ and FIZ (signed zeros); EBF = 1 and FP8 as FPCR (nearest even, subnormals kept); "
     "default NaN",
@@ -129,8 +134,8 @@ CPU_SPECIAL_EVIDENCE: dict[str, str] = {
 _ARM = "published: Arm ARM (DDI 0487)"
 _X86_MEASURED = (
     "measured: AMD EPYC 9004 (Zen 4), 10M lanes per input class bit for bit "
-    "(tests/gemm/test_cpu_isa_hardware.py); equal to the SDM's pseudocode (two FP32 FMAs, odd "
-    "element first, DAZ, FTZ, RNE)"
+    "(tests/gemm/test_cpu_isa_hardware.py); agrees with the SDM's description (RNE for each "
+    "FMA, DAZ, FTZ, MXCSR ignored, NaN priorities of its Table 5-1)"
 )
 
 

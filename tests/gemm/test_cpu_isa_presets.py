@@ -323,6 +323,7 @@ def test_the_cpu_rules_are_checked():
 
 # ----- conversions (an integer-arithmetic oracle, independent of the rounding core) -------------
 def cvt_oracle(u: np.ndarray) -> np.ndarray:
+    """The SDM's convert_fp32_to_bfloat16 (VCVTNEPS2BF16), in integers."""
     u = u.astype(np.uint64)
     exp = (u >> 23) & 0xFF
     nan = (exp == 0xFF) & ((u & 0x7FFFFF) != 0)
