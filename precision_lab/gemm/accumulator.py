@@ -690,13 +690,19 @@ class Accumulator:
         ):
             if value not in allowed:
                 raise ValueError(f"{name_} must be one of {', '.join(allowed)}, got {value!r}")
+        fmt = self.format
+        assert isinstance(fmt, FloatFormat)
         if self.tininess == "after_rounding" and (
-            self.subnormals != "flush" or self.stochastic or self.order != "sequential"
+            self.subnormals != "flush"
+            or self.stochastic
+            or self.order != "sequential"
+            or fmt.precision > 51
         ):
             raise ValueError(
-                "tininess='after_rounding' needs subnormals='flush', deterministic rounding "
-                f"and order='sequential', got subnormals={self.subnormals!r}, "
-                f"order={self.order!r}, stochastic={self.stochastic}"
+                "tininess='after_rounding' needs subnormals='flush', deterministic rounding, "
+                f"order='sequential' and a format of at most 51 bits, got "
+                f"subnormals={self.subnormals!r}, order={self.order!r}, "
+                f"stochastic={self.stochastic}, format={fmt}"
             )
         put(self, "group", _positive_int(self.group, "group"))
         if self.scale_format is not None:
