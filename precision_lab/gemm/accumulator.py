@@ -176,7 +176,9 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
    :attr:`pair_order` ``"odd_first"``: the products are taken in pairs ``(2i, 2i + 1)`` and
    each pair in the order ``2i + 1``, ``2i`` (x86 VDPBF16PS: the odd BF16 element's product
    is added first); the model then runs on the products in that order, every order and event
-   number above referring to the new position (an odd last product stays last).
+   number above referring to the new position (an odd last product stays last; software that
+   pads K with a zero element adds a zero product first, which can change only the sign of a
+   zero accumulator).
    :attr:`tininess` ``"after_rounding"`` (with ``subnormals="flush"``): a result is flushed to
    a zero of its sign when the exact value, rounded to the format's precision with an
    unbounded exponent, lies below the smallest normal (IEEE 754's tininess after rounding,
