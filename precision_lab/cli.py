@@ -797,11 +797,23 @@ def build_parser() -> argparse.ArgumentParser:
         "pl.tensor_core: products per block, fraction bits kept, rounding, special-value "
         "rules and the evidence (measured data set, published model, or inferred).",
     )
-    p.add_argument("--gpu", default=None, help="only this GPU (e.g. b200, mi300x)")
+    p.add_argument("--gpu", default=None, help="only this GPU or CPU (e.g. b200, mi300x, x86, arm)")
     p.add_argument(
         "--instruction",
         default=None,
-        choices=("mma", "wgmma", "tcgen05", "mfma"),
+        choices=(
+            "mma",
+            "wgmma",
+            "tcgen05",
+            "mfma",
+            "vdpbf16ps",
+            "bfmmla",
+            "bfdot",
+            "bfmlal",
+            "fdot",
+            "fmlal",
+            "fmlall",
+        ),
         help="only this instruction",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")

@@ -168,6 +168,25 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
 3c. Input subnormals (``input_subnormals="flush"``, AMD CDNA2 fp16/bf16): a, b (in their
    input formats) and c (in ``out_format``) that are subnormal become ``+0`` before anything
    else (every backend: the flush, then the model with ``input_subnormals="keep"``).
+   ``input_subnormals="flush_signed"`` (x86 DAZ, Arm FPCR.FIZ): they become a zero of their
+   own sign (``-0`` for a negative subnormal), which decides the sign of a zero product and of
+   a zero sum. Numpy reference only (:func:`reference_only`).
+
+3d. CPU dot-product instructions (numpy reference only, :func:`reference_only`).
+   :attr:`pair_order` ``"odd_first"``: the products are taken in pairs ``(2i, 2i + 1)`` and
+   each pair in the order ``2i + 1``, ``2i`` (x86 VDPBF16PS: the odd BF16 element's product
+   is added first); the model then runs on the products in that order, every order and event
+   number above referring to the new position (an odd last product stays last; software that
+   pads K with a zero element adds a zero product first, which can change only the sign of a
+   zero accumulator).
+   :attr:`tininess` ``"after_rounding"`` (with ``subnormals="flush"``): a result is flushed to
+   a zero of its sign when the exact value, rounded to the format's precision with an
+   unbounded exponent, lies below the smallest normal (IEEE 754's tininess after rounding,
+   x86 MXCSR.FTZ); the default ``"subnormal_grid"`` flushes a result whose rounding onto the
+   format's subnormal grid is subnormal, so an exact value just below the smallest normal
+   that rounds up to it is kept there and flushed here (fp32: ``2**-126 - 2**-150``, which
+   rounds to ``2**-126`` on the subnormal grid and to ``2**-126 - 2**-150`` with an unbounded
+   exponent). Deterministic modes only.
 
 4. Output: ``d = round(W, out_format, out_rounding)``. Signs of zero (:attr:`zero_sign`):
 
@@ -271,9 +290,12 @@ from ..core.rounding import (
 __all__ = [
     "ACC_OVERFLOW_MODES",
     "ADDENDS",
+    "INPUT_SUBNORMAL_MODES",
     "NAN_ENCODINGS",
     "ORDERS",
+    "PAIR_ORDERS",
     "SCALE_PLACEMENTS",
+    "TININESS_RULES",
     "ZERO_EXPONENT",
     "ZERO_SIGNS",
     "Accumulator",
@@ -301,6 +323,12 @@ ACC_OVERFLOW_MODES = (*OVERFLOW_MODES, "infinity")
 ZERO_SIGNS = ("ieee", "positive")
 #: values of :attr:`Accumulator.nan_encoding` (spec section 5)
 NAN_ENCODINGS = ("quiet", "nvidia")
+#: values of :attr:`Accumulator.input_subnormals` (spec 3c)
+INPUT_SUBNORMAL_MODES = (*SUBNORMAL_MODES, "flush_signed")
+#: values of :attr:`Accumulator.pair_order` (spec 3d)
+PAIR_ORDERS = ("natural", "odd_first")
+#: values of :attr:`Accumulator.tininess` (spec 3d)
+TININESS_RULES = ("subnormal_grid", "after_rounding")
 #: default of :attr:`Accumulator.zero_exponent` (the alignment exponent of a zero product or a
 #: zero running value with ``zeros_in_anchor``; spec section 3)
 ZERO_EXPONENT = -126
@@ -413,7 +441,16 @@ class Accumulator:
         ``group``: the scales' format, whose ``emin`` is the least alignment exponent of a
         scale (UE4M3 ``"e4m3"``: subnormal scales; ``None``: E8M0, exact powers of two).
     input_subnormals:
-        ``"keep"`` or ``"flush"`` (subnormal inputs a, b and c become +0 first: AMD CDNA2).
+        ``"keep"``, ``"flush"`` (subnormal inputs a, b and c become +0 first: AMD CDNA2) or
+        ``"flush_signed"`` (they become a zero of their sign: x86 DAZ, Arm FPCR.FIZ; spec 3c).
+    pair_order:
+        ``"natural"`` or ``"odd_first"``: the products of each pair ``(2i, 2i + 1)`` are taken
+        odd one first (x86 VDPBF16PS; spec 3d).
+    tininess:
+        With ``subnormals="flush"``: ``"subnormal_grid"`` (a result whose rounding onto the
+        subnormal grid is subnormal is flushed) or ``"after_rounding"`` (IEEE 754's tininess
+        after rounding, as x86 MXCSR.FTZ: the value rounded with an unbounded exponent is
+        below the smallest normal; spec 3d).
     out_rounding:
         Rounding of the final conversion to the output format.
     overflow:
@@ -486,6 +523,8 @@ class Accumulator:
     group: int | None = None
     scale_format: str | FloatFormat | None = None
     input_subnormals: str = "keep"
+    pair_order: str = "natural"
+    tininess: str = "subnormal_grid"
     zeros_in_anchor: bool = False
     zero_exponent: int = -126
     c_format: str | FloatFormat | None = None
@@ -647,10 +686,26 @@ class Accumulator:
         for name_, value, allowed in (
             ("align_rounding", self.align_rounding, ("toward_zero", "down")),
             ("scales", self.scales, SCALE_PLACEMENTS),
-            ("input_subnormals", self.input_subnormals, SUBNORMAL_MODES),
+            ("input_subnormals", self.input_subnormals, INPUT_SUBNORMAL_MODES),
+            ("pair_order", self.pair_order, PAIR_ORDERS),
+            ("tininess", self.tininess, TININESS_RULES),
         ):
             if value not in allowed:
                 raise ValueError(f"{name_} must be one of {', '.join(allowed)}, got {value!r}")
+        fmt = self.format
+        assert isinstance(fmt, FloatFormat)
+        if self.tininess == "after_rounding" and (
+            self.subnormals != "flush"
+            or self.stochastic
+            or self.order != "sequential"
+            or fmt.precision > 51
+        ):
+            raise ValueError(
+                "tininess='after_rounding' needs subnormals='flush', deterministic rounding, "
+                f"order='sequential' and a format of at most 51 bits, got "
+                f"subnormals={self.subnormals!r}, order={self.order!r}, "
+                f"stochastic={self.stochastic}, format={fmt}"
+            )
         put(self, "group", _positive_int(self.group, "group"))
         if self.scale_format is not None:
             put(self, "scale_format", _float_format(self.scale_format, "scale_format"))
@@ -794,6 +849,10 @@ class Accumulator:
             )
         if self.input_subnormals == "flush":
             txt += ", subnormal inputs flushed"
+        elif self.input_subnormals == "flush_signed":
+            txt += ", subnormal inputs flushed to signed zeros"
+        if self.pair_order == "odd_first":
+            txt += ", each pair of products odd one first"
         if self.c_format is not None:
             txt += f", c in {self.c_format}"
         if self.product_format is not None:
@@ -823,14 +882,19 @@ class Accumulator:
         if self.nan_encoding == "nvidia":
             rules.append("NaN is 0x7fffffff")
         if self.subnormals == "flush":
-            rules.append("subnormal results flushed to zero")
+            rules.append(
+                "subnormal results flushed to zero"
+                + (" (tininess after rounding)" if self.tininess == "after_rounding" else "")
+            )
         return "; " + ", ".join(rules) if rules else ""
 
 
 def reference_only(acc: Accumulator) -> str | None:
     """Why the general kernels (CuPy's, the native per-element ones) do not compute ``acc``
-    (None: every backend does): only Kahan summation (``order="compensated"``) and a C type
-    apart from the output's (``c_format``) are the numpy reference's alone. Every other
+    (None: every backend does): only Kahan summation (``order="compensated"``), a C type
+    apart from the output's (``c_format``) and the CPU instructions' rules of spec 3c/3d
+    (``input_subnormals="flush_signed"``, ``pair_order="odd_first"``,
+    ``tininess="after_rounding"``) are the numpy reference's alone. Every other
     matrix-core model is the general kernels' (``pl_gemm.cuh``):
     block-scaled MMA (``scales="in_block"``, with or without groups), ``addend="separate"``,
     ``order="exact_block"``, ``input_subnormals="flush"`` (the inputs flushed first, then the
@@ -845,4 +909,8 @@ def reference_only(acc: Accumulator) -> str | None:
         return f"order={acc.order!r}"
     if acc.c_format is not None:
         return f"c_format={str(acc.c_format)!r}"
+    for name in ("input_subnormals", "pair_order", "tininess"):  # (spec 3c, 3d)
+        value = getattr(acc, name)
+        if value in ("flush_signed", "odd_first", "after_rounding"):
+            return f"{name}={value!r}"
     return None

@@ -354,8 +354,21 @@ def _gemm_numpy(
     else:
         c_fmt = out_fmt if acc.c_format is None else acc.c_format  # (spec 1)
         c64 = round_to(_broadcast_c(c, out_shape).astype(np.float64), c_fmt).astype(np.float64)
-    if acc.input_subnormals == "flush":  # spec 3c: subnormal inputs become +0
-        a64, b64, c64 = _flushed(a64, fa), _flushed(b64, fb), _flushed(c64, out_fmt)
+    if acc.input_subnormals != "keep":  # spec 3c: subnormal inputs become +0 (or signed 0)
+        sig = acc.input_subnormals == "flush_signed"
+        a64, b64, c64 = (
+            _flushed(a64, fa, signed=sig),
+            _flushed(b64, fb, signed=sig),
+            _flushed(c64, out_fmt, signed=sig),
+        )
+    if acc.pair_order == "odd_first":  # spec 3d: each pair of products odd one first
+        if scale_a is not None or scale_b is not None:
+            raise ValueError(
+                "pair_order='odd_first' takes no scales (scale_a, scale_b): the pairs would "
+                "cross their K-blocks"
+            )
+        perm = _odd_first(a64.shape[-1])
+        a64, b64 = a64[..., perm], b64[..., perm, :]
     sa, sb, kblock = expand_scales(a, b, scale_a, scale_b, scale_block)
     if sa is not None and acc.scales == "promote":
         assert isinstance(acc.promote_format, FloatFormat) and isinstance(acc.format, FloatFormat)
@@ -422,14 +435,29 @@ def _check_power_of_two_scales(sa: np.ndarray, sb: np.ndarray) -> None:
             )
 
 
-def _flushed(x: np.ndarray, fmt: FloatFormat) -> np.ndarray:
+def _flushed(x: np.ndarray, fmt: FloatFormat, *, signed: bool = False) -> np.ndarray:
     """Spec 3c (``input_subnormals="flush"``, AMD CDNA2): ``x`` (on ``fmt``'s grid) with its
-    subnormals replaced by +0.
+    subnormals replaced by +0 (``signed``: by a zero of their sign, x86 DAZ and Arm FIZ).
 
     >>> _flushed(np.array([2.0**-15, -(2.0**-14), -0.0]), get_format("fp16")).tolist()
     [0.0, -6.103515625e-05, -0.0]
+    >>> _flushed(np.array([-(2.0**-15)]), get_format("fp16"), signed=True).tolist()
+    [-0.0]
     """
-    return np.where(np.abs(x) < fmt.smallest_normal, 0.0, x)
+    return np.where(np.abs(x) < fmt.smallest_normal, np.copysign(0.0, x) if signed else 0.0, x)
+
+
+def _odd_first(k: int) -> np.ndarray:
+    """Spec 3d: the order of ``k`` products with each pair ``(2i, 2i + 1)`` odd one first.
+
+    >>> _odd_first(5).tolist()
+    [1, 0, 3, 2, 4]
+    """
+    perm = np.arange(k)
+    even = k - k % 2
+    perm[0:even:2] += 1
+    perm[1:even:2] -= 1
+    return perm
 
 
 def _blas_fast_path_applies(
@@ -534,6 +562,14 @@ class _Model:
             )
 
         self.r_acc = rounder(fmt, acc.rounding)
+        #: spec 3d, tininess after rounding: each accumulation step rounds to the format's
+        #: precision with an unbounded exponent (r_acc), then _tiny_flush flushes the results
+        #: below the smallest normal and applies the format's overflow
+        self.tiny_fmt: FloatFormat | None = None
+        if acc.tininess == "after_rounding":
+            unbounded = FloatFormat(fmt.exponent_bits + 2, fmt.mantissa_bits)
+            self.r_acc = Rounder(unbounded, acc.rounding, seed=seed, zero_sign=acc.zero_sign)
+            self.tiny_fmt = fmt
         self.r_block = rounder(fmt, acc.block_rounding)
         self.r_promote = rounder(acc.promote_format, acc.promote_rounding)
         self.r_scale = rounder(acc.promote_format, "nearest_even")
@@ -777,7 +813,18 @@ class _Model:
             acc = self._add(
                 acc, self._product(ch, k), self.r_acc, k, exact_hint=self.sum_exact and not first_c
             )
+            if self.tiny_fmt is not None:
+                acc = self._tiny_flush(acc)
         return acc
+
+    def _tiny_flush(self, x: np.ndarray) -> np.ndarray:
+        """Spec 3d: ``x`` (rounded with an unbounded exponent) flushed to a signed zero below
+        the smallest normal; the format's overflow rule applied above its range."""
+        fmt = self.tiny_fmt
+        assert fmt is not None
+        core_ov = "ieee" if self.acc.overflow == "infinity" else self.acc.overflow
+        out = round_to(x, fmt, rounding=self.acc.rounding, overflow=core_ov).astype(np.float64)
+        return np.where(np.abs(x) < fmt.smallest_normal, np.copysign(0.0, x), out)
 
     def _blocked(self, ch: _Chunk, k0: int, k1: int, s0: np.ndarray | None) -> np.ndarray:
         blk = self.acc.block

@@ -49,6 +49,10 @@ CDNA3 fp8/bf8, where MMA-Sim's GTR-FDPA drops it once the next block's products 
 (an artifact of its float emulation: ``torch.frexp`` gives inf and NaN the exponent 0, and its
 code assumes a finite c, ``-126 <= e_c <= 127``).
 
+CPUs (issue 33; :mod:`precision_lab.gemm.cpu_instructions`): x86 ``vdpbf16ps`` (measured on
+an AMD EPYC 9004, Zen 4) and Arm ``bfmmla``, ``bfdot``, ``bfmlal``, ``fdot``, ``fmlal``,
+``fmlall`` (the Arm ARM's pseudocode) are rows of the same table, machine ``"x86"`` or ``"arm"``.
+
 Operands are taken on their format's grid: tf32 (NVIDIA) and xf32 (AMD) matrix cores truncate
 fp32 data to tf32 (MMA-Sim), so pass ``input_rounding="toward_zero"`` to
 :func:`~precision_lab.gemm` for fp32 data that is not on the tf32 grid yet.
@@ -119,6 +123,14 @@ from typing import Any
 from ..core.formats import FloatFormat, get_format
 from ..quant.block_formats import BlockFormat, get_block_format
 from .accumulator import Accumulator, reference_only
+from .cpu_instructions import (
+    CPU_INSTRUCTIONS,
+    CPU_LIBRARY_CHOICE,
+    CPU_MACHINES,
+    CPU_SPECIAL_EVIDENCE,
+    cpu_instruction_name,
+    cpu_rows,
+)
 
 __all__ = [
     "APPROXIMATE",
@@ -155,11 +167,12 @@ GPUS: dict[str, str] = {
     "mi300a": "cdna3",
     "mi300x": "cdna3",
     "mi325x": "cdna3",
+    **CPU_MACHINES,  # CPUs: "x86" (aliases "zen4", "sapphirerapids"), "arm" (cpu_instructions)
 }
 
 #: the instructions, and per architecture the order in which GEMM libraries prefer them
 #: (cuBLAS/CUTLASS: wgmma on Hopper, tcgen05 on datacenter Blackwell; rocBLAS/hipBLASLt: mfma)
-INSTRUCTIONS = ("mma", "wgmma", "tcgen05", "mfma")
+INSTRUCTIONS = ("mma", "wgmma", "tcgen05", "mfma", *CPU_INSTRUCTIONS)
 _LIBRARY_CHOICE: dict[str, tuple[str, ...]] = {
     "volta": ("mma",),
     "turing": ("mma",),
@@ -171,6 +184,7 @@ _LIBRARY_CHOICE: dict[str, tuple[str, ...]] = {
     "cdna1": ("mfma",),
     "cdna2": ("mfma",),
     "cdna3": ("mfma",),
+    **CPU_LIBRARY_CHOICE,
 }
 
 #: (architecture, input format, output format) whose preset does not reproduce measurements
@@ -263,7 +277,7 @@ class Preset:
 
     @property
     def vendor(self) -> str:
-        return "amd" if self.arch.startswith("cdna") else "nvidia"
+        return _vendor(self.arch)
 
     @property
     def gpus(self) -> list[str]:
@@ -315,8 +329,12 @@ def _special_text(acc: Accumulator) -> str:
             parts.append(f"zero_exponent={acc.zero_exponent}")
     if acc.subnormals == "flush":
         parts.append("subnormals=flush")
-    if acc.input_subnormals == "flush":
-        parts.append("input_subnormals=flush")
+    if acc.input_subnormals != "keep":
+        parts.append(f"input_subnormals={acc.input_subnormals}")
+    if acc.tininess != "subnormal_grid":
+        parts.append(f"tininess={acc.tininess}")
+    if acc.pair_order != "natural":
+        parts.append(f"pair_order={acc.pair_order}")
     return ", ".join(parts)
 
 
@@ -334,8 +352,16 @@ def _with_specials(acc: Accumulator, vendor: str) -> Accumulator:
     return dataclasses.replace(acc, **changes)
 
 
+def _vendor(arch: str) -> str:
+    if arch in CPU_SPECIAL_EVIDENCE:  # the CPUs: "x86", "arm"
+        return arch
+    return "amd" if arch.startswith("cdna") else "nvidia"
+
+
 def _special_evidence(p: Preset) -> str:
     acc = p.accumulator
+    if p.vendor in CPU_SPECIAL_EVIDENCE:
+        return CPU_SPECIAL_EVIDENCE[p.vendor]
     if acc.input_subnormals == "flush":
         return _SPECIAL_EVIDENCE["cdna2"]
     if acc.order == "sequential":
@@ -457,7 +483,7 @@ def _add(
     *,
     block_scaled: bool = False,
 ) -> None:
-    vendor = "amd" if arch.startswith("cdna") else "nvidia"
+    vendor = _vendor(arch)
     for pair in inputs:
         fa, fb = (pair, pair) if isinstance(pair, str) else pair
         for out in outs:
@@ -482,7 +508,9 @@ def _add(
 
 def instruction_name(instruction: str, kind: str) -> str:
     """``"tcgen05.mma kind::f8f6f4"``, ``"mma.m16n8k16"``, ``"wgmma.m64nNk32"``,
-    ``"mfma bf16_1k"``."""
+    ``"mfma bf16_1k"``, ``"bfdot (FPCR.EBF=0)"``."""
+    if instruction in CPU_INSTRUCTIONS:
+        return cpu_instruction_name(instruction, kind)
     base = {"mma": "mma", "wgmma": "wgmma", "tcgen05": "tcgen05.mma", "mfma": "v_mfma"}
     if instruction == "mma" and kind.startswith("kind::mx"):
         return f"mma.block_scale {kind}"
@@ -634,6 +662,9 @@ def _build_table() -> None:
          "their sums and c floored at the common anchor, c dropped below it - 25; an inf/NaN "
          "c stays, which MMA-Sim drops: an artifact of its emulation; no measured AMD "
          "data)")  # fmt: skip
+    # CPUs (x86 AVX512-BF16 measured, Arm from the Arm ARM): precision_lab.gemm.cpu_instructions
+    for row in cpu_rows():
+        _add(*row)
 
 
 def _same_as_mma(arch: str) -> Callable[[tuple[str, str], str], str]:
@@ -848,7 +879,8 @@ def _tensor_core(
         ``"v100"``, ``"t4"``/``"rtx2080"``, ``"a100"``/``"a2"``/``"a30"``,
         ``"ada"``/``"l40s"``/``"rtx4090"``, ``"h100"``/``"h200"``, ``"b200"``,
         ``"rtx5090"``/``"rtxpro6000"``, ``"mi100"``, ``"mi210"``/``"mi250"``,
-        ``"mi300a"``/``"mi300x"``/``"mi325x"``.
+        ``"mi300a"``/``"mi300x"``/``"mi325x"``; CPUs: ``"x86"`` (``"zen4"``,
+        ``"sapphirerapids"``) and ``"arm"`` (:mod:`precision_lab.gemm.cpu_instructions`).
     input_format:
         The operands' format (``"fp16"``, ``"bf16"``, ``"tf32"``, ``"fp32"``, ``"fp64"``,
         ``"e4m3"``, ``"e5m2"``, ``"e3m2"``, ``"e2m3"``, ``"e2m1"``, ``"e4m3fnuz"``,
@@ -863,7 +895,8 @@ def _tensor_core(
         :func:`~precision_lab.gemm`.
     instruction:
         ``"mma"``, ``"wgmma"``, ``"tcgen05"`` or ``"mfma"``, optionally with the kind after a
-        dot (``"tcgen05.kind::mxf8f6f4"``, ``"mfma.bf16"`` for CDNA2's pre-``_1k`` bf16);
+        dot (``"tcgen05.kind::mxf8f6f4"``, ``"mfma.bf16"`` for CDNA2's pre-``_1k`` bf16); on
+        CPUs the mnemonic (``"vdpbf16ps"``, ``"bfmmla"``, ``"bfdot.ebf1"``, ``"fdot"`` ...);
         ``None``: what GEMM libraries issue on that GPU (wgmma on Hopper, tcgen05 on B200).
 
     Examples

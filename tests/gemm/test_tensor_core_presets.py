@@ -655,8 +655,11 @@ def test_list_has_every_preset_with_evidence():
         assert r["special_values"] and r["rounding"] and r["model"]
     assert {g for r in rows for g in r["gpus"].split()} == set(GPUS)
     # the 30 measured (set, output) pairs are all there, as measured rows
-    measured = {r["evidence"].split()[1] + r["out_format"] for r in rows
-                if r["evidence"].startswith("measured")}  # fmt: skip
+    measured = {
+        r["evidence"].split()[1] + r["out_format"]
+        for r in rows
+        if r["evidence"].startswith("measured") and r["arch"] not in ("x86", "arm")
+    }  # (the CPU rows are measured on CPUs, not in these data sets)
     assert len(measured) == 30
     # every (architecture, operands, output) has exactly one default
     seen: dict[tuple, int] = {}
@@ -733,7 +736,11 @@ def test_every_preset_has_general_kernels_and_compensated_falls_back():
         gpu = row["gpus"].split()[0]
         acc = pl.tensor_core(gpu, (fa, fb) if fb else fa, out_format=row["out_format"],
                              instruction=row["instruction"])  # fmt: skip
-        assert reference_only(acc) is None, acc.name
+        why = reference_only(acc)
+        if row["arch"] in ("x86", "arm"):  # the CPU rules of spec 3c/3d: the numpy reference's
+            assert why is None or why.split("=")[0] in ("input_subnormals", "pair_order")
+            continue
+        assert why is None, acc.name
     # Kahan summation is the numpy reference's alone: the native backend hands it back
     acc = pl.Accumulator("fp16", order="compensated")
     assert reference_only(acc) == "order='compensated'"
@@ -781,7 +788,7 @@ def test_nvidia_presets_carry_the_hardware_special_value_rules():
     amd = pl.tensor_core("mi300x", "bf16")
     assert not amd.zeros_in_anchor and amd.nan_encoding == "quiet" and amd.overflow == "ieee"
     rows = {r["special_evidence"].split(":")[0] for r in pl.tensor_core.list()}
-    assert rows <= {"published"}
+    assert rows <= {"published", "measured"}  # (measured: the x86 CPU rows)
 
 
 def test_truncating_overflow_gives_inf():

@@ -1,0 +1,358 @@
+"""CPU dot-product and conversion instructions: rows of :func:`~precision_lab.tensor_core`.
+
+CPUs sit in the matrix-core table beside the GPUs: the "GPU" is the machine (``"x86"``, its
+aliases ``"zen4"`` and ``"sapphirerapids"``, or ``"arm"``) and the instruction is the vendor's
+mnemonic in lower case, with the variant as its kind after a dot (``"bfdot.ebf1"``)::
+
+    pl.tensor_core("x86", "bf16", instruction="vdpbf16ps")
+    pl.tensor_core("arm", "bf16", instruction="bfdot")           # FPCR.EBF = 0
+    pl.tensor_core("arm", "bf16", instruction="bfmmla.ebf1")     # FEAT_EBF16, FPCR.EBF = 1
+    pl.tensor_core("arm", ("e4m3", "e5m2"), instruction="fdot")  # FP8 4-way dot into fp32
+
+A GEMM on these instructions is a chain of them along K (``d = instr(d, a[k0:k0+n],
+b[k0:k0+n])``, ``n`` the products per instruction); the preset is that chain as an
+:class:`~precision_lab.Accumulator`, so :func:`~precision_lab.gemm` computes it bit for bit.
+
+x86 (measured). **VDPBF16PS** (AVX512-BF16): per fp32 lane, two fused multiply-adds, the
+product of the odd (upper) BF16 element first, ``d = fma(a1, b1, d); d = fma(a0, b0, d)``,
+each rounded to nearest even whatever MXCSR says, with subnormal inputs (the BF16 elements and
+the fp32 accumulator) read as zeros of their sign and subnormal results flushed to zeros of
+their sign, tininess detected after rounding; a NaN result is the first NaN among ``src1``'s
+low element, ``src2``'s low element, ``src1``'s high element, ``src2``'s high element and the
+accumulator, made quiet; an invalid operation without NaN operands (``inf * 0``, ``inf - inf``)
+gives the x86 default NaN ``0xffc00000``. Measured on an AMD EPYC 9004 (Zen 4, Genoa) by
+``tests/gemm/test_cpu_isa_hardware.py`` (10.4 million lanes; :data:`MEASURED_ON`). Intel's
+SDM (vol. 2, VDPBF16PS; felixcloutier.com/x86/vdpbf16ps) says: "'Round to nearest even'
+rounding mode is used when doing each accumulation of the FMA. Output denormals are always
+flushed to zero and input denormals are always treated as zero. MXCSR is not consulted nor
+updated", and gives the NaN priorities above as its Table 5-1 ("lower part has priority over
+upper part"); the measurement agrees with all of it and settles what the text leaves open:
+two roundings (not one), the odd product first (the even one first differs on 1534 of 20 000
+random lanes), the signs of flushed zeros, and tininess after rounding (an exact ``2**-126 -
+2**-151`` rounds to ``2**-126`` and stays; ``2**-126 - 2**-150`` flushes). So there is one
+row. The preset's Accumulator gives NaN results as the quiet NaN (payloads are beyond the
+Accumulator spec); :func:`vdpbf16ps` gives the hardware's bits.
+
+**VCVTNEPS2BF16** and **VCVTNE2PS2BF16** are conversions (:func:`vcvtneps2bf16`,
+:func:`vcvtne2ps2bf16`, on :func:`~precision_lab.encode`): round to nearest even whatever MXCSR
+says, overflow to inf, subnormal fp32 inputs read as zeros of their sign, NaN made quiet keeping
+the sign and the payload's upper seven bits (``(x >> 16) | 0x0040``): the SDM's pseudocode
+(``convert_fp32_to_bfloat16``: a zero or denormal gives the signed zero, a NaN is truncated with
+bit 6 set, a normal number is ``(x + 0x7fff + x[16]) >> 16`` in integers), measured equal on
+10.5 million inputs; ``tests/gemm/test_cpu_isa_presets.py`` holds the functions to that
+pseudocode on any CPU.
+
+Arm (published: Arm Architecture Reference Manual for A-profile, DDI 0487, the instruction
+descriptions of section C8.2 (SVE) and their ASL, e.g. C8.2.49 BFDOT (vectors), C8.2.67
+BFMMLA, C8.2.185 FDOT (4-way, indexed); no Arm machine here, so no measurement):
+
+* ``bfdot``, ``bfmmla`` with FPCR.EBF = 0 (kind ``ebf0``, the default; ``BFDotAdd``): each
+  pair's products rounded to fp32, their sum rounded, then added to the accumulator, every
+  rounding round-to-odd with an overflow to inf, denormal inputs and results flushed to zeros
+  of their sign (as FPCR.{FZ, FIZ} = {1, 1}), default NaN. BFMMLA accumulates two such pairs
+  per element, in K order: the same chain.
+* ``bfdot``, ``bfmmla`` with FEAT_EBF16 and FPCR.EBF = 1 (kind ``ebf1``): each pair's exact
+  products summed and rounded once, then added to the accumulator, both as FPCR says (the
+  presets: round to nearest even, subnormals kept, FPCR.FZ = 0).
+* ``bfmlal`` (BFMLALB then BFMLALT: even then odd elements): a chain of fp32 fused
+  multiply-adds (FPCR: nearest even, subnormals kept).
+* FP8 (FEAT_FP8DOT4, FP8DOT2, FP8FMA; ``FP8DotAddFP``, ``FP8MulAddFP``; operand formats by
+  FPMR.F8S1 / F8S2, OCP E5M2 or E4M3, so ``input_format`` may be a pair): ``fdot`` into fp32
+  (4-way) or fp16 (2-way): the exact sum of 4 (2) products and the accumulator rounded once;
+  ``fmlal`` (FMLALB/FMLALT, FP8 to fp16) and ``fmlall`` (FMLALLBB..TT, FP8 to fp32): one fused
+  multiply-add per product. The product sums are scaled by ``2**-FPMR.LSCALE`` before the one
+  rounding; the presets model LSCALE = 0. Rounding to nearest even with subnormals kept is
+  inferred (FPCR defaults; the descriptions say only "without intermediate rounding").
+
+Not presets yet (no machine here, and their pseudocode was not checked against the manuals in
+this work): AVX512-FP16 and AVX10.2 dot products (VDPPHPS) and FP8 conversions (biased and
+round-to-odd), AMX-BF16 TDPBF16PS, AMX-FP16 and AMX-FP8 TDP*PS.
+
+>>> import precision_lab as pl
+>>> acc = pl.tensor_core("x86", "bf16", instruction="vdpbf16ps")
+>>> acc.pair_order, acc.tininess, acc.input_subnormals
+('odd_first', 'after_rounding', 'flush_signed')
+>>> import numpy as np
+>>> float(vdpbf16ps(np.float32(1.0), [2.0**-30, 2.0**-24], [1.0, 1.0]))   # two roundings
+1.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..core.codec import encode
+from .accumulator import Accumulator
+from .reference import gemm
+
+__all__ = [
+    "CPU_INSTRUCTIONS",
+    "CPU_MACHINES",
+    "MEASURED_ON",
+    "cpu_instruction_name",
+    "cpu_rows",
+    "vcvtne2ps2bf16",
+    "vcvtneps2bf16",
+    "vdpbf16ps",
+]
+
+#: machine name -> architecture (the table's "GPU" column for CPUs)
+CPU_MACHINES: dict[str, str] = {
+    "x86": "x86",
+    "zen4": "x86",
+    "sapphirerapids": "x86",
+    "arm": "arm",
+}
+#: the CPU instructions (vendor mnemonics, lower case)
+CPU_INSTRUCTIONS = ("vdpbf16ps", "bfmmla", "bfdot", "bfmlal", "fdot", "fmlal", "fmlall")
+#: per architecture, the order in which GEMM libraries prefer them (oneDNN: VDPBF16PS;
+#: Arm Compute Library / oneDNN on Neoverse: BFMMLA for bf16, FDOT for FP8)
+CPU_LIBRARY_CHOICE: dict[str, tuple[str, ...]] = {
+    "x86": ("vdpbf16ps",),
+    "arm": ("bfmmla", "bfdot", "bfmlal", "fdot", "fmlal", "fmlall"),
+}
+#: CPUs the hardware test (tests/gemm/test_cpu_isa_hardware.py) has run on, per instruction
+MEASURED_ON: dict[str, str] = {
+    "vdpbf16ps": "AMD EPYC 9004 (Zen 4, Genoa)",
+    "vcvtneps2bf16": "AMD EPYC 9004 (Zen 4, Genoa)",
+    "vcvtne2ps2bf16": "AMD EPYC 9004 (Zen 4, Genoa)",
+}
+#: the special-value rules of the CPU rows, with their evidence (the table's special-values note)
+CPU_SPECIAL_EVIDENCE: dict[str, str] = {
+    "x86": "measured: AMD EPYC 9004 (Zen 4): DAZ (signed zeros), FTZ (tininess after "
+    "rounding), RNE whatever MXCSR says; NaN: the first of src1 low, src2 low, src1 high, src2 "
+    "high, accumulator (the SDM's Table 5-1), quieted, invalid gives 0xffc00000 (pl.gemm: "
+    "quiet NaN; exact bits: precision_lab.gemm.cpu_instructions.vdpbf16ps)",
+    "arm": "published: Arm ARM (DDI 0487) C8.2: BF16 (FPCR.EBF = 0) round to odd, overflow to "
+    "inf, FZ and FIZ (signed zeros); EBF = 1 and FP8 as FPCR (nearest even, subnormals kept); "
+    "default NaN",
+}
+
+_ARM = "published: Arm ARM (DDI 0487)"
+_X86_MEASURED = (
+    "measured: AMD EPYC 9004 (Zen 4), 10M lanes per input class bit for bit "
+    "(tests/gemm/test_cpu_isa_hardware.py); agrees with the SDM's description (RNE for each "
+    "FMA, DAZ, FTZ, MXCSR ignored, NaN priorities of its Table 5-1)"
+)
+
+
+def cpu_instruction_name(instruction: str, kind: str) -> str:
+    """The row's instruction in words: ``"vdpbf16ps"``, ``"bfdot (FPCR.EBF=0)"``,
+    ``"fdot (4-way)"``.
+
+    >>> cpu_instruction_name("bfmmla", "ebf1")
+    'bfmmla (FPCR.EBF=1)'
+    """
+    if kind.startswith("ebf"):
+        return f"{instruction} (FPCR.EBF={kind[3:]})"
+    if kind in ("4way", "2way"):
+        return f"{instruction} ({kind[0]}-way)"
+    return instruction
+
+
+def _vdpbf16ps_acc(out: str) -> Accumulator:
+    return Accumulator(
+        "fp32",
+        "nearest_even",
+        subnormals="flush",
+        tininess="after_rounding",
+        input_subnormals="flush_signed",
+        pair_order="odd_first",
+    )
+
+
+def _bf16_ebf0(out: str) -> Accumulator:
+    """Arm BFDotAdd with FPCR.EBF = 0: products to fp32, pair sum, then the accumulator, all
+    round-to-odd, overflow to inf, FZ and FIZ (each pair a promoted segment of two)."""
+    return Accumulator(
+        "fp32",
+        "odd",
+        order="pairwise",
+        promote_every=2,
+        promote_format="fp32",
+        promote_rounding="odd",
+        product_format="fp32",
+        product_rounding="odd",
+        overflow="infinity",
+        subnormals="flush",
+        input_subnormals="flush_signed",
+    )
+
+
+def _bf16_ebf1(out: str) -> Accumulator:
+    """FEAT_EBF16, FPCR.EBF = 1: each pair's exact sum rounded once (FPDot), then added."""
+    return Accumulator("fp32", order="exact_block", block=2, promote_every=2, promote_format="fp32")
+
+
+def _exact_blocks(n: int) -> Callable[[str], Accumulator]:
+    """FP8DotAddFP: the accumulator and ``n`` exact products, one rounding (nearest even)."""
+    return lambda out: Accumulator(out, order="exact_block", block=n)
+
+
+def _fma_chain(out: str) -> Accumulator:
+    return Accumulator(out)
+
+
+_FP8 = ("e4m3", "e5m2")
+_FP8_PAIRS = [(a, b) for a in _FP8 for b in _FP8]
+
+Row = tuple[str, str, str, list[Any], tuple[str, ...], Callable[[str], Accumulator], str]
+
+
+def cpu_rows() -> list[Row]:
+    """The CPU rows of the table, as ``(arch, instruction, kind, inputs, outputs, builder,
+    evidence)`` for ``precision_lab.gemm.tensor_core._add``.
+
+    >>> [r[1] for r in cpu_rows()][:3]
+    ['vdpbf16ps', 'bfmmla', 'bfmmla']
+    """
+    ebf0 = (
+        f"{_ARM} {{}}: BFDotAdd with FPCR.EBF = 0 (unfused: products and pair sum rounded, "
+        "round-to-odd, overflow to inf, denormal inputs and results flushed)"
+    )
+    ebf1 = (
+        f"{_ARM} {{}}: BFDotAdd with FEAT_EBF16, FPCR.EBF = 1 (fused pair sum rounded once, "
+        "then the accumulator; FPCR: nearest even, FZ = 0)"
+    )
+    fp8 = f"{_ARM} {{}} (products scaled by 2**-FPMR.LSCALE, LSCALE = 0 here, added {{}}"
+    rne = "; nearest even and subnormals kept inferred from the FPCR defaults)"
+    return [
+        ("x86", "vdpbf16ps", "avx512_bf16", ["bf16"], ("fp32",), _vdpbf16ps_acc, _X86_MEASURED),
+        ("arm", "bfmmla", "ebf0", ["bf16"], ("fp32",), _bf16_ebf0,
+         ebf0.format("C8.2.67 BFMMLA (2 pairs per element)")),
+        ("arm", "bfmmla", "ebf1", ["bf16"], ("fp32",), _bf16_ebf1,
+         ebf1.format("C8.2.67 BFMMLA (2 pairs per element)")),
+        ("arm", "bfdot", "ebf0", ["bf16"], ("fp32",), _bf16_ebf0,
+         ebf0.format("C8.2.49 BFDOT")),
+        ("arm", "bfdot", "ebf1", ["bf16"], ("fp32",), _bf16_ebf1,
+         ebf1.format("C8.2.49 BFDOT")),
+        ("arm", "bfmlal", "bfmlalb_t", ["bf16"], ("fp32",), _fma_chain,
+         f"{_ARM} BFMLALB, BFMLALT: fp32 fused multiply-add of the even then the odd "
+         "elements (FPCR: nearest even, FZ = 0)"),
+        ("arm", "fdot", "4way", _FP8_PAIRS, ("fp32",), _exact_blocks(4),
+         fp8.format("C8.2.185 FDOT (4-way, FEAT_FP8DOT4): FP8DotAddFP, 4 products",
+                    "to the fp32 accumulator without intermediate rounding") + rne),
+        ("arm", "fdot", "2way", _FP8_PAIRS, ("fp16",), _exact_blocks(2),
+         fp8.format("FDOT (2-way, FEAT_FP8DOT2): FP8DotAddFP, 2 products",
+                    "to the fp16 accumulator without intermediate rounding") + rne),
+        ("arm", "fmlal", "fmlalb_t", _FP8_PAIRS, ("fp16",), _fma_chain,
+         fp8.format("FMLALB, FMLALT (FEAT_FP8FMA): FP8MulAddFP, one product",
+                    "to the fp16 accumulator without intermediate rounding") + rne),
+        ("arm", "fmlall", "fmlallbb_tt", _FP8_PAIRS, ("fp32",), _fma_chain,
+         fp8.format("FMLALLBB..FMLALLTT (FEAT_FP8FMA): FP8MulAddFP, one product",
+                    "to the fp32 accumulator without intermediate rounding") + rne),
+    ]  # fmt: skip
+
+
+# ----- x86 instructions, bit for bit (NaN payloads included) -------------------------------------
+_QUIET32 = np.uint32(0x00400000)
+_X86_DEFAULT_NAN = np.uint32(0xFFC00000)
+
+
+def _f32_bits(x: Any, name: str) -> np.ndarray:
+    arr = np.asarray(x)
+    if arr.dtype.kind not in "fiu":
+        raise TypeError(f"{name} must be a real array, got dtype {arr.dtype}")
+    return np.array(arr, dtype=np.float32, order="C").view(np.uint32)  # (0-d stays 0-d)
+
+
+def _bf16_words(x: Any, name: str) -> np.ndarray:
+    """fp32 bit patterns of BF16 operands given as values (which must be on the BF16 grid)."""
+    u = _f32_bits(x, name)
+    if (u & np.uint32(0xFFFF)).any():
+        raise ValueError(f"{name} must hold BF16 values (fp32 words with zero low halves)")
+    return u
+
+
+def _is_nan(u: np.ndarray) -> np.ndarray:
+    return (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+
+
+def vdpbf16ps(src: Any, a: Any, b: Any) -> np.ndarray:
+    """VDPBF16PS on lanes: ``src`` (fp32, shape ``S``) plus the two products of the BF16 pairs
+    ``a`` and ``b`` (shape ``S + (2,)``, element 0 the even, low one), as this CPU computes it:
+    two FMAs (odd element first) rounded to nearest even, DAZ and FTZ (signed zeros, tininess
+    after rounding), NaN as the hardware's (see the module docstring). float32 result.
+
+    Lanes whose result is not NaN are the preset ``pl.tensor_core("x86", "bf16",
+    instruction="vdpbf16ps")`` through :func:`~precision_lab.gemm` (K = 2); on NaN lanes the
+    two steps are replayed (each the preset on one product) to pick the NaN by the measured
+    rule.
+
+    >>> float(vdpbf16ps(np.float32(2.0**-126), [-(2.0**-75), 0.0], [2.0**-75, 0.0]))
+    0.0
+    """
+    c = _f32_bits(src, "src")
+    aw, bw = _bf16_words(a, "a"), _bf16_words(b, "b")
+    if aw.shape != (*c.shape, 2) or bw.shape != aw.shape:
+        raise ValueError(
+            f"a and b must have the shape of src plus a last axis of 2 (a BF16 pair), got "
+            f"src {c.shape}, a {aw.shape}, b {bw.shape}"
+        )
+    acc = _vdpbf16ps_acc("fp32")
+
+    def run(x: np.ndarray, y: np.ndarray, r: np.ndarray) -> np.ndarray:
+        k = x.shape[-1]
+        with np.errstate(all="ignore"):
+            v = gemm(
+                x.view(np.float32).reshape(-1, 1, k),
+                y.view(np.float32).reshape(-1, k, 1),
+                r.view(np.float32).reshape(-1, 1, 1),
+                input_format="bf16",
+                accumulator=acc,
+                input_rounding="exact",
+            )
+        return np.asarray(v, dtype=np.float32).reshape(r.shape).view(np.uint32)
+
+    d = run(aw, bw, c)  # the preset on one instruction (K = 2, the odd product first)
+    nan = _is_nan(d)
+    if nan.any():  # the NaN's bits: the measured rule, step by step on those lanes
+        xa, xb, r = aw[nan], bw[nan], c[nan]
+        for j in (1, 0):
+            x, y = xa[..., j], xb[..., j]
+            v = run(x[..., None], y[..., None], r)
+            pick = np.where(
+                _is_nan(x),
+                x | _QUIET32,
+                np.where(
+                    _is_nan(y), y | _QUIET32, np.where(_is_nan(r), r | _QUIET32, _X86_DEFAULT_NAN)
+                ),
+            )
+            r = np.where(_is_nan(v), pick, v).astype(np.uint32)
+        d = d.copy()
+        d[nan] = r
+    return d.view(np.float32)
+
+
+def vcvtneps2bf16(x: Any) -> np.ndarray:
+    """VCVTNEPS2BF16 on each element: fp32 ``x`` to BF16 codes (uint16), as this CPU does:
+    subnormal inputs read as zeros of their sign, round to nearest even whatever MXCSR says,
+    overflow to inf, NaN made quiet with its sign and the upper payload bits.
+
+    >>> [hex(int(c)) for c in vcvtneps2bf16(np.array([1 + 2.0**-8, 1e-40, np.inf], np.float32))]
+    ['0x3f80', '0x0', '0x7f80']
+    """
+    u = _f32_bits(x, "x")
+    f = u.view(np.float32)
+    daz = np.where(np.abs(f) < np.float32(2.0**-126), np.copysign(np.float32(0), f), f)
+    with np.errstate(invalid="ignore"):
+        codes = np.asarray(encode(daz, "bf16"), dtype=np.uint16)
+    quiet = ((u >> np.uint32(16)) | np.uint32(0x0040)).astype(np.uint16)
+    return np.where(_is_nan(u), quiet, codes)
+
+
+def vcvtne2ps2bf16(a: Any, b: Any) -> np.ndarray:
+    """VCVTNE2PS2BF16: the destination register of two fp32 sources: the conversions of ``b``
+    (the second source) in the low half of the last axis, those of ``a`` in the high half;
+    each element as :func:`vcvtneps2bf16`.
+
+    >>> vcvtne2ps2bf16(np.float32([1.0]), np.float32([2.0])).tolist()
+    [16384, 16256]
+    """
+    ca, cb = vcvtneps2bf16(a), vcvtneps2bf16(b)
+    if ca.shape != cb.shape:
+        raise ValueError(f"a and b must have one shape, got {ca.shape} and {cb.shape}")
+    return np.concatenate([cb, ca], axis=-1)
