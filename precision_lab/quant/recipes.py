@@ -131,7 +131,18 @@ class GemmRole:
 
 @dataclass(frozen=True)
 class Recipe:
-    """A training recipe: the three roles, and where it is published."""
+    """A training recipe: the three roles, and where it is published.
+
+    ``attention``: where attention casts, as the name of an attention recipe of
+    :mod:`precision_lab.torch.attention` (``"fa3_fp8"``: Q, K, V and P in FP8 as FlashAttention-3
+    runs them); None keeps attention's two GEMMs under the recipe's ``forward`` role.
+    :func:`precision_lab.torch.simulate` applies it to ``scaled_dot_product_attention`` and
+    ``multi_head_attention_forward`` alike (its own ``attention=`` overrides it).
+
+    >>> import dataclasses
+    >>> dataclasses.replace(RECIPES["te_mxfp8"], attention="fa3_fp8").attention
+    'fa3_fp8'
+    """
 
     name: str
     forward: GemmRole
@@ -139,6 +150,7 @@ class Recipe:
     wgrad: GemmRole
     source: str = ""
     notes: tuple[str, ...] = field(default=())
+    attention: str | None = None
 
     def role(self, name: str) -> GemmRole:
         """The :class:`GemmRole` called ``name`` (a key of :data:`ROLES`)."""

@@ -466,10 +466,6 @@ class Simulated(torch.nn.Module):
         if not 0 <= int(seed) < 1 << 64:
             raise ValueError(f"seed must be an int in [0, 2**64), got {seed!r}")
         self.module = module
-        #: the attention recipe of scaled_dot_product_attention (None: its math definition)
-        self.attention: AttentionRecipe | None = (
-            None if attention is None else get_attention_recipe(attention)
-        )
         #: the quantization given to the KVCache arguments of forward that have none
         self.kv_cache: KVQuant | None = None if kv_cache is None else get_kv_quant(kv_cache)
         #: the recipe whose roles every GEMM follows (None: the policy's formats)
@@ -477,12 +473,19 @@ class Simulated(torch.nn.Module):
         if isinstance(policy, Recipe) or (isinstance(policy, str) and policy in RECIPES):
             self.recipe = get_recipe(policy)
             policy = "float32"
+            if attention is None:  # the recipe's own attention casts, if it names them
+                attention = self.recipe.attention
         elif isinstance(policy, str) and policy not in POLICIES:
             raise ValueError(
                 f"policy: unknown name {policy!r}; known policies: {', '.join(POLICIES)}; "
                 f"known recipes: {', '.join(RECIPES)}"
             )
         self.policy = get_policy(policy)
+        #: the attention recipe of scaled_dot_product_attention and multi_head_attention_forward
+        #: (None: their math definition under the policy or recipe)
+        self.attention: AttentionRecipe | None = (
+            None if attention is None else get_attention_recipe(attention)
+        )
         #: under a recipe: the accumulator replacing every role's (None: the recipe's)
         self.recipe_accumulator = accumulator
         acc = accumulator if accumulator is not None else self.policy.accumulator
@@ -913,7 +916,8 @@ def simulate(
     ``attention`` (an :class:`~precision_lab.torch.attention.AttentionRecipe` or a name of
     :data:`~precision_lab.torch.attention.ATTENTION_RECIPES`, e.g. ``"fa3_fp8"``) runs
     ``scaled_dot_product_attention`` (and ``multi_head_attention_forward`` with
-    ``need_weights=False``) as FP8 attention. ``variable_rounding`` rounds the parameters' stores
+    ``need_weights=False``) as FP8 attention; without it, a recipe's own ``attention`` field
+    does (:class:`~precision_lab.Recipe`). ``variable_rounding`` rounds the parameters' stores
     to ``variable_format``; ``optimizer_state_format`` stores the optimizer's state in a format
     after each step (:meth:`Simulated.store_parameters`); ``kv_cache`` (a
     :class:`~precision_lab.torch.kv_cache.KVQuant` or a name of

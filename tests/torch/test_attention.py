@@ -6,6 +6,7 @@ threshold)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -170,6 +171,24 @@ def test_attention_recipe_in_simulate():
     heads = [t.reshape(2, 6, 2, 8).transpose(1, 2) for t in (q, k, v)]
     o = fp8_attention(*heads).transpose(1, 2).reshape(2, 6, 16)
     assert torch.allclose(a, F.linear(o, mha.out_proj.weight, mha.out_proj.bias), atol=1e-5)
+
+
+def test_a_recipe_names_its_attention_casts():
+    torch.manual_seed(5)
+    enc = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True).eval()
+    x = torch.randn(2, 6, 16)
+    recipe = dataclasses.replace(pl.get_recipe("te_mxfp8"), attention="fa3_fp8")
+    sim = plt.simulate(enc, recipe)
+    sim.trace = []
+    y = sim(x)
+    assert [t[2] for t in sim.trace if t[0] == "attention"] == ["e4m3", "e4m3"]
+    explicit = plt.simulate(enc, "te_mxfp8", attention="fa3_fp8")(x)
+    assert torch.equal(y, explicit)  # the field is the keyword
+    plain = plt.simulate(enc, "te_mxfp8")(x)
+    assert not torch.equal(y, plain)  # and without it attention is not FP8 attention
+    # the keyword overrides the recipe's field
+    override = plt.simulate(enc, recipe, attention="fp8_p_unscaled")
+    assert override.attention is not None and override.attention.name == "fp8_p_unscaled"
 
 
 # ----- P underflow -------------------------------------------------------------------------------
