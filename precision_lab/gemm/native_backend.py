@@ -464,10 +464,18 @@ def _promoted_fma32_gemm(
     a_seg = np.moveaxis(a3.reshape(*a3.shape[:-1], nseg, seg), -2, -3)
     b_seg = b3.reshape(*b3.shape[:-2], nseg, seg, n)
     seg_acc = dataclasses.replace(acc, promote_every=None)
+    nb = math.prod(batch)
+    seed = 0 if acc.seed is None else acc.seed
+    model = _Model(acc, fa, fb, out_fmt, k, kblock, nb * m * n, seed, scaled=True)
+    if _ieee_float32(model.r_promote):
+        pre = _prescaled_segments(
+            a, b, fa, fb, sa, sb, kblock, seg, nseg, pad, seg_acc, input_rounding
+        )
+        if pre is not None:  # P_s * sigma_s straight from the kernel (float32, exact)
+            return _promoted_float32(pre, c, (*batch, m, n), model, out_fmt)
     parts = _fma32_gemm(a_seg, b_seg, None, fa, fb, seg_acc, _FP32, input_rounding)
     if parts is None:
         return None
-    nb = math.prod(batch)
     P = np.ascontiguousarray(np.broadcast_to(parts, (*batch, nseg, m, n))).reshape(nb, nseg, m, n)
     if not np.isfinite(P).all():
         return None
@@ -479,8 +487,6 @@ def _promoted_fma32_gemm(
         if not np.isfinite(c64).all():
             return None
         W = np.ascontiguousarray(round_to(c64, out_fmt).astype(np.float64)).reshape(nb, m, n)
-    seed = 0 if acc.seed is None else acc.seed
-    model = _Model(acc, fa, fb, out_fmt, k, kblock, nb * m * n, seed, scaled=True)
     # the scales of every segment: (nb, nseg, M or 1, N or 1)
     kbs = np.array([0 if kblock is None else (s * seg) // kblock for s in range(nseg)])
     sa_s = sa[:, :, kbs if sa.shape[2] > 1 else np.zeros(nseg, int)]  # (nb, M or 1, nseg)
@@ -505,12 +511,14 @@ def _promoted_fma32_gemm(
     W32 = None
     X32, exact = X, np.zeros(nseg, dtype=bool)
     if _ieee_float32(r):
-        X32 = X.astype(np.float32)
+        with np.errstate(over="ignore"):
+            X32 = X.astype(np.float32)
         exact = (X32 == X).reshape(nb, nseg, -1).all(axis=(0, 2))
         W32 = W.astype(np.float32)  # (W is on the fp32 grid: exact)
     for s in range(nseg):
         if W32 is not None and exact[s]:
-            W32 += X32[:, s]
+            with np.errstate(over="ignore", invalid="ignore"):
+                W32 += X32[:, s]
             continue
         if W32 is not None:
             W = W32.astype(np.float64)
@@ -524,6 +532,134 @@ def _promoted_fma32_gemm(
             return W32.reshape(out_shape)
         W = W32.astype(np.float64)
     out = model.out_rounder.round(W, None)
+    dtype = np.float32 if _fits_float32(out_fmt) else np.float64
+    return np.asarray(out.astype(dtype).reshape(out_shape))
+
+
+def _sig_bits(x: np.ndarray) -> int:
+    """The most significant bits of any value of ``x`` (positive float32 numbers, as float64).
+
+    >>> _sig_bits(np.array([1.0, 0.75, 2.0**-100]))
+    2
+    """
+    m = np.frexp(x)[0]  # 0.5 <= m < 1
+    im = (m * 2.0**24).astype(np.int64)
+    low = im & -im  # the lowest set bit, a power of two
+    return int(24 - (np.frexp(low.astype(np.float64))[1] - 1).min()) if x.size else 0
+
+
+def _prescaled_segments(
+    a: np.ndarray,
+    b: np.ndarray,
+    fa: FloatFormat,
+    fb: FloatFormat,
+    sa: np.ndarray,
+    sb: np.ndarray,
+    kblock: int | None,
+    seg: int,
+    nseg: int,
+    pad: int,
+    seg_acc: Accumulator,
+    input_rounding: str,
+) -> np.ndarray | None:
+    """Every ``P_s * sigma_s`` (float32, ``(nb, nseg, M, N)``) as the fp32 FMA kernel's segment
+    sums of the operands multiplied by their scales, where that is provably exact; else None.
+
+    Two cases, decided from the formats and the scales alone (never from the results):
+
+    * every scale a power of two (MX's E8M0): a' = a * sa and b' = b * sb are exact, every
+      product a'b' is ab * sigma, and rounding commutes with a power-of-two factor wherever no
+      value is subnormal or overflows: the products' quanta (``lsb(a) lsb(b)``, times sigma for
+      the scaled ones) are at least 2**-149, so every sum is exact or rounded at a normal
+      magnitude (2**23 quanta or more), and the sums stay below 2**127;
+    * the segment sums exact in both (NVFP4: E2M1 elements, E4M3 scales): with ``p_a``, ``p_b``
+      the scales' significant bits, ``seg * (max_a / lsb_a) * (max_b / lsb_b) * 2**(p_a + p_b)
+      <= 2**24`` quanta, so every partial sum of ab and of ab * sigma, and P_s * sigma itself,
+      is a float32 number (quanta of 2**-149 or more, below 2**127): no rounding anywhere.
+
+    Then the kernel's segment sums are ``P_s * sigma_s`` exactly, and ``W + P_s * sigma_s``
+    rounded once to fp32 is their float32 addition.
+    """
+    if kblock is not None and seg != kblock:
+        return None  # (promote_every within a scale block: not taken)
+    lo_a, lo_b = fa.smallest_subnormal, fb.smallest_subnormal
+    sa_min, sa_max, sb_min, sb_max = (
+        float(sa.min()),
+        float(sa.max()),
+        float(sb.min()),
+        float(sb.max()),
+    )
+    tiny, big = 2.0**-149, 2.0**127
+    if fa.max * sa_max >= big or fb.max * sb_max >= big or seg * fa.max * fb.max >= big:
+        return None
+    if lo_a * sa_min < tiny or lo_b * sb_min < tiny or lo_a * lo_b < tiny:
+        return None
+    pow2 = bool((np.frexp(sa)[0] == 0.5).all() and (np.frexp(sb)[0] == 0.5).all())
+    if pow2:
+        ok = lo_a * lo_b * sa_min * sb_min >= tiny and seg * fa.max * fb.max * sa_max * sb_max < big
+    else:
+        pa, pb = _sig_bits(sa), _sig_bits(sb)
+        units = seg * (fa.max / lo_a) * (fb.max / lo_b) * 2.0 ** (pa + pb)
+        unit = lo_a * lo_b * sa_min * sb_min * 2.0 ** -(pa + pb)
+        ok = (
+            pa + pb <= 24
+            and fa.precision + pa <= 24
+            and fb.precision + pb <= 24
+            and units <= 2.0**24
+            and unit >= tiny
+            and sa_min * sb_min >= 2.0**-126
+            and sa_max * sb_max < big
+            and seg * fa.max * fb.max * sa_max * sb_max < big
+        )
+    if not ok:
+        return None
+    seed = 0 if seg_acc.seed is None else seg_acc.seed
+    a32 = _grid32(a, fa, input_rounding, seed)
+    b32 = _grid32(b, fb, input_rounding, seed + 1) if a32 is not None else None
+    if a32 is None or b32 is None:
+        return None
+    k = a.shape[-1]
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    nb = math.prod(batch)
+    m, n = a.shape[-2], b.shape[-1]
+    A = _batched(a32, (*batch, m, k))
+    B = _batched(b32, (*batch, k, n))
+    blk = k if kblock is None else kblock
+    ea = np.repeat(sa.astype(np.float32), blk, axis=2)[:, :, :k]  # (nb, M or 1, K)
+    eb = np.repeat(sb.astype(np.float32), blk, axis=1)[:, :k]  # (nb, K, N or 1)
+    A = A * ea  # exact (see above)
+    B = B * eb
+    if pad:
+        A = np.pad(A, [(0, 0), (0, 0), (0, pad)])
+        B = np.pad(B, [(0, 0), (0, pad), (0, 0)])
+    a_seg = np.moveaxis(A.reshape(nb, m, nseg, seg), 2, 1)  # (nb, nseg, M, seg)
+    b_seg = B.reshape(nb, nseg, seg, n)
+    fp32_acc = dataclasses.replace(seg_acc, promote_every=None)
+    return _fma32_gemm(a_seg, b_seg, None, _FP32, _FP32, fp32_acc, _FP32, "nearest_even")
+
+
+def _promoted_float32(
+    parts: np.ndarray, c: Any, out_shape: tuple[int, ...], model: Any, out_fmt: FloatFormat
+) -> np.ndarray | None:
+    """W = c, then W = fl32(W + X_s) for the float32 numbers ``X_s = parts[:, s]`` (= P_s *
+    sigma_s; ``model.r_promote`` is IEEE float32's rounding), then the model's output rounding;
+    None where a value is not finite."""
+    from .reference import _broadcast_c
+
+    nb, nseg, m, n = parts.shape
+    if c is None:
+        W = np.zeros((nb, m, n), np.float32)
+    else:
+        c64 = _broadcast_c(c, out_shape).astype(np.float64)
+        W = np.ascontiguousarray(round_to(c64, out_fmt).astype(np.float32)).reshape(nb, m, n)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for s in range(nseg):
+            W += parts[:, s]
+    if not np.isfinite(W).all():
+        return None
+    if out_fmt == _FP32 and model.acc.zero_sign == "ieee":  # the output rounding keeps W
+        return W.reshape(out_shape)
+    out = model.out_rounder.round(W.astype(np.float64), None)
     dtype = np.float32 if _fits_float32(out_fmt) else np.float64
     return np.asarray(out.astype(dtype).reshape(out_shape))
 
