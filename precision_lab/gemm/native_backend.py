@@ -384,6 +384,13 @@ def fma32_applies(acc: Accumulator, fa: FloatFormat, fb: FloatFormat, out_fmt: F
     )
 
 
+@functools.lru_cache(maxsize=64)
+def _unpromoted(acc: Accumulator) -> Accumulator:
+    """``acc`` without ``promote_every``: the model of one segment's sum (cached: building an
+    Accumulator validates every field)."""
+    return dataclasses.replace(acc, promote_every=None)
+
+
 def promoted_fma32_applies(
     acc: Accumulator, fa: FloatFormat, fb: FloatFormat, out_fmt: FloatFormat
 ) -> bool:
@@ -402,7 +409,7 @@ def promoted_fma32_applies(
     ...                        fp32)
     False
     """
-    seg = dataclasses.replace(acc, promote_every=None)
+    seg = _unpromoted(acc)
     pf = acc.promote_format
     return (
         acc.scales == "promote"
@@ -463,7 +470,7 @@ def _promoted_fma32_gemm(
     # (..., M, K) -> (..., nseg, M, seg); (..., K, N) -> (..., nseg, seg, N)
     a_seg = np.moveaxis(a3.reshape(*a3.shape[:-1], nseg, seg), -2, -3)
     b_seg = b3.reshape(*b3.shape[:-2], nseg, seg, n)
-    seg_acc = dataclasses.replace(acc, promote_every=None)
+    seg_acc = _unpromoted(acc)
     nb = math.prod(batch)
     seed = 0 if acc.seed is None else acc.seed
     model = _Model(acc, fa, fb, out_fmt, k, kblock, nb * m * n, seed, scaled=True)
@@ -634,8 +641,7 @@ def _prescaled_segments(
         B = np.pad(B, [(0, 0), (0, pad), (0, 0)])
     a_seg = np.moveaxis(A.reshape(nb, m, nseg, seg), 2, 1)  # (nb, nseg, M, seg)
     b_seg = B.reshape(nb, nseg, seg, n)
-    fp32_acc = dataclasses.replace(seg_acc, promote_every=None)
-    return _fma32_gemm(a_seg, b_seg, None, _FP32, _FP32, fp32_acc, _FP32, "nearest_even")
+    return _fma32_gemm(a_seg, b_seg, None, _FP32, _FP32, seg_acc, _FP32, "nearest_even")
 
 
 def _promoted_float32(
