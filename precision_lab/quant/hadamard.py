@@ -310,23 +310,25 @@ def _exact(
 
 def _butterfly(v: np.ndarray, n: int) -> np.ndarray:
     """``H_n`` times every row of ``v`` (rows, n) in its float64 butterflies (stages h = 1, 2,
-    ..., n/2: the same additions as the module docstring's, written straight into a second
-    buffer, no temporaries).
+    ..., n/2: the same additions as the module docstring's). The rows run along the contiguous
+    axis (``v`` transposed once), so each stage is two ufunc calls over runs of ``h * rows``
+    values written into a second buffer (with the rows across, runs of ``h`` values: one for
+    the first stage).
 
     >>> _butterfly(np.arange(4.0)[None], 4).tolist()
     [[6.0, -2.0, -4.0, 0.0]]
     """
-    src = np.array(v, dtype=np.float64, order="C")  # (a copy: v itself is never written)
+    rows = v.shape[0]
+    src = np.array(v.T, dtype=np.float64, order="C")  # (n, rows); v itself is never written
     dst = np.empty_like(src)
-    rows = src.shape[0]
     with np.errstate(all="ignore"):
         for h in _stages(n):
-            zs = src.reshape(rows, n // (2 * h), 2, h)
-            zd = dst.reshape(rows, n // (2 * h), 2, h)
-            np.add(zs[:, :, 0, :], zs[:, :, 1, :], out=zd[:, :, 0, :])
-            np.subtract(zs[:, :, 0, :], zs[:, :, 1, :], out=zd[:, :, 1, :])
+            zs = src.reshape(n // (2 * h), 2, h * rows)
+            zd = dst.reshape(n // (2 * h), 2, h * rows)
+            np.add(zs[:, 0], zs[:, 1], out=zd[:, 0])
+            np.subtract(zs[:, 0], zs[:, 1], out=zd[:, 1])
             src, dst = dst, src
-    return src
+    return np.ascontiguousarray(src.T)
 
 
 def _fp32_exact_rows(x: np.ndarray, n: int) -> np.ndarray:
