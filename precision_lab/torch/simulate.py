@@ -104,7 +104,7 @@ from ..gemm.recipes import _check_accumulator
 from ..quant.recipes import RECIPES, Recipe, get_recipe
 from ..scaling.fp8 import DelayedScaling, scale_from_amax
 from ..training.policy import POLICIES, LayerPrecision, Policy, get_policy
-from .casts import _as_matrices, _squeezed
+from .casts import _as_matrices, _pairwise_column_sums, _squeezed
 from .recipes import recipe_matmul
 
 __all__ = ["GemmSpec", "Simulated", "emulated_matmul", "simulate"]
@@ -262,6 +262,10 @@ def _bias_grad(gs: torch.Tensor, c_shape: torch.Size, spec: GemmSpec) -> torch.T
     m, n = gs.shape[-2], gs.shape[-1]
     if len(c_shape) == 1 and c_shape[0] == n:  # a Linear bias: sum over the rows
         rows = gs.reshape(-1, n)
+        if fmt == _FP32:  # (the GEMM's bits in float32 additions, without a GEMM call)
+            fast = _pairwise_column_sums(rows)
+            if fast is not None:
+                return _store(fast, spec.gradient)
         ones = torch.ones(1, rows.shape[0], dtype=torch.float32)
         s = _pl_gemm(ones, rows, spec.gradient, spec.gradient, acc)
         return _store(s.reshape(n), spec.gradient)
