@@ -471,7 +471,7 @@ def markdown(result: LMResult) -> str:
         "by `precision_lab.torch.simulate` (`precision_lab.studies.language_model`). "
         "Seeded: the same batches and initial weights for every run.",
         "",
-        "| run | numerics | train loss (last 20 steps) | held-out loss | gap to "
+        "| run | numerics | train loss (last 20 steps) | held-out loss | held-out gap to "
         f"{base.run.label} | skipped steps |",
         "|---|---|---|---|---|---|",
     ]
@@ -484,24 +484,33 @@ def markdown(result: LMResult) -> str:
     lines.append("")
     scaled = [r for r in result.runs if r.scales is not None]
     for r in scaled:
-        lo, hi = float(r.scales.min()), float(r.scales.max())
+        assert r.scales is not None
+        lo, hi = int(math.log2(float(r.scales.min()))), int(math.log2(float(r.scales.max())))
+        span = f"stays at 2^{lo}" if lo == hi else f"ranges over 2^{lo} .. 2^{hi}"
         lines.append(
-            f"{r.run.label}: the loss scale starts at 2^{int(math.log2(r.init_scale or 1))} "
+            f"- {r.run.label}: the loss scale starts at 2^{int(math.log2(r.init_scale or 1))} "
             f"(`pick_loss_scale` on the first step's FP32 gradients, "
-            f"{r.run.loss_scale_format}) and ranges over 2^{int(math.log2(lo))} .. "
-            f"2^{int(math.log2(hi))} under PyTorch's dynamic rule; {r.skipped} of "
-            f"{len(r.scales)} steps skipped."
+            f"{r.run.loss_scale_format}) and {span} under PyTorch's dynamic rule (halved on "
+            f"an overflow, doubled after 2000 clean steps); {r.skipped} of {len(r.scales)} "
+            "steps skipped."
         )
     for (fmt, sc), arr in sorted(result.underflow.items()):
         if arr.size:
             how = "at the picked loss scale" if sc else "unscaled"
             worst = int(np.argmax(arr.mean(axis=1)))
             lines.append(
-                f"Gradient underflow of the {base.run.label} run in {fmt} ({how}): "
+                f"- Gradient underflow of the {base.run.label} run in {fmt} ({how}): "
                 f"{100 * float(arr.mean()):.1f}% of the non-zero values on average over "
                 f"parameters and captured steps; worst tensor `{result.params[worst]}` "
                 f"({100 * float(arr[worst].mean()):.1f}%)."
             )
+    if c.attention == "sdpa" and any(p.endswith("qkv.bias") for p in result.params):
+        lines.append(
+            "- The `qkv.bias` rows stand out: the key third of that bias has an exactly zero "
+            "gradient in exact arithmetic (it adds `q . b_k` to every score of a row, which "
+            "softmax ignores), so its computed gradient is rounding residue, far below the "
+            "rest: about a third of `qkv.bias` flushes in fp16 at every captured step."
+        )
     lines += [
         "",
         "No BLAS call is behind these numbers: the FP32 baseline is `simulate(model, "
