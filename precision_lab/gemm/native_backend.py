@@ -91,7 +91,7 @@ __all__ = [
     "promoted_fma32_applies",
 ]
 
-_FP32 = get_format("fp32")
+_FP32: FloatFormat = get_format("fp32")  # type: ignore[assignment]
 #: floats of A that one work item of the fp32 FMA kernel packs
 _PACKED_A = 1 << 20
 #: packed B of at most this many floats is packed in the calling thread (no parallel dispatch)

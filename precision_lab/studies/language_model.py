@@ -73,7 +73,8 @@ CORPUS_FILES = ("heapq.py", "textwrap.py", "bisect.py", "colorsys.py", "sched.py
 @dataclasses.dataclass(frozen=True)
 class LMRun:
     """One training run: ``label`` (the report's name) and ``numerics``, a policy or recipe
-    name that :func:`~precision_lab.torch.simulate` takes; ``loss_scaling``: drive the optimizer
+    name that :func:`~precision_lab.torch.simulate` takes (``attention``: its attention
+    recipe, passed as ``attention=``); ``loss_scaling``: drive the optimizer
     through :class:`~precision_lab.torch.LossScaling` (PyTorch's dynamic rule) started at the
     scale :func:`~precision_lab.pick_loss_scale` picks for ``loss_scale_format`` on the first
     step's FP32 gradients."""
@@ -82,6 +83,9 @@ class LMRun:
     numerics: str
     loss_scaling: bool = False
     loss_scale_format: str = "fp16"
+    #: an attention recipe for ``simulate(..., attention=)`` (FP8 attention), where the
+    #: library has that option; None: attention's GEMMs follow ``numerics``
+    attention: str | None = None
 
 
 #: The runs of the study, in the report's order (the first is the baseline of the gaps).
@@ -317,7 +321,9 @@ def _picked_scale(config: LMConfig, data: dict[str, Any], fmt: str) -> float:
     (emulated) gradients of the initial model's first step."""
     net = _model(config, data["vocab"])
     _loss(simulate(net, "float32"), data["batches"][0], data["vocab"]).backward()
-    g = np.concatenate([p.grad.detach().numpy().ravel() for p in net.parameters()])
+    g = np.concatenate(
+        [p.grad.detach().numpy().ravel() for p in net.parameters() if p.grad is not None]
+    )
     return float(pick_loss_scale(g, fmt).scale)
 
 
@@ -331,7 +337,8 @@ def _train(
 ) -> tuple[RunResult, Any]:
     vocab = data["vocab"]
     net = _model(config, vocab)
-    sim = simulate(net, run.numerics, seed=config.seed)
+    extra: dict[str, Any] = {} if run.attention is None else {"attention": run.attention}
+    sim = simulate(net, run.numerics, seed=config.seed, **extra)
     opt = torch.optim.Adam(net.parameters(), lr=config.lr, foreach=False)
     scaling = None
     if run.loss_scaling:
@@ -478,7 +485,9 @@ def markdown(result: LMResult) -> str:
     for r in result.runs:
         gap = r.eval_loss - base.eval_loss
         lines.append(
-            f"| {r.run.label} | `{r.run.numerics}` | {_tail(r.losses):.3f} | {r.eval_loss:.3f} "
+            f"| {r.run.label} | `{r.run.numerics}`"
+            + ("" if r.run.attention is None else f", attention `{r.run.attention}`")
+            + f" | {_tail(r.losses):.3f} | {r.eval_loss:.3f} "
             f"| {signed(gap, 3)} | {r.skipped if r.scales is not None else '-'} |"
         )
     lines.append("")
