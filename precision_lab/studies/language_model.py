@@ -18,9 +18,11 @@ initial weights (numpy's PCG64) and the batches are seeded. torch runs with one 
 remains is torch's own CPU kernels for the non-GEMM operations (layer norm, softmax,
 cross-entropy, GELU, Adam): elementwise IEEE operations, but vectorised reductions and
 ``exp``/``erf`` whose bits ATen picks by the CPU's instruction set (its "CPU capability":
-``default``, ``avx2``, ``avx512`` on x86). The result records that capability; on a machine
-with another one, ``ATEN_CPU_CAPABILITY=<it>`` (set before torch is imported) reproduces the
-numbers bit for bit. The corpus is the interpreter's own files: :func:`corpus` records their
+``default``, ``avx2``, ``avx512`` on x86). The result records that capability and the torch
+version; another machine with the same torch reproduces the numbers bit for bit with
+``ATEN_CPU_CAPABILITY=<it>`` (set before torch is imported; a capability its CPU has). The
+decision, then: machine-independent GEMMs by construction, the rest pinned and stated, and the
+report's numbers rounded to three decimals. The corpus is the interpreter's own files: :func:`corpus` records their
 SHA-256 (another Python release may ship other text, and then other numbers).
 
 The run list is data (:data:`RUNS`): a new precision is one :class:`LMRun` line naming a policy
@@ -270,6 +272,7 @@ class LMResult:
     corpus_chars: int
     capability: str
     picked_scale: float | None = None
+    torch_version: str = ""
 
 
 @contextlib.contextmanager
@@ -452,6 +455,7 @@ def run_study(
         corpus_chars=data["chars"],
         capability=str(torch.backends.cpu.get_cpu_capability()).lower(),
         picked_scale=fp16_scale,
+        torch_version=str(torch.__version__),
     )
 
 
@@ -523,10 +527,13 @@ def markdown(result: LMResult) -> str:
     lines += [
         "",
         "No BLAS call is behind these numbers: the FP32 baseline is `simulate(model, "
-        '"float32")` (FP32 sums in a fixed order), torch runs on one thread; the non-GEMM '
-        f"operations are torch's CPU kernels, run here with ATen CPU capability "
-        f"`{result.capability}` (set `ATEN_CPU_CAPABILITY={result.capability}` to get these "
-        "bits elsewhere). Corpus files' SHA-256 (first 12 hex digits): "
+        '"float32")` (FP32 sums in a fixed order), torch runs on one thread. The non-GEMM '
+        "operations (layer norm, softmax, GELU, cross-entropy, Adam) are torch's CPU kernels, "
+        "whose vectorised reductions and exp/erf ATen picks by CPU: these numbers are torch "
+        f"{result.torch_version or torch.__version__}'s with ATen CPU capability "
+        f"`{result.capability}`; another machine gives them with the same torch and "
+        f"`ATEN_CPU_CAPABILITY={result.capability}` (where its CPU has it). Corpus files' "
+        "SHA-256 (first 12 hex digits): "
         + ", ".join(f"`{f}` {h[:12]}" for f, h in result.corpus_files.items())
         + ".",
     ]
