@@ -22,8 +22,9 @@ cross-entropy, GELU, Adam): elementwise IEEE operations, but vectorised reductio
 version; another machine with the same torch reproduces the numbers bit for bit with
 ``ATEN_CPU_CAPABILITY=<it>`` (set before torch is imported; a capability its CPU has). The
 decision, then: machine-independent GEMMs by construction, the rest pinned and stated, and the
-report's numbers rounded to three decimals. The corpus is the interpreter's own files: :func:`corpus` records their
-SHA-256 (another Python release may ship other text, and then other numbers).
+report's numbers rounded to three decimals. The corpus is the interpreter's own files:
+:func:`corpus` records their SHA-256 (another Python release may ship other text, and then
+other numbers).
 
 The run list is data (:data:`RUNS`): a new precision is one :class:`LMRun` line naming a policy
 or recipe that :func:`~precision_lab.torch.simulate` accepts.
