@@ -11,7 +11,11 @@ if importlib.util.find_spec("dask") is None:
         "precision_lab/verify/progress.py",
     ]
 if importlib.util.find_spec("torch") is None:
-    collect_ignore += ["precision_lab/torch"]
+    collect_ignore += [
+        "precision_lab/torch",
+        "precision_lab/studies/language_model.py",
+        "precision_lab/figures/fig_language_model.py",
+    ]
 
 
 #: the test files that take longest (CPU seconds on 2 cores), in this order at the head of the

@@ -6,9 +6,11 @@ into ``outdir`` and returns the Markdown section (the numbers behind the figures
 ``REPORT.md``. ``make figures`` and ``precision-lab figures`` call :func:`run`.
 
 The jobs built on the training run (``training``, ``underflow``, ``loss_scale``, ``policies``,
-``emulated_algorithms``) need scikit-learn for its data set (the digits); on a base install
-without it they are skipped with one line saying so (``pip install "precision_lab[figures]"``),
-and the report keeps their previous sections.
+``emulated_algorithms``) need scikit-learn for its data set (the digits), and
+``language_model`` needs torch (it trains a real ``torch.nn.Module`` under
+:func:`precision_lab.torch.simulate`); on a base install without them they are skipped with one
+line saying so (``pip install "precision_lab[figures]"``), and the report keeps their previous
+sections.
 
 May import every layer (the figures are the top of the pipeline, with the command line above
 them). Where a new figure goes: a new ``fig_<name>.py`` module here with ``TITLE``, ``ORDER``
@@ -126,7 +128,7 @@ def _write_report(report: Path, sections: dict[str, str], all_jobs: dict[str, Mo
 
 
 #: Optional packages of figure jobs: import name -> package name (in the ``figures`` extra).
-_EXTRAS = {"sklearn": "scikit-learn"}
+_EXTRAS = {"sklearn": "scikit-learn", "torch": "torch"}
 
 
 def _missing_extra(err: BaseException) -> str | None:

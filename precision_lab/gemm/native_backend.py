@@ -57,6 +57,7 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -80,9 +81,17 @@ from ..core.rounding import (
 from .accumulator import Accumulator, reference_only
 from .shapes import gemm_shapes
 
-__all__ = ["available", "blockfma_applies", "covers", "fma32_applies", "gemm", "isa"]
+__all__ = [
+    "available",
+    "blockfma_applies",
+    "covers",
+    "fma32_applies",
+    "gemm",
+    "isa",
+    "promoted_fma32_applies",
+]
 
-_FP32 = get_format("fp32")
+_FP32: FloatFormat = get_format("fp32")  # type: ignore[assignment]
 #: floats of A that one work item of the fp32 FMA kernel packs
 _PACKED_A = 1 << 20
 #: packed B of at most this many floats is packed in the calling thread (no parallel dispatch)
@@ -299,6 +308,15 @@ def gemm(
         )  # fmt: skip
         if out is not None:
             return out
+    if (scale_a is not None or scale_b is not None) and promoted_fma32_applies(
+        accumulator, fa, fb, out_format
+    ):
+        out = _promoted_fma32_gemm(
+            a, b, c, fa, fb, accumulator, out_format, input_rounding, scale_a, scale_b,
+            scale_block,
+        )  # fmt: skip
+        if out is not None:
+            return out
     if scale_a is None and scale_b is None and fma32_applies(accumulator, fa, fb, out_format):
         out = _fma32_gemm(a, b, c, fa, fb, accumulator, out_format, input_rounding)
         if out is not None:
@@ -363,6 +381,305 @@ def fma32_applies(acc: Accumulator, fa: FloatFormat, fb: FloatFormat, out_fmt: F
         and _fits_float32(fa)
         and _fits_float32(fb)
         and _fits_float32(out_fmt)
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _unpromoted(acc: Accumulator) -> Accumulator:
+    """``acc`` without ``promote_every``: the model of one segment's sum (cached: building an
+    Accumulator validates every field)."""
+    return dataclasses.replace(acc, promote_every=None)
+
+
+def promoted_fma32_applies(
+    acc: Accumulator, fa: FloatFormat, fb: FloatFormat, out_fmt: FloatFormat
+) -> bool:
+    """Whether a scaled GEMM (spec 2: scales applied at promotion) can run as a batched GEMM of
+    its K-segments on the fp32 FMA kernel, then the promotions in numpy.
+
+    The segment sums must be the fp32 FMA kernel's model (:func:`fma32_applies` without the
+    promotion), the promotion deterministic (not stochastic) into a format that float32 holds,
+    with ``acc`` precision + promote precision <= 53 (the reference's condition for exact
+    ``P_s * sigma_s``).
+
+    >>> e4m3, fp32 = get_format("e4m3"), get_format("fp32")
+    >>> promoted_fma32_applies(Accumulator("fp32"), e4m3, e4m3, fp32)
+    True
+    >>> promoted_fma32_applies(Accumulator("fp32", promote_rounding="stochastic"), e4m3, e4m3,
+    ...                        fp32)
+    False
+    """
+    seg = _unpromoted(acc)
+    pf = acc.promote_format
+    return (
+        acc.scales == "promote"
+        and not acc.stochastic
+        and not is_stochastic(acc.promote_rounding)
+        and acc.input_subnormals == "keep"
+        and acc.c_format is None
+        and isinstance(pf, FloatFormat)
+        and _fits_float32(pf)
+        and _FP32.precision + pf.precision <= 53
+        and fma32_applies(seg, fa, fb, out_fmt)
+    )
+
+
+def _promoted_fma32_gemm(
+    a: np.ndarray,
+    b: np.ndarray,
+    c: Any,
+    fa: FloatFormat,
+    fb: FloatFormat,
+    acc: Accumulator,
+    out_fmt: FloatFormat,
+    input_rounding: str,
+    scale_a: Any,
+    scale_b: Any,
+    scale_block: int | None,
+) -> np.ndarray | None:
+    """A scaled GEMM (:func:`promoted_fma32_applies`) as the reference's model computes it, or
+    None (an input or a partial sum not finite: the general path decides).
+
+    Spec 2 of :mod:`precision_lab.gemm.accumulator`: K is cut into segments (the scales'
+    K-blocks, or ``promote_every``); each segment's sum ``P_s``, from +0, is the sequential fp32
+    FMA chain: one batched call of the fp32 FMA kernel over every segment at once (the last
+    segment padded with zeros, which add exactly nothing to a chain started at +0). The wide
+    accumulator starts at ``c`` and takes ``W = round(W + P_s * sigma_s)`` (``P_s * sigma_s``
+    exact in float64, one rounding of the exact sum: the reference's ``_Model._add``), then the
+    output rounding: the reference's own rounders, so the bits are the general kernel's (the
+    tests of tests/gemm hold every backend to the reference).
+    """
+    from .reference import _broadcast_c, _Model
+    from .scales import expand_scales
+
+    if a.dtype.kind != "f" or b.dtype.kind != "f":
+        return None
+    batch, m, k, n = gemm_shapes(a.shape, b.shape)
+    if k == 0 or math.prod(batch) * m * n == 0:
+        return None
+    sa, sb, kblock = expand_scales(a, b, scale_a, scale_b, scale_block)
+    if sa is None or sb is None:
+        return None
+    _, seg = acc.segments(k, kblock, True)
+    nseg = -(-k // seg)
+    pad = nseg * seg - k
+    a3, b3 = a, b
+    if pad:
+        a3 = np.pad(a, [(0, 0)] * (a.ndim - 1) + [(0, pad)])
+        b3 = np.pad(b, [(0, 0)] * (b.ndim - 2) + [(0, pad), (0, 0)])
+    # (..., M, K) -> (..., nseg, M, seg); (..., K, N) -> (..., nseg, seg, N)
+    a_seg = np.moveaxis(a3.reshape(*a3.shape[:-1], nseg, seg), -2, -3)
+    b_seg = b3.reshape(*b3.shape[:-2], nseg, seg, n)
+    seg_acc = _unpromoted(acc)
+    nb = math.prod(batch)
+    seed = 0 if acc.seed is None else acc.seed
+    model = _Model(acc, fa, fb, out_fmt, k, kblock, nb * m * n, seed, scaled=True)
+    if _ieee_float32(model.r_promote):
+        pre = _prescaled_segments(
+            a, b, fa, fb, sa, sb, kblock, seg, nseg, pad, seg_acc, input_rounding
+        )
+        if pre is not None:  # P_s * sigma_s straight from the kernel (float32, exact)
+            return _promoted_float32(pre, c, (*batch, m, n), model, out_fmt)
+    parts = _fma32_gemm(a_seg, b_seg, None, fa, fb, seg_acc, _FP32, input_rounding)
+    if parts is None:
+        return None
+    P = np.ascontiguousarray(np.broadcast_to(parts, (*batch, nseg, m, n))).reshape(nb, nseg, m, n)
+    if not np.isfinite(P).all():
+        return None
+    out_shape = (*batch, m, n)
+    if c is None:
+        W = np.zeros((nb, m, n))
+    else:
+        c64 = _broadcast_c(c, out_shape).astype(np.float64)
+        if not np.isfinite(c64).all():
+            return None
+        W = np.ascontiguousarray(round_to(c64, out_fmt).astype(np.float64)).reshape(nb, m, n)
+    # the scales of every segment: (nb, nseg, M or 1, N or 1)
+    kbs = np.array([0 if kblock is None else (s * seg) // kblock for s in range(nseg)])
+    sa_s = sa[:, :, kbs if sa.shape[2] > 1 else np.zeros(nseg, int)]  # (nb, M or 1, nseg)
+    sb_s = sb[:, kbs if sb.shape[1] > 1 else np.zeros(nseg, int)]  # (nb, nseg, N or 1)
+    rs, r = model.r_scale, model.r_promote
+    sig = None
+    if _ieee_float32(rs):  # sigma = RN32(sa * sb) is the float32 product (scales are fp32)
+        with np.errstate(over="ignore"):
+            sig32 = (
+                np.moveaxis(sa_s.astype(np.float32), 2, 1)[..., None]
+                * sb_s.astype(np.float32)[:, :, None, :]
+            )
+        if np.isfinite(sig32).all():
+            sig = sig32.astype(np.float64)
+    if sig is None:
+        sig = rs.round(np.moveaxis(sa_s, 2, 1)[..., None] * sb_s[:, :, None, :])
+    X = P.astype(np.float64) * sig  # exact: precisions add up to <= 53 bits
+    # W + P_s * sigma_s rounded once to fp32 (nearest even, IEEE overflow and zeros) is the
+    # float32 addition of W and P_s * sigma_s wherever that product is a float32 number (MX
+    # scales are powers of two; NVFP4's few-bit partial sums times E4M3 scale products): a
+    # segment whose products float32 does not hold takes the two-sum rounding of the reference
+    W32 = None
+    X32, exact = X, np.zeros(nseg, dtype=bool)
+    if _ieee_float32(r):
+        with np.errstate(over="ignore"):
+            X32 = X.astype(np.float32)
+        exact = (X32 == X).reshape(nb, nseg, -1).all(axis=(0, 2))
+        W32 = W.astype(np.float32)  # (W is on the fp32 grid: exact)
+    for s in range(nseg):
+        if W32 is not None and exact[s]:
+            with np.errstate(over="ignore", invalid="ignore"):
+                W32 += X32[:, s]
+            continue
+        if W32 is not None:
+            W = W32.astype(np.float64)
+        W = model._add(W, X[:, s], r, 2 * k + s, exact_hint=False)
+        if W32 is not None:
+            W32 = W.astype(np.float32)
+    if W32 is not None:
+        if not np.isfinite(W32).all():
+            return None  # (an overflow: the general path decides)
+        if out_fmt == _FP32:  # (acc.zero_sign is "ieee": the output rounding keeps W)
+            return W32.reshape(out_shape)
+        W = W32.astype(np.float64)
+    out = model.out_rounder.round(W, None)
+    dtype = np.float32 if _fits_float32(out_fmt) else np.float64
+    return np.asarray(out.astype(dtype).reshape(out_shape))
+
+
+def _sig_bits(x: np.ndarray) -> int:
+    """The most significant bits of any value of ``x`` (positive float32 numbers, as float64).
+
+    >>> _sig_bits(np.array([1.0, 0.75, 2.0**-100]))
+    2
+    """
+    m = np.frexp(x)[0]  # 0.5 <= m < 1
+    im = (m * 2.0**24).astype(np.int64)
+    low = im & -im  # the lowest set bit, a power of two
+    return int(24 - (np.frexp(low.astype(np.float64))[1] - 1).min()) if x.size else 0
+
+
+def _prescaled_segments(
+    a: np.ndarray,
+    b: np.ndarray,
+    fa: FloatFormat,
+    fb: FloatFormat,
+    sa: np.ndarray,
+    sb: np.ndarray,
+    kblock: int | None,
+    seg: int,
+    nseg: int,
+    pad: int,
+    seg_acc: Accumulator,
+    input_rounding: str,
+) -> np.ndarray | None:
+    """Every ``P_s * sigma_s`` (float32, ``(nb, nseg, M, N)``) as the fp32 FMA kernel's segment
+    sums of the operands multiplied by their scales, where that is provably exact; else None.
+
+    Two cases, decided from the formats and the scales alone (never from the results):
+
+    * every scale a power of two (MX's E8M0): a' = a * sa and b' = b * sb are exact, every
+      product a'b' is ab * sigma, and rounding commutes with a power-of-two factor wherever no
+      value is subnormal or overflows: the products' quanta (``lsb(a) lsb(b)``, times sigma for
+      the scaled ones) are at least 2**-149, so every sum is exact or rounded at a normal
+      magnitude (2**23 quanta or more), and the sums stay below 2**127;
+    * the segment sums exact in both (NVFP4: E2M1 elements, E4M3 scales): with ``p_a``, ``p_b``
+      the scales' significant bits, ``seg * (max_a / lsb_a) * (max_b / lsb_b) * 2**(p_a + p_b)
+      <= 2**24`` quanta, so every partial sum of ab and of ab * sigma, and P_s * sigma itself,
+      is a float32 number (quanta of 2**-149 or more, below 2**127): no rounding anywhere.
+
+    Then the kernel's segment sums are ``P_s * sigma_s`` exactly, and ``W + P_s * sigma_s``
+    rounded once to fp32 is their float32 addition.
+    """
+    if kblock is not None and seg != kblock:
+        return None  # (promote_every within a scale block: not taken)
+    lo_a, lo_b = fa.smallest_subnormal, fb.smallest_subnormal
+    sa_min, sa_max, sb_min, sb_max = (
+        float(sa.min()),
+        float(sa.max()),
+        float(sb.min()),
+        float(sb.max()),
+    )
+    tiny, big = 2.0**-149, 2.0**127
+    if fa.max * sa_max >= big or fb.max * sb_max >= big or seg * fa.max * fb.max >= big:
+        return None
+    if lo_a * sa_min < tiny or lo_b * sb_min < tiny or lo_a * lo_b < tiny:
+        return None
+    pow2 = bool((np.frexp(sa)[0] == 0.5).all() and (np.frexp(sb)[0] == 0.5).all())
+    if pow2:
+        ok = lo_a * lo_b * sa_min * sb_min >= tiny and seg * fa.max * fb.max * sa_max * sb_max < big
+    else:
+        pa, pb = _sig_bits(sa), _sig_bits(sb)
+        units = seg * (fa.max / lo_a) * (fb.max / lo_b) * 2.0 ** (pa + pb)
+        unit = lo_a * lo_b * sa_min * sb_min * 2.0 ** -(pa + pb)
+        ok = (
+            pa + pb <= 24
+            and fa.precision + pa <= 24
+            and fb.precision + pb <= 24
+            and units <= 2.0**24
+            and unit >= tiny
+            and sa_min * sb_min >= 2.0**-126
+            and sa_max * sb_max < big
+            and seg * fa.max * fb.max * sa_max * sb_max < big
+        )
+    if not ok:
+        return None
+    seed = 0 if seg_acc.seed is None else seg_acc.seed
+    a32 = _grid32(a, fa, input_rounding, seed)
+    b32 = _grid32(b, fb, input_rounding, seed + 1) if a32 is not None else None
+    if a32 is None or b32 is None:
+        return None
+    k = a.shape[-1]
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    nb = math.prod(batch)
+    m, n = a.shape[-2], b.shape[-1]
+    A = _batched(a32, (*batch, m, k))
+    B = _batched(b32, (*batch, k, n))
+    blk = k if kblock is None else kblock
+    ea = np.repeat(sa.astype(np.float32), blk, axis=2)[:, :, :k]  # (nb, M or 1, K)
+    eb = np.repeat(sb.astype(np.float32), blk, axis=1)[:, :k]  # (nb, K, N or 1)
+    A = A * ea  # exact (see above)
+    B = B * eb
+    if pad:
+        A = np.pad(A, [(0, 0), (0, 0), (0, pad)])
+        B = np.pad(B, [(0, 0), (0, pad), (0, 0)])
+    a_seg = np.moveaxis(A.reshape(nb, m, nseg, seg), 2, 1)  # (nb, nseg, M, seg)
+    b_seg = B.reshape(nb, nseg, seg, n)
+    return _fma32_gemm(a_seg, b_seg, None, _FP32, _FP32, seg_acc, _FP32, "nearest_even")
+
+
+def _promoted_float32(
+    parts: np.ndarray, c: Any, out_shape: tuple[int, ...], model: Any, out_fmt: FloatFormat
+) -> np.ndarray | None:
+    """W = c, then W = fl32(W + X_s) for the float32 numbers ``X_s = parts[:, s]`` (= P_s *
+    sigma_s; ``model.r_promote`` is IEEE float32's rounding), then the model's output rounding;
+    None where a value is not finite."""
+    from .reference import _broadcast_c
+
+    nb, nseg, m, n = parts.shape
+    if c is None:
+        W = np.zeros((nb, m, n), np.float32)
+    else:
+        c64 = _broadcast_c(c, out_shape).astype(np.float64)
+        W = np.ascontiguousarray(round_to(c64, out_fmt).astype(np.float32)).reshape(nb, m, n)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for s in range(nseg):
+            W += parts[:, s]
+    if not np.isfinite(W).all():
+        return None
+    if out_fmt == _FP32 and model.acc.zero_sign == "ieee":  # the output rounding keeps W
+        return W.reshape(out_shape)
+    out = model.out_rounder.round(W.astype(np.float64), None)
+    dtype = np.float32 if _fits_float32(out_fmt) else np.float64
+    return np.asarray(out.astype(dtype).reshape(out_shape))
+
+
+def _ieee_float32(r: Any) -> bool:
+    """Whether the rounder ``r`` (:class:`~precision_lab.core.exact.Rounder`) is IEEE float32
+    arithmetic's rounding on finite results: fp32, nearest even, IEEE zeros, subnormals kept
+    (its overflow to inf is IEEE's too, or a non-finite result the caller declines)."""
+    return bool(
+        r.fmt == _FP32
+        and r.mode == "nearest_even"
+        and r.overflow in ("ieee", "infinity")
+        and r.zero_sign == "ieee"
+        and r.subnormals == "keep"
     )
 
 

@@ -233,9 +233,14 @@ def _canonical_nan(out: Any, encoding: str = "quiet") -> Any:
     return out
 
 
+#: the default model (frozen: shared by every call that passes none; building one validates
+#: every field, a cost per call on small GEMMs)
+_DEFAULT_ACCUMULATOR = Accumulator()
+
+
 def _as_accumulator(accumulator: Any) -> Accumulator:
     if accumulator is None:
-        return Accumulator()
+        return _DEFAULT_ACCUMULATOR
     if isinstance(accumulator, Accumulator):
         return accumulator
     if isinstance(accumulator, str | FloatFormat):

@@ -232,7 +232,8 @@ def hadamard(
     moved = np.moveaxis(a, axis, -1)
     flat = np.ascontiguousarray(moved).reshape(-1, n)
     if fmt is None:
-        out = _exact(flat.astype(np.float64), n, signs, bool(inverse))
+        quick = _fp32_exact_rows(flat, n) if flat.dtype == np.float32 else None
+        out = _exact(flat.astype(np.float64), n, signs, bool(inverse), quick)
     else:
         key = check_seed(rounding_seed) if mode in STOCHASTIC_MODES else 0
         out = _in_format(flat, n, signs, bool(inverse), fmt, mode, key, rbits)
@@ -272,18 +273,29 @@ def _scale_parts(n: int) -> tuple[int, bool]:
 
 
 # ----- exact ------------------------------------------------------------------------------------
-def _exact(v: np.ndarray, n: int, signs: np.ndarray | None, inverse: bool) -> np.ndarray:
-    """float64 rows of n: the exact transform rounded once to float64 (see the module docstring)."""
+def _exact(
+    v: np.ndarray,
+    n: int,
+    signs: np.ndarray | None,
+    inverse: bool,
+    quick: np.ndarray | None = None,
+) -> np.ndarray:
+    """float64 rows of n: the exact transform rounded once to float64 (see the module docstring).
+
+    ``quick``: rows already known to pass :func:`_fp64_exact_rows` (from the float32 input's
+    exponents, :func:`_fp32_exact_rows`); only the others are checked value by value."""
     k, odd = _scale_parts(n)
     if signs is not None and not inverse:
         v = v * signs
-    ok = _fp64_exact_rows(v, n)
-    h_v = v.copy()
+    if quick is None:
+        ok = _fp64_exact_rows(v, n)
+    else:
+        ok = quick.copy()
+        rest = np.flatnonzero(~quick)
+        if rest.size:
+            ok[rest] = _fp64_exact_rows(v[rest], n)
+    h_v = _butterfly(v, n)
     with np.errstate(all="ignore"):
-        for h in _stages(n):
-            a, b = _pairs(h_v, n, h)
-            s, d = a + b, a - b
-            a[...], b[...] = s, d
         out = np.ldexp(h_v, -k)  # exact sums: one rounding (subnormal results) of the exact value
     bad = np.flatnonzero(~ok)
     if bad.size:
@@ -294,6 +306,52 @@ def _exact(v: np.ndarray, n: int, signs: np.ndarray | None, inverse: bool) -> np
     if signs is not None and inverse:
         out = out * signs
     return out
+
+
+def _butterfly(v: np.ndarray, n: int) -> np.ndarray:
+    """``H_n`` times every row of ``v`` (rows, n) in its float64 butterflies (stages h = 1, 2,
+    ..., n/2: the same additions as the module docstring's). The rows run along the contiguous
+    axis (``v`` transposed once), so each stage is two ufunc calls over runs of ``h * rows``
+    values written into a second buffer (with the rows across, runs of ``h`` values: one for
+    the first stage).
+
+    >>> _butterfly(np.arange(4.0)[None], 4).tolist()
+    [[6.0, -2.0, -4.0, 0.0]]
+    """
+    rows = v.shape[0]
+    src = np.array(v.T, dtype=np.float64, order="C")  # (n, rows); v itself is never written
+    dst = np.empty_like(src)
+    with np.errstate(all="ignore"):
+        for h in _stages(n):
+            zs = src.reshape(n // (2 * h), 2, h * rows)
+            zd = dst.reshape(n // (2 * h), 2, h * rows)
+            np.add(zs[:, 0], zs[:, 1], out=zd[:, 0])
+            np.subtract(zs[:, 0], zs[:, 1], out=zd[:, 1])
+            src, dst = dst, src
+    return np.ascontiguousarray(src.T)
+
+
+def _fp32_exact_rows(x: np.ndarray, n: int) -> np.ndarray:
+    """Rows of float32 ``x`` (rows, n) whose float64 butterfly is exact, from the exponent
+    fields alone (a sufficient condition of :func:`_fp64_exact_rows`): a float32 number with
+    biased exponent ``E`` (1 for subnormals) lies below ``2**(E - 126)`` and is a multiple of
+    ``2**(E - 150)``, so a row whose non-zero finite values have ``max E - min E <= 29 -
+    log2(n)`` has every partial sum a multiple of ``2**L`` below ``2**(M + log2 n)`` with
+    ``M + log2 n - L <= 53``. Rows holding inf or NaN count as exact (IEEE arithmetic), as in
+    :func:`_fp64_exact_rows`; rows that fail here may still pass there.
+
+    >>> _fp32_exact_rows(np.array([[1.0, 2.0**-20], [1.0, 2.0**-30]], np.float32), 2).tolist()
+    [True, False]
+    """
+    bits = np.ascontiguousarray(x).view(np.int32).reshape(-1, n)
+    e = (bits >> 23) & 0xFF
+    special = (e == 0xFF).any(axis=1)
+    nz = (bits & 0x7FFFFFFF) != 0
+    e = np.maximum(e, 1)
+    hi = np.where(nz, e, 0).max(axis=1)
+    lo = np.where(nz, e, 0xFF).min(axis=1)
+    lg = n.bit_length() - 1
+    return np.asarray(special | ~nz.any(axis=1) | (hi - lo <= 29 - lg))
 
 
 def _fp64_exact_rows(v: np.ndarray, n: int) -> np.ndarray:

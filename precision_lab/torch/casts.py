@@ -91,6 +91,32 @@ def _squeezed(out: torch.Tensor, squeeze: list[int]) -> torch.Tensor:
     return out
 
 
+def _pairwise_column_sums(rows: torch.Tensor) -> torch.Tensor | None:
+    """The column sums of float32 ``rows`` (M, N) as :func:`precision_lab.gemm` computes
+    ``ones(1, M) @ rows`` with ``Accumulator("fp32", order="pairwise")``: the products are
+    the values themselves (exact), each level of the tree adds adjacent pairs (an odd one out
+    moves up a level) with one float32 addition, which is the model's round-to-nearest-even of
+    the exact sum, and the tree's top is added to the accumulator's start, ``c = +0`` (so a
+    -0 sum is +0). Returns an (N,) float32 tensor, or None
+    where an input or the result is not finite (the GEMM then follows its special-value
+    rules), so the bits are the GEMM's (tests/torch/test_simulate.py compares them).
+
+    >>> _pairwise_column_sums(torch.tensor([[1.0, -0.0], [2.0**-24, -0.0], [3.0, -0.0]])).tolist()
+    [4.0, 0.0]
+    """
+    x = rows.detach().to(torch.float32)
+    if not bool(torch.isfinite(x).all()):
+        return None
+    if x.shape[0] == 0:
+        return torch.zeros(x.shape[1], dtype=torch.float32)
+    while x.shape[0] > 1:
+        h = x.shape[0] // 2
+        pairs = x[0 : 2 * h : 2] + x[1 : 2 * h : 2]
+        x = torch.cat([pairs, x[2 * h :]]) if x.shape[0] % 2 else pairs
+    out = x[0] + 0.0  # (c = +0)
+    return out if bool(torch.isfinite(out).all()) else None
+
+
 def _result_dtype(x: torch.Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 

@@ -115,7 +115,7 @@ from ..quant.recipes import RECIPES, Recipe, get_recipe
 from ..scaling.fp8 import DelayedScaling, scale_from_amax
 from ..training.policy import POLICIES, LayerPrecision, Policy, get_policy
 from .attention import AttentionRecipe, fp8_attention, get_attention_recipe, torch_mha_body
-from .casts import _as_matrices, _squeezed
+from .casts import _as_matrices, _pairwise_column_sums, _squeezed
 from .kv_cache import KVCache, KVQuant, get_kv_quant
 from .ops import CONV_ND, EMULATED_OPS
 from .recipes import recipe_matmul
@@ -278,6 +278,10 @@ def _bias_grad(gs: torch.Tensor, c_shape: torch.Size, spec: GemmSpec) -> torch.T
     m, n = gs.shape[-2], gs.shape[-1]
     if len(c_shape) == 1 and c_shape[0] == n:  # a Linear bias: sum over the rows
         rows = gs.reshape(-1, n)
+        if fmt == _FP32:  # (the GEMM's bits in float32 additions, without a GEMM call)
+            fast = _pairwise_column_sums(rows)
+            if fast is not None:
+                return _store(fast, spec.gradient)
         ones = torch.ones(1, rows.shape[0], dtype=torch.float32)
         s = _pl_gemm(ones, rows, spec.gradient, spec.gradient, acc)
         return _store(s.reshape(n), spec.gradient)

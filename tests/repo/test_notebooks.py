@@ -41,6 +41,7 @@ EXPECTED = {
     "06_emulated_algorithms.ipynb",
     "07_fp4_recipes.ipynb",
     "08_torch_models.ipynb",
+    "09_language_model.ipynb",
 }
 
 _MISSING = [m for m in ("nbclient", "nbformat", "ipykernel") if importlib.util.find_spec(m) is None]
