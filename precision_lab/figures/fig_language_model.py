@@ -2,7 +2,8 @@
 
 The study is :func:`precision_lab.studies.language_model.run_study`: the same small GPT trained
 on the same seeded batches of Python standard-library text in FP32, mixed BF16, mixed FP16 with
-a dynamic loss scaler, MXFP8 and NVFP4 (Transformer Engine's recipes), every GEMM emulated by
+a dynamic loss scaler, MXFP8 and NVFP4 (Transformer Engine's recipes), BF16 with FP8 attention
+(FlashAttention-3's casts) and DeepSeek-V3's fine-grained FP8, every GEMM emulated by
 :func:`precision_lab.torch.simulate`. Figures: ``lm_loss.png`` (loss curves, and the loss-scale
 trajectory of the FP16 run) and ``lm_underflow.png`` (per parameter tensor and captured step:
 the fraction of the baseline run's gradient values that FP16 / E4M3 / E5M2 flush to zero,
@@ -22,14 +23,14 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 
-TITLE = "A character-level GPT under FP32, BF16, FP16, MXFP8 and NVFP4 (emulated GEMMs)"
+TITLE = "A character-level GPT under seven emulated precisions (FP32 to NVFP4, FP8 attention)"
 ORDER = 68
 
 
 def make(outdir: Path, *, config: Any = None) -> str:
     from ..studies import language_model as lm
 
-    result = lm.run_study(config or lm.LMConfig())
+    result = lm.run_study_portable(config or lm.LMConfig())
     _plot_loss(outdir, result)
     _plot_underflow(outdir, result)
     return "\n".join(

@@ -18,13 +18,14 @@ initial weights (numpy's PCG64) and the batches are seeded. torch runs with one 
 remains is torch's own CPU kernels for the non-GEMM operations (layer norm, softmax,
 cross-entropy, GELU, Adam): elementwise IEEE operations, but vectorised reductions and
 ``exp``/``erf`` whose bits ATen picks by the CPU's instruction set (its "CPU capability":
-``default``, ``avx2``, ``avx512`` on x86). The result records that capability and the torch
-version; another machine with the same torch reproduces the numbers bit for bit with
-``ATEN_CPU_CAPABILITY=<it>`` (set before torch is imported; a capability its CPU has). The
-decision, then: machine-independent GEMMs by construction, the rest pinned and stated, and the
-report's numbers rounded to three decimals. The corpus is the interpreter's own files:
-:func:`corpus` records their SHA-256 (another Python release may ship other text, and then
-other numbers).
+``default``, ``avx2``, ``avx512`` on x86). So the report's study runs in a fresh interpreter
+with ``ATEN_CPU_CAPABILITY=default`` (:func:`run_study_portable`): ATen's portable kernels,
+which every x86 CPU runs and whose bits do not depend on which vector units it has. The result
+records that capability and the torch version (another torch release may change its kernels).
+The decision, then: machine-independent GEMMs by construction, the rest pinned to kernels that
+every machine runs, and the report's numbers rounded to three decimals. The corpus is the
+interpreter's own files: :func:`corpus` records their SHA-256 (another Python release may ship
+other text, and then other numbers).
 
 The run list is data (:data:`RUNS`): a new precision is one :class:`LMRun` line naming a policy
 or recipe that :func:`~precision_lab.torch.simulate` accepts.
@@ -41,9 +42,14 @@ import dataclasses
 import hashlib
 import math
 import os
+import pickle
+import subprocess
+import sys
 import sysconfig
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -66,6 +72,7 @@ __all__ = [
     "corpus",
     "markdown",
     "run_study",
+    "run_study_portable",
 ]
 
 #: The corpus: these modules of the standard library (``sysconfig.get_paths()["stdlib"]``),
@@ -98,6 +105,8 @@ RUNS: tuple[LMRun, ...] = (
     LMRun("FP16 mixed + loss scaling", "mixed_float16", loss_scaling=True),
     LMRun("MXFP8 (te_mxfp8)", "te_mxfp8"),
     LMRun("NVFP4 (te_nvfp4)", "te_nvfp4"),
+    LMRun("BF16 + FP8 attention (fa3_fp8)", "mixed_bfloat16", attention="fa3_fp8"),
+    LMRun("DeepSeek-V3 FP8", "deepseek_v3_fp8"),
 )
 
 
@@ -385,6 +394,26 @@ def _train(
     return res, cap
 
 
+def run_study_portable(config: LMConfig | None = None) -> LMResult:
+    """:func:`run_study` in a fresh interpreter whose torch uses ATen's portable CPU kernels
+    (``ATEN_CPU_CAPABILITY=default``, which must be set before torch is imported): the report's
+    numbers then do not depend on the CPU's vector units (AVX2, AVX-512 ...)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg, out = Path(tmp) / "config.pkl", Path(tmp) / "result.pkl"
+        cfg.write_bytes(pickle.dumps(config or LMConfig()))
+        code = (
+            "import pickle, sys\n"
+            "from pathlib import Path\n"
+            "from precision_lab.studies import language_model as lm\n"
+            "r = lm.run_study(pickle.loads(Path(sys.argv[1]).read_bytes()))\n"
+            "Path(sys.argv[2]).write_bytes(pickle.dumps(r))\n"
+        )
+        env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}
+        subprocess.run([sys.executable, "-c", code, str(cfg), str(out)], env=env, check=True)
+        result: LMResult = pickle.loads(out.read_bytes())
+    return result
+
+
 def run_study(
     config: LMConfig | None = None,
     runs: Sequence[LMRun] = RUNS,
@@ -532,8 +561,9 @@ def markdown(result: LMResult) -> str:
         "operations (layer norm, softmax, GELU, cross-entropy, Adam) are torch's CPU kernels, "
         "whose vectorised reductions and exp/erf ATen picks by CPU: these numbers are torch "
         f"{result.torch_version or torch.__version__}'s with ATen CPU capability "
-        f"`{result.capability}`; another machine gives them with the same torch and "
-        f"`ATEN_CPU_CAPABILITY={result.capability}` (where its CPU has it). Corpus files' "
+        f"`{result.capability}` (the figure job sets `ATEN_CPU_CAPABILITY=default`: ATen's "
+        "portable kernels, so the CPU's vector units, AVX2 or AVX-512, do not change these "
+        "numbers). Corpus files' "
         "SHA-256 (first 12 hex digits): "
         + ", ".join(f"`{f}` {h[:12]}" for f, h in result.corpus_files.items())
         + ".",
