@@ -69,6 +69,8 @@ from .arith import Emulated, emulate, ops
 from .backends import backend_info, use_backend
 from .core import (
     FORMATS,
+    P3109_ROUNDING_MODES,
+    P3109_SATURATION_MODES,
     ROUNDING_MODES,
     FloatFormat,
     IntFormat,
@@ -80,6 +82,7 @@ from .core import (
     get_format,
     known_formats,
     p3109,
+    p3109_project,
     round_to,
 )
 from .core.version import __version__
@@ -113,6 +116,8 @@ from .training import POLICIES, Policy, get_policy
 
 __all__ = [
     "FORMATS",
+    "P3109_ROUNDING_MODES",
+    "P3109_SATURATION_MODES",
     "POLICIES",
     "ROUNDING_MODES",
     "Accumulator",
@@ -151,6 +156,7 @@ __all__ = [
     "known_formats",
     "ops",
     "p3109",
+    "p3109_project",
     "pick_loss_scale",
     "probe_gemm",
     "quantize",

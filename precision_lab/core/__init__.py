@@ -35,10 +35,19 @@ from .formats import (
     p3109,
 )
 from .ptx import cvt_rs
-from .rounding import ROUNDING_MODES, STOCHASTIC_MODES, round_to
+from .rounding import (
+    P3109_ROUNDING_MODES,
+    P3109_SATURATION_MODES,
+    ROUNDING_MODES,
+    STOCHASTIC_MODES,
+    p3109_project,
+    round_to,
+)
 
 __all__ = [
     "FORMATS",
+    "P3109_ROUNDING_MODES",
+    "P3109_SATURATION_MODES",
     "ROUNDING_MODES",
     "STOCHASTIC_MODES",
     "FloatFormat",
@@ -52,5 +61,6 @@ __all__ = [
     "get_format",
     "known_formats",
     "p3109",
+    "p3109_project",
     "round_to",
 ]
