@@ -81,11 +81,13 @@ ROUNDING_MODES = (
 #: the few-bit stochastic rounding variants of Fitzgibbon & Felix (ARITH 2025) beside
 #: ``stochastic`` (their SRFF): ``stochastic_offset`` is their SRF, ``stochastic_corrected`` their
 #: SRC (see :func:`round_to`); with 64 random bits both are ``stochastic`` itself
-#: Modes only the numpy reference of :func:`round_to`, :func:`round_with_words` and
-#: :func:`~precision_lab.encode` computes (no mode number in the C++/CUDA header, so the native
-#: and CuPy backends decline them, and the accumulators, quantizers and block formats, which take
-#: header mode numbers, refuse them): ``stochastic_corrected_odd``, gfloat's ``StochasticOdd``
-#: (P3109 interim report 3.1): SRC with the fraction rounded to N bits ties to odd
+#: Modes without a mode number in the C++/CUDA header (not in :data:`ROUNDING_MODES`): the
+#: numpy reference computes them, the native backend declines them and CuPy arrays refuse
+#: them. ``stochastic_corrected_odd`` is gfloat's ``StochasticOdd`` (P3109 interim report 3.1):
+#: SRC with the fraction rounded to N bits ties to odd. With 64 random bits it is
+#: ``stochastic`` (:func:`sr_mode`), so every entry point takes it; with fewer bits only
+#: :func:`round_to`, :func:`round_with_words` and encode do (the accumulators refuse few-bit SR
+#: variants, the block and integer quantizers' kernels take header mode numbers)
 CORE_ONLY_MODES = ("stochastic_corrected_odd",)
 SR_VARIANT_MODES = ("stochastic_offset", "stochastic_corrected", *CORE_ONLY_MODES)
 #: the modes that draw random words (keyed by seed and flat index)
@@ -207,12 +209,9 @@ def follows_p3109(fmt: FloatFormat | IntFormat) -> bool:
     return fmt == ref
 
 
-def check_rounding(rounding: str, *, core: bool = False) -> str:
+def check_rounding(rounding: str) -> str:
     """Canonical name of a rounding mode (aliases ``rne rna rtz rup rdn rto sr rnz sre srff srf
     src srco`` and P3109's names in snake case, :data:`P3109_ROUNDING_MODES`).
-
-    ``core=True`` (the core entry points :func:`round_to`, :func:`round_with_words` and encode)
-    accepts :data:`CORE_ONLY_MODES` too; everything else refuses them, saying where they work.
 
     >>> check_rounding("rtz"), check_rounding("stochastic_b")
     ('toward_zero', 'stochastic_offset')
@@ -220,16 +219,8 @@ def check_rounding(rounding: str, *, core: bool = False) -> str:
     if isinstance(rounding, str):
         key = rounding.strip().lower()
         key = _MODE_ALIASES.get(key, key)
-        if key in ROUNDING_MODES:
+        if key in ROUNDING_MODES or key in CORE_ONLY_MODES:
             return key
-        if key in CORE_ONLY_MODES:
-            if core:
-                return key
-            raise ValueError(
-                f"rounding={rounding!r} ({key}) is computed only by round_to, "
-                "round_with_words and encode (the numpy reference); pick one of "
-                f"{', '.join(ROUNDING_MODES)}"
-            )
     raise ValueError(
         f"rounding must be one of {', '.join(ROUNDING_MODES + CORE_ONLY_MODES)} "
         f"(or {', '.join(_MODE_ALIASES)}), got {rounding!r}"
@@ -273,7 +264,7 @@ def check_options(
     rounding: str, overflow: str, subnormals: str, seed: int | None, random_bits: int | None
 ) -> RoundingOptions:
     """Validate the keyword options of :func:`round_to` (ValueError/TypeError naming them)."""
-    mode = check_rounding(rounding, core=True)
+    mode = check_rounding(rounding)
     rbits = check_random_bits(random_bits)
     if isinstance(overflow, str) and overflow.strip().lower().replace("_", "") == "ovfinf":
         overflow = "ieee"  # P3109 3.x's OvfInf (p3109_project)
@@ -1152,7 +1143,7 @@ def p3109_project(
             f"fmt must be a P3109 format (pl.p3109(k, p, ...), 'p3109_k8p3se' ...) for the "
             f"P3109 saturation mode {sat!r}, got {f}"
         )
-    mode = check_rounding(rounding, core=True)
+    mode = check_rounding(rounding)
     xa, restore = as_input(x)
     if is_device_array(xa):
         raise ValueError("P3109 saturation modes are computed by numpy: pass a numpy array")

@@ -179,8 +179,10 @@ def test_stochastic_odd_is_seeded_and_numpy_served_on_every_backend() -> None:
     # 64 bits: every variant is SRFF (stochastic)
     s = pl.round_to(x, "e4m3", rounding="stochastic", seed=7)
     assert np.array_equal(pl.round_to(x, "e4m3", rounding="stochastic_odd", seed=7), s)
-    with pytest.raises(ValueError, match="computed only by round_to"):
-        pl.Accumulator(format="fp16", rounding="stochastic_odd")
+    # accumulators: 64 bits is "stochastic"; few-bit variants are refused, this one too
+    assert pl.Accumulator(format="fp16", rounding="stochastic_odd").rounding == "stochastic"
+    with pytest.raises(ValueError, match="not supported by accumulators"):
+        pl.Accumulator(format="fp16", rounding="stochastic_odd", random_bits=4)
 
 
 @pytest.mark.parametrize("kp", [(4, 2), (6, 3), (8, 3), (8, 4)])
@@ -208,4 +210,14 @@ def test_p3109_rounding_names() -> None:
         if p3109_name == "Stochastic":  # "stochastic" is SRFF here: P3109's is "stochastic_c"
             continue
         snake = "".join("_" + c.lower() if c.isupper() else c for c in p3109_name).lstrip("_")
-        assert pl.core.rounding.check_rounding(snake, core=True) == mode, p3109_name
+        assert pl.core.rounding.check_rounding(snake) == mode, p3109_name
+
+
+def test_stochastic_odd_few_bits_in_the_block_quantizers() -> None:
+    """The block kernels have no mode number for it: they decline, and numpy serves (before, the
+    native pass raised "tuple.index(x): x not in tuple")."""
+    x = np.linspace(-3.0, 3.0, 64).reshape(2, 32)
+    a = pl.round_to_blocks(x, "mxfp8_e4m3", rounding="srco", random_bits=4, seed=1)
+    with pl.use_backend("numpy"):
+        b = pl.round_to_blocks(x, "mxfp8_e4m3", rounding="srco", random_bits=4, seed=1)
+    assert np.array_equal(a, b)
