@@ -148,3 +148,39 @@ def v4_project(
         z = Fraction(0)
     lo, hi = v4_range(k, p, signed, ext)
     return float(v4_saturate(sat, mode, z, lo, hi, signed, ext))
+
+
+def _sgn(v: float | Fraction) -> int:
+    return int(v > 0) - int(v < 0)
+
+
+def v4_block_project(
+    s: float,
+    x: float,
+    fmt: tuple[int, int, bool, bool],
+    mode: str,
+    sat: str,
+    r: int = 0,
+    n: int = 0,
+) -> float:
+    """ωBlockProject (5.1.2) of one element ``x`` under the scale ``s`` (both exact floats)."""
+    if math.isnan(s) or math.isnan(x):
+        return NAN
+    z: float | Fraction
+    if s == 0:
+        z = Fraction(0)
+    elif math.isinf(s):
+        z = Fraction(_sgn(x) * _sgn(s))
+    elif math.isinf(x):
+        z = x * _sgn(s)  # ωDivide(±inf, finite non-zero S)
+    else:
+        z = Fraction(x) / Fraction(s)
+    return v4_project(z, fmt, mode, sat, r, n)  # type: ignore[arg-type]
+
+
+def v4_max_abs_finite(xs: list[float]) -> float:
+    """reduce(ωMaximumFinite, [NaN, |X_1|, ..., |X_B|]) (5.2.3, 4.7 of MaximumFinite)."""
+    fin = [abs(v) for v in xs if math.isfinite(v)]
+    if fin:
+        return max(fin)
+    return INF if any(math.isinf(v) for v in xs) else NAN

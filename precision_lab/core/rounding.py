@@ -1086,7 +1086,7 @@ _MIRROR = {"up": "down", "down": "up"}
 
 def p3109_project(
     x: Any,
-    fmt: str | FloatFormat,
+    fmt: str | FloatFormat | IntFormat,
     *,
     rounding: str = "nearest_even",
     saturation: str = "sat_none",
