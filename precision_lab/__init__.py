@@ -71,6 +71,8 @@ from .arith import Emulated, emulate, ops
 from .backends import backend_info, use_backend
 from .core import (
     FORMATS,
+    P3109_ROUNDING_MODES,
+    P3109_SATURATION_MODES,
     ROUNDING_MODES,
     FloatFormat,
     IntFormat,
@@ -82,6 +84,10 @@ from .core import (
     get_format,
     known_formats,
     p3109,
+    p3109_block_decode,
+    p3109_block_project,
+    p3109_convert_to_block,
+    p3109_project,
     round_to,
 )
 from .core.version import __version__
@@ -117,6 +123,8 @@ from .training import POLICIES, Policy, get_policy
 
 __all__ = [
     "FORMATS",
+    "P3109_ROUNDING_MODES",
+    "P3109_SATURATION_MODES",
     "POLICIES",
     "ROUNDING_MODES",
     "Accumulator",
@@ -157,6 +165,10 @@ __all__ = [
     "known_formats",
     "ops",
     "p3109",
+    "p3109_block_decode",
+    "p3109_block_project",
+    "p3109_convert_to_block",
+    "p3109_project",
     "pick_loss_scale",
     "probe_gemm",
     "quantize",

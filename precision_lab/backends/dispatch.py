@@ -35,7 +35,13 @@ from typing import Any
 
 from ..core import rounding
 from ..core.formats import FloatFormat, IntFormat
-from ..core.rounding import RoundingOptions, check_choice, is_device_array, word_bits
+from ..core.rounding import (
+    CORE_ONLY_MODES,
+    RoundingOptions,
+    check_choice,
+    is_device_array,
+    word_bits,
+)
 from . import gpu, native
 from .native import BACKEND_ENV, BACKENDS
 from .native import kernels as native_kernels
@@ -83,10 +89,17 @@ def use_backend(name: str) -> Iterator[None]:
 
 def serve(op: str, x: Any, fmt: FloatFormat | IntFormat, options: RoundingOptions | None) -> Any:
     """Result of ``op`` on the backend that serves it, or None when the numpy reference does."""
+    core_only = options is not None and options.mode in CORE_ONLY_MODES
     if is_device_array(x):
+        if core_only:  # no mode number in the CUDA header (rounding.CORE_ONLY_MODES)
+            assert options is not None
+            raise ValueError(
+                f"rounding={options.mode!r} is computed by the numpy reference only; "
+                "pass a numpy array (e.g. cupy.asnumpy(x))"
+            )
         return _on_device(op, x, fmt, options)
     chosen, _ = _choice()
-    if chosen == "numpy":
+    if chosen == "numpy" or core_only:  # core-only modes: numpy serves, whatever is selected
         return None
     if native.ext is None:
         if chosen == "native":

@@ -34,11 +34,21 @@ from .formats import (
     known_formats,
     p3109,
 )
+from .p3109_blocks import p3109_block_decode, p3109_block_project, p3109_convert_to_block
 from .ptx import cvt_rs
-from .rounding import ROUNDING_MODES, STOCHASTIC_MODES, round_to
+from .rounding import (
+    P3109_ROUNDING_MODES,
+    P3109_SATURATION_MODES,
+    ROUNDING_MODES,
+    STOCHASTIC_MODES,
+    p3109_project,
+    round_to,
+)
 
 __all__ = [
     "FORMATS",
+    "P3109_ROUNDING_MODES",
+    "P3109_SATURATION_MODES",
     "ROUNDING_MODES",
     "STOCHASTIC_MODES",
     "FloatFormat",
@@ -52,5 +62,9 @@ __all__ = [
     "get_format",
     "known_formats",
     "p3109",
+    "p3109_block_decode",
+    "p3109_block_project",
+    "p3109_convert_to_block",
+    "p3109_project",
     "round_to",
 ]

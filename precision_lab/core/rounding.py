@@ -46,8 +46,11 @@ from .pool import CHUNK, for_chunks
 from .random_words import check_seed, random_words
 
 __all__ = [
+    "CORE_ONLY_MODES",
     "MODE_ALIASES",
     "OVERFLOW_MODES",
+    "P3109_ROUNDING_MODES",
+    "P3109_SATURATION_MODES",
     "ROUNDING_MODES",
     "SR_VARIANT_MODES",
     "STOCHASTIC_MODES",
@@ -56,6 +59,7 @@ __all__ = [
     "check_rounding",
     "follows_p3109",
     "is_stochastic",
+    "p3109_project",
     "round_to",
     "round_with_words",
 ]
@@ -77,7 +81,15 @@ ROUNDING_MODES = (
 #: the few-bit stochastic rounding variants of Fitzgibbon & Felix (ARITH 2025) beside
 #: ``stochastic`` (their SRFF): ``stochastic_offset`` is their SRF, ``stochastic_corrected`` their
 #: SRC (see :func:`round_to`); with 64 random bits both are ``stochastic`` itself
-SR_VARIANT_MODES = ("stochastic_offset", "stochastic_corrected")
+#: Modes without a mode number in the C++/CUDA header (not in :data:`ROUNDING_MODES`): the
+#: numpy reference computes them, the native backend declines them and CuPy arrays refuse
+#: them. ``stochastic_corrected_odd`` is gfloat's ``StochasticOdd`` (P3109 interim report 3.1):
+#: SRC with the fraction rounded to N bits ties to odd. With 64 random bits it is
+#: ``stochastic`` (:func:`sr_mode`), so every entry point takes it; with fewer bits only
+#: :func:`round_to`, :func:`round_with_words` and encode do (the accumulators refuse few-bit SR
+#: variants, the block and integer quantizers' kernels take header mode numbers)
+CORE_ONLY_MODES = ("stochastic_corrected_odd",)
+SR_VARIANT_MODES = ("stochastic_offset", "stochastic_corrected", *CORE_ONLY_MODES)
 #: the modes that draw random words (keyed by seed and flat index)
 STOCHASTIC_MODES = ("stochastic", "stochastic_equal", *SR_VARIANT_MODES)
 _MODE_ALIASES = {
@@ -94,6 +106,40 @@ _MODE_ALIASES = {
     "srff": "stochastic",
     "srf": "stochastic_offset",
     "src": "stochastic_corrected",
+    "srco": "stochastic_corrected_odd",
+    # P3109's names (interim report 4.0, 4.7.4: StochasticA/B/C; 3.1 and gfloat 0.5.2's
+    # RoundMode: StochasticFastest/Fast/Stochastic/StochasticOdd), in snake case; P3109's plain
+    # "Stochastic" (SRC) is "stochastic_c" here, as "stochastic" is SRFF (P3109_ROUNDING_MODES)
+    "stochastic_a": "stochastic",
+    "stochastic_b": "stochastic_offset",
+    "stochastic_c": "stochastic_corrected",
+    "stochastic_fastest": "stochastic",
+    "stochastic_fast": "stochastic_offset",
+    "stochastic_odd": "stochastic_corrected_odd",
+    "nearest_ties_to_even": "nearest_even",
+    "nearest_ties_to_away": "nearest_away",
+    "toward_positive": "up",
+    "toward_negative": "down",
+    "to_odd": "odd",
+}
+#: P3109's rounding-mode names (interim report 4.0, 4.2 and 4.7.4; 3.1 names as gfloat 0.5.2's
+#: ``RoundMode``) -> precision_lab's. ``check_rounding`` takes the left side in snake case
+#: (``"stochastic_a"``, ``"stochastic_fastest"``, ``"to_odd"`` ...), except P3109 3.1's
+#: ``Stochastic``, which is ``"stochastic_c"``: ``"stochastic"`` is SRFF (StochasticA)
+P3109_ROUNDING_MODES = {
+    "NearestTiesToEven": "nearest_even",
+    "NearestTiesToAway": "nearest_away",
+    "TowardPositive": "up",
+    "TowardNegative": "down",
+    "TowardZero": "toward_zero",
+    "ToOdd": "odd",
+    "StochasticA": "stochastic",
+    "StochasticB": "stochastic_offset",
+    "StochasticC": "stochastic_corrected",
+    "StochasticFastest": "stochastic",
+    "StochasticFast": "stochastic_offset",
+    "Stochastic": "stochastic_corrected",
+    "StochasticOdd": "stochastic_corrected_odd",
 }
 #: short and alternative names of the rounding modes (``rne`` -> ``nearest_even`` ...)
 MODE_ALIASES = _MODE_ALIASES
@@ -101,6 +147,15 @@ MODE_ALIASES = _MODE_ALIASES
 #: in P3109 formats "odd" too (follows_p3109)
 _TO_INF_MODES = ("nearest_even", "nearest_away", "nearest_zero", *STOCHASTIC_MODES)
 OVERFLOW_MODES = ("ieee", "saturate")
+#: P3109's saturation modes (interim report 4.0, 4.2 and 4.7.5), which :func:`round_to` takes as
+#: ``overflow`` (snake or P3109 case) and :func:`p3109_project` as ``saturation``; 3.x's
+#: ``OvfInf`` is ``overflow="ieee"`` (see :func:`p3109_project`)
+P3109_SATURATION_MODES = ("sat_finite", "sat_propagate", "sat_none")
+_SATURATION_NAMES = {
+    "satfinite": "sat_finite",
+    "satpropagate": "sat_propagate",
+    "satnone": "sat_none",
+}
 SUBNORMAL_MODES = ("keep", "flush")
 
 _ML_FLOATS = {
@@ -156,18 +211,18 @@ def follows_p3109(fmt: FloatFormat | IntFormat) -> bool:
 
 def check_rounding(rounding: str) -> str:
     """Canonical name of a rounding mode (aliases ``rne rna rtz rup rdn rto sr rnz sre srff srf
-    src``).
+    src srco`` and P3109's names in snake case, :data:`P3109_ROUNDING_MODES`).
 
-    >>> check_rounding("rtz")
-    'toward_zero'
+    >>> check_rounding("rtz"), check_rounding("stochastic_b")
+    ('toward_zero', 'stochastic_offset')
     """
     if isinstance(rounding, str):
         key = rounding.strip().lower()
         key = _MODE_ALIASES.get(key, key)
-        if key in ROUNDING_MODES:
+        if key in ROUNDING_MODES or key in CORE_ONLY_MODES:
             return key
     raise ValueError(
-        f"rounding must be one of {', '.join(ROUNDING_MODES)} "
+        f"rounding must be one of {', '.join(ROUNDING_MODES + CORE_ONLY_MODES)} "
         f"(or {', '.join(_MODE_ALIASES)}), got {rounding!r}"
     )
 
@@ -211,6 +266,8 @@ def check_options(
     """Validate the keyword options of :func:`round_to` (ValueError/TypeError naming them)."""
     mode = check_rounding(rounding)
     rbits = check_random_bits(random_bits)
+    if isinstance(overflow, str) and overflow.strip().lower().replace("_", "") == "ovfinf":
+        overflow = "ieee"  # P3109 3.x's OvfInf (p3109_project)
     return RoundingOptions(
         mode=sr_mode(mode, rbits),
         overflow=check_choice("overflow", overflow, OVERFLOW_MODES),
@@ -409,13 +466,14 @@ def _sr_up(frac64: np.ndarray, rw: np.ndarray, mode: str = "stochastic") -> np.n
     then adds the word without the marker: a fraction that rounds up to 1 always goes away.
     """
     zero = np.uint64(0)
-    if mode != "stochastic_corrected":
+    if mode not in ("stochastic_corrected", "stochastic_corrected_odd"):
         return (frac64 != 0) & (rw >= zero - frac64)
     low = rw & (zero - rw)  # the marker 2**(63 - N)
     unit = low << np.uint64(1)  # 2**(64 - N): one unit of the N-bit fraction
     rem = frac64 & (unit - np.uint64(1))
     t = frac64 - rem
-    inc = (rem > low) | ((rem == low) & ((t & unit) != zero))
+    odd_ties = mode == "stochastic_corrected_odd"  # ties to the odd N-bit fraction
+    inc = (rem > low) | ((rem == low) & (((t & unit) != zero) != odd_ties))
     c = t + inc.astype(np.uint64) * unit  # 2**64 (all of it) wraps around to 0
     r = rw ^ low
     return (inc & (c == zero)) | ((c != zero) & (r >= zero - c))
@@ -548,7 +606,8 @@ def _round_float_chunk(
             tmp *= flag
             tmp <<= U(s)
             r += tmp
-        elif mode == "stochastic_corrected":  # SRC: round the s dropped bits to N, then SRFF
+        elif mode in ("stochastic_corrected", "stochastic_corrected_odd"):  # SRC: round the s
+            # dropped bits to N (ties to even; to odd for stochastic_corrected_odd), then SRFF
             assert rw is not None
             if n:
                 low = int(rw[0]) & -int(rw[0])  # the marker bit 2**(63 - N)
@@ -558,6 +617,8 @@ def _round_float_chunk(
                     d = s - nb
                     np.right_shift(bits, U(d), out=r)
                     r &= U(1)
+                    if mode == "stochastic_corrected_odd":  # a tie goes up from an even fraction
+                        r ^= U(1)
                     r += U((1 << (d - 1)) - 1)
                     r += bits
                     r &= U(((1 << W) - 1) ^ ((1 << d) - 1))
@@ -852,6 +913,9 @@ def round_to(
         ``stochastic``. The words of the two variants carry the marker bit ``2**(63 - N)``
         (:func:`word_bits`); ``n`` is the same for all three modes.
     overflow:
+        P3109's saturation modes ``"sat_finite"``, ``"sat_propagate"`` and ``"sat_none"``
+        (also spelt ``"SatFinite"`` ...) run :func:`p3109_project` (P3109 formats only);
+        ``"ovf_inf"`` (P3109 3.x's ``OvfInf``) is ``"ieee"``.
         ``"ieee"``: values beyond the largest finite value become inf (NaN in formats without inf,
         such as e4m3) under the round-to-nearest modes, the stochastic modes and the directed mode
         pointing outward, and ``±max`` under ``toward_zero``, ``odd`` and the inward directed mode
@@ -897,6 +961,16 @@ def round_to(
     (128.0, 256.0)
     """
     f = get_format(fmt)
+    saturation = p3109_saturation(overflow)
+    if saturation is not None:
+        if subnormals != "keep":
+            raise ValueError(
+                f"overflow={overflow!r} is a P3109 saturation mode, and P3109 keeps subnormals: "
+                f"subnormals must be 'keep', got {subnormals!r}"
+            )
+        return p3109_project(
+            x, f, rounding=rounding, saturation=saturation, seed=seed, random_bits=random_bits
+        )
     o = check_options(rounding, overflow, subnormals, seed, random_bits)
     if isinstance(x, int | list | tuple) and not isinstance(x, bool):
         x = _python_integers(x)
@@ -993,3 +1067,113 @@ def round_with_words(
     with np.errstate(all="ignore"):
         _round_float_chunk(p, src, out.reshape(-1), rw)
     return out
+
+
+def p3109_saturation(overflow: Any) -> str | None:
+    """The P3109 saturation mode an ``overflow`` option names (``"sat_none"``, ``"SatNone"``,
+    ``"satnone"`` ...: :data:`P3109_SATURATION_MODES`), or None for any other value.
+
+    >>> p3109_saturation("SatPropagate"), p3109_saturation("saturate")
+    ('sat_propagate', None)
+    """
+    if not isinstance(overflow, str):
+        return None
+    return _SATURATION_NAMES.get(overflow.strip().lower().replace("_", ""))
+
+
+_MIRROR = {"up": "down", "down": "up"}
+
+
+def p3109_project(
+    x: Any,
+    fmt: str | FloatFormat | IntFormat,
+    *,
+    rounding: str = "nearest_even",
+    saturation: str = "sat_none",
+    seed: int | None = None,
+    random_bits: int | None = None,
+) -> np.ndarray:
+    """P3109's ``Project``: round ``x`` with an unbounded exponent, then saturate as the
+    IEEE P3109 interim report 4.0 specifies (4.7.3 ``ωProject``, 4.7.5 ``ωSaturate``).
+
+    ``round_to(x, fmt, overflow=saturation)`` is the same call. ``fmt`` must be a P3109 format
+    (:func:`follows_p3109`: ``pl.p3109(k, p, ...)``, ``"p3109_k8p3se"``, also ``e4m3fnuz`` and
+    ``e5m2fnuz``). ``rounding`` takes every mode of :func:`round_to` (P3109's StochasticA/B/C
+    are ``stochastic``, ``stochastic_offset``, ``stochastic_corrected``, with ``random_bits``
+    as N). Let ``R`` be the rounded value (its sign is ``x``'s, 0 has none) and ``Mlo``,
+    ``Mhi`` the least and largest finite values (``Mlo = 0`` in unsigned formats). NaN stays
+    NaN, values in ``[Mlo, Mhi]`` stay, and
+
+    * ``"sat_finite"`` (SatFinite): everything else clamps to ``Mlo`` or ``Mhi``, ``±inf``
+      included (in an unsigned format every negative input gives 0);
+    * ``"sat_propagate"`` (SatPropagate): as sat_finite, but ``+inf`` stays ``+inf`` in the
+      extended domain and ``-inf`` stays ``-inf`` in signed extended formats;
+    * ``"sat_none"`` (SatNone, 3.x's ``OvfInf``): ``R > Mhi`` gives ``Mhi`` under
+      ``toward_zero`` and ``down``, and in unsigned extended formats under ``odd``, else
+      ``+inf`` in the extended domain and ``Mhi`` in the finite one; ``R < Mlo`` in a signed
+      format gives ``Mlo`` under ``toward_zero`` and ``up``, else ``-inf`` (extended) or
+      ``Mlo`` (finite); in an unsigned format ``R < 0`` and ``-inf`` give NaN, but 0 under
+      ``toward_zero`` and ``up`` (``-inf`` excepted).
+
+    Where this differs from ``overflow="ieee"`` (which is gfloat 0.5.2's ``sat=False``, the
+    3.x rules): the finite domain (4.0 saturates, ieee gives NaN), unsigned formats (negative
+    inputs give NaN under ieee whatever they round to; ``-1e-9`` rounds to 0 and gives 0 here)
+    and ``odd`` in unsigned extended formats (ieee: inf).
+
+    Returns the values as :func:`round_to` does (``pl.encode(result, fmt)`` gives the codes).
+
+    >>> import numpy as np
+    >>> x = np.array([1e6, -np.inf, -1.0])
+    >>> p3109_project(x, "p3109_k8p3se", saturation="sat_propagate").tolist()
+    [49152.0, -inf, -1.0]
+    >>> p3109_project(x, "p3109_k8p3sf", saturation="sat_none").tolist()
+    [57344.0, -57344.0, -1.0]
+    >>> p3109_project([-1e-11, -1.0], "p3109_k8p3ue", saturation="sat_none").tolist()
+    [0.0, nan]
+    """
+    f = get_format(fmt)
+    sat = p3109_saturation(saturation)
+    if sat is None:
+        raise ValueError(
+            f"saturation must be one of {', '.join(map(repr, P3109_SATURATION_MODES))} "
+            f"(or SatFinite, SatPropagate, SatNone), got {saturation!r}"
+        )
+    if not isinstance(f, FloatFormat) or not follows_p3109(f):
+        raise ValueError(
+            f"fmt must be a P3109 format (pl.p3109(k, p, ...), 'p3109_k8p3se' ...) for the "
+            f"P3109 saturation mode {sat!r}, got {f}"
+        )
+    mode = check_rounding(rounding)
+    xa, restore = as_input(x)
+    if is_device_array(xa):
+        raise ValueError("P3109 saturation modes are computed by numpy: pass a numpy array")
+    kw: dict[str, Any] = {"rounding": mode, "seed": seed, "random_bits": random_bits}
+    if is_stochastic(mode) and seed is None:
+        kw["seed"] = check_seed(None)  # one seed for every rounding below (the same words)
+    clamped = round_to(xa, f, overflow="saturate", **kw)
+    v = np.asarray(xa)
+    if v.dtype == object:
+        v = v.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        is_inf = np.isinf(v) if v.dtype.kind == "f" else np.zeros(v.shape, dtype=bool)
+        neg = v < 0
+    out = np.array(clamped, copy=True)
+    if sat == "sat_propagate" and f.has_inf:
+        keep = is_inf & (~neg | f.signed)
+        out[keep] = v[keep]
+    elif sat == "sat_none" and f.has_inf:  # extended: overflow to inf (ieee's, P3109 rules)
+        ieee = np.asarray(round_to(xa, f, overflow="ieee", **kw))
+        take = ~neg if not f.signed else np.ones(v.shape, dtype=bool)
+        if not f.signed and mode == "odd":  # unsigned extended, ToOdd: Mhi (R > Mhi only)
+            take &= is_inf
+        out[take] = ieee[take]
+    if not f.signed and neg.any():
+        out[neg] = 0.0
+        if sat == "sat_none":  # R < 0: NaN, unless R = 0 or the mode points to 0
+            mirror = _MIRROR.get(mode, mode)
+            mag = np.asarray(round_to(-v, f, overflow="saturate", **{**kw, "rounding": mirror}))
+            nan = neg & ((mag != 0) | is_inf)
+            if mode in ("toward_zero", "up"):
+                nan &= is_inf
+            out[nan] = np.nan
+    return restore(out)  # type: ignore[no-any-return]

@@ -164,6 +164,9 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
    value ``r`` is aligned with them (``addend="in_block"``). Every backend computes the model:
    the CuPy and native per-element kernels in ``pl_gemm.cuh`` (at most 16 groups per block),
    the native block-FMA fast path without groups and a native float64 kernel with them.
+   Without ``group``, the scaled products may also enter ``addend="separate"``'s block FMAs
+   (spec 2's AMD rule with the scaled terms: AMD CDNA4's ``v_mfma_scale_*_f8f6f4`` model,
+   inferred), on every backend too (the header's ``pl_fma_sum`` takes the scales in both).
 
 3c. Input subnormals (``input_subnormals="flush"``, AMD CDNA2 fp16/bf16): a, b (in their
    input formats) and c (in ``out_format``) that are subnormal become ``+0`` before anything
@@ -725,10 +728,15 @@ class Accumulator:
                 f"{self.drop_bits}, addend={self.addend!r}"
             )
         if self.scales == "in_block":
-            if self.order != "block_fma" or self.addend != "in_block":
+            if self.order != "block_fma" or self.addend not in ("in_block", "separate"):
                 raise ValueError(
-                    f"scales='in_block' needs order='block_fma' and addend='in_block', got "
-                    f"order={self.order!r}, addend={self.addend!r}"
+                    f"scales='in_block' needs order='block_fma' and addend='in_block' or "
+                    f"'separate', got order={self.order!r}, addend={self.addend!r}"
+                )
+            if self.addend == "separate" and self.group is not None:
+                raise ValueError(
+                    f"scales='in_block' with addend='separate' takes no group, got "
+                    f"group={self.group}"
                 )
             if self.promote_every is not None:
                 raise ValueError(

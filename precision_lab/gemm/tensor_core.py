@@ -42,7 +42,7 @@ spec). The rules MMA-Sim 2.1.1 fixed, each now the preset's (issue 31): fp8/bf8 
 even/odd partial sums and c at the common anchor (not toward zero) and drop c below ``e_max -
 F - 1`` (``drop_bits=25``); bf16/xf32 products of ``2**128`` or more are inf before the sum
 (``inf - inf`` is NaN); a zero c enters the anchor at -126. No measured AMD data set exists (the
-library's 30 measured sets are NVIDIA's), so MMA-Sim 2.1.1 is the evidence of every AMD rule;
+library's 30 measured sets are NVIDIA's), so MMA-Sim 2.1.1 is the evidence of every CDNA1-3 rule;
 ``tests/gemm/test_mmasim_amd.py`` runs it on six input classes and requires the same bits (NaN
 payloads aside), with one documented departure: an inf or NaN accumulator stays inf or NaN on
 CDNA3 fp8/bf8, where MMA-Sim's GTR-FDPA drops it once the next block's products reach ``2**25``
@@ -52,6 +52,18 @@ code assumes a finite c, ``-126 <= e_c <= 127``).
 CPUs (issue 33; :mod:`precision_lab.gemm.cpu_instructions`): x86 ``vdpbf16ps`` (measured on
 an AMD EPYC 9004, Zen 4) and Arm ``bfmmla``, ``bfdot``, ``bfmlal``, ``fdot``, ``fmlal``,
 ``fmlall`` (the Arm ARM's pseudocode) are rows of the same table, machine ``"x86"`` or ``"arm"``.
+
+AMD CDNA4 (``mi350x``, ``mi355x``; :func:`_cdna4_rows`): no bit-accurate public model and no
+measurement exist, so every row is ``inferred``: CDNA3's published datapaths carried over to the
+instructions LLVM's gfx950 definitions keep or add. f64/f32 are FMA chains, f16/bf16 (now also
+16x16x32 and 32x32x16) CDNA3's TR-FDPA, ``f8f6f4`` (``v_mfma_f32_16x16x128_f8f6f4`` /
+``32x32x64``, a format per operand: OCP E4M3/E5M2, E2M3, E3M2, E2M1, selected by ``cbsz``/
+``blgp``, :data:`CDNA4_F8F6F4_CODES`) CDNA3's fp8 GTR-FDPA on the exact operand values, and
+``scale_f8f6f4`` (``v_mfma_scale_f32_*_f8f6f4``, MX operands through
+:func:`~precision_lab.gemm_blocks`) the same with each product times its two E8M0 scales
+(``scales="in_block"`` with ``addend="separate"``). xf32 is gone; FNUZ operands are refused.
+``tests/gemm/test_cdna4.py`` holds the rows to MMA-Sim's own GTR-FDPA on those values; only an
+MI355X can say whether the inference holds (``pl.probe_gemm``; docs/gemm.md, "AMD CDNA4").
 
 Operands are taken on their format's grid: tf32 (NVIDIA) and xf32 (AMD) matrix cores truncate
 fp32 data to tf32 (MMA-Sim), so pass ``input_rounding="toward_zero"`` to
@@ -135,9 +147,12 @@ from .cpu_instructions import (
 __all__ = [
     "APPROXIMATE",
     "ARCHITECTURES",
+    "CDNA4_F8F6F4_CODES",
+    "CDNA4_F8F6F4_VGPRS",
     "GPUS",
     "INSTRUCTIONS",
     "PRESETS",
+    "TCGEN05_F8F6F4_CODES",
     "Preset",
     "measured_preset",
     "tensor_core",
@@ -168,6 +183,8 @@ GPUS: dict[str, str] = {
     "mi300x": "cdna3",
     "mi325x": "cdna3",
     **CPU_MACHINES,  # CPUs: "x86" (aliases "zen4", "sapphirerapids"), "arm" (cpu_instructions)
+    "mi350x": "cdna4",
+    "mi355x": "cdna4",
 }
 
 #: the instructions, and per architecture the order in which GEMM libraries prefer them
@@ -185,6 +202,7 @@ _LIBRARY_CHOICE: dict[str, tuple[str, ...]] = {
     "cdna2": ("mfma",),
     "cdna3": ("mfma",),
     **CPU_LIBRARY_CHOICE,
+    "cdna4": ("mfma",),
 }
 
 #: (architecture, input format, output format) whose preset does not reproduce measurements
@@ -455,6 +473,12 @@ def _cdna3(block: int, fp8: bool) -> Accumulator:
     )
 
 
+def _cdna4_scaled() -> Accumulator:
+    """CDNA4 ``v_mfma_scale_f32_*_f8f6f4`` (inferred): CDNA3's GTR-FDPA on the products times
+    their E8M0 scales (exact powers of two), scale blocks of 32 along K."""
+    return dataclasses.replace(_cdna3(16, True), scales="in_block", scale_format="e8m0")
+
+
 def _cdna2(pairs_of_pairs: bool) -> Accumulator:
     return Accumulator(
         "fp32",
@@ -605,7 +629,9 @@ def _build_table() -> None:
          lambda o: _nv_block(o, 32, 25),
          _fp8_only(f"{tc} kind::f8f6f4 (one block of 32, 25 bits)",
                    "MMA-Sim models the e4m3/e5m2 operands of kind::f8f6f4; FP6/FP4 operands "
-                   "enter the same datapath (exactly converted)"))  # fmt: skip
+                   "enter the same datapath (exactly converted); the PTX ISA allows .e2m3/.e3m2/"
+                   ".e2m1 there (instruction-descriptor codes 3/4/5, K-major, one per byte in "
+                   "shared memory: TCGEN05_F8F6F4_CODES)"))  # fmt: skip
     _block_scaled_rows("blackwell", "tcgen05", tc, tcgen05=True)
     # RTX Blackwell (sm_120): mma without the Ampere/Ada K split, 25 bits; FP8 and f8f6f4 32/25
     rb = nv + " RTX Blackwell mma"
@@ -619,7 +645,9 @@ def _build_table() -> None:
          lambda o: _nv_block(o, 32, 25),
          _fp8_only(f"{rb} kind::f8f6f4 m16n8k32 (one block of 32, 25 bits)",
                    "MMA-Sim lists e4m3, e5m2 and e2m1 operands (e3m2, e2m3 marked TODO); "
-                   "FP6 enters the same datapath", fp4_published=True))  # fmt: skip
+                   "FP6 enters the same datapath; the PTX ISA allows .e3m2/.e2m3 in "
+                   "mma.kind::f8f6f4.m16n8k32, one element per byte of the .b32 fragment "
+                   "registers", fp4_published=True))  # fmt: skip
     _block_scaled_rows("rtx_blackwell", "mma", rb + ".block_scale", tcgen05=False)
     # AMD CDNA1 (MI100)
     amd = _MMASIM.replace("MMA-Sim", "MMA-Sim 2.1.1 MFMA")  # (tests/gemm/test_mmasim_amd.py)
@@ -665,6 +693,69 @@ def _build_table() -> None:
     # CPUs (x86 AVX512-BF16 measured, Arm from the Arm ARM): precision_lab.gemm.cpu_instructions
     for row in cpu_rows():
         _add(*row)
+    _cdna4_rows()
+
+
+#: CDNA4's f8f6f4 operand formats, with the 3-bit code of the ``cbsz`` (A) and ``blgp`` (B)
+#: modifiers that select them (LLVM AMDGPU, gfx950 ``v_mfma_*_f8f6f4``; hipBLASLt and
+#: rocRoller emit the same): OCP E4M3 and E5M2 (not CDNA3's FNUZ), E2M3, E3M2, E2M1. Each lane's
+#: operand registers hold its 32 K-consecutive values packed densely: 8 VGPRs of FP8, 6 of
+#: FP6, 4 of FP4 (the instruction's register count follows the format).
+CDNA4_F8F6F4_CODES: dict[str, int] = {"e4m3": 0, "e5m2": 1, "e2m3": 2, "e3m2": 3, "e2m1": 4}
+#: VGPRs per lane of one f8f6f4 operand (32 values: 256, 192 or 128 bits)
+CDNA4_F8F6F4_VGPRS: dict[str, int] = {"e4m3": 8, "e5m2": 8, "e2m3": 6, "e3m2": 6, "e2m1": 4}
+#: tcgen05 ``kind::f8f6f4`` / ``kind::mxf8f6f4``: the 3-bit operand-format codes of the
+#: instruction descriptor (bits 7-9 for A, 10-12 for B; CUTLASS ``UMMA::MXF8F6F4Format``).
+#: FP6 and FP4 operands are K-major only and sit one per byte in shared memory (CUTLASS's
+#: ``float_e2m3_unpacksmem_t`` ...: TMA's 16-byte-padded unpacked copy); sm_120 ``mma
+#: .kind::f8f6f4.m16n8k32`` holds them one per byte too (PTX ISA 9.2, "Matrix Fragments for
+#: mma.m16n8k32": four .b32 registers of four .e4m3/.e5m2/.e3m2/.e2m3/.e2m1 elements for A).
+TCGEN05_F8F6F4_CODES: dict[str, int] = {"e4m3": 0, "e5m2": 1, "e2m3": 3, "e3m2": 4, "e2m1": 5}
+
+
+def _cdna4_rows() -> None:
+    """AMD CDNA4 (MI350X, MI355X). No bit-accurate public model exists (MMA-Sim 2.1.1 stops at
+    CDNA3) and no measured data: every row is inferred from AMD's CDNA4 ISA guide and LLVM's
+    gfx950 instruction definitions, with the nearest published datapath (MMA-Sim's CDNA3)."""
+    amd = _MMASIM.replace("MMA-Sim", "MMA-Sim 2.1.1 MFMA")
+    why = (
+        "inferred: no public bit-accurate model or measurement of CDNA4; LLVM's gfx950 "
+        "definitions keep CDNA3's {old} and add {new}, so CDNA3's datapath ({amd} CDNA3 {what}) "
+        "is assumed; check it on an MI355X with probe_gemm"
+    )
+    _add("cdna4", "mfma", "f64", ["fp64"], ("fp64",), lambda o: _fma_chain("fp64"),
+         why.format(old="v_mfma_f64_16x16x4_f64", new="nothing for fp64", amd=amd,
+                    what="f64: a chain of fp64 FMAs"))  # fmt: skip
+    _add("cdna4", "mfma", "f32", ["fp32"], ("fp32",), lambda o: _fma_chain("fp32"),
+         why.format(old="v_mfma_f32_*_f32", new="nothing for fp32 (xf32 is removed)", amd=amd,
+                    what="f32: a chain of fp32 FMAs"))  # fmt: skip
+    for f, kind in (("fp16", "f16"), ("bf16", "bf16")):
+        _add("cdna4", "mfma", kind, [f], ("fp32",), lambda o: _cdna3(8, False),
+             why.format(old=f"v_mfma_f32_16x16x16_{kind}",
+                        new=f"v_mfma_f32_16x16x32_{kind} and 32x32x16 (twice the K)", amd=amd,
+                        what=f"{kind}: TR-FDPA, 8 products, 24/31 bits"))  # fmt: skip
+    gtr = "fp8/bf8: GTR-FDPA, 16 products as even/odd blocks of 8, 24/31 bits, floored"
+    _add("cdna4", "mfma", "f8f6f4", _pairs(_F8F6F4), ("fp32",), lambda o: _cdna3(16, True),
+         why.format(old="the fp8/bf8 MFMAs (in OCP E4M3/E5M2 on gfx950)",
+                    new="v_mfma_f32_16x16x128_f8f6f4 and 32x32x64 with a format per operand "
+                    "(cbsz/blgp: 0 E4M3, 1 E5M2, 2 E2M3, 3 E3M2, 4 E2M1); FP6/FP4 values are "
+                    "exact in the FP8 datapath's products", amd=amd, what=gtr))  # fmt: skip
+    mx = {
+        "e4m3": "mxfp8_e4m3",
+        "e5m2": "mxfp8_e5m2",
+        "e3m2": "mxfp6_e3m2",
+        "e2m3": "mxfp6_e2m3",
+        "e2m1": "mxfp4_e2m1",
+    }
+    for a, b in _pairs(_F8F6F4):
+        _add("cdna4", "mfma", "scale_f8f6f4", [(mx[a], mx[b])], ("fp32",),
+             lambda o: _cdna4_scaled(),
+             why.format(old="the f8f6f4 MFMA", new="v_mfma_scale_f32_16x16x128_f8f6f4 and "
+                        "32x32x64: the same MFMA after v_mfma_ld_scale_b32, an E8M0 scale per "
+                        "32 K-values of each operand, D = C + (A * 2**(sa - 127)) (B * 2**(sb - "
+                        "127)); the scales multiply the products exactly (powers of two), "
+                        "inside the f8f6f4 datapath, so unit scales give the f8f6f4 row", amd=amd,
+                        what=gtr), block_scaled=True)  # fmt: skip
 
 
 def _same_as_mma(arch: str) -> Callable[[tuple[str, str], str], str]:
@@ -881,6 +972,7 @@ def _tensor_core(
         ``"rtx5090"``/``"rtxpro6000"``, ``"mi100"``, ``"mi210"``/``"mi250"``,
         ``"mi300a"``/``"mi300x"``/``"mi325x"``; CPUs: ``"x86"`` (``"zen4"``,
         ``"sapphirerapids"``) and ``"arm"`` (:mod:`precision_lab.gemm.cpu_instructions`).
+        ``"mi300a"``/``"mi300x"``/``"mi325x"``, ``"mi350x"``/``"mi355x"`` (CDNA4, inferred).
     input_format:
         The operands' format (``"fp16"``, ``"bf16"``, ``"tf32"``, ``"fp32"``, ``"fp64"``,
         ``"e4m3"``, ``"e5m2"``, ``"e3m2"``, ``"e2m3"``, ``"e2m1"``, ``"e4m3fnuz"``,

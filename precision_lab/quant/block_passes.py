@@ -402,6 +402,7 @@ def _native_ext(data: np.ndarray, lay: _Layout, bf: BlockFormat, mode: str) -> A
     elem = bf.element
     if (
         ext is None
+        or mode not in ROUNDING_MODES  # (rounding.CORE_ONLY_MODES: no header mode number)
         or (mode in STOCHASTIC_MODES and lay.needs_pad)
         or data.dtype not in (np.dtype(np.float32), np.dtype(np.float64))
         or data.size == 0

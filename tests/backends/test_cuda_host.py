@@ -805,7 +805,8 @@ def _block_scaled_case(rng, kind: str, m: int, k: int, n: int):
 @pytest.mark.parametrize(
     ("gpu", "ins", "fmt"),
     [("b200", "tcgen05", f) for f in ("e4m3", "e5m2", "e2m3", "e3m2")]
-    + [("rtx5090", "mma", f) for f in ("e4m3", "e2m1", ("e5m2", "e2m1"))],
+    + [("rtx5090", "mma", f) for f in ("e4m3", "e2m1", ("e5m2", "e2m1"))]
+    + [("mi355x", "mfma", f) for f in ("e4m3", ("e2m3", "e2m1"))],  # (addend="separate")
     ids=str,
 )
 def test_gemm_block_scaled_in_block(gemm_lib, gpu, ins, fmt) -> None:
@@ -817,7 +818,8 @@ def test_gemm_block_scaled_in_block(gemm_lib, gpu, ins, fmt) -> None:
     mx = {"e4m3": "mxfp8_e4m3", "e5m2": "mxfp8_e5m2", "e2m3": "mxfp6_e2m3",
           "e3m2": "mxfp6_e3m2", "e2m1": "mxfp4_e2m1"}  # fmt: skip
     block = tuple(mx[f] for f in fmt) if isinstance(fmt, tuple) else mx[fmt]
-    acc = pl.tensor_core(gpu, block, instruction=f"{ins}.kind::mxf8f6f4")
+    kind = "scale_f8f6f4" if ins == "mfma" else "kind::mxf8f6f4"
+    acc = pl.tensor_core(gpu, block, instruction=f"{ins}.{kind}")
     assert acc.scales == "in_block" and acc.group is None
     rng = np.random.default_rng(len(str(fmt)) + len(gpu))
     for kind, k in (("normal", 96), ("wide", 64), ("zeros", 80), ("apart", 64), ("specials", 45)):
@@ -973,7 +975,7 @@ def test_gemm_exact_block(gemm_lib, case) -> None:
 
 @pytest.mark.parametrize(
     ("gpu", "fmt", "acc", "out"),
-    _table_presets(lambda acc: acc.addend == "separate"),
+    _table_presets(lambda acc: acc.addend == "separate" and acc.scales != "in_block"),
     ids=lambda v: getattr(v, "name", str(v)),
 )
 def test_gemm_separate_addend(gemm_lib, gpu, fmt, acc, out) -> None:

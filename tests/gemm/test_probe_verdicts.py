@@ -175,10 +175,11 @@ def test_sampled_presets_are_reproduced(gpu, fin, fout, instruction):
 
 
 def test_the_sample_covers_the_table():
-    # every row but the block-scaled ones (57) is a candidate; the table only grows (184 rows
-    # before MMA-Sim 2.1.1's m8n8k4 fp16-C and f64 rows, 191 with them)
-    assert len(ROWS) >= 191
-    assert len(ROWS) + 57 == len(pl.tensor_core.list())
+    # every row but the block-scaled ones (57, and CDNA4's 25 scale_f8f6f4 rows) is a
+    # candidate; the table only grows (184 rows before MMA-Sim 2.1.1's m8n8k4 fp16-C and f64
+    # rows, 191 with them, 220 with CDNA4's)
+    assert len(ROWS) >= 220
+    assert len(ROWS) + 57 + 25 == len(pl.tensor_core.list())
     assert {r[1] for r in ROWS} >= {"fp16", "bf16", "tf32", "fp32", "fp64", "e4m3", "e2m1"}
     assert any(isinstance(r[1], tuple) for r in SAMPLE)  # mixed operands sampled too
 
