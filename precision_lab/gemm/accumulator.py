@@ -169,6 +169,38 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
    input formats) and c (in ``out_format``) that are subnormal become ``+0`` before anything
    else (every backend: the flush, then the model with ``input_subnormals="keep"``).
 
+3d. Lanes and split-K (CPU SIMD libraries: OpenBLAS, oneDNN, numpy's reductions). With
+   :attr:`lanes` ``= L`` or :attr:`split_k` ``= S`` (orders ``sequential``, ``pairwise`` and
+   ``blocked``; deterministic rounding modes; every value below is in ``acc`` and every
+   addition ``x + y`` is ``round(x + y, acc, mode)``), a segment of ``n`` products (relative
+   index ``i``, starting value ``s0``) is reduced as follows.
+
+   * Split (``split_k = S``): ``split_combine="sequential"``: the chunks ``[jS, (j+1)S)`` are
+     each reduced by the lane rule below to ``V_j``, and ``t = s0`` (or ``V_0`` without
+     ``s0``) takes ``t = t + V_j`` in order (a BLAS K-blocking loop that adds each K-block
+     into C). ``"pairwise"``: the chunk values are combined by the pairwise tree below, then
+     ``s0 + T``. ``"halving"``: a range of ``n > S`` products is cut at ``h = n // 2 - (n // 2)
+     % L`` (``L = 1`` without lanes) into ``[0, h)`` and ``[h, n)``, each reduced the same
+     way, and the two values added; a range of at most ``S`` is reduced by the lane rule
+     (numpy's ``pairwise_sum``: ``S = 128``, ``L = 8``); then ``s0 + T``.
+   * Lanes (``lanes = L``) of a range of ``n`` products, ``n >= small_k`` (default: always):
+     with ``lane_tail="lanes"`` product ``i`` goes to lane ``i mod L``; with ``"after"`` only
+     the first ``n - n mod L`` do, and the last ``n mod L`` are added one by one, in order,
+     to the combined value (numpy: ``res += a[i]``). Each non-empty lane is reduced by
+     :attr:`order` starting from 0 (one accumulator per SIMD lane; exact products: an FMA per
+     lane, ``product_format``: a separate multiply and add). The lane values are combined by
+     :attr:`lane_combine`: ``"sequential"`` ``((l0 + l1) + l2) + ...``, ``"pairwise"``
+     (adjacent pairs level by level, an odd one carried: ``(l0 + l1) + (l2 + l3)``),
+     ``"halving"`` (SIMD horizontal reduction: with ``h = ceil(m / 2)`` of the ``m`` values
+     left, ``x_i = x_i + x_{i+h}`` for ``i < m - h``, until one is left) or an explicit tree:
+     nested tuples of the lane numbers ``0 .. L-1``, each exactly once, a tuple's children
+     added left to right. Empty lanes (``n < L``) take no part (the tree is pruned). A range
+     of ``n < small_k`` products, or without lanes, is reduced by :attr:`order` from 0.
+   * Without split, the segment's value is ``s0 + V`` (``V`` without ``s0``).
+
+   Numpy reference only (the native and CuPy backends decline these models:
+   :func:`reference_only`).
+
 4. Output: ``d = round(W, out_format, out_rounding)``. Signs of zero (:attr:`zero_sign`):
 
    * ``"ieee"`` (default): IEEE 754-2019 section 6.3 for every addition: an exact zero sum
@@ -271,12 +303,17 @@ from ..core.rounding import (
 __all__ = [
     "ACC_OVERFLOW_MODES",
     "ADDENDS",
+    "LANE_COMBINES",
+    "LANE_TAILS",
+    "SPLIT_COMBINES",
     "NAN_ENCODINGS",
     "ORDERS",
     "SCALE_PLACEMENTS",
     "ZERO_EXPONENT",
     "ZERO_SIGNS",
     "Accumulator",
+    "combine_tree",
+    "halving_cut",
     "reference_only",
 ]
 
@@ -290,6 +327,12 @@ ORDERS = (
     "compensated",
     "exact_block",
 )
+#: named trees of :attr:`Accumulator.lane_combine` (spec 3d; an explicit tuple tree is allowed too)
+LANE_COMBINES = ("sequential", "pairwise", "halving")
+#: where the products past the last full row of lanes go (spec 3d)
+LANE_TAILS = ("lanes", "after")
+#: how the K-chunks of :attr:`Accumulator.split_k` are combined (spec 3d)
+SPLIT_COMBINES = ("sequential", "pairwise", "halving")
 #: where a block-FMA unit adds the running accumulator
 ADDENDS = ("in_block", "after_block", "separate")
 #: where scales of block-quantized operands enter (see the spec, 3b)
@@ -307,6 +350,98 @@ ZERO_EXPONENT = -126
 
 _FP32 = get_format("fp32")
 _FP64 = get_format("fp64")
+
+#: a combination tree: a lane (or chunk) number, or a tuple of subtrees added left to right
+Tree = Any
+
+
+def combine_tree(kind: Any, n: int) -> Tree:
+    """The tree that combines ``n`` values ``0 .. n-1`` (spec 3d): ``"sequential"``,
+    ``"pairwise"``, ``"halving"``, or an explicit tree (returned as it is).
+
+    >>> combine_tree("sequential", 4), combine_tree("pairwise", 5)
+    ((((0, 1), 2), 3), (((0, 1), (2, 3)), 4))
+    >>> combine_tree("halving", 8)
+    (((0, 4), (2, 6)), ((1, 5), (3, 7)))
+    """
+    if not isinstance(kind, str):
+        return kind
+    if n < 1:
+        raise ValueError(f"n must be a positive int, got {n}")
+    items: list[Tree] = list(range(n))
+    if kind == "sequential":
+        node = items[0]
+        for it in items[1:]:
+            node = (node, it)
+        return node
+    if kind == "pairwise":
+        while len(items) > 1:
+            nxt = [(items[i], items[i + 1]) for i in range(0, len(items) - 1, 2)]
+            if len(items) % 2:
+                nxt.append(items[-1])
+            items = nxt
+        return items[0]
+    if kind == "halving":
+        while len(items) > 1:
+            h = (len(items) + 1) // 2
+            items = [(items[i], items[i + h]) if i + h < len(items) else items[i] for i in range(h)]
+        return items[0]
+    raise ValueError(f"combine: must be one of {', '.join(LANE_COMBINES)} or a tuple tree, got {kind!r}")
+
+
+def prune_tree(tree: Tree, keep: int) -> Tree | None:
+    """``tree`` without the leaves ``>= keep`` (one-child nodes collapsed); None when empty.
+
+    >>> prune_tree(((0, 1), (2, 3)), 3)
+    ((0, 1), 2)
+    """
+    if not isinstance(tree, tuple):
+        return tree if tree < keep else None
+    kids = [k for k in (prune_tree(ch, keep) for ch in tree) if k is not None]
+    if not kids:
+        return None
+    return kids[0] if len(kids) == 1 else tuple(kids)
+
+
+def halving_cut(n: int, lanes: int | None) -> int:
+    """Where spec 3d's ``split_combine="halving"`` cuts a range of ``n`` products: ``n // 2``
+    rounded down to a multiple of ``lanes`` (numpy's ``pairwise_sum``).
+
+    >>> halving_cut(200, 8), halving_cut(129, 8)
+    (96, 64)
+    """
+    h = n // 2
+    return h - h % (lanes or 1)
+
+
+def _as_tuple_tree(tree: Any) -> Any:
+    """Lists in a tree (from JSON, say) as tuples, so that the Accumulator stays hashable."""
+    return tuple(_as_tuple_tree(t) for t in tree) if isinstance(tree, list | tuple) else tree
+
+
+def _check_tree(tree: Any, lanes: int) -> None:
+    """An explicit lane tree: nested tuples holding each lane 0 .. lanes-1 exactly once."""
+    seen: list[int] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, tuple):
+            if len(node) < 2:
+                raise ValueError(
+                    f"lane_combine: every tuple of the tree needs at least 2 children, got {node!r}"
+                )
+            for ch in node:
+                walk(ch)
+        elif isinstance(node, int) and not isinstance(node, bool):
+            seen.append(node)
+        else:
+            raise ValueError(f"lane_combine: tree leaves must be lane numbers (ints), got {node!r}")
+
+    walk(tree)
+    if sorted(seen) != list(range(lanes)):
+        raise ValueError(
+            f"lane_combine: the tree must hold each lane 0..{lanes - 1} exactly once, got "
+            f"{sorted(seen)}"
+        )
 
 
 def _float_format(value: Any, name: str) -> FloatFormat:
@@ -447,6 +582,26 @@ class Accumulator:
     seed, random_bits:
         Stochastic rounding: seed of the counter-based random words (``None``: 0, so results
         are reproducible by default) and the number of random bits (``None``: exact).
+    lanes:
+        Interleaved partial sums (SIMD lanes, spec 3d): product ``k`` of a range goes to lane
+        ``k mod lanes``, each lane its own accumulator reduced by :attr:`order`; ``None``: one.
+    lane_combine:
+        How the lane values are combined: ``"sequential"`` (``((l0 + l1) + l2) + l3``),
+        ``"pairwise"`` (``(l0 + l1) + (l2 + l3)``), ``"halving"`` (SIMD horizontal reduction,
+        ``l_i + l_{i+L/2}`` first) or an explicit tree of nested tuples of lane numbers.
+    lane_tail:
+        ``"lanes"`` (products past the last full row of lanes go to their lanes) or
+        ``"after"`` (they are added one by one after the lanes are combined: numpy).
+    small_k:
+        Ranges of fewer products than this skip the lanes (a small-K kernel): reduced by
+        :attr:`order` alone; ``None``: lanes whatever the length.
+    split_k:
+        K-blocking: chunks of this many products, each reduced with the lanes, combined by
+        :attr:`split_combine` (``"halving"``: numpy's recursive halving down to ranges of at
+        most ``split_k``).
+    split_combine:
+        ``"sequential"`` (each chunk added into the running sum that starts at ``c``: BLAS
+        K-blocking), ``"pairwise"`` or ``"halving"`` (spec 3d).
     name:
         A label (not part of equality), e.g. the preset's name.
 
@@ -491,6 +646,12 @@ class Accumulator:
     c_format: str | FloatFormat | None = None
     zero_sign: str = "ieee"
     nan_encoding: str = "quiet"
+    lanes: int | None = None
+    lane_combine: str | tuple[Any, ...] = "sequential"
+    lane_tail: str = "lanes"
+    small_k: int | None = None
+    split_k: int | None = None
+    split_combine: str = "sequential"
     name: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -581,6 +742,7 @@ class Accumulator:
                     f"got {self.align_bits!r}"
                 )
         self._check_extensions()
+        self._check_lanes()
         put(self, "inner_block", _positive_int(self.inner_block, "inner_block"))
         put(self, "inner_interleave", _positive_int(self.inner_interleave, "inner_interleave"))
         if self.inner_block is not None:
@@ -693,6 +855,59 @@ class Accumulator:
                 f"block, got product_format={self.product_format!r}, rounding={self.rounding!r}"
             )
 
+    def _check_lanes(self) -> None:
+        """Checks of spec 3d's fields (lanes and split-K)."""
+        put = object.__setattr__
+        put(self, "lanes", _positive_int(self.lanes, "lanes"))
+        put(self, "small_k", _positive_int(self.small_k, "small_k"))
+        put(self, "split_k", _positive_int(self.split_k, "split_k"))
+        if self.lane_tail not in LANE_TAILS:
+            raise ValueError(
+                f"lane_tail must be one of {', '.join(LANE_TAILS)}, got {self.lane_tail!r}"
+            )
+        if self.split_combine not in SPLIT_COMBINES:
+            raise ValueError(
+                f"split_combine must be one of {', '.join(SPLIT_COMBINES)}, got "
+                f"{self.split_combine!r}"
+            )
+        if isinstance(self.lane_combine, list):
+            put(self, "lane_combine", _as_tuple_tree(self.lane_combine))
+        if isinstance(self.lane_combine, str):
+            if self.lane_combine not in LANE_COMBINES:
+                raise ValueError(
+                    f"lane_combine must be one of {', '.join(LANE_COMBINES)} or a tuple tree of "
+                    f"lane numbers, got {self.lane_combine!r}"
+                )
+        elif self.lanes is None:
+            raise ValueError(
+                f"lane_combine: an explicit tree needs lanes, got lane_combine="
+                f"{self.lane_combine!r} with lanes=None"
+            )
+        else:
+            _check_tree(self.lane_combine, self.lanes)
+        if self.lanes is None and self.split_k is None:
+            if self.small_k is not None:
+                raise ValueError(f"small_k needs lanes, got small_k={self.small_k} with lanes=None")
+            return
+        if self.order not in ("sequential", "pairwise", "blocked"):
+            raise ValueError(
+                f"lanes and split_k need order 'sequential', 'pairwise' or 'blocked' (the order "
+                f"within a lane), got order={self.order!r}"
+            )
+        if self.stochastic:
+            raise ValueError(
+                "lanes and split_k model CPU SIMD libraries: deterministic rounding modes only, "
+                f"got rounding={self.rounding!r}, out_rounding={self.out_rounding!r}"
+            )
+
+    def fields_3d_default(self) -> bool:
+        """Whether spec 3d's structure is off (no lanes, no split-K).
+
+        >>> Accumulator().fields_3d_default(), Accumulator(lanes=4).fields_3d_default()
+        (True, False)
+        """
+        return self.lanes is None and self.split_k is None
+
     @property
     def stochastic(self) -> bool:
         """Whether any rounding of the model is stochastic (it then uses :attr:`seed`)."""
@@ -786,6 +1001,7 @@ class Accumulator:
             txt = "float32 BLAS matmul"
         else:
             txt = f"{self.order} sum in {fmt} ({self.rounding})"
+        txt += self._lanes_text()
         if self.scales == "in_block":
             txt += (
                 ", block scales applied to each product"
@@ -803,6 +1019,40 @@ class Accumulator:
         txt += self._special_rules()
         if self.name:
             txt += f" [{self.name}]"
+        return txt
+
+    def _lanes_text(self) -> str:
+        """Spec 3d's structure, as a part of :meth:`describe`.
+
+        >>> Accumulator(lanes=4)._lanes_text()
+        ' in each of 4 interleaved lanes (product k in lane k mod 4), lanes combined sequentially'
+        """
+        txt = ""
+        if self.lanes is not None:
+            comb = self.lane_combine
+            how = (
+                {
+                    "sequential": "sequentially",
+                    "pairwise": "pairwise",
+                    "halving": "by halving",
+                }[comb]
+                if isinstance(comb, str)
+                else f"as {comb}"
+            )
+            txt += (
+                f" in each of {self.lanes} interleaved lanes (product k in lane k mod "
+                f"{self.lanes}), lanes combined {how}"
+            )
+            if self.lane_tail == "after":
+                txt += f", the last K mod {self.lanes} products added after them"
+            if self.small_k is not None:
+                txt += f", no lanes below K = {self.small_k}"
+        if self.split_k is not None:
+            txt += {
+                "sequential": f", K split into blocks of {self.split_k} added in turn",
+                "pairwise": f", K split into blocks of {self.split_k} combined pairwise",
+                "halving": f", K halved recursively down to {self.split_k} products",
+            }[self.split_combine]
         return txt
 
     def _special_rules(self) -> str:
@@ -829,8 +1079,9 @@ class Accumulator:
 
 def reference_only(acc: Accumulator) -> str | None:
     """Why the general kernels (CuPy's, the native per-element ones) do not compute ``acc``
-    (None: every backend does): only Kahan summation (``order="compensated"``) and a C type
-    apart from the output's (``c_format``) are the numpy reference's alone. Every other
+    (None: every backend does): only Kahan summation (``order="compensated"``), a C type
+    apart from the output's (``c_format``) and CPU lanes and split-K (spec 3d: ``lanes``,
+    ``split_k``) are the numpy reference's alone. Every other
     matrix-core model is the general kernels' (``pl_gemm.cuh``):
     block-scaled MMA (``scales="in_block"``, with or without groups), ``addend="separate"``,
     ``order="exact_block"``, ``input_subnormals="flush"`` (the inputs flushed first, then the
@@ -845,4 +1096,8 @@ def reference_only(acc: Accumulator) -> str | None:
         return f"order={acc.order!r}"
     if acc.c_format is not None:
         return f"c_format={str(acc.c_format)!r}"
+    if acc.lanes is not None:
+        return f"lanes={acc.lanes}"
+    if acc.split_k is not None:
+        return f"split_k={acc.split_k}"
     return None

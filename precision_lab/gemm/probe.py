@@ -104,7 +104,14 @@ import numpy as np
 
 from ..core.formats import FloatFormat, get_format
 from ..core.pool import use_workers
-from .accumulator import Accumulator, _float_format, _format_pair
+from .accumulator import (
+    Accumulator,
+    _float_format,
+    _format_pair,
+    combine_tree,
+    halving_cut,
+    prune_tree,
+)
 from .reference import _EXACT_PRODUCT_BITS, gemm
 from .tensor_core import FP8_ACCUMULATOR
 
@@ -491,8 +498,58 @@ def _fused(start: Tree | None, items: Sequence[Tree]) -> Tree | None:
     return kids[0] if len(kids) == 1 else tuple(kids)
 
 
+#: the structural fields of spec 3d (lanes and split-K) a probe spec may hold
+_LANE_FIELDS = ("lanes", "lane_combine", "lane_tail", "small_k", "split_k", "split_combine")
+
+
+def _lane_value(ks: list[int], spec: dict[str, Any]) -> Tree:
+    """Spec 3d's tree of the products ``ks`` from 0: lanes (each a chain), their tree, the
+    tail added after; without lanes (or below ``small_k``) a chain."""
+    L = spec.get("lanes")
+    if L is None or len(ks) < (spec.get("small_k") or 0):
+        return _chain(None, ks)
+    full = len(ks) if spec.get("lane_tail", "lanes") == "lanes" else len(ks) - len(ks) % L
+    lanes = [_chain(None, ks[i:full:L]) for i in range(min(L, full))]
+    node: Tree | None = None
+    if lanes:
+        tree = prune_tree(combine_tree(spec.get("lane_combine", "sequential"), L), len(lanes))
+        node = _tree_of(tree, lanes)
+    return _chain(node, ks[full:])
+
+
+def _tree_of(tree: Tree, items: Sequence[Tree]) -> Tree:
+    """A combination tree over ``items`` (a tuple's children added left to right)."""
+    if not isinstance(tree, tuple):
+        return items[tree]
+    return _chain(None, [_tree_of(ch, items) for ch in tree])
+
+
+def _lane_family_tree(spec: dict[str, Any], k: int, with_c: bool) -> Tree:
+    """The summation tree of spec 3d (lanes, split-K), ``c`` the leaf ``k``."""
+    c = k if with_c else None
+    ks = list(range(k))
+    S, how = spec.get("split_k"), spec.get("split_combine", "sequential")
+    if S is None:
+        return _chain(c, [_lane_value(ks, spec)])
+    if how == "sequential":
+        return _chain(c, [_lane_value(ks[j : j + S], spec) for j in range(0, k, S)])
+    if how == "pairwise":
+        parts = [_lane_value(ks[j : j + S], spec) for j in range(0, k, S)]
+        return _chain(c, [_tree_of(combine_tree("pairwise", len(parts)), parts)])
+
+    def halves(part: list[int]) -> Tree:
+        h = halving_cut(len(part), spec.get("lanes"))
+        if len(part) <= S or h < 1:
+            return _lane_value(part, spec)
+        return (halves(part[:h]), halves(part[h:]))
+
+    return _chain(c, [halves(ks)])
+
+
 def _family_tree(spec: dict[str, Any], k: int, with_c: bool) -> Tree:
     """The summation tree of an Accumulator order (spec of its structural fields)."""
+    if any(f in spec for f in _LANE_FIELDS):
+        return _lane_family_tree(spec, k, with_c)
     c = k if with_c else None
     prods = list(range(k))
     order = spec["order"]
@@ -619,6 +676,8 @@ def _render(t: Tree, k: int) -> str:
 
 
 def _spec_text(spec: dict[str, Any]) -> str:
+    if any(f in spec for f in _LANE_FIELDS):
+        return "sequential" + Accumulator(**spec)._lanes_text()
     if spec["order"] in ("sequential", "pairwise"):
         return spec["order"]
     if spec["order"] == "blocked":
@@ -781,6 +840,12 @@ def probe_gemm(
         measured = _tree_from_sizes(sizes)
         tree_txt = _render(measured, kp) if measured is not None else "(not a tree)"
         specs = [st for st, f in zip(structures, family, strict=True) if np.array_equal(f, sizes)]
+        if not specs and not wide:  # interleaved lanes, split-K (spec 3d)
+            specs = _lane_specs(measured, sizes, kp, with_c)
+            if specs:
+                kernels = _small_k(lab, fin, specs[0], kp, with_c, scale_txt)
+                specs[0] = kernels.pop("_spec")
+                evidence.update(kernels)
         if specs:
             evidence["tree"] = (
                 f"{nleaves * (nleaves - 1) // 2} pairs of +-M among units ({scale_txt}) at "
@@ -1193,6 +1258,129 @@ def _probe_tree(
     return None, why_not()
 
 
+def _restrict(tree: Tree, keep: int) -> Tree | None:
+    """The tree restricted to the leaves ``0 .. keep-1`` (one-child nodes collapsed)."""
+    return prune_tree(tree, keep)
+
+
+def _lane_specs(measured: Tree | None, sizes: np.ndarray, k: int, with_c: bool) -> list[dict[str, Any]]:
+    """Spec 3d structures (lanes, their combination tree, the tail, split-K) whose pair counts
+    are the measured ones. The lane count is read off the tree: with lanes, the first product
+    meets first the product one lane-width later (``sizes[0, L] == 2``); the lanes' tree is
+    the measured tree restricted to the lanes' first products ``0 .. L-1`` (a named tree where
+    it is one); the tail (``"lanes"`` or ``"after"``) and K-splits (powers of two, combined
+    sequentially, pairwise or by halving) are tried and compared with the measured counts."""
+    if measured is None or k < 4:
+        return []
+    n = len(sizes)
+    row = sizes[0, 1:k]
+    twos = [j + 1 for j, v in enumerate(row.tolist()) if v == 2]
+    if len(twos) != 1 or twos[0] < 2 or 2 * twos[0] > k:
+        return []
+    L = twos[0]
+    sub = _restrict(measured, L)
+    if sub is None or not isinstance(sub, tuple):
+        return []
+    comb: Any = sub
+    for name in ("sequential", "pairwise", "halving"):
+        if np.array_equal(
+            _lca_sizes(_tree_of(combine_tree(name, L), list(range(L))), L),
+            _lca_sizes(sub, L),
+        ):
+            comb = name
+            break
+    found: list[dict[str, Any]] = []
+    splits: list[tuple[int | None, str]] = [(None, "sequential")]
+    splits += [
+        (S, how)
+        for S in (2**i for i in range(1, 13))
+        if L <= S < k
+        for how in ("sequential", "pairwise", "halving")
+    ]
+    for S, how in splits:
+        for tail in ("lanes", "after"):
+            spec: dict[str, Any] = {
+                "order": "sequential",
+                "lanes": L,
+                "lane_combine": comb,
+                "lane_tail": tail,
+            }
+            if S is not None:
+                spec.update(split_k=S, split_combine=how)
+            try:
+                Accumulator(**spec)
+            except ValueError:
+                continue
+            if np.array_equal(_lca_sizes(_family_tree(spec, k, with_c), n), sizes):
+                found.append(spec)
+        if found:
+            break
+    return found
+
+
+def _small_k(
+    lab: _Lab, fin: FloatFormat, spec: dict[str, Any], kp: int, with_c: bool, scale_txt: str
+) -> dict[str, Any]:
+    """Whether the lanes hold at every shorter K (a kernel that changes with K): for each
+    ``K' < kp``, the pair counts of the first product with every other one (``K' - 1`` inner
+    products) are compared with the lanes' tree and with a plain chain. ``small_k`` is the
+    least K from which on the lanes hold, when a chain holds below it. Returns the spec
+    (``_spec``) and its evidence (``kernels``)."""
+    import re
+
+    got = re.search(r"M = 2\*\*(-?\d+), unit = (-?)2\*\*(-?\d+)", scale_txt)
+    if got is None:  # pragma: no cover - the tree probe's own text
+        return {"_spec": spec}
+    big, unit = 2.0 ** int(got.group(1)), (-1.0 if got.group(2) else 1.0) * 2.0 ** int(got.group(3))
+    kinds: dict[int, str] = {}
+    for kk in range(2, kp):
+        n = kk + (1 if with_c else 0)
+        cases: list[Case] = []
+        for j in range(1, n):
+            vals = [big if t == 0 else -big if t == j else unit for t in range(n)]
+            prods, c = (vals[:kk], vals[kk]) if with_c else (vals, 0.0)
+            ab = _vectors(prods, fin)
+            if ab is None:
+                return {"_spec": spec}
+            cases.append((ab[0], ab[1], c))
+        res = lab.run_cases("kernel", cases, kk)
+        q = res / unit
+        if not np.all(np.isfinite(q)) or np.any(q != np.round(q)):
+            kinds[kk] = "other"
+            continue
+        measured_row = n - np.round(q).astype(np.int64)
+        lanes_row = _lca_sizes(_family_tree(spec, kk, with_c), n)[0, 1:]
+        chain_row = _lca_sizes(_family_tree({"order": "sequential"}, kk, with_c), n)[0, 1:]
+        if np.array_equal(measured_row, lanes_row):
+            kinds[kk] = "lanes"
+        elif np.array_equal(measured_row, chain_row):
+            kinds[kk] = "chain"
+        else:
+            kinds[kk] = "other"
+    out: dict[str, Any] = {"_spec": dict(spec)}
+    # K up to the lane width cannot tell lanes combined sequentially from a chain
+    differ = [kk for kk in kinds if kinds[kk] != "lanes"]
+    if not differ:
+        out["kernels"] = f"the lanes hold at every K from 2 to {kp} (pairs of the first product)"
+        return out
+    last = max(differ)
+    below = all(kinds[kk] in ("chain",) or kinds[kk] == "lanes" and kk <= spec["lanes"]
+                for kk in range(2, last + 1))
+    if below:
+        out["_spec"]["small_k"] = last + 1
+        out["kernels"] = (
+            f"the kernel changes with K: a plain chain (one accumulator) for K < {last + 1}, "
+            f"the lanes from K = {last + 1} on (pairs of the first product at every K < {kp})"
+        )
+    else:
+        odd = [kk for kk in differ if kinds[kk] == "other"][:8]
+        out["kernels"] = (
+            f"the kernel changes with K: at K = {', '.join(map(str, odd or differ[:8]))} the "
+            "first product's pairs are neither the lanes' nor a chain's"
+        )
+    return out
+
+
 def _positions(spec: dict[str, Any], k: int) -> tuple[list[int], list[int] | None]:
     """Positions for 'x, y in one step, z in a later step' and for 'x, y, z in one fused step'."""
     if spec["order"] != "block_fma":
@@ -1276,11 +1464,13 @@ def _measure(
     prod_exact: bool | None = None
     if h >= 1 and 2 * h <= jmax + s:
         cases = []
+        # the second product in the first one's accumulator (its lane: one lane-width on)
+        second = spec.get("lanes") or 1
         for hh in range(1, h + 1):
             av = np.zeros(k)
             bv = np.zeros(k)
             av[0], bv[0] = -(1 + 2.0 ** -(hh - 1)), 1.0
-            av[1] = bv[1] = 1 + 2.0**-hh
+            av[second] = bv[second] = 1 + 2.0**-hh
             cases.append((av, bv, 0.0))
         res = lab.run_cases("products", cases, k)
         exact = [bool(v == 2.0 ** (-2 * hh)) for hh, v in enumerate(res, start=1)]

@@ -46,7 +46,15 @@ from ..core.rounding import (
     is_stochastic,
     round_to,
 )
-from .accumulator import Accumulator, _float_format, _format_pair, reference_only
+from .accumulator import (
+    Accumulator,
+    _float_format,
+    _format_pair,
+    combine_tree,
+    halving_cut,
+    prune_tree,
+    reference_only,
+)
 from .scales import expand_scales
 from .shapes import gemm_shapes
 
@@ -674,6 +682,11 @@ class _Model:
 
     # ----- one segment ------------------------------------------------------------------
     def segment(self, ch: _Chunk, k0: int, k1: int, s0: np.ndarray | None) -> np.ndarray:
+        if not self.acc.fields_3d_default():
+            return self._structured(ch, k0, k1, s0)
+        return self._ordered(ch, k0, k1, s0)
+
+    def _ordered(self, ch: _Chunk, k0: int, k1: int, s0: np.ndarray | None) -> np.ndarray:
         order = self.acc.order
         if order == "sequential":
             return self._sequential(ch, k0, k1, s0)
@@ -688,6 +701,87 @@ class _Model:
         if order == "exact_block":
             return self._exact_block(ch, k0, k1, s0)
         return self._blas(ch, k0, k1, s0)
+
+    # ----- spec 3d: lanes and split-K (deterministic modes only: no event numbers) ----------
+    def _structured(self, ch: _Chunk, k0: int, k1: int, s0: np.ndarray | None) -> np.ndarray:
+        """A segment reduced with lanes and split-K (spec 3d)."""
+        acc = self.acc
+        S = acc.split_k
+        r = self.r_acc
+        parts: list[np.ndarray]
+        if S is None:
+            T = self._lanes(ch, k0, k1)
+        elif acc.split_combine == "sequential":
+            t = s0
+            for j0 in range(k0, k1, S):
+                v = self._lanes(ch, j0, min(j0 + S, k1))
+                t = v if t is None else self._add(t, v, r, 0, exact_hint=False)
+            assert t is not None
+            return t
+        elif acc.split_combine == "pairwise":
+            parts = [self._lanes(ch, j0, min(j0 + S, k1)) for j0 in range(k0, k1, S)]
+            T = self._tree(combine_tree("pairwise", len(parts)), parts)
+        else:
+            T = self._halving(ch, k0, k1)
+        return T if s0 is None else self._add(s0, T, r, 0, exact_hint=False)
+
+    def _halving(self, ch: _Chunk, k0: int, k1: int) -> np.ndarray:
+        """numpy's ``pairwise_sum``: halves cut at a multiple of the lanes (spec 3d)."""
+        S = self.acc.split_k
+        assert S is not None
+        h = halving_cut(k1 - k0, self.acc.lanes)
+        if k1 - k0 <= S or h < 1:
+            return self._lanes(ch, k0, k1)
+        x = self._halving(ch, k0, k0 + h)
+        y = self._halving(ch, k0 + h, k1)
+        return self._add(x, y, self.r_acc, 0, exact_hint=False)
+
+    def _lanes(self, ch: _Chunk, k0: int, k1: int) -> np.ndarray:
+        """The value of the products ``k0 .. k1-1`` from 0: lanes, their tree, the tail."""
+        acc = self.acc
+        L, n = acc.lanes, k1 - k0
+        if n == 0:
+            shape = (ch.A.shape[0], ch.A.shape[1], ch.B.shape[2])
+            return np.zeros(shape)
+        if L is None or (acc.small_k is not None and n < acc.small_k):
+            return self._ordered(ch, k0, k1, None)
+        full = n if acc.lane_tail == "lanes" else n - n % L
+        values = []
+        for lane in range(min(L, full)):
+            ks = list(range(k0 + lane, k0 + full, L))
+            values.append(self._ordered(self._gather(ch, ks), 0, len(ks), None))
+        tail = range(k0 + full, k1)
+        t: np.ndarray | None = None
+        if values:
+            tree = prune_tree(combine_tree(acc.lane_combine, L), len(values))
+            t = self._tree(tree, values)
+        for k in tail:
+            p = self._product(ch, k)
+            t = self._add(np.zeros(p.shape) if t is None else t, p, self.r_acc, 0, exact_hint=False)
+        assert t is not None
+        return t
+
+    def _tree(self, tree: Any, values: list[np.ndarray]) -> np.ndarray:
+        """Evaluate a combination tree (spec 3d): a tuple's children added left to right."""
+        if not isinstance(tree, tuple):
+            return values[tree]
+        out = self._tree(tree[0], values)
+        for ch in tree[1:]:
+            out = self._add(out, self._tree(ch, values), self.r_acc, 0, exact_hint=False)
+        return out
+
+    @staticmethod
+    def _gather(ch: _Chunk, ks: list[int]) -> _Chunk:
+        """The chunk restricted to the products ``ks`` (one lane), in that order."""
+        return _Chunk(
+            ch.A[:, :, ks],
+            ch.B[:, ks, :],
+            ch.C,
+            None,
+            None,
+            None if ch.Araw is None else ch.Araw[:, :, ks],
+            None if ch.Braw is None else ch.Braw[:, ks, :],
+        )
 
     def _product(self, ch: _Chunk, k: int) -> np.ndarray:
         p = ch.A[:, :, k, None] * ch.B[:, None, k, :]
