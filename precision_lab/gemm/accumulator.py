@@ -184,9 +184,14 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
      way, and the two values added; a range of at most ``S`` is reduced by the lane rule
      (numpy's ``pairwise_sum``: ``S = 128``, ``L = 8``); then ``s0 + T``.
    * Lanes (``lanes = L``) of a range of ``n`` products, ``n >= small_k`` (default: always):
-     with ``lane_tail="lanes"`` product ``i`` goes to lane ``i mod L``; with ``"after"`` only
-     the first ``n - n mod L`` do, and the last ``n mod L`` are added one by one, in order,
-     to the combined value (numpy: ``res += a[i]``). Each non-empty lane is reduced by
+     with ``lane_tail="lanes"`` product ``i`` goes to lane ``i mod L``. Otherwise the main
+     loop takes the first ``f = n - n mod U`` products (``U`` = :attr:`lane_unroll`, default
+     ``L``; a multiple of ``L``), product ``i < f`` in lane ``i mod L``, and the tail ``i >=
+     f``: ``"after"``: added one by one, in order, to the combined value (numpy's
+     ``pairwise_sum``: ``res += a[i]``); ``"first"``: added one by one to lane 0 after its own
+     products, before the lanes are combined (torch's CPU bf16 GEMM); ``"separate"``: summed
+     in order in an accumulator of its own from 0, whose value is added to the combined value
+     (OpenBLAS ``sdot``: ``U = 32``). Each non-empty lane is reduced by
      :attr:`order` starting from 0 (one accumulator per SIMD lane; exact products: an FMA per
      lane, ``product_format``: a separate multiply and add). The lane values are combined by
      :attr:`lane_combine`: ``"sequential"`` ``((l0 + l1) + l2) + ...``, ``"pairwise"``
@@ -200,6 +205,11 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
 
    Numpy reference only (the native and CuPy backends decline these models:
    :func:`reference_only`).
+
+3e. A single product (:attr:`k1_product`, any order): with ``K = 1`` and a ``+0`` (or no)
+   ``c``, the result is ``round(p_0, acc, mode)``, the product itself, not ``0 + p_0`` (a
+   ``-0`` product stays ``-0``): libraries that take ``K = 1`` as an outer product (measured:
+   torch 2.13 CPU float32 matmul). Numpy reference only.
 
 4. Output: ``d = round(W, out_format, out_rounding)``. Signs of zero (:attr:`zero_sign`):
 
@@ -330,7 +340,7 @@ ORDERS = (
 #: named trees of :attr:`Accumulator.lane_combine` (spec 3d; an explicit tuple tree is allowed too)
 LANE_COMBINES = ("sequential", "pairwise", "halving")
 #: where the products past the last full row of lanes go (spec 3d)
-LANE_TAILS = ("lanes", "after")
+LANE_TAILS = ("lanes", "after", "first", "separate")
 #: how the K-chunks of :attr:`Accumulator.split_k` are combined (spec 3d)
 SPLIT_COMBINES = ("sequential", "pairwise", "halving")
 #: where a block-FMA unit adds the running accumulator
@@ -590,8 +600,13 @@ class Accumulator:
         ``"pairwise"`` (``(l0 + l1) + (l2 + l3)``), ``"halving"`` (SIMD horizontal reduction,
         ``l_i + l_{i+L/2}`` first) or an explicit tree of nested tuples of lane numbers.
     lane_tail:
-        ``"lanes"`` (products past the last full row of lanes go to their lanes) or
-        ``"after"`` (they are added one by one after the lanes are combined: numpy).
+        Where the products past the main loop (the last ``K mod lane_unroll``) go:
+        ``"lanes"`` (to their lanes, ``k mod lanes``), ``"after"`` (added one by one after the
+        lanes are combined: numpy), ``"first"`` (added one by one to lane 0 before the lanes
+        are combined: torch bf16) or ``"separate"`` (summed apart, then added: OpenBLAS sdot).
+    lane_unroll:
+        The main loop's step (a multiple of ``lanes``; ``None``: ``lanes``): the tail is the
+        last ``K mod lane_unroll`` products.
     small_k:
         Ranges of fewer products than this skip the lanes (a small-K kernel): reduced by
         :attr:`order` alone; ``None``: lanes whatever the length.
@@ -602,6 +617,9 @@ class Accumulator:
     split_combine:
         ``"sequential"`` (each chunk added into the running sum that starts at ``c``: BLAS
         K-blocking), ``"pairwise"`` or ``"halving"`` (spec 3d).
+    k1_product:
+        ``K = 1`` without ``c`` gives the product itself, rounded once (a ``-0`` product stays
+        ``-0``; spec 3e): an outer-product path; ``False``: ``0 + p_0``.
     name:
         A label (not part of equality), e.g. the preset's name.
 
@@ -649,9 +667,11 @@ class Accumulator:
     lanes: int | None = None
     lane_combine: str | tuple[Any, ...] = "sequential"
     lane_tail: str = "lanes"
+    lane_unroll: int | None = None
     small_k: int | None = None
     split_k: int | None = None
     split_combine: str = "sequential"
+    k1_product: bool = False
     name: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -861,6 +881,16 @@ class Accumulator:
         put(self, "lanes", _positive_int(self.lanes, "lanes"))
         put(self, "small_k", _positive_int(self.small_k, "small_k"))
         put(self, "split_k", _positive_int(self.split_k, "split_k"))
+        if not isinstance(self.k1_product, bool):
+            raise ValueError(f"k1_product must be True or False, got {self.k1_product!r}")
+        put(self, "lane_unroll", _positive_int(self.lane_unroll, "lane_unroll"))
+        if self.lane_unroll is not None and (
+            self.lanes is None or self.lane_unroll % self.lanes or self.lane_tail == "lanes"
+        ):
+            raise ValueError(
+                f"lane_unroll must be a multiple of lanes={self.lanes} with lane_tail other than "
+                f"'lanes', got lane_unroll={self.lane_unroll}, lane_tail={self.lane_tail!r}"
+            )
         if self.lane_tail not in LANE_TAILS:
             raise ValueError(
                 f"lane_tail must be one of {', '.join(LANE_TAILS)}, got {self.lane_tail!r}"
@@ -1043,8 +1073,13 @@ class Accumulator:
                 f" in each of {self.lanes} interleaved lanes (product k in lane k mod "
                 f"{self.lanes}), lanes combined {how}"
             )
-            if self.lane_tail == "after":
-                txt += f", the last K mod {self.lanes} products added after them"
+            u = self.lane_unroll or self.lanes
+            txt += {
+                "lanes": "",
+                "after": f", the last K mod {u} products added after them",
+                "first": f", the last K mod {u} products added to lane 0",
+                "separate": f", the last K mod {u} products summed apart and added after them",
+            }[self.lane_tail]
             if self.small_k is not None:
                 txt += f", no lanes below K = {self.small_k}"
         if self.split_k is not None:
@@ -1070,6 +1105,8 @@ class Accumulator:
             rules.append(f"zeros align with exponent {self.zero_exponent}")
         if self.zero_sign == "positive":
             rules.append("zero results are +0")
+        if self.k1_product:
+            rules.append("K = 1 gives the product itself")
         if self.nan_encoding == "nvidia":
             rules.append("NaN is 0x7fffffff")
         if self.subnormals == "flush":
@@ -1098,6 +1135,8 @@ def reference_only(acc: Accumulator) -> str | None:
         return f"c_format={str(acc.c_format)!r}"
     if acc.lanes is not None:
         return f"lanes={acc.lanes}"
+    if acc.k1_product:
+        return "k1_product=True"
     if acc.split_k is not None:
         return f"split_k={acc.split_k}"
     return None

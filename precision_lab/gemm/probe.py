@@ -60,14 +60,25 @@ reproduce it too).
 
 What the probe cannot express is reported, not forced: when no model reproduces fn,
 ``accumulator`` is ``None``, ``failed`` names the property, and ``closest`` is the best
-candidate with its confidence. numpy's float32 reduction
-(``np.sum`` over a contiguous axis, ``pairwise_sum`` in ``numpy/_core/src/umath/loops_utils.h``)
-is such a case: below 8 terms it is a plain sequential loop (which the probe recovers exactly
-with ``max_k <= 7``); from 8 terms on it keeps 8 interleaved partial sums (every 8th term),
-combines them pairwise and adds the remainder sequentially, blocks of 128 are split in halves.
-An :class:`Accumulator` has no strided order, so the probe reports it as outside, the summation
-tree failing, with the closest model and its confidence (decision: an honest "no" with the
-numbers beats a model that is wrong in a fraction of cases).
+candidate with its confidence (decision: an honest "no" with the numbers beats a model that is
+wrong in a fraction of cases).
+
+**CPU libraries** (spec 3d of :mod:`~precision_lab.gemm.accumulator`) keep interleaved
+SIMD-lane partial sums. When the measured tree is none of the orders above, the probe reads
+the lane count off it (the first product meets first the product one lane-width later), takes
+the lanes' combination tree from the tree restricted to the lanes' first products (named
+``sequential``, ``pairwise`` or ``halving`` where it is one of them, else the explicit tree),
+and tries each tail rule (``lanes``, ``after``, ``first``, ``separate``, with main-loop steps
+of 1, 2, 4 and 8 lane widths), each per-lane order (sequential, blocks of 2 and 4, pairwise)
+and K-splits (powers of two, combined sequentially, pairwise or by numpy's halving). A kernel
+that changes with K is looked for too: at every shorter K the first product's pairs are
+measured and compared with the lanes' and a plain chain's; where a chain holds below some K
+and the lanes from it on, that K is the model's ``small_k``, otherwise the evidence names the
+K where neither holds. numpy's float32 reduction (``np.sum`` over a contiguous axis,
+``pairwise_sum`` in ``numpy/_core/src/umath/loops_utils.h``) is recovered this way: 8 lanes
+combined pairwise, the ``K mod 8`` remainder added after them (and halving above 128 terms).
+``K = 1`` taken as a plain product (a ``-0`` product stays ``-0``; spec 3e) is one of the
+special-value rules.
 
 A model found is valid for the shape and the ``K <= max_k`` it was probed with: BLAS libraries
 pick kernels by shape, and a block longer than ``max_k`` cannot be told from one block.
@@ -105,6 +116,7 @@ import numpy as np
 from ..core.formats import FloatFormat, get_format
 from ..core.pool import use_workers
 from .accumulator import (
+    LANE_COMBINES,
     Accumulator,
     _float_format,
     _format_pair,
@@ -499,7 +511,15 @@ def _fused(start: Tree | None, items: Sequence[Tree]) -> Tree | None:
 
 
 #: the structural fields of spec 3d (lanes and split-K) a probe spec may hold
-_LANE_FIELDS = ("lanes", "lane_combine", "lane_tail", "small_k", "split_k", "split_combine")
+_LANE_FIELDS = (
+    "lanes",
+    "lane_combine",
+    "lane_tail",
+    "lane_unroll",
+    "small_k",
+    "split_k",
+    "split_combine",
+)
 
 
 def _lane_value(ks: list[int], spec: dict[str, Any]) -> Tree:
@@ -508,13 +528,30 @@ def _lane_value(ks: list[int], spec: dict[str, Any]) -> Tree:
     L = spec.get("lanes")
     if L is None or len(ks) < (spec.get("small_k") or 0):
         return _chain(None, ks)
-    full = len(ks) if spec.get("lane_tail", "lanes") == "lanes" else len(ks) - len(ks) % L
-    lanes = [_chain(None, ks[i:full:L]) for i in range(min(L, full))]
+    rule = spec.get("lane_tail", "lanes")
+    full = len(ks) if rule == "lanes" else len(ks) - len(ks) % (spec.get("lane_unroll") or L)
+    tail = ks[full:]
+    members = [ks[i:full:L] for i in range(min(L, full))]
+    if rule == "first":
+        members = [members[0] + tail] + members[1:] if members else [tail]
+    lanes = [_lane_order(m, spec) for m in members]
     node: Tree | None = None
     if lanes:
         tree = prune_tree(combine_tree(spec.get("lane_combine", "sequential"), L), len(lanes))
         node = _tree_of(tree, lanes)
-    return _chain(node, ks[full:])
+    if rule == "separate" and tail:
+        return _chain(node, [_chain(None, tail)])
+    return node if rule == "first" else _chain(node, tail)
+
+
+def _lane_order(members: list[int], spec: dict[str, Any]) -> Tree:
+    """One lane's tree: its products by the per-lane order (sequential, pairwise, blocked)."""
+    if spec["order"] == "pairwise":
+        return _tree_of(combine_tree("pairwise", len(members)), members)
+    if spec["order"] == "blocked":
+        b = spec["block"]
+        return _chain(None, [_chain(None, members[i : i + b]) for i in range(0, len(members), b)])
+    return _chain(None, members)
 
 
 def _tree_of(tree: Tree, items: Sequence[Tree]) -> Tree:
@@ -677,7 +714,8 @@ def _render(t: Tree, k: int) -> str:
 
 def _spec_text(spec: dict[str, Any]) -> str:
     if any(f in spec for f in _LANE_FIELDS):
-        return "sequential" + Accumulator(**spec)._lanes_text()
+        inner = _spec_text({k: v for k, v in spec.items() if k not in _LANE_FIELDS})
+        return inner + Accumulator(**spec)._lanes_text()
     if spec["order"] in ("sequential", "pairwise"):
         return spec["order"]
     if spec["order"] == "blocked":
@@ -843,8 +881,8 @@ def probe_gemm(
         if not specs and not wide:  # interleaved lanes, split-K (spec 3d)
             specs = _lane_specs(measured, sizes, kp, with_c)
             if specs:
-                kernels = _small_k(lab, fin, specs[0], kp, with_c, scale_txt)
-                specs[0] = kernels.pop("_spec")
+                kernels = _small_k(lab, fin, specs, kp, with_c, scale_txt)
+                specs = [kernels.pop("_spec")]
                 evidence.update(kernels)
         if specs:
             evidence["tree"] = (
@@ -1282,7 +1320,7 @@ def _lane_specs(measured: Tree | None, sizes: np.ndarray, k: int, with_c: bool) 
     if sub is None or not isinstance(sub, tuple):
         return []
     comb: Any = sub
-    for name in ("sequential", "pairwise", "halving"):
+    for name in LANE_COMBINES:
         if np.array_equal(
             _lca_sizes(_tree_of(combine_tree(name, L), list(range(L))), L),
             _lca_sizes(sub, L),
@@ -1297,14 +1335,31 @@ def _lane_specs(measured: Tree | None, sizes: np.ndarray, k: int, with_c: bool) 
         if L <= S < k
         for how in ("sequential", "pairwise", "halving")
     ]
-    for S, how in splits:
-        for tail in ("lanes", "after"):
+    tails: list[tuple[str, int | None]] = [("lanes", None)]
+    tails += [
+        (rule, u if u != L else None)
+        for rule in ("after", "first", "separate")
+        for u in (L, 2 * L, 4 * L, 8 * L)
+        if u <= k
+    ]
+    orders: list[dict[str, Any]] = [
+        {"order": "sequential"},
+        {"order": "blocked", "block": 2},
+        {"order": "blocked", "block": 4},
+        {"order": "pairwise"},
+    ]
+    shapes = [(o, S, how) for o in orders for S, how in splits[:1]]
+    shapes += [(orders[0], S, how) for S, how in splits[1:]]
+    for order, S, how in shapes:
+        for tail, unroll in tails if S is None else tails[:4]:
             spec: dict[str, Any] = {
-                "order": "sequential",
+                **order,
                 "lanes": L,
                 "lane_combine": comb,
                 "lane_tail": tail,
             }
+            if unroll is not None:
+                spec["lane_unroll"] = unroll
             if S is not None:
                 spec.update(split_k=S, split_combine=how)
             try:
@@ -1319,20 +1374,27 @@ def _lane_specs(measured: Tree | None, sizes: np.ndarray, k: int, with_c: bool) 
 
 
 def _small_k(
-    lab: _Lab, fin: FloatFormat, spec: dict[str, Any], kp: int, with_c: bool, scale_txt: str
+    lab: _Lab,
+    fin: FloatFormat,
+    specs: list[dict[str, Any]],
+    kp: int,
+    with_c: bool,
+    scale_txt: str,
 ) -> dict[str, Any]:
     """Whether the lanes hold at every shorter K (a kernel that changes with K): for each
     ``K' < kp``, the pair counts of the first product with every other one (``K' - 1`` inner
-    products) are compared with the lanes' tree and with a plain chain. ``small_k`` is the
-    least K from which on the lanes hold, when a chain holds below it. Returns the spec
-    (``_spec``) and its evidence (``kernels``)."""
+    products) are compared with each candidate structure's (they may differ only below
+    ``kp``, as the tail rules do) and with a plain chain. ``small_k`` is the least K from
+    which on the lanes hold, when a chain holds below it. Returns the chosen spec (``_spec``)
+    and its evidence (``kernels``)."""
     import re
 
     got = re.search(r"M = 2\*\*(-?\d+), unit = (-?)2\*\*(-?\d+)", scale_txt)
     if got is None:  # pragma: no cover - the tree probe's own text
-        return {"_spec": spec}
-    big, unit = 2.0 ** int(got.group(1)), (-1.0 if got.group(2) else 1.0) * 2.0 ** int(got.group(3))
-    kinds: dict[int, str] = {}
+        return {"_spec": specs[0]}
+    big = 2.0 ** int(got.group(1))
+    unit = (-1.0 if got.group(2) else 1.0) * 2.0 ** int(got.group(3))
+    rows: dict[int, np.ndarray | None] = {}
     for kk in range(2, kp):
         n = kk + (1 if with_c else 0)
         cases: list[Case] = []
@@ -1341,44 +1403,59 @@ def _small_k(
             prods, c = (vals[:kk], vals[kk]) if with_c else (vals, 0.0)
             ab = _vectors(prods, fin)
             if ab is None:
-                return {"_spec": spec}
+                return {"_spec": specs[0]}
             cases.append((ab[0], ab[1], c))
-        res = lab.run_cases("kernel", cases, kk)
-        q = res / unit
-        if not np.all(np.isfinite(q)) or np.any(q != np.round(q)):
-            kinds[kk] = "other"
-            continue
-        measured_row = n - np.round(q).astype(np.int64)
-        lanes_row = _lca_sizes(_family_tree(spec, kk, with_c), n)[0, 1:]
-        chain_row = _lca_sizes(_family_tree({"order": "sequential"}, kk, with_c), n)[0, 1:]
-        if np.array_equal(measured_row, lanes_row):
-            kinds[kk] = "lanes"
-        elif np.array_equal(measured_row, chain_row):
-            kinds[kk] = "chain"
-        else:
-            kinds[kk] = "other"
-    out: dict[str, Any] = {"_spec": dict(spec)}
-    # K up to the lane width cannot tell lanes combined sequentially from a chain
-    differ = [kk for kk in kinds if kinds[kk] != "lanes"]
-    if not differ:
-        out["kernels"] = f"the lanes hold at every K from 2 to {kp} (pairs of the first product)"
+        q = lab.run_cases("kernel", cases, kk) / unit
+        ok = np.all(np.isfinite(q)) and np.all(q == np.round(q))
+        rows[kk] = n - np.round(q).astype(np.int64) if ok else None
+
+    def kinds(spec: dict[str, Any]) -> dict[int, str]:
+        out = {}
+        for kk, row in rows.items():
+            n = kk + (1 if with_c else 0)
+            lanes_row = _lca_sizes(_family_tree(spec, kk, with_c), n)[0, 1:]
+            chain_row = _lca_sizes(_family_tree({"order": "sequential"}, kk, with_c), n)[0, 1:]
+            out[kk] = (
+                "other"
+                if row is None
+                else "lanes"
+                if np.array_equal(row, lanes_row)
+                else "chain"
+                if np.array_equal(row, chain_row)
+                else "other"
+            )
         return out
-    last = max(differ)
-    below = all(kinds[kk] in ("chain",) or kinds[kk] == "lanes" and kk <= spec["lanes"]
-                for kk in range(2, last + 1))
-    if below:
-        out["_spec"]["small_k"] = last + 1
-        out["kernels"] = (
-            f"the kernel changes with K: a plain chain (one accumulator) for K < {last + 1}, "
-            f"the lanes from K = {last + 1} on (pairs of the first product at every K < {kp})"
-        )
-    else:
-        odd = [kk for kk in differ if kinds[kk] == "other"][:8]
-        out["kernels"] = (
-            f"the kernel changes with K: at K = {', '.join(map(str, odd or differ[:8]))} the "
-            "first product's pairs are neither the lanes' nor a chain's"
-        )
-    return out
+
+    best: tuple[int, dict[str, Any], str] | None = None
+    for spec in specs:
+        kd = kinds(spec)
+        differ = [kk for kk in kd if kd[kk] != "lanes"]
+        if not differ:
+            return {
+                "_spec": dict(spec),
+                "kernels": f"the lanes hold at every K from 2 to {kp} (pairs of the first product)",
+            }
+        last = max(differ)
+        if all(kd[kk] == "chain" or kd[kk] == "lanes" for kk in range(2, last + 1)):
+            # a chain below last + 1 (where lanes and a chain agree, either)
+            cand = dict(spec, small_k=last + 1)
+            txt = (
+                f"the kernel changes with K: a plain chain (one accumulator) for K < {last + 1}, "
+                f"the lanes from K = {last + 1} on (pairs of the first product at every K < {kp})"
+            )
+            score = 1
+        else:
+            cand = dict(spec)
+            odd = [kk for kk in differ if kd[kk] == "other"][:8]
+            txt = (
+                f"the kernel changes with K: at K = {', '.join(map(str, odd))} the first "
+                "product's pairs are neither the lanes' nor a chain's"
+            )
+            score = 2 + len(odd)
+        if best is None or score < best[0]:
+            best = (score, cand, txt)
+    assert best is not None
+    return {"_spec": best[1], "kernels": best[2]}
 
 
 def _positions(spec: dict[str, Any], k: int) -> tuple[list[int], list[int] | None]:
@@ -1859,6 +1936,8 @@ def _special_values(
             # MMA-Sim 2.1.1's e_zero: a constant per architecture and output type
             e_zero = (-19, -20, -21) if base.format.emin > -126 else (-131, -132, -133, -139)
             options["zero_exponent"] = (base.zero_exponent, *e_zero)
+    # K = 1 as an outer product (spec 3e): varied fastest, it changes only K = 1's -0
+    options["k1_product"] = (False, True)
     names = list(options)
     tried: set[Accumulator] = set()
     for combo in itertools.islice(

@@ -665,6 +665,11 @@ class _Model:
         K = self.K
         if K == 0:
             return ch.C.copy()
+        if K == 1 and self.acc.k1_product and not self.promote:  # spec 3e
+            v = self.segment(ch, 0, K, ch.C)
+            p = self._product(ch, 0)
+            alone = (ch.C == 0) & ~np.signbit(ch.C) & np.isfinite(p)
+            return np.where(alone, self.r_acc.round(p), v)
         if not self.promote:
             return self.segment(ch, 0, K, ch.C)
         W = ch.C.copy()
@@ -745,19 +750,29 @@ class _Model:
             return np.zeros(shape)
         if L is None or (acc.small_k is not None and n < acc.small_k):
             return self._ordered(ch, k0, k1, None)
-        full = n if acc.lane_tail == "lanes" else n - n % L
+        tail_rule = acc.lane_tail
+        full = n if tail_rule == "lanes" else n - n % (acc.lane_unroll or L)
+        tail = list(range(k0 + full, k1))
         values = []
         for lane in range(min(L, full)):
             ks = list(range(k0 + lane, k0 + full, L))
+            if lane == 0 and tail_rule == "first":
+                ks += tail
             values.append(self._ordered(self._gather(ch, ks), 0, len(ks), None))
-        tail = range(k0 + full, k1)
+        if not values and tail_rule == "first":  # (no main loop: the tail is lane 0)
+            values.append(self._ordered(self._gather(ch, tail), 0, len(tail), None))
         t: np.ndarray | None = None
         if values:
             tree = prune_tree(combine_tree(acc.lane_combine, L), len(values))
             t = self._tree(tree, values)
-        for k in tail:
-            p = self._product(ch, k)
-            t = self._add(np.zeros(p.shape) if t is None else t, p, self.r_acc, 0, exact_hint=False)
+        if tail and tail_rule == "separate":
+            v = self._ordered(self._gather(ch, tail), 0, len(tail), None)
+            t = v if t is None else self._add(t, v, self.r_acc, 0, exact_hint=False)
+        elif tail_rule == "after":
+            for k in tail:
+                p = self._product(ch, k)
+                z = np.zeros(p.shape) if t is None else t
+                t = self._add(z, p, self.r_acc, 0, exact_hint=False)
         assert t is not None
         return t
 

@@ -80,13 +80,20 @@ def lane_value(ks: list[int], kw: dict[str, Any]) -> Any:
     L = kw.get("lanes")
     if L is None or len(ks) < (kw.get("small_k") or 0):
         return chain([("zero", [])] + [("leaf", k) for k in ks])
-    full = len(ks) if kw.get("lane_tail", "lanes") == "lanes" else len(ks) - len(ks) % L
-    lanes = [
-        chain([("zero", [])] + [("leaf", ks[i]) for i in range(lane, full, L)])
-        for lane in range(min(L, full))
-    ]
+    rule = kw.get("lane_tail", "lanes")
+    full = len(ks) if rule == "lanes" else len(ks) - len(ks) % (kw.get("lane_unroll") or L)
+    tail = [("leaf", k) for k in ks[full:]]
+    members = [[("leaf", ks[i]) for i in range(lane, full, L)] for lane in range(min(L, full))]
+    if rule == "first":
+        members = [members[0] + tail] if members else [tail]
+        members += [[("leaf", ks[i]) for i in range(lane, full, L)] for lane in range(1, min(L, full))]
+    lanes = [chain([("zero", [])] + m) for m in members]
     node = named_tree(kw.get("lane_combine", "sequential"), lanes) if lanes else ("zero", [])
-    return chain([node] + [("leaf", k) for k in ks[full:]])
+    if rule == "first":
+        return node
+    if rule == "separate":
+        return chain([node, chain([("zero", [])] + tail)]) if tail else node
+    return chain([node] + tail)
 
 
 def model_tree(k: int, kw: dict[str, Any], with_c: bool) -> Any:
@@ -156,6 +163,9 @@ MODELS = [
     {"lanes": 16, "lane_combine": "pairwise", "small_k": 32},
     {"lanes": 8, "lane_combine": "pairwise", "lane_tail": "after", "split_k": 16, "split_combine": "halving"},
     {"lanes": 4, "split_k": 8},
+    {"lanes": 4, "lane_tail": "first"},
+    {"lanes": 8, "lane_combine": (((0, 4), (1, 5)), ((2, 6), (3, 7))), "lane_tail": "separate", "lane_unroll": 32},
+    {"lanes": 2, "lane_tail": "after", "lane_unroll": 6, "split_k": 16, "split_combine": "pairwise"},
     {"split_k": 5, "split_combine": "pairwise"},
     {"lanes": 3, "lane_combine": "halving", "split_k": 7, "split_combine": "sequential"},
 ]
@@ -232,6 +242,8 @@ def test_numpy_pairwise_sum_as_a_model() -> None:
         ({"lanes": 2, "lane_combine": ((0,), 1)}, "at least 2 children"),
         ({"lane_combine": (0, 1)}, "an explicit tree needs lanes"),
         ({"lanes": 4, "lane_tail": "before"}, "lane_tail must be one of"),
+        ({"lanes": 4, "lane_tail": "after", "lane_unroll": 6}, "lane_unroll must be a multiple"),
+        ({"lanes": 4, "lane_unroll": 8}, "lane_unroll must be a multiple"),
         ({"split_k": 8, "split_combine": "tree"}, "split_combine must be one of"),
         ({"small_k": 8}, "small_k needs lanes"),
         ({"lanes": 4, "order": "block_fma", "block": 4, "align_bits": 24}, "lanes and split_k need order"),
