@@ -178,7 +178,9 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
    * Split (``split_k = S``): ``split_combine="sequential"``: the chunks ``[jS, (j+1)S)`` are
      each reduced by the lane rule below to ``V_j``, and ``t = s0`` (or ``V_0`` without
      ``s0``) takes ``t = t + V_j`` in order (a BLAS K-blocking loop that adds each K-block
-     into C). ``"pairwise"``: the chunk values are combined by the pairwise tree below, then
+     into C). With :attr:`split_balance` ``= u`` the chunks are OpenBLAS's level-3 driver's:
+     of the ``r`` products left, a chunk takes ``S`` when ``r >= 2S``, ``ceil(floor(r / 2) /
+     u) * u`` when ``S < r < 2S``, else ``r`` (:func:`split_chunks`). ``"pairwise"``: the chunk values are combined by the pairwise tree below, then
      ``s0 + T``. ``"halving"``: a range of ``n > S`` products is cut at ``h = n // 2 - (n // 2)
      % L`` (``L = 1`` without lanes) into ``[0, h)`` and ``[h, n)``, each reduced the same
      way, and the two values added; a range of at most ``S`` is reduced by the lane rule
@@ -325,6 +327,7 @@ __all__ = [
     "combine_tree",
     "halving_cut",
     "reference_only",
+    "split_chunks",
 ]
 
 #: summation orders of :class:`Accumulator`
@@ -411,6 +414,26 @@ def prune_tree(tree: Tree, keep: int) -> Tree | None:
     if not kids:
         return None
     return kids[0] if len(kids) == 1 else tuple(kids)
+
+
+def split_chunks(n: int, size: int, balance: int | None = None) -> list[int]:
+    """Lengths of the K-chunks of spec 3d's sequential split of ``n`` products.
+
+    >>> split_chunks(10, 4), split_chunks(1000, 448, 4)
+    ([4, 4, 2], [448, 276, 276])
+    """
+    out: list[int] = []
+    left = n
+    while left > 0:
+        if balance is None or left >= 2 * size:
+            step = min(size, left)
+        elif left > size:
+            step = min(left, -(-(left // 2) // balance) * balance)
+        else:
+            step = left
+        out.append(step)
+        left -= step
+    return out
 
 
 def halving_cut(n: int, lanes: int | None) -> int:
@@ -617,6 +640,10 @@ class Accumulator:
     split_combine:
         ``"sequential"`` (each chunk added into the running sum that starts at ``c``: BLAS
         K-blocking), ``"pairwise"`` or ``"halving"`` (spec 3d).
+    split_balance:
+        ``split_combine="sequential"``: a remainder between ``split_k`` and twice it is cut in
+        two halves, rounded up to a multiple of this (OpenBLAS: ``GEMM_UNROLL_M``); ``None``:
+        chunks of ``split_k``.
     k1_product:
         ``K = 1`` without ``c`` gives the product itself, rounded once (a ``-0`` product stays
         ``-0``; spec 3e): an outer-product path; ``False``: ``0 + p_0``.
@@ -671,6 +698,7 @@ class Accumulator:
     small_k: int | None = None
     split_k: int | None = None
     split_combine: str = "sequential"
+    split_balance: int | None = None
     k1_product: bool = False
     name: str | None = field(default=None, compare=False)
 
@@ -881,6 +909,14 @@ class Accumulator:
         put(self, "lanes", _positive_int(self.lanes, "lanes"))
         put(self, "small_k", _positive_int(self.small_k, "small_k"))
         put(self, "split_k", _positive_int(self.split_k, "split_k"))
+        put(self, "split_balance", _positive_int(self.split_balance, "split_balance"))
+        if self.split_balance is not None and (
+            self.split_k is None or self.split_combine != "sequential"
+        ):
+            raise ValueError(
+                f"split_balance needs split_k and split_combine='sequential', got split_k="
+                f"{self.split_k}, split_combine={self.split_combine!r}"
+            )
         if not isinstance(self.k1_product, bool):
             raise ValueError(f"k1_product must be True or False, got {self.k1_product!r}")
         put(self, "lane_unroll", _positive_int(self.lane_unroll, "lane_unroll"))
@@ -1083,8 +1119,14 @@ class Accumulator:
             if self.small_k is not None:
                 txt += f", no lanes below K = {self.small_k}"
         if self.split_k is not None:
+            bal = (
+                ""
+                if self.split_balance is None
+                else f" (a rest under {2 * self.split_k} halved, to multiples of "
+                f"{self.split_balance})"
+            )
             txt += {
-                "sequential": f", K split into blocks of {self.split_k} added in turn",
+                "sequential": f", K split into blocks of {self.split_k}{bal} added in turn",
                 "pairwise": f", K split into blocks of {self.split_k} combined pairwise",
                 "halving": f", K halved recursively down to {self.split_k} products",
             }[self.split_combine]

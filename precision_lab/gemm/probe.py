@@ -123,6 +123,7 @@ from .accumulator import (
     combine_tree,
     halving_cut,
     prune_tree,
+    split_chunks,
 )
 from .reference import _EXACT_PRODUCT_BITS, gemm
 from .tensor_core import FP8_ACCUMULATOR
@@ -519,6 +520,7 @@ _LANE_FIELDS = (
     "small_k",
     "split_k",
     "split_combine",
+    "split_balance",
 )
 
 
@@ -569,7 +571,11 @@ def _lane_family_tree(spec: dict[str, Any], k: int, with_c: bool) -> Tree:
     if S is None:
         return _chain(c, [_lane_value(ks, spec)])
     if how == "sequential":
-        return _chain(c, [_lane_value(ks[j : j + S], spec) for j in range(0, k, S)])
+        parts, j0 = [], 0
+        for step in split_chunks(k, S, spec.get("split_balance")):
+            parts.append(_lane_value(ks[j0 : j0 + step], spec))
+            j0 += step
+        return _chain(c, parts)
     if how == "pairwise":
         parts = [_lane_value(ks[j : j + S], spec) for j in range(0, k, S)]
         return _chain(c, [_tree_of(combine_tree("pairwise", len(parts)), parts)])

@@ -54,6 +54,7 @@ from .accumulator import (
     halving_cut,
     prune_tree,
     reference_only,
+    split_chunks,
 )
 from .scales import expand_scales
 from .shapes import gemm_shapes
@@ -718,9 +719,11 @@ class _Model:
             T = self._lanes(ch, k0, k1)
         elif acc.split_combine == "sequential":
             t = s0
-            for j0 in range(k0, k1, S):
-                v = self._lanes(ch, j0, min(j0 + S, k1))
+            j0 = k0
+            for step in split_chunks(k1 - k0, S, acc.split_balance):
+                v = self._lanes(ch, j0, j0 + step)
                 t = v if t is None else self._add(t, v, r, 0, exact_hint=False)
+                j0 += step
             assert t is not None
             return t
         elif acc.split_combine == "pairwise":

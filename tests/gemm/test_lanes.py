@@ -104,7 +104,13 @@ def model_tree(k: int, kw: dict[str, Any], with_c: bool) -> Any:
     c = [("leaf", k)] if with_c else []
     how = kw.get("split_combine", "sequential")
     if S is not None and how == "sequential":
-        return chain(c + [lane_value(ks[j : j + S], kw) for j in range(0, k, S)])
+        parts, left, u = [], k, kw.get("split_balance")
+        while left:  # OpenBLAS's level-3 driver (driver/level3/level3.c) with u = GEMM_UNROLL_M
+            step = S if u is None or left >= 2 * S else left if left <= S else ((left // 2 + u - 1) // u) * u
+            step = min(step, left)
+            parts.append(lane_value(ks[k - left : k - left + step], kw))
+            left -= step
+        return chain(c + parts)
     return chain(c[:1] + [body(ks, kw, S, how)]) if with_c else body(ks, kw, S, how)
 
 
@@ -164,6 +170,8 @@ MODELS = [
     {"lanes": 8, "lane_combine": "pairwise", "lane_tail": "after", "split_k": 16, "split_combine": "halving"},
     {"lanes": 4, "split_k": 8},
     {"lanes": 4, "lane_tail": "first"},
+    {"split_k": 8, "split_balance": 2},
+    {"lanes": 2, "split_k": 5, "split_balance": 1},
     {"lanes": 8, "lane_combine": (((0, 4), (1, 5)), ((2, 6), (3, 7))), "lane_tail": "separate", "lane_unroll": 32},
     {"lanes": 2, "lane_tail": "after", "lane_unroll": 6, "split_k": 16, "split_combine": "pairwise"},
     {"split_k": 5, "split_combine": "pairwise"},
@@ -246,6 +254,7 @@ def test_numpy_pairwise_sum_as_a_model() -> None:
         ({"lanes": 4, "lane_unroll": 8}, "lane_unroll must be a multiple"),
         ({"split_k": 8, "split_combine": "tree"}, "split_combine must be one of"),
         ({"small_k": 8}, "small_k needs lanes"),
+        ({"split_k": 8, "split_combine": "pairwise", "split_balance": 2}, "split_balance needs"),
         ({"lanes": 4, "order": "block_fma", "block": 4, "align_bits": 24}, "lanes and split_k need order"),
         ({"lanes": 4, "rounding": "stochastic"}, "deterministic rounding modes only"),
     ],
