@@ -179,8 +179,9 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
      each reduced by the lane rule below to ``V_j``, and ``t = s0`` (or ``V_0`` without
      ``s0``) takes ``t = t + V_j`` in order (a BLAS K-blocking loop that adds each K-block
      into C). With :attr:`split_balance` ``= u`` the chunks are OpenBLAS's level-3 driver's:
-     of the ``r`` products left, a chunk takes ``S`` when ``r >= 2S``, ``ceil(floor(r / 2) /
-     u) * u`` when ``S < r < 2S``, else ``r`` (:func:`split_chunks`). ``"pairwise"``: the chunk values are combined by the pairwise tree below, then
+     of the ``r`` products left, a chunk takes ``S`` when ``r >= 2S``, ``ceil(ceil(r / 2) /
+     u) * u`` when ``S < r < 2S``, else ``r`` (:func:`split_chunks`; measured: numpy 2.4.6's
+     OpenBLAS, float32 64x64, ``K = 1337`` gives blocks of 448, 445, 444: ``u = 1``). ``"pairwise"``: the chunk values are combined by the pairwise tree below, then
      ``s0 + T``. ``"halving"``: a range of ``n > S`` products is cut at ``h = n // 2 - (n // 2)
      % L`` (``L = 1`` without lanes) into ``[0, h)`` and ``[h, n)``, each reduced the same
      way, and the two values added; a range of at most ``S`` is reduced by the lane rule
@@ -428,7 +429,7 @@ def split_chunks(n: int, size: int, balance: int | None = None) -> list[int]:
         if balance is None or left >= 2 * size:
             step = min(size, left)
         elif left > size:
-            step = min(left, -(-(left // 2) // balance) * balance)
+            step = min(left, -(-((left + 1) // 2) // balance) * balance)
         else:
             step = left
         out.append(step)

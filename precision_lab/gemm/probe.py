@@ -745,6 +745,7 @@ def probe_gemm(
     cases: int = 2048,
     shape: tuple[int, int] = (8, 8),
     max_calls: int = 20000,
+    long_k: int | None = None,
 ) -> ProbeResult:
     """Find an :class:`Accumulator` that reproduces the matmul ``fn`` bit for bit.
 
@@ -780,6 +781,13 @@ def probe_gemm(
         care about).
     max_calls:
         Upper bound on calls of ``fn``.
+    long_k:
+        A long reduction (``max_k < long_k <= 8192``) on which a model found is checked too:
+        the first product's pairs at ``K = long_k`` (``long_k - 1`` inner products) show
+        K-blocking past ``max_k`` (a split where they first depart from the model's tree:
+        ``split_k``, sequential with or without OpenBLAS's balanced rest, pairwise or
+        halving), then fresh random inputs with K up to ``long_k`` confirm it. ``None``: not
+        checked.
 
     Returns
     -------
@@ -826,6 +834,10 @@ def probe_gemm(
         or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in shape)
     ):
         raise ValueError(f"shape must be a pair of positive ints (M, N), got {shape!r}")
+    if long_k is not None and (
+        isinstance(long_k, bool) or not isinstance(long_k, int) or not max_k < long_k <= 8192
+    ):
+        raise ValueError(f"long_k must be None or an int in {max_k + 1}..8192, got {long_k!r}")
     if isinstance(max_calls, bool) or not isinstance(max_calls, int) or max_calls < 1:
         raise ValueError(f"max_calls must be a positive int, got {max_calls!r}")
     if not isinstance(with_c, bool):
@@ -1029,6 +1041,20 @@ def probe_gemm(
         reproduced, tried_n = _confirm(lab, found, rng, fin, fout, max_k, cases)
         if reproduced != tried_n:
             failed = "confirmation"
+
+    # 7b. long reductions: K-blocking past max_k
+    if long_k is not None and found is not None and failed is None and hit is None:
+        longer, ok_long, txt, r_long, t_long = _long_k(
+            lab, fin, fout, found, long_k, with_c, scale_txt if sizes is not None else "",
+            rng, cases,
+        )  # fmt: skip
+        evidence["long K"] = txt
+        reproduced, tried_n = reproduced + r_long, tried_n + t_long
+        if ok_long:
+            found = chosen = longer
+        else:
+            failed = "confirmation"
+            chosen = longer
 
     # 8. the named models, when the structural search found nothing
     if wide and failed is None:
@@ -1462,6 +1488,157 @@ def _small_k(
             best = (score, cand, txt)
     assert best is not None
     return {"_spec": best[1], "kernels": best[2]}
+
+
+def _lca_row0(tree: Tree, n: int) -> np.ndarray:
+    """Leaf counts under the lowest common ancestor of leaf 0 and each leaf (iterative:
+    chains thousands deep)."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[Tree, bool]] = [(tree, False)]
+    while stack:  # post-order: the leaf count of every node
+        node, done = stack.pop()
+        if not isinstance(node, tuple):
+            continue
+        if done:
+            sizes[id(node)] = sum(1 if not isinstance(ch, tuple) else sizes[id(ch)] for ch in node)
+        else:
+            stack.append((node, True))
+            stack.extend((ch, False) for ch in node)
+    out = np.zeros(n, dtype=np.int64)
+    node = tree
+    while isinstance(node, tuple):  # down the path to leaf 0
+        size = sizes[id(node)]
+        nxt = None
+        for ch in node:
+            if nxt is None and _holds_zero(ch):
+                nxt = ch
+                continue
+            for leaf in _leaves_iter(ch):
+                out[leaf] = size
+        node = nxt
+    return out
+
+
+def _holds_zero(t: Tree) -> bool:
+    return any(leaf == 0 for leaf in _leaves_iter(t))
+
+
+def _leaves_iter(t: Tree) -> Iterator[int]:
+    stack = [t]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, tuple):
+            stack.extend(x)
+        else:
+            yield x
+
+
+def _spec_of(acc: Accumulator) -> dict[str, Any]:
+    """The structural fields of ``acc`` as a probe spec (for its tree)."""
+    spec: dict[str, Any] = {"order": acc.order}
+    if acc.block is not None:
+        spec["block"] = acc.block
+    if acc.order == "block_fma":
+        spec["addend"] = acc.addend
+        if acc.inner_block is not None:
+            spec["inner_block"] = acc.inner_block
+            spec["inner_interleave"] = acc.inner_interleave
+    defaults = Accumulator()
+    for f in _LANE_FIELDS:
+        if getattr(acc, f) != getattr(defaults, f):
+            spec[f] = getattr(acc, f)
+    return spec
+
+
+def _long_k(
+    lab: _Lab,
+    fin: FloatFormat,
+    fout: FloatFormat,
+    acc: Accumulator,
+    long_k: int,
+    with_c: bool,
+    scale_txt: str,
+    rng: np.random.Generator,
+    cases: int,
+) -> tuple[Accumulator, bool, str, int, int]:
+    """The model at ``K = long_k``: K-blocking read off the first product's pairs, then fresh
+    random inputs of long K. Returns (model, reproduced?, evidence, reproduced, tried)."""
+    import re
+
+    got = re.search(r"M = 2\*\*(-?\d+), unit = (-?)2\*\*(-?\d+)", scale_txt)
+    txt = ""
+    model = acc
+    if got is not None and acc.order in ("sequential", "pairwise", "blocked"):
+        big = 2.0 ** int(got.group(1))
+        unit = (-1.0 if got.group(2) else 1.0) * 2.0 ** int(got.group(3))
+        n = long_k + (1 if with_c else 0)
+        ua, ma, na = _split(unit, fin), _split(big, fin), _split(-big, fin)
+        if ua is not None and ma is not None and na is not None:
+            cases_l: list[Case] = []
+            for j in range(1, n):
+                av = np.full(long_k, ua[0])
+                bv = np.full(long_k, ua[1])
+                av[0], bv[0] = ma
+                c = 0.0
+                if j < long_k:
+                    av[j], bv[j] = na
+                else:
+                    c = -big
+                if with_c and j < long_k:
+                    c = unit
+                cases_l.append((av, bv, c))
+            q = lab.run_cases("long K", cases_l, long_k) / unit
+            if np.all(np.isfinite(q)) and np.all(q == np.round(q)):
+                row = n - np.round(q).astype(np.int64)
+                spec = _spec_of(acc)
+                mine = _lca_row0(_family_tree(spec, long_k, with_c), n)[1:]
+                if np.array_equal(row, mine):
+                    txt = f"the first product's pairs at K = {long_k} are the model's"
+                else:
+                    j0 = int(np.argmax(row != mine)) + 1
+                    txt = (
+                        f"the first product's pairs at K = {long_k} depart from the model's "
+                        f"at product {j0}"
+                    )
+                    tries: list[dict[str, Any]] = [
+                        {"split_k": j0, "split_combine": how}
+                        for how in ("sequential", "halving", "pairwise")
+                    ] + [{"split_k": j0, "split_combine": "sequential", "split_balance": 1}]
+                    for extra in tries:
+                        trial = {**spec, **extra}
+                        try:
+                            cand = acc.replace(**extra)
+                        except (ValueError, TypeError):
+                            continue
+                        theirs = _lca_row0(_family_tree(trial, long_k, with_c), n)[1:]
+                        if np.array_equal(row, theirs):
+                            model = cand
+                            txt += f": K-blocking, {model._lanes_text().lstrip(', ')}"
+                            break
+                    else:
+                        txt += ": no split the probe tries gives them"
+            else:
+                txt = f"the units did not count at K = {long_k}: K-blocking not measured"
+    # fresh random inputs of long K
+    same = done = 0
+    kinds = ("moderate", "cancel", "ints")
+    for i, kk in enumerate(
+        [long_k, long_k - 1] + [int(x) for x in rng.integers(_long_min(long_k), long_k, size=2)]
+    ):
+        a, b, c = _random_inputs(rng, lab.fins, fout, lab.m, kk, lab.n, kinds[i % 3])
+        d = lab.box(a, b, c)
+        same += int(_same(lab.model(model, a, b, c), d).sum())
+        done += d.size
+    txt = (txt + "; " if txt else "") + (
+        f"{same}/{done} output elements of fresh random inputs with K up to {long_k} "
+        "reproduced bit for bit"
+    )
+    return model, same == done, txt, same, done
+
+
+def _long_min(long_k: int) -> int:
+    """The least K of the long confirmation inputs."""
+    return max(2, long_k // 4)
 
 
 def _positions(spec: dict[str, Any], k: int) -> tuple[list[int], list[int] | None]:

@@ -105,8 +105,8 @@ def model_tree(k: int, kw: dict[str, Any], with_c: bool) -> Any:
     how = kw.get("split_combine", "sequential")
     if S is not None and how == "sequential":
         parts, left, u = [], k, kw.get("split_balance")
-        while left:  # OpenBLAS's level-3 driver (driver/level3/level3.c) with u = GEMM_UNROLL_M
-            step = S if u is None or left >= 2 * S else left if left <= S else ((left // 2 + u - 1) // u) * u
+        while left:  # OpenBLAS's level-3 K-blocking as measured: a rest under 2S halved, rounded up
+            step = S if u is None or left >= 2 * S else left if left <= S else (((left + 1) // 2 + u - 1) // u) * u
             step = min(step, left)
             parts.append(lane_value(ks[k - left : k - left + step], kw))
             left -= step
