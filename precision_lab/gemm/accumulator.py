@@ -181,7 +181,8 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
      into C). With :attr:`split_balance` ``= u`` the chunks are OpenBLAS's level-3 driver's:
      of the ``r`` products left, a chunk takes ``S`` when ``r >= 2S``, ``ceil(ceil(r / 2) /
      u) * u`` when ``S < r < 2S``, else ``r`` (:func:`split_chunks`; measured: numpy 2.4.6's
-     OpenBLAS, float32 64x64, ``K = 1337`` gives blocks of 448, 445, 444: ``u = 1``). ``"pairwise"``: the chunk values are combined by the pairwise tree below, then
+     OpenBLAS, float32 64x64, ``K = 1337`` gives blocks of 448, 445, 444: ``u = 1``).
+     ``"pairwise"``: the chunk values are combined by the pairwise tree below, then
      ``s0 + T``. ``"halving"``: a range of ``n > S`` products is cut at ``h = n // 2 - (n // 2)
      % L`` (``L = 1`` without lanes) into ``[0, h)`` and ``[h, n)``, each reduced the same
      way, and the two values added; a range of at most ``S`` is reduced by the lane rule
@@ -318,10 +319,10 @@ __all__ = [
     "ADDENDS",
     "LANE_COMBINES",
     "LANE_TAILS",
-    "SPLIT_COMBINES",
     "NAN_ENCODINGS",
     "ORDERS",
     "SCALE_PLACEMENTS",
+    "SPLIT_COMBINES",
     "ZERO_EXPONENT",
     "ZERO_SIGNS",
     "Accumulator",
@@ -400,7 +401,9 @@ def combine_tree(kind: Any, n: int) -> Tree:
             h = (len(items) + 1) // 2
             items = [(items[i], items[i + h]) if i + h < len(items) else items[i] for i in range(h)]
         return items[0]
-    raise ValueError(f"combine: must be one of {', '.join(LANE_COMBINES)} or a tuple tree, got {kind!r}")
+    raise ValueError(
+        f"combine: must be one of {', '.join(LANE_COMBINES)} or a tuple tree, got {kind!r}"
+    )
 
 
 def prune_tree(tree: Tree, keep: int) -> Tree | None:

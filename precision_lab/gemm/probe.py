@@ -535,7 +535,7 @@ def _lane_value(ks: list[int], spec: dict[str, Any]) -> Tree:
     tail = ks[full:]
     members = [ks[i:full:L] for i in range(min(L, full))]
     if rule == "first":
-        members = [members[0] + tail] + members[1:] if members else [tail]
+        members = [members[0] + tail, *members[1:]] if members else [tail]
     lanes = [_lane_order(m, spec) for m in members]
     node: Tree | None = None
     if lanes:
@@ -1042,20 +1042,6 @@ def probe_gemm(
         if reproduced != tried_n:
             failed = "confirmation"
 
-    # 7b. long reductions: K-blocking past max_k
-    if long_k is not None and found is not None and failed is None and hit is None:
-        longer, ok_long, txt, r_long, t_long = _long_k(
-            lab, fin, fout, found, long_k, with_c, scale_txt if sizes is not None else "",
-            rng, cases,
-        )  # fmt: skip
-        evidence["long K"] = txt
-        reproduced, tried_n = reproduced + r_long, tried_n + t_long
-        if ok_long:
-            found = chosen = longer
-        else:
-            failed = "confirmation"
-            chosen = longer
-
     # 8. the named models, when the structural search found nothing
     if wide and failed is None:
         failed = "named models"
@@ -1084,6 +1070,20 @@ def probe_gemm(
             chosen = catalogue[-max(scores)[1]][1]
     if chosen is not None and tried_n == 0:
         reproduced, tried_n = _confirm(lab, chosen, rng, fin, fout, max_k, cases)
+
+    # 7b. long reductions: K-blocking past max_k
+    if long_k is not None and found is not None and failed is None:
+        longer, ok_long, txt, r_long, t_long = _long_k(
+            lab, fin, fout, found, long_k, with_c, scale_txt if sizes is not None else "",
+            rng, cases,
+        )  # fmt: skip
+        evidence["long K"] = txt
+        reproduced, tried_n = reproduced + r_long, tried_n + t_long
+        if ok_long:
+            found = chosen = longer
+        else:
+            failed = "confirmation"
+            chosen = longer
 
     if not _same(first, box(a0, b0, c0)).all():
         raise ValueError(
@@ -1333,7 +1333,9 @@ def _restrict(tree: Tree, keep: int) -> Tree | None:
     return prune_tree(tree, keep)
 
 
-def _lane_specs(measured: Tree | None, sizes: np.ndarray, k: int, with_c: bool) -> list[dict[str, Any]]:
+def _lane_specs(
+    measured: Tree | None, sizes: np.ndarray, k: int, with_c: bool
+) -> list[dict[str, Any]]:
     """Spec 3d structures (lanes, their combination tree, the tail, split-K) whose pair counts
     are the measured ones. The lane count is read off the tree: with lanes, the first product
     meets first the product one lane-width later (``sizes[0, L] == 2``); the lanes' tree is
@@ -1568,7 +1570,9 @@ def _long_k(
     got = re.search(r"M = 2\*\*(-?\d+), unit = (-?)2\*\*(-?\d+)", scale_txt)
     txt = ""
     model = acc
-    if got is not None and acc.order in ("sequential", "pairwise", "blocked"):
+    if long_k + 1 > 2**fout.precision:  # the count of units must come back exactly
+        txt = f"K-blocking not measured: counts up to K = {long_k} are not exact in {fout} output"
+    elif got is not None and acc.order in ("sequential", "pairwise", "blocked"):
         big = 2.0 ** int(got.group(1))
         unit = (-1.0 if got.group(2) else 1.0) * 2.0 ** int(got.group(3))
         n = long_k + (1 if with_c else 0)
@@ -1604,6 +1608,13 @@ def _long_k(
                         {"split_k": j0, "split_combine": how}
                         for how in ("sequential", "halving", "pairwise")
                     ] + [{"split_k": j0, "split_combine": "sequential", "split_balance": 1}]
+                    # a halving or pairwise split departs before its block length: try them all
+                    tries += [
+                        {"split_k": 2**e, "split_combine": how}
+                        for e in range(3, 13)
+                        if 2**e < long_k
+                        for how in ("halving", "pairwise", "sequential")
+                    ]
                     for extra in tries:
                         trial = {**spec, **extra}
                         try:

@@ -71,7 +71,9 @@ def named_tree(kind: Any, items: list[Any]) -> Any:
     assert kind == "halving"
     while len(items) > 1:
         h = (len(items) + 1) // 2
-        items = [("add", [items[i], items[i + h]]) if i + h < len(items) else items[i] for i in range(h)]
+        items = [
+            ("add", [items[i], items[i + h]]) if i + h < len(items) else items[i] for i in range(h)
+        ]
     return items[0]
 
 
@@ -86,14 +88,16 @@ def lane_value(ks: list[int], kw: dict[str, Any]) -> Any:
     members = [[("leaf", ks[i]) for i in range(lane, full, L)] for lane in range(min(L, full))]
     if rule == "first":
         members = [members[0] + tail] if members else [tail]
-        members += [[("leaf", ks[i]) for i in range(lane, full, L)] for lane in range(1, min(L, full))]
-    lanes = [chain([("zero", [])] + m) for m in members]
+        members += [
+            [("leaf", ks[i]) for i in range(lane, full, L)] for lane in range(1, min(L, full))
+        ]
+    lanes = [chain([("zero", []), *m]) for m in members]
     node = named_tree(kw.get("lane_combine", "sequential"), lanes) if lanes else ("zero", [])
     if rule == "first":
         return node
     if rule == "separate":
-        return chain([node, chain([("zero", [])] + tail)]) if tail else node
-    return chain([node] + tail)
+        return chain([node, chain([("zero", []), *tail])]) if tail else node
+    return chain([node, *tail])
 
 
 def model_tree(k: int, kw: dict[str, Any], with_c: bool) -> Any:
@@ -106,12 +110,18 @@ def model_tree(k: int, kw: dict[str, Any], with_c: bool) -> Any:
     if S is not None and how == "sequential":
         parts, left, u = [], k, kw.get("split_balance")
         while left:  # OpenBLAS's level-3 K-blocking as measured: a rest under 2S halved, rounded up
-            step = S if u is None or left >= 2 * S else left if left <= S else (((left + 1) // 2 + u - 1) // u) * u
+            step = (
+                S
+                if u is None or left >= 2 * S
+                else left
+                if left <= S
+                else (((left + 1) // 2 + u - 1) // u) * u
+            )
             step = min(step, left)
             parts.append(lane_value(ks[k - left : k - left + step], kw))
             left -= step
         return chain(c + parts)
-    return chain(c[:1] + [body(ks, kw, S, how)]) if with_c else body(ks, kw, S, how)
+    return chain([*c[:1], body(ks, kw, S, how)]) if with_c else body(ks, kw, S, how)
 
 
 def body(ks: list[int], kw: dict[str, Any], S: int | None, how: str) -> Any:
@@ -143,7 +153,9 @@ def evaluate(node: Any, ps: list[Fraction], fmt: pl.FloatFormat, mode: str) -> F
     return out
 
 
-def oracle(a: np.ndarray, b: np.ndarray, c: np.ndarray | None, kw: dict[str, Any], fmt: str, mode: str) -> np.ndarray:
+def oracle(
+    a: np.ndarray, b: np.ndarray, c: np.ndarray | None, kw: dict[str, Any], fmt: str, mode: str
+) -> np.ndarray:
     f = pl.get_format(fmt)
     m, k = a.shape
     n = b.shape[1]
@@ -167,27 +179,48 @@ MODELS = [
     if False
     else {"lanes": 8, "lane_combine": (((0, 4), (1, 5)), ((2, 6), (3, 7))), "lane_tail": "after"},
     {"lanes": 16, "lane_combine": "pairwise", "small_k": 32},
-    {"lanes": 8, "lane_combine": "pairwise", "lane_tail": "after", "split_k": 16, "split_combine": "halving"},
+    {
+        "lanes": 8,
+        "lane_combine": "pairwise",
+        "lane_tail": "after",
+        "split_k": 16,
+        "split_combine": "halving",
+    },
     {"lanes": 4, "split_k": 8},
     {"lanes": 4, "lane_tail": "first"},
     {"split_k": 8, "split_balance": 2},
     {"lanes": 2, "split_k": 5, "split_balance": 1},
-    {"lanes": 8, "lane_combine": (((0, 4), (1, 5)), ((2, 6), (3, 7))), "lane_tail": "separate", "lane_unroll": 32},
-    {"lanes": 2, "lane_tail": "after", "lane_unroll": 6, "split_k": 16, "split_combine": "pairwise"},
+    {
+        "lanes": 8,
+        "lane_combine": (((0, 4), (1, 5)), ((2, 6), (3, 7))),
+        "lane_tail": "separate",
+        "lane_unroll": 32,
+    },
+    {
+        "lanes": 2,
+        "lane_tail": "after",
+        "lane_unroll": 6,
+        "split_k": 16,
+        "split_combine": "pairwise",
+    },
     {"split_k": 5, "split_combine": "pairwise"},
     {"lanes": 3, "lane_combine": "halving", "split_k": 7, "split_combine": "sequential"},
 ]
 
 
 @pytest.mark.parametrize("kw", MODELS, ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))
-@pytest.mark.parametrize(("fmt", "mode"), [("fp32", "nearest_even"), ("bf16", "toward_zero"), ("fp16", "down")])
+@pytest.mark.parametrize(
+    ("fmt", "mode"), [("fp32", "nearest_even"), ("bf16", "toward_zero"), ("fp16", "down")]
+)
 def test_lanes_and_splits_match_the_exact_oracle(kw: dict[str, Any], fmt: str, mode: str) -> None:
     acc = pl.Accumulator(fmt, rounding=mode, **kw)
     for k in (1, 3, 8, 13, 40):
         a = np.round(RNG.standard_normal((2, k)) * 64) / 64 * 2.0 ** RNG.integers(-6, 7, (2, k))
         b = np.round(RNG.standard_normal((k, 3)) * 64) / 64
         c = np.round(RNG.standard_normal((2, 3)) * 8) / 8 if k % 2 else None
-        got = pl.gemm(a, b, c, input_format="fp32", accumulator=acc, out_format=fmt, backend="numpy")
+        got = pl.gemm(
+            a, b, c, input_format="fp32", accumulator=acc, out_format=fmt, backend="numpy"
+        )
         want = oracle(a, b, c, kw, fmt, mode)
         np.testing.assert_array_equal(np.asarray(got, np.float64), want, err_msg=f"K={k}")
 
@@ -205,7 +238,9 @@ def test_lanes_change_the_result_and_float32_lanes_are_float32_arithmetic() -> N
         lanes[t % 4] += a[:, t : t + 1] * b[t : t + 1, :]
     want = ((lanes[0] + lanes[1]) + lanes[2]) + lanes[3]
     np.testing.assert_array_equal(got, want)
-    seq = pl.gemm(a, b, input_format="fp32", accumulator=pl.Accumulator("fp32", product_format="fp32"))
+    seq = pl.gemm(
+        a, b, input_format="fp32", accumulator=pl.Accumulator("fp32", product_format="fp32")
+    )
     assert (seq != got).any()
 
 
@@ -226,7 +261,10 @@ def test_numpy_pairwise_sum_as_a_model() -> None:
             while i < n - n % 8:
                 r = [np.float32(r[j] + x[i + j]) for j in range(8)]
                 i += 8
-            res = np.float32(np.float32(np.float32(r[0] + r[1]) + np.float32(r[2] + r[3])) + np.float32(np.float32(r[4] + r[5]) + np.float32(r[6] + r[7])))
+            res = np.float32(
+                np.float32(np.float32(r[0] + r[1]) + np.float32(r[2] + r[3]))
+                + np.float32(np.float32(r[4] + r[5]) + np.float32(r[6] + r[7]))
+            )
             for v in x[i:]:
                 res = np.float32(res + v)
             return res
@@ -234,7 +272,14 @@ def test_numpy_pairwise_sum_as_a_model() -> None:
         h -= h % 8
         return np.float32(pairwise_sum(x[:h]) + pairwise_sum(x[h:]))
 
-    acc = pl.Accumulator("fp32", lanes=8, lane_combine="pairwise", lane_tail="after", split_k=128, split_combine="halving")
+    acc = pl.Accumulator(
+        "fp32",
+        lanes=8,
+        lane_combine="pairwise",
+        lane_tail="after",
+        split_k=128,
+        split_combine="halving",
+    )
     for k in (5, 8, 23, 128, 129, 300, 1000):
         x = (RNG.standard_normal(k) * 2.0 ** RNG.integers(-8, 9, k)).astype(np.float32)
         got = pl.gemm(x[None, :], np.ones((k, 1), np.float32), input_format="fp32", accumulator=acc)
@@ -255,7 +300,10 @@ def test_numpy_pairwise_sum_as_a_model() -> None:
         ({"split_k": 8, "split_combine": "tree"}, "split_combine must be one of"),
         ({"small_k": 8}, "small_k needs lanes"),
         ({"split_k": 8, "split_combine": "pairwise", "split_balance": 2}, "split_balance needs"),
-        ({"lanes": 4, "order": "block_fma", "block": 4, "align_bits": 24}, "lanes and split_k need order"),
+        (
+            {"lanes": 4, "order": "block_fma", "block": 4, "align_bits": 24},
+            "lanes and split_k need order",
+        ),
         ({"lanes": 4, "rounding": "stochastic"}, "deterministic rounding modes only"),
     ],
 )
@@ -273,4 +321,6 @@ def test_lists_become_tuples_and_other_backends_decline() -> None:
     b = RNG.standard_normal((9, 2))
     for backend in ("auto", "native"):  # the native backend hands the model to numpy
         got = pl.gemm(a, b, input_format="fp32", accumulator=acc, backend=backend)
-        np.testing.assert_array_equal(got, pl.gemm(a, b, input_format="fp32", accumulator=acc, backend="numpy"))
+        np.testing.assert_array_equal(
+            got, pl.gemm(a, b, input_format="fp32", accumulator=acc, backend="numpy")
+        )

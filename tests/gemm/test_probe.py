@@ -292,9 +292,7 @@ def test_numpy_pairwise_sum_is_recovered_as_eight_lanes():
     # from 8 terms on it keeps 8 interleaved partial sums, combined pairwise, the remainder
     # added after them (spec 3d: lanes), which the probe reads off the tree
     res = probe(numpy_sum, input_format="fp32", max_k=20)
-    want_acc = A(
-        "fp32", product_format="fp32", lanes=8, lane_combine="pairwise", lane_tail="after"
-    )
+    want_acc = A("fp32", product_format="fp32", lanes=8, lane_combine="pairwise", lane_tail="after")
     assert res.accumulator == want_acc, str(res)
     want = _lca_sizes(numpy_pairwise_tree(20), 20)
     assert res.tree == _render(_tree_from_sizes(want), 20)
