@@ -1654,6 +1654,12 @@ def _long_min(long_k: int) -> int:
 
 def _positions(spec: dict[str, Any], k: int) -> tuple[list[int], list[int] | None]:
     """Positions for 'x, y in one step, z in a later step' and for 'x, y, z in one fused step'."""
+    if any(f in spec for f in _LANE_FIELDS) and k >= 3:
+        # lanes: y the product that meets the first one first, z one that meets them later
+        row = _lca_row0(_family_tree(spec, k, False), k)
+        y = min(range(1, k), key=lambda j: (row[j], j))
+        later = [j for j in range(1, k) if row[j] > row[y]]
+        return ([0, y, later[0]] if later else [0, 1, 2]), None
     if spec["order"] != "block_fma":
         return [0, 1, 2], None
     blk = spec["block"]

@@ -718,11 +718,11 @@ class _Model:
         if S is None:
             T = self._lanes(ch, k0, k1)
         elif acc.split_combine == "sequential":
-            t = s0
+            t: np.ndarray | None = None
             j0 = k0
             for step in split_chunks(k1 - k0, S, acc.split_balance):
                 v = self._lanes(ch, j0, j0 + step)
-                t = v if t is None else self._add(t, v, r, 0, exact_hint=False)
+                t = self._plus(s0, v) if t is None else self._add(t, v, r, 0, exact_hint=False)
                 j0 += step
             assert t is not None
             return t
@@ -731,7 +731,15 @@ class _Model:
             T = self._tree(combine_tree("pairwise", len(parts)), parts)
         else:
             T = self._halving(ch, k0, k1)
-        return T if s0 is None else self._add(s0, T, r, 0, exact_hint=False)
+        return self._plus(s0, T)
+
+    def _plus(self, s0: np.ndarray | None, T: np.ndarray) -> np.ndarray:
+        """``s0 + T`` (spec 3d), where ``s0`` is not +0: a BLAS kernel with beta = 0 stores
+        its sum, it does not add it to a zero (a -0 sum stays -0)."""
+        if s0 is None:
+            return T
+        out = self._add(s0, T, self.r_acc, 0, exact_hint=False)
+        return np.where((s0 == 0) & ~np.signbit(s0), T, out)
 
     def _halving(self, ch: _Chunk, k0: int, k1: int) -> np.ndarray:
         """numpy's ``pairwise_sum``: halves cut at a multiple of the lanes (spec 3d)."""

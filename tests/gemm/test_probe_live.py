@@ -116,6 +116,10 @@ class Box:
     shape: tuple[int, int]
     max_k: int
     long_k: int
+    #: False where the family is known to lack this library's order on some CPUs (torch.sum:
+    #: the tail summed apart and added to lane 0 before the lanes are combined, and another
+    #: kernel when the tail is a whole vector): then an "outside" verdict must be honest
+    must_reproduce: bool = True
 
 
 BOXES = [
@@ -126,7 +130,7 @@ BOXES = [
     Box("torch fp32 matmul 8x8", lambda: torch_matmul("float32"), "fp32", None, (8, 8), 24, 600),
     Box("torch bf16 mm 8x8", lambda: torch_matmul("bfloat16"), "bf16", "bf16", (8, 8), 24, 1337),
     Box("torch fp16 matmul 8x8", lambda: torch_matmul("float16"), "fp16", "fp16", (8, 8), 24, 600),
-    Box("torch float32 torch.sum", lambda: torch_sum, "fp32", None, (8, 8), 40, 1000),
+    Box("torch float32 torch.sum", lambda: torch_sum, "fp32", None, (8, 8), 40, 1000, False),
 ]  # fmt: skip
 
 
@@ -171,6 +175,14 @@ def test_the_recovered_model_reproduces_the_library_on_fresh_shapes(box: Box) ->
         cases=128,
     )
     where = f"[{box.name} on {machine()}]"
+    if not box.must_reproduce and res.outcome != "reproduced":
+        # an honest "no": the property is named, and the closest model does miss fresh cases
+        assert res.accumulator is None and res.failed is not None, f"{where}\n{res}"
+        assert res.closest is not None, f"{where}\n{res}"
+        same, total, _ = fresh(box, fn, res.closest, (5, 12, 20, 33, 40, 100))
+        print(f"{where}: outside ({res.failed}); closest {res.closest.describe()}: {same}/{total}")
+        assert same < total, f"{where}: the closest model reproduces every fresh case\n{res}"
+        return
     assert res.outcome == "reproduced", f"{where}\n{res}"
     acc = res.accumulator
     assert acc is not None
