@@ -39,7 +39,7 @@ def fresh_same(fn, acc: pl.Accumulator, ks, fin: str = "fp32") -> bool:
         A("fp32", lanes=8, lane_combine="pairwise", lane_tail="after", product_format="fp32"),
         A("fp32", lanes=8, lane_combine="halving"),
         A("fp32", lanes=4, lane_combine=((0, 2), (1, 3)), lane_tail="separate", lane_unroll=8),
-        A("fp32", lanes=16, lane_combine="pairwise", small_k=32),  # numpy 8x8 as measured
+        A("fp32", lanes=4, lane_combine="pairwise", small_k=12),  # numpy 8x8's kind (16, 32)
         A("fp32", lanes=2, order="blocked", block=2),
     ],
     ids=lambda acc: acc.describe()[:60],
@@ -47,14 +47,14 @@ def fresh_same(fn, acc: pl.Accumulator, ks, fin: str = "fp32") -> bool:
 def test_hidden_lane_models_are_recovered(acc: pl.Accumulator) -> None:
     fn = hidden(acc)
     with use_workers(1):
-        res = pl.probe_gemm(fn, input_format="fp32", max_k=40, cases=256)
+        res = pl.probe_gemm(fn, input_format="fp32", max_k=20, cases=128)
     assert res.outcome == "reproduced", str(res)
     assert res.accumulator is not None and res.confidence == 1.0
     assert f"{acc.lanes} interleaved lanes" in res.evidence["tree"]
     if acc.small_k is not None:
         assert res.accumulator.small_k == acc.small_k, str(res)
         assert "the kernel changes with K" in res.evidence["kernels"]
-    assert fresh_same(fn, res.accumulator, (1, 3, 17, 33, 40, 41, 97))
+    assert fresh_same(fn, res.accumulator, (1, 3, 11, 12, 17, 33, 41, 97))
 
 
 def test_long_k_finds_openblas_k_blocking() -> None:
