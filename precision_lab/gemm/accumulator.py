@@ -206,10 +206,11 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
      added left to right. Empty lanes (``n < L``) take no part (the tree is pruned). A range
      of ``n < small_k`` products, or without lanes, is reduced by :attr:`order` from 0.
    * Without split, the segment's value is ``s0 + V`` (``V`` without ``s0``).
-   * ``s0 + x`` above is ``x`` itself where ``s0`` is ``+0`` (no c, or a ``+0`` c): a BLAS
-     kernel with ``beta = 0`` stores its sum rather than adding it to a zero, so a ``-0`` sum
-     stays ``-0`` (measured: numpy 2.4.6 float32 64x64 K-blocks; numpy's ``np.sum`` starts
-     from ``-0``).
+   * ``s0`` is the rounded ``c``, or ``+0`` without ``c`` (spec 1), and is always added: a
+     sum whose every product underflows to ``-0`` gives ``+0`` here. Libraries differ there
+     (measured with all products ``-1e-60``: numpy 2.4.6 float32 64x64 gives ``-0`` at K = 40
+     and ``+0`` at K = 1000, torch 2.13 bf16 gives ``-0``); the probe's special inputs do not
+     hold that case.
 
    Numpy reference only (the native and CuPy backends decline these models:
    :func:`reference_only`).

@@ -734,12 +734,10 @@ class _Model:
         return self._plus(s0, T)
 
     def _plus(self, s0: np.ndarray | None, T: np.ndarray) -> np.ndarray:
-        """``s0 + T`` (spec 3d), where ``s0`` is not +0: a BLAS kernel with beta = 0 stores
-        its sum, it does not add it to a zero (a -0 sum stays -0)."""
+        """``s0 + T`` (spec 3d; ``T`` without ``s0``)."""
         if s0 is None:
             return T
-        out = self._add(s0, T, self.r_acc, 0, exact_hint=False)
-        return np.where((s0 == 0) & ~np.signbit(s0), T, out)
+        return self._add(s0, T, self.r_acc, 0, exact_hint=False)
 
     def _halving(self, ch: _Chunk, k0: int, k1: int) -> np.ndarray:
         """numpy's ``pairwise_sum``: halves cut at a multiple of the lanes (spec 3d)."""
