@@ -1583,14 +1583,14 @@ def _long_k(
                 av = np.full(long_k, ua[0])
                 bv = np.full(long_k, ua[1])
                 av[0], bv[0] = ma
-                c = 0.0
+                cv = 0.0
                 if j < long_k:
                     av[j], bv[j] = na
                 else:
-                    c = -big
+                    cv = -big
                 if with_c and j < long_k:
-                    c = unit
-                cases_l.append((av, bv, c))
+                    cv = unit
+                cases_l.append((av, bv, cv))
             q = lab.run_cases("long K", cases_l, long_k) / unit
             if np.all(np.isfinite(q)) and np.all(q == np.round(q)):
                 row = n - np.round(q).astype(np.int64)
