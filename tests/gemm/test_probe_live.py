@@ -186,7 +186,7 @@ def test_the_recovered_model_reproduces_the_library_on_fresh_shapes(box: Box) ->
     assert res.outcome == "reproduced", f"{where}\n{res}"
     acc = res.accumulator
     assert acc is not None
-    # K up to 4096 where M * N is small; up to 1337 at 64 x 64 (seconds, not minutes)
+    # K up to 4096 where M * N is small; up to 1337 beyond (seconds, not minutes)
     kmax = 4096 if box.shape[0] * box.shape[1] <= 64 else 1337
     ks = tuple(k for k in FRESH_K if k <= kmax)
     same, total, misses = fresh(box, fn, acc, ks)
