@@ -14,7 +14,7 @@
     precision-lab conform --peer torch                 where a third-party decoder/cast departs
     precision-lab verify FORMAT ...                    exhaustive check against an oracle (Dask)
     precision-lab grid SPEC ...                        an experiment grid (Dask)
-    precision-lab probe LIBRARY ...                    the accumulation model of a matmul
+    precision-lab probe LIBRARY ...                    the accumulation model of a matmul (or sum)
 
 ``formats`` prints :func:`precision_lab.formats_table` (``--json``:
 :func:`precision_lab.format_rows`).
@@ -1078,14 +1078,39 @@ def add_probe_command(sub: Any) -> None:
         metavar=("M", "N"),
         help="M and N of every call (default 8 8)",
     )
+    p.add_argument(
+        "--long-k",
+        type=int,
+        default=None,
+        metavar="K",
+        help="also check a long reduction of K products (K-blocking past --max-k; up to 8192)",
+    )
+    p.add_argument(
+        "--op",
+        choices=("matmul", "sum"),
+        default="matmul",
+        help="matmul (default), or sum: the elementwise products summed by the library's sum "
+        "over a contiguous axis (np.sum, torch.sum)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_probe)
 
 
-def _library_matmul(library: str, input_format: str) -> tuple[Any, str | None]:
-    """``fn(a, b)`` calling LIBRARY's matmul on numpy inputs, and the output format to probe."""
+def _library_matmul(library: str, input_format: str, op: str = "matmul") -> tuple[Any, str | None]:
+    """``fn(a, b)`` calling LIBRARY's matmul (or, with ``op="sum"``, its sum of the
+    elementwise products over a contiguous axis) on numpy inputs, and the output format to
+    probe."""
     fmt = str(get_format(input_format))
+    if op == "sum" and library == "cupy":
+        raise ValueError("--op sum: probe numpy or torch")
     if library == "numpy":
+        if op == "sum":
+
+            def np_sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+                p = a[:, None, :] * np.ascontiguousarray(b.T)[None, :, :]
+                return np.sum(p, axis=-1)
+
+            return np_sum, None
         return (lambda a, b: np.matmul(a, b)), None
     if library == "torch":
         if fmt not in ("fp64", "fp32", "fp16", "bf16"):  # refused before any work
@@ -1099,8 +1124,13 @@ def _library_matmul(library: str, input_format: str) -> tuple[Any, str | None]:
             if fmt == "bf16":
                 ta = torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16)
                 tb = torch.from_numpy(b.astype(np.float32)).to(torch.bfloat16)
-                return torch.matmul(ta, tb).float().numpy()
-            return torch.matmul(torch.from_numpy(a), torch.from_numpy(b)).numpy()
+            else:
+                ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+            if op == "sum":
+                out = torch.sum(ta[:, None, :] * tb.T.contiguous()[None, :, :], dim=-1)
+            else:
+                out = torch.matmul(ta, tb)
+            return out.float().numpy() if fmt == "bf16" else out.numpy()
 
         return torch_mm, ("bf16" if fmt == "bf16" else None)
     import cupy
@@ -1114,7 +1144,7 @@ def _library_matmul(library: str, input_format: str) -> tuple[Any, str | None]:
 def cmd_probe(args: argparse.Namespace) -> int:
     from .gemm.probe import probe_gemm
 
-    fn, out_format = _library_matmul(args.library, args.input_format)
+    fn, out_format = _library_matmul(args.library, args.input_format, args.op)
     try:
         res = probe_gemm(
             fn,
@@ -1124,6 +1154,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
             seed=args.seed,
             cases=args.cases,
             shape=tuple(args.shape),
+            long_k=args.long_k,
         )
     except (RuntimeError, ArithmeticError) as err:  # the library's matmul raised, or the call
         # budget ran out: one line, never a traceback

@@ -191,6 +191,57 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
    rounds to ``2**-126`` on the subnormal grid and to ``2**-126 - 2**-150`` with an unbounded
    exponent). Deterministic modes only.
 
+3e. Lanes and split-K (CPU SIMD libraries: OpenBLAS, oneDNN, numpy's reductions). With
+   :attr:`lanes` ``= L`` or :attr:`split_k` ``= S`` (orders ``sequential``, ``pairwise`` and
+   ``blocked``; deterministic rounding modes; every value below is in ``acc`` and every
+   addition ``x + y`` is ``round(x + y, acc, mode)``), a segment of ``n`` products (relative
+   index ``i``, starting value ``s0``) is reduced as follows.
+
+   * Split (``split_k = S``): ``split_combine="sequential"``: the chunks ``[jS, (j+1)S)`` are
+     each reduced by the lane rule below to ``V_j``, and ``t = s0`` (or ``V_0`` without
+     ``s0``) takes ``t = t + V_j`` in order (a BLAS K-blocking loop that adds each K-block
+     into C). With :attr:`split_balance` ``= u`` the chunks are OpenBLAS's level-3 driver's:
+     of the ``r`` products left, a chunk takes ``S`` when ``r >= 2S``, ``ceil(ceil(r / 2) /
+     u) * u`` when ``S < r < 2S``, else ``r`` (:func:`split_chunks`; measured: numpy 2.4.6's
+     OpenBLAS, float32 64x64, ``K = 1337`` gives blocks of 448, 445, 444: ``u = 1``).
+     ``"pairwise"``: the chunk values are combined by the pairwise tree below, then
+     ``s0 + T``. ``"halving"``: a range of ``n > S`` products is cut at ``h = n // 2 - (n // 2)
+     % L`` (``L = 1`` without lanes) into ``[0, h)`` and ``[h, n)``, each reduced the same
+     way, and the two values added; a range of at most ``S`` is reduced by the lane rule
+     (numpy's ``pairwise_sum``: ``S = 128``, ``L = 8``); then ``s0 + T``.
+   * Lanes (``lanes = L``) of a range of ``n`` products, ``n >= small_k`` (default: always):
+     with ``lane_tail="lanes"`` product ``i`` goes to lane ``i mod L``. Otherwise the main
+     loop takes the first ``f = n - n mod U`` products (``U`` = :attr:`lane_unroll`, default
+     ``L``; a multiple of ``L``), product ``i < f`` in lane ``i mod L``, and the tail ``i >=
+     f``: ``"after"``: added one by one, in order, to the combined value (numpy's
+     ``pairwise_sum``: ``res += a[i]``); ``"first"``: added one by one to lane 0 after its own
+     products, before the lanes are combined (torch's CPU bf16 GEMM); ``"separate"``: summed
+     in order in an accumulator of its own from 0, whose value is added to the combined value
+     (OpenBLAS ``sdot``: ``U = 32``). Each non-empty lane is reduced by
+     :attr:`order` starting from 0 (one accumulator per SIMD lane; exact products: an FMA per
+     lane, ``product_format``: a separate multiply and add). The lane values are combined by
+     :attr:`lane_combine`: ``"sequential"`` ``((l0 + l1) + l2) + ...``, ``"pairwise"``
+     (adjacent pairs level by level, an odd one carried: ``(l0 + l1) + (l2 + l3)``),
+     ``"halving"`` (SIMD horizontal reduction: with ``h = ceil(m / 2)`` of the ``m`` values
+     left, ``x_i = x_i + x_{i+h}`` for ``i < m - h``, until one is left) or an explicit tree:
+     nested tuples of the lane numbers ``0 .. L-1``, each exactly once, a tuple's children
+     added left to right. Empty lanes (``n < L``) take no part (the tree is pruned). A range
+     of ``n < small_k`` products, or without lanes, is reduced by :attr:`order` from 0.
+   * Without split, the segment's value is ``s0 + V`` (``V`` without ``s0``).
+   * ``s0`` is the rounded ``c``, or ``+0`` without ``c`` (spec 1), and is always added: a
+     sum whose every product underflows to ``-0`` gives ``+0`` here. Libraries differ there
+     (measured with all products ``-1e-60``: numpy 2.4.6 float32 64x64 gives ``-0`` at K = 40
+     and ``+0`` at K = 1000, torch 2.13 bf16 gives ``-0``); the probe's special inputs do not
+     hold that case.
+
+   Numpy reference only (the native and CuPy backends decline these models:
+   :func:`reference_only`).
+
+3f. A single product (:attr:`k1_product`, any order): with ``K = 1`` and a ``+0`` (or no)
+   ``c``, the result is ``round(p_0, acc, mode)``, the product itself, not ``0 + p_0`` (a
+   ``-0`` product stays ``-0``): libraries that take ``K = 1`` as an outer product (measured:
+   torch 2.13 CPU float32 matmul). Numpy reference only.
+
 4. Output: ``d = round(W, out_format, out_rounding)``. Signs of zero (:attr:`zero_sign`):
 
    * ``"ieee"`` (default): IEEE 754-2019 section 6.3 for every addition: an exact zero sum
@@ -294,15 +345,21 @@ __all__ = [
     "ACC_OVERFLOW_MODES",
     "ADDENDS",
     "INPUT_SUBNORMAL_MODES",
+    "LANE_COMBINES",
+    "LANE_TAILS",
     "NAN_ENCODINGS",
     "ORDERS",
     "PAIR_ORDERS",
     "SCALE_PLACEMENTS",
+    "SPLIT_COMBINES",
     "TININESS_RULES",
     "ZERO_EXPONENT",
     "ZERO_SIGNS",
     "Accumulator",
+    "combine_tree",
+    "halving_cut",
     "reference_only",
+    "split_chunks",
 ]
 
 #: summation orders of :class:`Accumulator`
@@ -315,6 +372,12 @@ ORDERS = (
     "compensated",
     "exact_block",
 )
+#: named trees of :attr:`Accumulator.lane_combine` (spec 3e; an explicit tuple tree is allowed too)
+LANE_COMBINES = ("sequential", "pairwise", "halving")
+#: where the products past the last full row of lanes go (spec 3e)
+LANE_TAILS = ("lanes", "after", "first", "separate")
+#: how the K-chunks of :attr:`Accumulator.split_k` are combined (spec 3e)
+SPLIT_COMBINES = ("sequential", "pairwise", "halving")
 #: where a block-FMA unit adds the running accumulator
 ADDENDS = ("in_block", "after_block", "separate")
 #: where scales of block-quantized operands enter (see the spec, 3b)
@@ -338,6 +401,120 @@ ZERO_EXPONENT = -126
 
 _FP32 = get_format("fp32")
 _FP64 = get_format("fp64")
+
+#: a combination tree: a lane (or chunk) number, or a tuple of subtrees added left to right
+Tree = Any
+
+
+def combine_tree(kind: Any, n: int) -> Tree:
+    """The tree that combines ``n`` values ``0 .. n-1`` (spec 3e): ``"sequential"``,
+    ``"pairwise"``, ``"halving"``, or an explicit tree (returned as it is).
+
+    >>> combine_tree("sequential", 4), combine_tree("pairwise", 5)
+    ((((0, 1), 2), 3), (((0, 1), (2, 3)), 4))
+    >>> combine_tree("halving", 8)
+    (((0, 4), (2, 6)), ((1, 5), (3, 7)))
+    """
+    if not isinstance(kind, str):
+        return kind
+    if n < 1:
+        raise ValueError(f"n must be a positive int, got {n}")
+    items: list[Tree] = list(range(n))
+    if kind == "sequential":
+        node = items[0]
+        for it in items[1:]:
+            node = (node, it)
+        return node
+    if kind == "pairwise":
+        while len(items) > 1:
+            nxt = [(items[i], items[i + 1]) for i in range(0, len(items) - 1, 2)]
+            if len(items) % 2:
+                nxt.append(items[-1])
+            items = nxt
+        return items[0]
+    if kind == "halving":
+        while len(items) > 1:
+            h = (len(items) + 1) // 2
+            items = [(items[i], items[i + h]) if i + h < len(items) else items[i] for i in range(h)]
+        return items[0]
+    raise ValueError(
+        f"combine: must be one of {', '.join(LANE_COMBINES)} or a tuple tree, got {kind!r}"
+    )
+
+
+def prune_tree(tree: Tree, keep: int) -> Tree | None:
+    """``tree`` without the leaves ``>= keep`` (one-child nodes collapsed); None when empty.
+
+    >>> prune_tree(((0, 1), (2, 3)), 3)
+    ((0, 1), 2)
+    """
+    if not isinstance(tree, tuple):
+        return tree if tree < keep else None
+    kids = [k for k in (prune_tree(ch, keep) for ch in tree) if k is not None]
+    if not kids:
+        return None
+    return kids[0] if len(kids) == 1 else tuple(kids)
+
+
+def split_chunks(n: int, size: int, balance: int | None = None) -> list[int]:
+    """Lengths of the K-chunks of spec 3e's sequential split of ``n`` products.
+
+    >>> split_chunks(10, 4), split_chunks(1000, 448, 4)
+    ([4, 4, 2], [448, 276, 276])
+    """
+    out: list[int] = []
+    left = n
+    while left > 0:
+        if balance is None or left >= 2 * size:
+            step = min(size, left)
+        elif left > size:
+            step = min(left, -(-((left + 1) // 2) // balance) * balance)
+        else:
+            step = left
+        out.append(step)
+        left -= step
+    return out
+
+
+def halving_cut(n: int, lanes: int | None) -> int:
+    """Where spec 3e's ``split_combine="halving"`` cuts a range of ``n`` products: ``n // 2``
+    rounded down to a multiple of ``lanes`` (numpy's ``pairwise_sum``).
+
+    >>> halving_cut(200, 8), halving_cut(129, 8)
+    (96, 64)
+    """
+    h = n // 2
+    return h - h % (lanes or 1)
+
+
+def _as_tuple_tree(tree: Any) -> Any:
+    """Lists in a tree (from JSON, say) as tuples, so that the Accumulator stays hashable."""
+    return tuple(_as_tuple_tree(t) for t in tree) if isinstance(tree, list | tuple) else tree
+
+
+def _check_tree(tree: Any, lanes: int) -> None:
+    """An explicit lane tree: nested tuples holding each lane 0 .. lanes-1 exactly once."""
+    seen: list[int] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, tuple):
+            if len(node) < 2:
+                raise ValueError(
+                    f"lane_combine: every tuple of the tree needs at least 2 children, got {node!r}"
+                )
+            for ch in node:
+                walk(ch)
+        elif isinstance(node, int) and not isinstance(node, bool):
+            seen.append(node)
+        else:
+            raise ValueError(f"lane_combine: tree leaves must be lane numbers (ints), got {node!r}")
+
+    walk(tree)
+    if sorted(seen) != list(range(lanes)):
+        raise ValueError(
+            f"lane_combine: the tree must hold each lane 0..{lanes - 1} exactly once, got "
+            f"{sorted(seen)}"
+        )
 
 
 def _float_format(value: Any, name: str) -> FloatFormat:
@@ -487,6 +664,38 @@ class Accumulator:
     seed, random_bits:
         Stochastic rounding: seed of the counter-based random words (``None``: 0, so results
         are reproducible by default) and the number of random bits (``None``: exact).
+    lanes:
+        Interleaved partial sums (SIMD lanes, spec 3e): product ``k`` of a range goes to lane
+        ``k mod lanes``, each lane its own accumulator reduced by :attr:`order`; ``None``: one.
+    lane_combine:
+        How the lane values are combined: ``"sequential"`` (``((l0 + l1) + l2) + l3``),
+        ``"pairwise"`` (``(l0 + l1) + (l2 + l3)``), ``"halving"`` (SIMD horizontal reduction,
+        ``l_i + l_{i+L/2}`` first) or an explicit tree of nested tuples of lane numbers.
+    lane_tail:
+        Where the products past the main loop (the last ``K mod lane_unroll``) go:
+        ``"lanes"`` (to their lanes, ``k mod lanes``), ``"after"`` (added one by one after the
+        lanes are combined: numpy), ``"first"`` (added one by one to lane 0 before the lanes
+        are combined: torch bf16) or ``"separate"`` (summed apart, then added: OpenBLAS sdot).
+    lane_unroll:
+        The main loop's step (a multiple of ``lanes``; ``None``: ``lanes``): the tail is the
+        last ``K mod lane_unroll`` products.
+    small_k:
+        Ranges of fewer products than this skip the lanes (a small-K kernel): reduced by
+        :attr:`order` alone; ``None``: lanes whatever the length.
+    split_k:
+        K-blocking: chunks of this many products, each reduced with the lanes, combined by
+        :attr:`split_combine` (``"halving"``: numpy's recursive halving down to ranges of at
+        most ``split_k``).
+    split_combine:
+        ``"sequential"`` (each chunk added into the running sum that starts at ``c``: BLAS
+        K-blocking), ``"pairwise"`` or ``"halving"`` (spec 3e).
+    split_balance:
+        ``split_combine="sequential"``: a remainder between ``split_k`` and twice it is cut in
+        two halves, rounded up to a multiple of this (OpenBLAS: ``GEMM_UNROLL_M``); ``None``:
+        chunks of ``split_k``.
+    k1_product:
+        ``K = 1`` without ``c`` gives the product itself, rounded once (a ``-0`` product stays
+        ``-0``; spec 3f): an outer-product path; ``False``: ``0 + p_0``.
     name:
         A label (not part of equality), e.g. the preset's name.
 
@@ -533,6 +742,15 @@ class Accumulator:
     c_format: str | FloatFormat | None = None
     zero_sign: str = "ieee"
     nan_encoding: str = "quiet"
+    lanes: int | None = None
+    lane_combine: str | tuple[Any, ...] = "sequential"
+    lane_tail: str = "lanes"
+    lane_unroll: int | None = None
+    small_k: int | None = None
+    split_k: int | None = None
+    split_combine: str = "sequential"
+    split_balance: int | None = None
+    k1_product: bool = False
     name: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -623,6 +841,7 @@ class Accumulator:
                     f"got {self.align_bits!r}"
                 )
         self._check_extensions()
+        self._check_lanes()
         put(self, "inner_block", _positive_int(self.inner_block, "inner_block"))
         put(self, "inner_interleave", _positive_int(self.inner_interleave, "inner_interleave"))
         if self.inner_block is not None:
@@ -756,6 +975,77 @@ class Accumulator:
                 f"block, got product_format={self.product_format!r}, rounding={self.rounding!r}"
             )
 
+    def _check_lanes(self) -> None:
+        """Checks of spec 3e's fields (lanes and split-K)."""
+        put = object.__setattr__
+        put(self, "lanes", _positive_int(self.lanes, "lanes"))
+        put(self, "small_k", _positive_int(self.small_k, "small_k"))
+        put(self, "split_k", _positive_int(self.split_k, "split_k"))
+        put(self, "split_balance", _positive_int(self.split_balance, "split_balance"))
+        if self.split_balance is not None and (
+            self.split_k is None or self.split_combine != "sequential"
+        ):
+            raise ValueError(
+                f"split_balance needs split_k and split_combine='sequential', got split_k="
+                f"{self.split_k}, split_combine={self.split_combine!r}"
+            )
+        if not isinstance(self.k1_product, bool):
+            raise ValueError(f"k1_product must be True or False, got {self.k1_product!r}")
+        put(self, "lane_unroll", _positive_int(self.lane_unroll, "lane_unroll"))
+        if self.lane_unroll is not None and (
+            self.lanes is None or self.lane_unroll % self.lanes or self.lane_tail == "lanes"
+        ):
+            raise ValueError(
+                f"lane_unroll must be a multiple of lanes={self.lanes} with lane_tail other than "
+                f"'lanes', got lane_unroll={self.lane_unroll}, lane_tail={self.lane_tail!r}"
+            )
+        if self.lane_tail not in LANE_TAILS:
+            raise ValueError(
+                f"lane_tail must be one of {', '.join(LANE_TAILS)}, got {self.lane_tail!r}"
+            )
+        if self.split_combine not in SPLIT_COMBINES:
+            raise ValueError(
+                f"split_combine must be one of {', '.join(SPLIT_COMBINES)}, got "
+                f"{self.split_combine!r}"
+            )
+        if isinstance(self.lane_combine, list):
+            put(self, "lane_combine", _as_tuple_tree(self.lane_combine))
+        if isinstance(self.lane_combine, str):
+            if self.lane_combine not in LANE_COMBINES:
+                raise ValueError(
+                    f"lane_combine must be one of {', '.join(LANE_COMBINES)} or a tuple tree of "
+                    f"lane numbers, got {self.lane_combine!r}"
+                )
+        elif self.lanes is None:
+            raise ValueError(
+                f"lane_combine: an explicit tree needs lanes, got lane_combine="
+                f"{self.lane_combine!r} with lanes=None"
+            )
+        else:
+            _check_tree(self.lane_combine, self.lanes)
+        if self.lanes is None and self.split_k is None:
+            if self.small_k is not None:
+                raise ValueError(f"small_k needs lanes, got small_k={self.small_k} with lanes=None")
+            return
+        if self.order not in ("sequential", "pairwise", "blocked"):
+            raise ValueError(
+                f"lanes and split_k need order 'sequential', 'pairwise' or 'blocked' (the order "
+                f"within a lane), got order={self.order!r}"
+            )
+        if self.stochastic:
+            raise ValueError(
+                "lanes and split_k model CPU SIMD libraries: deterministic rounding modes only, "
+                f"got rounding={self.rounding!r}, out_rounding={self.out_rounding!r}"
+            )
+
+    def fields_3d_default(self) -> bool:
+        """Whether spec 3e's structure is off (no lanes, no split-K).
+
+        >>> Accumulator().fields_3d_default(), Accumulator(lanes=4).fields_3d_default()
+        (True, False)
+        """
+        return self.lanes is None and self.split_k is None
+
     @property
     def stochastic(self) -> bool:
         """Whether any rounding of the model is stochastic (it then uses :attr:`seed`)."""
@@ -849,6 +1139,7 @@ class Accumulator:
             txt = "float32 BLAS matmul"
         else:
             txt = f"{self.order} sum in {fmt} ({self.rounding})"
+        txt += self._lanes_text()
         if self.scales == "in_block":
             txt += (
                 ", block scales applied to each product"
@@ -872,6 +1163,51 @@ class Accumulator:
             txt += f" [{self.name}]"
         return txt
 
+    def _lanes_text(self) -> str:
+        """Spec 3e's structure, as a part of :meth:`describe`.
+
+        >>> Accumulator(lanes=4)._lanes_text()
+        ' in each of 4 interleaved lanes (product k in lane k mod 4), lanes combined sequentially'
+        """
+        txt = ""
+        if self.lanes is not None:
+            comb = self.lane_combine
+            how = (
+                {
+                    "sequential": "sequentially",
+                    "pairwise": "pairwise",
+                    "halving": "by halving",
+                }[comb]
+                if isinstance(comb, str)
+                else f"as {comb}"
+            )
+            txt += (
+                f" in each of {self.lanes} interleaved lanes (product k in lane k mod "
+                f"{self.lanes}), lanes combined {how}"
+            )
+            u = self.lane_unroll or self.lanes
+            txt += {
+                "lanes": "",
+                "after": f", the last K mod {u} products added after them",
+                "first": f", the last K mod {u} products added to lane 0",
+                "separate": f", the last K mod {u} products summed apart and added after them",
+            }[self.lane_tail]
+            if self.small_k is not None:
+                txt += f", no lanes below K = {self.small_k}"
+        if self.split_k is not None:
+            bal = (
+                ""
+                if self.split_balance is None
+                else f" (a rest under {2 * self.split_k} halved, to multiples of "
+                f"{self.split_balance})"
+            )
+            txt += {
+                "sequential": f", K split into blocks of {self.split_k}{bal} added in turn",
+                "pairwise": f", K split into blocks of {self.split_k} combined pairwise",
+                "halving": f", K halved recursively down to {self.split_k} products",
+            }[self.split_combine]
+        return txt
+
     def _special_rules(self) -> str:
         """The non-default special-value rules, as a suffix of :meth:`describe`.
 
@@ -887,6 +1223,8 @@ class Accumulator:
             rules.append(f"zeros align with exponent {self.zero_exponent}")
         if self.zero_sign == "positive":
             rules.append("zero results are +0")
+        if self.k1_product:
+            rules.append("K = 1 gives the product itself")
         if self.nan_encoding == "nvidia":
             rules.append("NaN is 0x7fffffff")
         if self.subnormals == "flush":
@@ -900,9 +1238,10 @@ class Accumulator:
 def reference_only(acc: Accumulator) -> str | None:
     """Why the general kernels (CuPy's, the native per-element ones) do not compute ``acc``
     (None: every backend does): only Kahan summation (``order="compensated"``), a C type
-    apart from the output's (``c_format``) and the CPU instructions' rules of spec 3c/3d
+    apart from the output's (``c_format``), the CPU instructions' rules of spec 3c/3d
     (``input_subnormals="flush_signed"``, ``pair_order="odd_first"``,
-    ``tininess="after_rounding"``) are the numpy reference's alone. Every other
+    ``tininess="after_rounding"``) and CPU lanes and split-K (spec 3e: ``lanes``, ``split_k``;
+    3f: ``k1_product``) are the numpy reference's alone. Every other
     matrix-core model is the general kernels' (``pl_gemm.cuh``):
     block-scaled MMA (``scales="in_block"``, with or without groups), ``addend="separate"``,
     ``order="exact_block"``, ``input_subnormals="flush"`` (the inputs flushed first, then the
@@ -921,4 +1260,10 @@ def reference_only(acc: Accumulator) -> str | None:
         value = getattr(acc, name)
         if value in ("flush_signed", "odd_first", "after_rounding"):
             return f"{name}={value!r}"
+    if acc.lanes is not None:
+        return f"lanes={acc.lanes}"
+    if acc.k1_product:
+        return "k1_product=True"
+    if acc.split_k is not None:
+        return f"split_k={acc.split_k}"
     return None

@@ -60,14 +60,25 @@ reproduce it too).
 
 What the probe cannot express is reported, not forced: when no model reproduces fn,
 ``accumulator`` is ``None``, ``failed`` names the property, and ``closest`` is the best
-candidate with its confidence. numpy's float32 reduction
-(``np.sum`` over a contiguous axis, ``pairwise_sum`` in ``numpy/_core/src/umath/loops_utils.h``)
-is such a case: below 8 terms it is a plain sequential loop (which the probe recovers exactly
-with ``max_k <= 7``); from 8 terms on it keeps 8 interleaved partial sums (every 8th term),
-combines them pairwise and adds the remainder sequentially, blocks of 128 are split in halves.
-An :class:`Accumulator` has no strided order, so the probe reports it as outside, the summation
-tree failing, with the closest model and its confidence (decision: an honest "no" with the
-numbers beats a model that is wrong in a fraction of cases).
+candidate with its confidence (decision: an honest "no" with the numbers beats a model that is
+wrong in a fraction of cases).
+
+**CPU libraries** (spec 3e of :mod:`~precision_lab.gemm.accumulator`) keep interleaved
+SIMD-lane partial sums. When the measured tree is none of the orders above, the probe reads
+the lane count off it (the first product meets first the product one lane-width later), takes
+the lanes' combination tree from the tree restricted to the lanes' first products (named
+``sequential``, ``pairwise`` or ``halving`` where it is one of them, else the explicit tree),
+and tries each tail rule (``lanes``, ``after``, ``first``, ``separate``, with main-loop steps
+of 1, 2, 4 and 8 lane widths), each per-lane order (sequential, blocks of 2 and 4, pairwise)
+and K-splits (powers of two, combined sequentially, pairwise or by numpy's halving). A kernel
+that changes with K is looked for too: at every shorter K the first product's pairs are
+measured and compared with the lanes' and a plain chain's; where a chain holds below some K
+and the lanes from it on, that K is the model's ``small_k``, otherwise the evidence names the
+K where neither holds. numpy's float32 reduction (``np.sum`` over a contiguous axis,
+``pairwise_sum`` in ``numpy/_core/src/umath/loops_utils.h``) is recovered this way: 8 lanes
+combined pairwise, the ``K mod 8`` remainder added after them (and halving above 128 terms).
+``K = 1`` taken as a plain product (a ``-0`` product stays ``-0``; spec 3f) is one of the
+special-value rules.
 
 A model found is valid for the shape and the ``K <= max_k`` it was probed with: BLAS libraries
 pick kernels by shape, and a block longer than ``max_k`` cannot be told from one block.
@@ -104,7 +115,16 @@ import numpy as np
 
 from ..core.formats import FloatFormat, get_format
 from ..core.pool import use_workers
-from .accumulator import Accumulator, _float_format, _format_pair
+from .accumulator import (
+    LANE_COMBINES,
+    Accumulator,
+    _float_format,
+    _format_pair,
+    combine_tree,
+    halving_cut,
+    prune_tree,
+    split_chunks,
+)
 from .reference import _EXACT_PRODUCT_BITS, gemm
 from .tensor_core import FP8_ACCUMULATOR
 
@@ -491,8 +511,88 @@ def _fused(start: Tree | None, items: Sequence[Tree]) -> Tree | None:
     return kids[0] if len(kids) == 1 else tuple(kids)
 
 
+#: the structural fields of spec 3e (lanes and split-K) a probe spec may hold
+_LANE_FIELDS = (
+    "lanes",
+    "lane_combine",
+    "lane_tail",
+    "lane_unroll",
+    "small_k",
+    "split_k",
+    "split_combine",
+    "split_balance",
+)
+
+
+def _lane_value(ks: list[int], spec: dict[str, Any]) -> Tree:
+    """Spec 3e's tree of the products ``ks`` from 0: lanes (each a chain), their tree, the
+    tail added after; without lanes (or below ``small_k``) a chain."""
+    L = spec.get("lanes")
+    if L is None or len(ks) < (spec.get("small_k") or 0):
+        return _chain(None, ks)
+    rule = spec.get("lane_tail", "lanes")
+    full = len(ks) if rule == "lanes" else len(ks) - len(ks) % (spec.get("lane_unroll") or L)
+    tail = ks[full:]
+    members = [ks[i:full:L] for i in range(min(L, full))]
+    if rule == "first":
+        members = [members[0] + tail, *members[1:]] if members else [tail]
+    lanes = [_lane_order(m, spec) for m in members]
+    node: Tree | None = None
+    if lanes:
+        tree = prune_tree(combine_tree(spec.get("lane_combine", "sequential"), L), len(lanes))
+        node = _tree_of(tree, lanes)
+    if rule == "separate" and tail:
+        return _chain(node, [_chain(None, tail)])
+    return node if rule == "first" else _chain(node, tail)
+
+
+def _lane_order(members: list[int], spec: dict[str, Any]) -> Tree:
+    """One lane's tree: its products by the per-lane order (sequential, pairwise, blocked)."""
+    if spec["order"] == "pairwise":
+        return _tree_of(combine_tree("pairwise", len(members)), members)
+    if spec["order"] == "blocked":
+        b = spec["block"]
+        return _chain(None, [_chain(None, members[i : i + b]) for i in range(0, len(members), b)])
+    return _chain(None, members)
+
+
+def _tree_of(tree: Tree, items: Sequence[Tree]) -> Tree:
+    """A combination tree over ``items`` (a tuple's children added left to right)."""
+    if not isinstance(tree, tuple):
+        return items[tree]
+    return _chain(None, [_tree_of(ch, items) for ch in tree])
+
+
+def _lane_family_tree(spec: dict[str, Any], k: int, with_c: bool) -> Tree:
+    """The summation tree of spec 3e (lanes, split-K), ``c`` the leaf ``k``."""
+    c = k if with_c else None
+    ks = list(range(k))
+    S, how = spec.get("split_k"), spec.get("split_combine", "sequential")
+    if S is None:
+        return _chain(c, [_lane_value(ks, spec)])
+    if how == "sequential":
+        parts, j0 = [], 0
+        for step in split_chunks(k, S, spec.get("split_balance")):
+            parts.append(_lane_value(ks[j0 : j0 + step], spec))
+            j0 += step
+        return _chain(c, parts)
+    if how == "pairwise":
+        parts = [_lane_value(ks[j : j + S], spec) for j in range(0, k, S)]
+        return _chain(c, [_tree_of(combine_tree("pairwise", len(parts)), parts)])
+
+    def halves(part: list[int]) -> Tree:
+        h = halving_cut(len(part), spec.get("lanes"))
+        if len(part) <= S or h < 1:
+            return _lane_value(part, spec)
+        return (halves(part[:h]), halves(part[h:]))
+
+    return _chain(c, [halves(ks)])
+
+
 def _family_tree(spec: dict[str, Any], k: int, with_c: bool) -> Tree:
     """The summation tree of an Accumulator order (spec of its structural fields)."""
+    if any(f in spec for f in _LANE_FIELDS):
+        return _lane_family_tree(spec, k, with_c)
     c = k if with_c else None
     prods = list(range(k))
     order = spec["order"]
@@ -619,6 +719,9 @@ def _render(t: Tree, k: int) -> str:
 
 
 def _spec_text(spec: dict[str, Any]) -> str:
+    if any(f in spec for f in _LANE_FIELDS):
+        inner = _spec_text({k: v for k, v in spec.items() if k not in _LANE_FIELDS})
+        return inner + Accumulator(**spec)._lanes_text()
     if spec["order"] in ("sequential", "pairwise"):
         return spec["order"]
     if spec["order"] == "blocked":
@@ -642,6 +745,7 @@ def probe_gemm(
     cases: int = 2048,
     shape: tuple[int, int] = (8, 8),
     max_calls: int = 20000,
+    long_k: int | None = None,
 ) -> ProbeResult:
     """Find an :class:`Accumulator` that reproduces the matmul ``fn`` bit for bit.
 
@@ -677,6 +781,13 @@ def probe_gemm(
         care about).
     max_calls:
         Upper bound on calls of ``fn``.
+    long_k:
+        A long reduction (``max_k < long_k <= 8192``) on which a model found is checked too:
+        the first product's pairs at ``K = long_k`` (``long_k - 1`` inner products) show
+        K-blocking past ``max_k`` (a split where they first depart from the model's tree:
+        ``split_k``, sequential with or without OpenBLAS's balanced rest, pairwise or
+        halving), then fresh random inputs with K up to ``long_k`` confirm it. ``None``: not
+        checked.
 
     Returns
     -------
@@ -723,6 +834,10 @@ def probe_gemm(
         or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in shape)
     ):
         raise ValueError(f"shape must be a pair of positive ints (M, N), got {shape!r}")
+    if long_k is not None and (
+        isinstance(long_k, bool) or not isinstance(long_k, int) or not max_k < long_k <= 8192
+    ):
+        raise ValueError(f"long_k must be None or an int in {max_k + 1}..8192, got {long_k!r}")
     if isinstance(max_calls, bool) or not isinstance(max_calls, int) or max_calls < 1:
         raise ValueError(f"max_calls must be a positive int, got {max_calls!r}")
     if not isinstance(with_c, bool):
@@ -781,6 +896,12 @@ def probe_gemm(
         measured = _tree_from_sizes(sizes)
         tree_txt = _render(measured, kp) if measured is not None else "(not a tree)"
         specs = [st for st, f in zip(structures, family, strict=True) if np.array_equal(f, sizes)]
+        if not specs and not wide:  # interleaved lanes, split-K (spec 3e)
+            specs = _lane_specs(measured, sizes, kp, with_c)
+            if specs:
+                kernels = _small_k(lab, fin, specs, kp, with_c, scale_txt)
+                specs = [kernels.pop("_spec")]
+                evidence.update(kernels)
         if specs:
             evidence["tree"] = (
                 f"{nleaves * (nleaves - 1) // 2} pairs of +-M among units ({scale_txt}) at "
@@ -949,6 +1070,20 @@ def probe_gemm(
             chosen = catalogue[-max(scores)[1]][1]
     if chosen is not None and tried_n == 0:
         reproduced, tried_n = _confirm(lab, chosen, rng, fin, fout, max_k, cases)
+
+    # 7b. long reductions: K-blocking past max_k
+    if long_k is not None and found is not None and failed is None:
+        longer, ok_long, txt, r_long, t_long = _long_k(
+            lab, fin, fout, found, long_k, with_c, scale_txt if sizes is not None else "",
+            rng, cases,
+        )  # fmt: skip
+        evidence["long K"] = txt
+        reproduced, tried_n = reproduced + r_long, tried_n + t_long
+        if ok_long:
+            found = chosen = longer
+        else:
+            failed = "confirmation"
+            chosen = longer
 
     if not _same(first, box(a0, b0, c0)).all():
         raise ValueError(
@@ -1193,8 +1328,338 @@ def _probe_tree(
     return None, why_not()
 
 
+def _restrict(tree: Tree, keep: int) -> Tree | None:
+    """The tree restricted to the leaves ``0 .. keep-1`` (one-child nodes collapsed)."""
+    return prune_tree(tree, keep)
+
+
+def _lane_specs(
+    measured: Tree | None, sizes: np.ndarray, k: int, with_c: bool
+) -> list[dict[str, Any]]:
+    """Spec 3d structures (lanes, their combination tree, the tail, split-K) whose pair counts
+    are the measured ones. The lane count is read off the tree: with lanes, the first product
+    meets first the product one lane-width later (``sizes[0, L] == 2``); the lanes' tree is
+    the measured tree restricted to the lanes' first products ``0 .. L-1`` (a named tree where
+    it is one); the tail (``"lanes"`` or ``"after"``) and K-splits (powers of two, combined
+    sequentially, pairwise or by halving) are tried and compared with the measured counts."""
+    if measured is None or k < 4:
+        return []
+    n = len(sizes)
+    row = sizes[0, 1:k]
+    twos = [j + 1 for j, v in enumerate(row.tolist()) if v == 2]
+    if len(twos) != 1 or twos[0] < 2 or 2 * twos[0] > k:
+        return []
+    L = twos[0]
+    sub = _restrict(measured, L)
+    if sub is None or not isinstance(sub, tuple):
+        return []
+    comb: Any = sub
+    for name in LANE_COMBINES:
+        if np.array_equal(
+            _lca_sizes(_tree_of(combine_tree(name, L), list(range(L))), L),
+            _lca_sizes(sub, L),
+        ):
+            comb = name
+            break
+    found: list[dict[str, Any]] = []
+    splits: list[tuple[int | None, str]] = [(None, "sequential")]
+    splits += [
+        (S, how)
+        for S in (2**i for i in range(1, 13))
+        if L <= S < k
+        for how in ("sequential", "pairwise", "halving")
+    ]
+    tails: list[tuple[str, int | None]] = [("lanes", None)]
+    tails += [
+        (rule, u if u != L else None)
+        for rule in ("after", "first", "separate")
+        for u in (L, 2 * L, 4 * L, 8 * L)
+        if u <= k
+    ]
+    orders: list[dict[str, Any]] = [
+        {"order": "sequential"},
+        {"order": "blocked", "block": 2},
+        {"order": "blocked", "block": 4},
+        {"order": "pairwise"},
+    ]
+    shapes = [(o, S, how) for o in orders for S, how in splits[:1]]
+    shapes += [(orders[0], S, how) for S, how in splits[1:]]
+    for order, S, how in shapes:
+        for tail, unroll in tails if S is None else tails[:4]:
+            spec: dict[str, Any] = {
+                **order,
+                "lanes": L,
+                "lane_combine": comb,
+                "lane_tail": tail,
+            }
+            if unroll is not None:
+                spec["lane_unroll"] = unroll
+            if S is not None:
+                spec.update(split_k=S, split_combine=how)
+            try:
+                Accumulator(**spec)
+            except ValueError:
+                continue
+            if np.array_equal(_lca_sizes(_family_tree(spec, k, with_c), n), sizes):
+                found.append(spec)
+        if found:
+            break
+    return found
+
+
+def _small_k(
+    lab: _Lab,
+    fin: FloatFormat,
+    specs: list[dict[str, Any]],
+    kp: int,
+    with_c: bool,
+    scale_txt: str,
+) -> dict[str, Any]:
+    """Whether the lanes hold at every shorter K (a kernel that changes with K): for each
+    ``K' < kp``, the pair counts of the first product with every other one (``K' - 1`` inner
+    products) are compared with each candidate structure's (they may differ only below
+    ``kp``, as the tail rules do) and with a plain chain. ``small_k`` is the least K from
+    which on the lanes hold, when a chain holds below it. Returns the chosen spec (``_spec``)
+    and its evidence (``kernels``)."""
+    import re
+
+    got = re.search(r"M = 2\*\*(-?\d+), unit = (-?)2\*\*(-?\d+)", scale_txt)
+    if got is None:  # pragma: no cover - the tree probe's own text
+        return {"_spec": specs[0]}
+    big = 2.0 ** int(got.group(1))
+    unit = (-1.0 if got.group(2) else 1.0) * 2.0 ** int(got.group(3))
+    rows: dict[int, np.ndarray | None] = {}
+    for kk in range(2, kp):
+        n = kk + (1 if with_c else 0)
+        cases: list[Case] = []
+        for j in range(1, n):
+            vals = [big if t == 0 else -big if t == j else unit for t in range(n)]
+            prods, c = (vals[:kk], vals[kk]) if with_c else (vals, 0.0)
+            ab = _vectors(prods, fin)
+            if ab is None:
+                return {"_spec": specs[0]}
+            cases.append((ab[0], ab[1], c))
+        q = lab.run_cases("kernel", cases, kk) / unit
+        ok = np.all(np.isfinite(q)) and np.all(q == np.round(q))
+        rows[kk] = n - np.round(q).astype(np.int64) if ok else None
+
+    def kinds(spec: dict[str, Any]) -> dict[int, str]:
+        out = {}
+        for kk, row in rows.items():
+            n = kk + (1 if with_c else 0)
+            lanes_row = _lca_sizes(_family_tree(spec, kk, with_c), n)[0, 1:]
+            chain_row = _lca_sizes(_family_tree({"order": "sequential"}, kk, with_c), n)[0, 1:]
+            out[kk] = (
+                "other"
+                if row is None
+                else "lanes"
+                if np.array_equal(row, lanes_row)
+                else "chain"
+                if np.array_equal(row, chain_row)
+                else "other"
+            )
+        return out
+
+    best: tuple[int, dict[str, Any], str] | None = None
+    for spec in specs:
+        kd = kinds(spec)
+        differ = [kk for kk in kd if kd[kk] != "lanes"]
+        if not differ:
+            return {
+                "_spec": dict(spec),
+                "kernels": f"the lanes hold at every K from 2 to {kp} (pairs of the first product)",
+            }
+        last = max(differ)
+        if all(kd[kk] == "chain" or kd[kk] == "lanes" for kk in range(2, last + 1)):
+            # a chain below last + 1 (where lanes and a chain agree, either)
+            cand = dict(spec, small_k=last + 1)
+            txt = (
+                f"the kernel changes with K: a plain chain (one accumulator) for K < {last + 1}, "
+                f"the lanes from K = {last + 1} on (pairs of the first product at every K < {kp})"
+            )
+            score = 1
+        else:
+            cand = dict(spec)
+            odd = [kk for kk in differ if kd[kk] == "other"][:8]
+            txt = (
+                f"the kernel changes with K: at K = {', '.join(map(str, odd))} the first "
+                "product's pairs are neither the lanes' nor a chain's"
+            )
+            score = 2 + len(odd)
+        if best is None or score < best[0]:
+            best = (score, cand, txt)
+    assert best is not None
+    return {"_spec": best[1], "kernels": best[2]}
+
+
+def _lca_row0(tree: Tree, n: int) -> np.ndarray:
+    """Leaf counts under the lowest common ancestor of leaf 0 and each leaf (iterative:
+    chains thousands deep)."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[Tree, bool]] = [(tree, False)]
+    while stack:  # post-order: the leaf count of every node
+        node, done = stack.pop()
+        if not isinstance(node, tuple):
+            continue
+        if done:
+            sizes[id(node)] = sum(1 if not isinstance(ch, tuple) else sizes[id(ch)] for ch in node)
+        else:
+            stack.append((node, True))
+            stack.extend((ch, False) for ch in node)
+    out = np.zeros(n, dtype=np.int64)
+    node = tree
+    while isinstance(node, tuple):  # down the path to leaf 0
+        size = sizes[id(node)]
+        nxt = None
+        for ch in node:
+            if nxt is None and _holds_zero(ch):
+                nxt = ch
+                continue
+            for leaf in _leaves_iter(ch):
+                out[leaf] = size
+        node = nxt
+    return out
+
+
+def _holds_zero(t: Tree) -> bool:
+    return any(leaf == 0 for leaf in _leaves_iter(t))
+
+
+def _leaves_iter(t: Tree) -> Iterator[int]:
+    stack = [t]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, tuple):
+            stack.extend(x)
+        else:
+            yield x
+
+
+def _spec_of(acc: Accumulator) -> dict[str, Any]:
+    """The structural fields of ``acc`` as a probe spec (for its tree)."""
+    spec: dict[str, Any] = {"order": acc.order}
+    if acc.block is not None:
+        spec["block"] = acc.block
+    if acc.order == "block_fma":
+        spec["addend"] = acc.addend
+        if acc.inner_block is not None:
+            spec["inner_block"] = acc.inner_block
+            spec["inner_interleave"] = acc.inner_interleave
+    defaults = Accumulator()
+    for f in _LANE_FIELDS:
+        if getattr(acc, f) != getattr(defaults, f):
+            spec[f] = getattr(acc, f)
+    return spec
+
+
+def _long_k(
+    lab: _Lab,
+    fin: FloatFormat,
+    fout: FloatFormat,
+    acc: Accumulator,
+    long_k: int,
+    with_c: bool,
+    scale_txt: str,
+    rng: np.random.Generator,
+    cases: int,
+) -> tuple[Accumulator, bool, str, int, int]:
+    """The model at ``K = long_k``: K-blocking read off the first product's pairs, then fresh
+    random inputs of long K. Returns (model, reproduced?, evidence, reproduced, tried)."""
+    import re
+
+    got = re.search(r"M = 2\*\*(-?\d+), unit = (-?)2\*\*(-?\d+)", scale_txt)
+    txt = ""
+    model = acc
+    if long_k + 1 > 2**fout.precision:  # the count of units must come back exactly
+        txt = f"K-blocking not measured: counts up to K = {long_k} are not exact in {fout} output"
+    elif got is not None and acc.order in ("sequential", "pairwise", "blocked"):
+        big = 2.0 ** int(got.group(1))
+        unit = (-1.0 if got.group(2) else 1.0) * 2.0 ** int(got.group(3))
+        n = long_k + (1 if with_c else 0)
+        ua, ma, na = _split(unit, fin), _split(big, fin), _split(-big, fin)
+        if ua is not None and ma is not None and na is not None:
+            cases_l: list[Case] = []
+            for j in range(1, n):
+                av = np.full(long_k, ua[0])
+                bv = np.full(long_k, ua[1])
+                av[0], bv[0] = ma
+                cv = 0.0
+                if j < long_k:
+                    av[j], bv[j] = na
+                else:
+                    cv = -big
+                if with_c and j < long_k:
+                    cv = unit
+                cases_l.append((av, bv, cv))
+            q = lab.run_cases("long K", cases_l, long_k) / unit
+            if np.all(np.isfinite(q)) and np.all(q == np.round(q)):
+                row = n - np.round(q).astype(np.int64)
+                spec = _spec_of(acc)
+                mine = _lca_row0(_family_tree(spec, long_k, with_c), n)[1:]
+                if np.array_equal(row, mine):
+                    txt = f"the first product's pairs at K = {long_k} are the model's"
+                else:
+                    j0 = int(np.argmax(row != mine)) + 1
+                    txt = (
+                        f"the first product's pairs at K = {long_k} depart from the model's "
+                        f"at product {j0}"
+                    )
+                    tries: list[dict[str, Any]] = [
+                        {"split_k": j0, "split_combine": how}
+                        for how in ("sequential", "halving", "pairwise")
+                    ] + [{"split_k": j0, "split_combine": "sequential", "split_balance": 1}]
+                    # a halving or pairwise split departs before its block length: try them all
+                    tries += [
+                        {"split_k": 2**e, "split_combine": how}
+                        for e in range(3, 13)
+                        if 2**e < long_k
+                        for how in ("halving", "pairwise", "sequential")
+                    ]
+                    for extra in tries:
+                        trial = {**spec, **extra}
+                        try:
+                            cand = acc.replace(**extra)
+                        except (ValueError, TypeError):
+                            continue
+                        theirs = _lca_row0(_family_tree(trial, long_k, with_c), n)[1:]
+                        if np.array_equal(row, theirs):
+                            model = cand
+                            txt += f": K-blocking, {model._lanes_text().lstrip(', ')}"
+                            break
+                    else:
+                        txt += ": no split the probe tries gives them"
+            else:
+                txt = f"the units did not count at K = {long_k}: K-blocking not measured"
+    # fresh random inputs of long K
+    same = done = 0
+    kinds = ("moderate", "cancel", "ints")
+    for i, kk in enumerate(
+        [long_k, long_k - 1] + [int(x) for x in rng.integers(_long_min(long_k), long_k, size=2)]
+    ):
+        a, b, c = _random_inputs(rng, lab.fins, fout, lab.m, kk, lab.n, kinds[i % 3])
+        d = lab.box(a, b, c)
+        same += int(_same(lab.model(model, a, b, c), d).sum())
+        done += d.size
+    txt = (txt + "; " if txt else "") + (
+        f"{same}/{done} output elements of fresh random inputs with K up to {long_k} "
+        "reproduced bit for bit"
+    )
+    return model, same == done, txt, same, done
+
+
+def _long_min(long_k: int) -> int:
+    """The least K of the long confirmation inputs."""
+    return max(2, long_k // 4)
+
+
 def _positions(spec: dict[str, Any], k: int) -> tuple[list[int], list[int] | None]:
     """Positions for 'x, y in one step, z in a later step' and for 'x, y, z in one fused step'."""
+    if any(f in spec for f in _LANE_FIELDS) and k >= 3:
+        # lanes: y the product that meets the first one first, z one that meets them later
+        row = _lca_row0(_family_tree(spec, k, False), k)
+        y = min(range(1, k), key=lambda j: (row[j], j))
+        later = [j for j in range(1, k) if row[j] > row[y]]
+        return ([0, y, later[0]] if later else [0, 1, 2]), None
     if spec["order"] != "block_fma":
         return [0, 1, 2], None
     blk = spec["block"]
@@ -1276,11 +1741,13 @@ def _measure(
     prod_exact: bool | None = None
     if h >= 1 and 2 * h <= jmax + s:
         cases = []
+        # the second product in the first one's accumulator (its lane: one lane-width on)
+        second = spec.get("lanes") or 1
         for hh in range(1, h + 1):
             av = np.zeros(k)
             bv = np.zeros(k)
             av[0], bv[0] = -(1 + 2.0 ** -(hh - 1)), 1.0
-            av[1] = bv[1] = 1 + 2.0**-hh
+            av[second] = bv[second] = 1 + 2.0**-hh
             cases.append((av, bv, 0.0))
         res = lab.run_cases("products", cases, k)
         exact = [bool(v == 2.0 ** (-2 * hh)) for hh, v in enumerate(res, start=1)]
@@ -1669,6 +2136,8 @@ def _special_values(
             # MMA-Sim 2.1.1's e_zero: a constant per architecture and output type
             e_zero = (-19, -20, -21) if base.format.emin > -126 else (-131, -132, -133, -139)
             options["zero_exponent"] = (base.zero_exponent, *e_zero)
+    # K = 1 as an outer product (spec 3f): varied fastest, it changes only K = 1's -0
+    options["k1_product"] = (False, True)
     names = list(options)
     tried: set[Accumulator] = set()
     for combo in itertools.islice(

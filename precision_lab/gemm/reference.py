@@ -46,7 +46,16 @@ from ..core.rounding import (
     is_stochastic,
     round_to,
 )
-from .accumulator import Accumulator, _float_format, _format_pair, reference_only
+from .accumulator import (
+    Accumulator,
+    _float_format,
+    _format_pair,
+    combine_tree,
+    halving_cut,
+    prune_tree,
+    reference_only,
+    split_chunks,
+)
 from .scales import expand_scales
 from .shapes import gemm_shapes
 
@@ -698,6 +707,11 @@ class _Model:
         K = self.K
         if K == 0:
             return ch.C.copy()
+        if K == 1 and self.acc.k1_product and not self.promote:  # spec 3f
+            v = self.segment(ch, 0, K, ch.C)
+            p = self._product(ch, 0)
+            alone = (ch.C == 0) & ~np.signbit(ch.C) & np.isfinite(p)
+            return np.where(alone, self.r_acc.round(p), v)
         if not self.promote:
             return self.segment(ch, 0, K, ch.C)
         W = ch.C.copy()
@@ -715,6 +729,11 @@ class _Model:
 
     # ----- one segment ------------------------------------------------------------------
     def segment(self, ch: _Chunk, k0: int, k1: int, s0: np.ndarray | None) -> np.ndarray:
+        if not self.acc.fields_3d_default():
+            return self._structured(ch, k0, k1, s0)
+        return self._ordered(ch, k0, k1, s0)
+
+    def _ordered(self, ch: _Chunk, k0: int, k1: int, s0: np.ndarray | None) -> np.ndarray:
         order = self.acc.order
         if order == "sequential":
             return self._sequential(ch, k0, k1, s0)
@@ -729,6 +748,105 @@ class _Model:
         if order == "exact_block":
             return self._exact_block(ch, k0, k1, s0)
         return self._blas(ch, k0, k1, s0)
+
+    # ----- spec 3e: lanes and split-K (deterministic modes only: no event numbers) ----------
+    def _structured(self, ch: _Chunk, k0: int, k1: int, s0: np.ndarray | None) -> np.ndarray:
+        """A segment reduced with lanes and split-K (spec 3e)."""
+        acc = self.acc
+        S = acc.split_k
+        r = self.r_acc
+        parts: list[np.ndarray]
+        if S is None:
+            T = self._lanes(ch, k0, k1)
+        elif acc.split_combine == "sequential":
+            t: np.ndarray | None = None
+            j0 = k0
+            for step in split_chunks(k1 - k0, S, acc.split_balance):
+                v = self._lanes(ch, j0, j0 + step)
+                t = self._plus(s0, v) if t is None else self._add(t, v, r, 0, exact_hint=False)
+                j0 += step
+            assert t is not None
+            return t
+        elif acc.split_combine == "pairwise":
+            parts = [self._lanes(ch, j0, min(j0 + S, k1)) for j0 in range(k0, k1, S)]
+            T = self._tree(combine_tree("pairwise", len(parts)), parts)
+        else:
+            T = self._halving(ch, k0, k1)
+        return self._plus(s0, T)
+
+    def _plus(self, s0: np.ndarray | None, T: np.ndarray) -> np.ndarray:
+        """``s0 + T`` (spec 3e; ``T`` without ``s0``)."""
+        if s0 is None:
+            return T
+        return self._add(s0, T, self.r_acc, 0, exact_hint=False)
+
+    def _halving(self, ch: _Chunk, k0: int, k1: int) -> np.ndarray:
+        """numpy's ``pairwise_sum``: halves cut at a multiple of the lanes (spec 3e)."""
+        S = self.acc.split_k
+        assert S is not None
+        h = halving_cut(k1 - k0, self.acc.lanes)
+        if k1 - k0 <= S or h < 1:
+            return self._lanes(ch, k0, k1)
+        x = self._halving(ch, k0, k0 + h)
+        y = self._halving(ch, k0 + h, k1)
+        return self._add(x, y, self.r_acc, 0, exact_hint=False)
+
+    def _lanes(self, ch: _Chunk, k0: int, k1: int) -> np.ndarray:
+        """The value of the products ``k0 .. k1-1`` from 0: lanes, their tree, the tail."""
+        acc = self.acc
+        L, n = acc.lanes, k1 - k0
+        if n == 0:
+            shape = (ch.A.shape[0], ch.A.shape[1], ch.B.shape[2])
+            return np.zeros(shape)
+        if L is None or (acc.small_k is not None and n < acc.small_k):
+            return self._ordered(ch, k0, k1, None)
+        tail_rule = acc.lane_tail
+        full = n if tail_rule == "lanes" else n - n % (acc.lane_unroll or L)
+        tail = list(range(k0 + full, k1))
+        values = []
+        for lane in range(min(L, full)):
+            ks = list(range(k0 + lane, k0 + full, L))
+            if lane == 0 and tail_rule == "first":
+                ks += tail
+            values.append(self._ordered(self._gather(ch, ks), 0, len(ks), None))
+        if not values and tail_rule == "first":  # (no main loop: the tail is lane 0)
+            values.append(self._ordered(self._gather(ch, tail), 0, len(tail), None))
+        t: np.ndarray | None = None
+        if values:
+            tree = prune_tree(combine_tree(acc.lane_combine, L), len(values))
+            t = self._tree(tree, values)
+        if tail and tail_rule == "separate":
+            v = self._ordered(self._gather(ch, tail), 0, len(tail), None)
+            t = v if t is None else self._add(t, v, self.r_acc, 0, exact_hint=False)
+        elif tail_rule == "after":
+            for k in tail:
+                p = self._product(ch, k)
+                z = np.zeros(p.shape) if t is None else t
+                t = self._add(z, p, self.r_acc, 0, exact_hint=False)
+        assert t is not None
+        return t
+
+    def _tree(self, tree: Any, values: list[np.ndarray]) -> np.ndarray:
+        """Evaluate a combination tree (spec 3e): a tuple's children added left to right."""
+        if not isinstance(tree, tuple):
+            return values[tree]
+        out = self._tree(tree[0], values)
+        for ch in tree[1:]:
+            out = self._add(out, self._tree(ch, values), self.r_acc, 0, exact_hint=False)
+        return out
+
+    @staticmethod
+    def _gather(ch: _Chunk, ks: list[int]) -> _Chunk:
+        """The chunk restricted to the products ``ks`` (one lane), in that order."""
+        return _Chunk(
+            ch.A[:, :, ks],
+            ch.B[:, ks, :],
+            ch.C,
+            None,
+            None,
+            None if ch.Araw is None else ch.Araw[:, :, ks],
+            None if ch.Braw is None else ch.Braw[:, ks, :],
+        )
 
     def _product(self, ch: _Chunk, k: int) -> np.ndarray:
         p = ch.A[:, :, k, None] * ch.B[:, None, k, :]

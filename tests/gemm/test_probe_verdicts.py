@@ -260,7 +260,9 @@ def test_cannot_measure_says_why():
 def test_cli_probe_exits_1_in_one_line_when_nothing_reproduces(capsys, monkeypatch):
     from precision_lab import cli
 
-    monkeypatch.setattr(cli, "_library_matmul", lambda library, fmt: (reversed_loop, None))
+    monkeypatch.setattr(
+        cli, "_library_matmul", lambda library, fmt, op="matmul": (reversed_loop, None)
+    )
     assert cli.main(["probe", "numpy", "--max-k", "6", "--cases", "64"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
@@ -272,6 +274,6 @@ def test_cli_probe_exits_0_when_reproduced(capsys, monkeypatch):
     from precision_lab import cli
 
     box = hidden(A("fp32"), "fp32")
-    monkeypatch.setattr(cli, "_library_matmul", lambda library, fmt: (box, None))
+    monkeypatch.setattr(cli, "_library_matmul", lambda library, fmt, op="matmul": (box, None))
     assert cli.main(["probe", "numpy", "--max-k", "6", "--cases", "64", "--json"]) == 0
     assert '"outcome": "reproduced"' in capsys.readouterr().out
