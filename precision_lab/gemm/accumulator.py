@@ -173,7 +173,9 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
    else (every backend: the flush, then the model with ``input_subnormals="keep"``).
    ``input_subnormals="flush_signed"`` (x86 DAZ, Arm FPCR.FIZ): they become a zero of their
    own sign (``-0`` for a negative subnormal), which decides the sign of a zero product and of
-   a zero sum. Numpy reference only (:func:`reference_only`).
+   a zero sum. ``"flush_signed_c"``: only ``c`` is (x86 AMX-FP16: DAZ on the fp32 operands,
+   while fp16 subnormal inputs convert exactly to normal fp32 numbers). Numpy reference only
+   (:func:`reference_only`).
 
 3d. CPU dot-product instructions (numpy reference only, :func:`reference_only`).
    :attr:`pair_order` ``"odd_first"``: the products are taken in pairs ``(2i, 2i + 1)`` and
@@ -390,7 +392,7 @@ ZERO_SIGNS = ("ieee", "positive")
 #: values of :attr:`Accumulator.nan_encoding` (spec section 5)
 NAN_ENCODINGS = ("quiet", "nvidia")
 #: values of :attr:`Accumulator.input_subnormals` (spec 3c)
-INPUT_SUBNORMAL_MODES = (*SUBNORMAL_MODES, "flush_signed")
+INPUT_SUBNORMAL_MODES = (*SUBNORMAL_MODES, "flush_signed", "flush_signed_c")
 #: values of :attr:`Accumulator.pair_order` (spec 3d)
 PAIR_ORDERS = ("natural", "odd_first")
 #: values of :attr:`Accumulator.tininess` (spec 3d)
@@ -622,7 +624,8 @@ class Accumulator:
         scale (UE4M3 ``"e4m3"``: subnormal scales; ``None``: E8M0, exact powers of two).
     input_subnormals:
         ``"keep"``, ``"flush"`` (subnormal inputs a, b and c become +0 first: AMD CDNA2) or
-        ``"flush_signed"`` (they become a zero of their sign: x86 DAZ, Arm FPCR.FIZ; spec 3c).
+        ``"flush_signed"`` (they become a zero of their sign: x86 DAZ, Arm FPCR.FIZ; spec 3c);
+        ``"flush_signed_c"``: only c does (x86 AMX-FP16).
     pair_order:
         ``"natural"`` or ``"odd_first"``: the products of each pair ``(2i, 2i + 1)`` are taken
         odd one first (x86 VDPBF16PS; spec 3d).
@@ -1150,6 +1153,8 @@ class Accumulator:
             txt += ", subnormal inputs flushed"
         elif self.input_subnormals == "flush_signed":
             txt += ", subnormal inputs flushed to signed zeros"
+        elif self.input_subnormals == "flush_signed_c":
+            txt += ", a subnormal c flushed to a signed zero"
         if self.pair_order == "odd_first":
             txt += ", each pair of products odd one first"
         if self.c_format is not None:
@@ -1258,7 +1263,7 @@ def reference_only(acc: Accumulator) -> str | None:
         return f"c_format={str(acc.c_format)!r}"
     for name in ("input_subnormals", "pair_order", "tininess"):  # (spec 3c, 3d)
         value = getattr(acc, name)
-        if value in ("flush_signed", "odd_first", "after_rounding"):
+        if value in ("flush_signed", "flush_signed_c", "odd_first", "after_rounding"):
             return f"{name}={value!r}"
     if acc.lanes is not None:
         return f"lanes={acc.lanes}"

@@ -4,7 +4,8 @@ CPUs sit in the matrix-core table beside the GPUs: the "GPU" is the machine (``"
 aliases ``"zen4"`` and ``"sapphirerapids"``, or ``"arm"``) and the instruction is the vendor's
 mnemonic in lower case, with the variant as its kind after a dot (``"bfdot.ebf1"``)::
 
-    pl.tensor_core("x86", "bf16", instruction="vdpbf16ps")
+    pl.tensor_core("x86", "bf16", instruction="vdpbf16ps")       # AVX512-BF16
+    pl.tensor_core("x86", "fp16", instruction="tdpfp16ps")       # AMX-FP16 (or "tdpbf16ps")
     pl.tensor_core("arm", "bf16", instruction="bfdot")           # FPCR.EBF = 0
     pl.tensor_core("arm", "bf16", instruction="bfmmla.ebf1")     # FEAT_EBF16, FPCR.EBF = 1
     pl.tensor_core("arm", ("e4m3", "e5m2"), instruction="fdot")  # FP8 4-way dot into fp32
@@ -64,9 +65,31 @@ BFMMLA, C8.2.185 FDOT (4-way, indexed); no Arm machine here, so no measurement):
   rounding; the presets model LSCALE = 0. Rounding to nearest even with subnormals kept is
   inferred (FPCR defaults; the descriptions say only "without intermediate rounding").
 
-Not presets yet (no machine here, and their pseudocode was not checked against the manuals in
-this work): AVX512-FP16 and AVX10.2 dot products (VDPPHPS) and FP8 conversions (biased and
-round-to-odd), AMX-BF16 TDPBF16PS, AMX-FP16 and AMX-FP8 TDP*PS.
+x86 AMX (published: Intel SDM vol. 2 and the ISA Extensions Programming Reference, the
+Operation sections of TDPBF16PS (AMX-BF16) and TDPFP16PS (AMX-FP16); no AMX machine here, so
+no measurement). Per output element one instruction keeps two fp32 sums from 0, one of the
+even and one of the odd 16-bit elements' products, each a chain of FMAs in K order ("FP32 FMA
+with DAZ=FTZ=1, RNE rounding. MXCSR is neither consulted nor updated"), then ``tmpf32 := even
++ odd`` and ``dest := dest + tmpf32`` (the same DAZ, FTZ, RNE). The presets are that as an
+:class:`~precision_lab.Accumulator`: ``lanes=2`` (product ``k`` in lane ``k mod 2``, each lane
+from 0), ``lane_combine="sequential"``, and ``split_k=32`` with a sequential combine (one
+instruction per 32 elements of K, added to C in turn). TDPBF16PS reads BF16 subnormal inputs
+as zeros of their sign (``input_subnormals="flush_signed"``); TDPFP16PS handles FP16 subnormal
+inputs ("not treated as zero": they are normal fp32 numbers after the exact conversion) while
+the fp32 destination is still read with DAZ (``input_subnormals="flush_signed_c"``).
+Inferred, not published: 32 K elements per instruction (the page leaves the tile shape to
+the program; 16 rows of 64 bytes, palette 1's largest, is what AMX GEMM kernels such as
+oneDNN's configure: ``AMX_K``; rows of ``colsb`` bytes: ``acc.replace(split_k=colsb // 2)``), FTZ
+with tininess after rounding (x86's MXCSR.FTZ rule, measured for VDPBF16PS), signed zeros
+for DAZ (as measured for VDPBF16PS) and NaN results as the quiet NaN (the pages give no NaN
+priority). An odd K (software pads the last pair with a zero) may differ only in the sign of
+a zero: the preset leaves the missing product out.
+
+Not presets (their Operation sections could not be read in this work, so no row is claimed):
+AMX-FP8 TDPBF8PS, TDPBHF8PS, TDPHBF8PS, TDPHF8PS; AVX10.2's VDPPHPS (FP16 pairs into fp32;
+GCC's AVX10.2 test model adds the odd product first, as VDPBF16PS, but its rounding and
+subnormal rules are unpublished here); the AVX10.2 FP8 conversions (VCVT[BIAS]PH2{BF8,HF8}[S],
+VCVT2PH2{BF8,HF8}[S], VCVTHF82PH) and VCVT2PS2PHX.
 
 >>> import precision_lab as pl
 >>> acc = pl.tensor_core("x86", "bf16", instruction="vdpbf16ps")
@@ -107,11 +130,23 @@ CPU_MACHINES: dict[str, str] = {
     "arm": "arm",
 }
 #: the CPU instructions (vendor mnemonics, lower case)
-CPU_INSTRUCTIONS = ("vdpbf16ps", "bfmmla", "bfdot", "bfmlal", "fdot", "fmlal", "fmlall")
-#: per architecture, the order in which GEMM libraries prefer them (oneDNN: VDPBF16PS;
-#: Arm Compute Library / oneDNN on Neoverse: BFMMLA for bf16, FDOT for FP8)
+CPU_INSTRUCTIONS = (
+    "vdpbf16ps",
+    "tdpbf16ps",
+    "tdpfp16ps",
+    "bfmmla",
+    "bfdot",
+    "bfmlal",
+    "fdot",
+    "fmlal",
+    "fmlall",
+)
+#: per architecture, the order in which GEMM libraries prefer them (oneDNN: VDPBF16PS, and
+#: AMX's TDPBF16PS / TDPFP16PS on CPUs that have AMX (the x86 default stays the AVX512-BF16
+#: instruction this Zen 4 has); Arm Compute Library / oneDNN on Neoverse: BFMMLA for bf16, FDOT
+#: for FP8)
 CPU_LIBRARY_CHOICE: dict[str, tuple[str, ...]] = {
-    "x86": ("vdpbf16ps",),
+    "x86": ("vdpbf16ps", "tdpbf16ps", "tdpfp16ps"),
     "arm": ("bfmmla", "bfdot", "bfmlal", "fdot", "fmlal", "fmlall"),
 }
 #: CPUs the hardware test (tests/gemm/test_cpu_isa_hardware.py) has run on, per instruction
@@ -125,13 +160,21 @@ CPU_SPECIAL_EVIDENCE: dict[str, str] = {
     "x86": "measured: AMD EPYC 9004 (Zen 4): DAZ (signed zeros), FTZ (tininess after "
     "rounding), RNE whatever MXCSR says; NaN: the first of src1 low, src2 low, src1 high, src2 "
     "high, accumulator (the SDM's Table 5-1), quieted, invalid gives 0xffc00000 (pl.gemm: "
-    "quiet NaN; exact bits: precision_lab.gemm.cpu_instructions.vdpbf16ps)",
+    "quiet NaN; exact bits: precision_lab.gemm.cpu_instructions.vdpbf16ps); AMX (published): "
+    "DAZ (TDPFP16PS: fp32 operands only), FTZ, RNE, MXCSR ignored; NaN: quiet NaN (inferred)",
     "arm": "published: Arm ARM (DDI 0487) C8.2: BF16 (FPCR.EBF = 0) round to odd, overflow to "
     "inf, FZ and FIZ (signed zeros); EBF = 1 and FP8 as FPCR (nearest even, subnormals kept); "
     "default NaN",
 }
 
 _ARM = "published: Arm ARM (DDI 0487)"
+_AMX = (
+    "published: Intel SDM vol. 2 / ISA Extensions Programming Reference, {} Operation: per "
+    "element two fp32 sums from 0 (even and odd elements), each FMAs in K order with DAZ=FTZ=1 "
+    "and RNE, MXCSR not consulted; then tmpf32 := even + odd, dest := dest + tmpf32; {}. "
+    "inferred: K = 32 per instruction (16 x 64-byte tiles), tininess after rounding (as "
+    "measured for VDPBF16PS), NaN as quiet NaN (the page gives no NaN rule)"
+)
 _X86_MEASURED = (
     "measured: AMD EPYC 9004 (Zen 4), 10M lanes per input class bit for bit "
     "(tests/gemm/test_cpu_isa_hardware.py); agrees with the SDM's description (RNE for each "
@@ -161,6 +204,30 @@ def _vdpbf16ps_acc(out: str) -> Accumulator:
         tininess="after_rounding",
         input_subnormals="flush_signed",
         pair_order="odd_first",
+    )
+
+
+#: K elements per AMX TDP*PS instruction in the presets: a 16-row by 64-byte tile of 16-bit
+#: pairs (palette 1's largest, the shape oneDNN's AMX GEMM kernels configure)
+AMX_K = 32
+
+
+def _amx_acc(input_subnormals: str) -> Callable[[str], Accumulator]:
+    """AMX TDPBF16PS / TDPFP16PS: per instruction (``AMX_K`` elements of K) two fp32
+    accumulators from 0, the even and the odd elements' products, each a chain of FMAs in K
+    order (lanes of 2), summed (``even + odd``) and added to the destination (split_k with a
+    sequential combine); every step RNE, DAZ, FTZ."""
+    return lambda out: Accumulator(
+        "fp32",
+        "nearest_even",
+        subnormals="flush",
+        tininess="after_rounding",
+        input_subnormals=input_subnormals,
+        lanes=2,
+        lane_tail="lanes",
+        lane_combine="sequential",
+        split_k=AMX_K,
+        split_combine="sequential",
     )
 
 
@@ -206,8 +273,8 @@ def cpu_rows() -> list[Row]:
     """The CPU rows of the table, as ``(arch, instruction, kind, inputs, outputs, builder,
     evidence)`` for ``precision_lab.gemm.tensor_core._add``.
 
-    >>> [r[1] for r in cpu_rows()][:3]
-    ['vdpbf16ps', 'bfmmla', 'bfmmla']
+    >>> [r[1] for r in cpu_rows()][:4]
+    ['vdpbf16ps', 'tdpbf16ps', 'tdpfp16ps', 'bfmmla']
     """
     ebf0 = (
         f"{_ARM} {{}}: BFDotAdd with FPCR.EBF = 0 (unfused: products and pair sum rounded, "
@@ -221,6 +288,11 @@ def cpu_rows() -> list[Row]:
     rne = "; nearest even and subnormals kept inferred from the FPCR defaults)"
     return [
         ("x86", "vdpbf16ps", "avx512_bf16", ["bf16"], ("fp32",), _vdpbf16ps_acc, _X86_MEASURED),
+        ("x86", "tdpbf16ps", "amx_bf16", ["bf16"], ("fp32",), _amx_acc("flush_signed"),
+         _AMX.format("TDPBF16PS (AMX-BF16)", "input denormals treated as zero")),
+        ("x86", "tdpfp16ps", "amx_fp16", ["fp16"], ("fp32",), _amx_acc("flush_signed_c"),
+         _AMX.format("TDPFP16PS (AMX-FP16)", "FP16 input denormals handled (exact in fp32), "
+                     "the fp32 destination read with DAZ")),
         ("arm", "bfmmla", "ebf0", ["bf16"], ("fp32",), _bf16_ebf0,
          ebf0.format("C8.2.67 BFMMLA (2 pairs per element)")),
         ("arm", "bfmmla", "ebf1", ["bf16"], ("fp32",), _bf16_ebf1,

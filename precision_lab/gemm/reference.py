@@ -369,12 +369,10 @@ def _gemm_numpy(
         c_fmt = out_fmt if acc.c_format is None else acc.c_format  # (spec 1)
         c64 = round_to(_broadcast_c(c, out_shape).astype(np.float64), c_fmt).astype(np.float64)
     if acc.input_subnormals != "keep":  # spec 3c: subnormal inputs become +0 (or signed 0)
-        sig = acc.input_subnormals == "flush_signed"
-        a64, b64, c64 = (
-            _flushed(a64, fa, signed=sig),
-            _flushed(b64, fb, signed=sig),
-            _flushed(c64, out_fmt, signed=sig),
-        )
+        sig = acc.input_subnormals != "flush"
+        if acc.input_subnormals != "flush_signed_c":  # (x86 AMX-FP16: c alone)
+            a64, b64 = _flushed(a64, fa, signed=sig), _flushed(b64, fb, signed=sig)
+        c64 = _flushed(c64, out_fmt, signed=sig)
     if acc.pair_order == "odd_first":  # spec 3d: each pair of products odd one first
         if scale_a is not None or scale_b is not None:
             raise ValueError(
@@ -904,6 +902,8 @@ class _Model:
                 bad = ~(np.isfinite(x) & np.isfinite(y))
                 if bad.any():
                     out = np.where(bad, x + y, out)
+        if self.tiny_fmt is not None and r is self.r_acc:  # spec 3d: every step (lanes too)
+            out = self._tiny_flush(out)
         return out
 
     def _sequential(self, ch: _Chunk, k0: int, k1: int, s0: np.ndarray | None) -> np.ndarray:
