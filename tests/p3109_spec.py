@@ -139,10 +139,12 @@ def v4_project(
 ) -> float:
     k, p, signed, ext = fmt
     bias = 2 ** (k - p - 1) if signed else 2 ** (k - p)
-    if math.isnan(x):
+    if isinstance(x, float) and math.isnan(x):  # (no float() of a huge Fraction)
         return NAN
     z: float | Fraction = (
-        x if (math.isinf(x) or x == 0) else v4_round(Fraction(x), p, bias, mode, r, n)
+        x
+        if ((isinstance(x, float) and math.isinf(x)) or x == 0)
+        else v4_round(Fraction(x), p, bias, mode, r, n)
     )
     if z == 0:
         z = Fraction(0)
@@ -164,14 +166,14 @@ def v4_block_project(
     n: int = 0,
 ) -> float:
     """ωBlockProject (5.1.2) of one element ``x`` under the scale ``s`` (both exact floats)."""
-    if math.isnan(s) or math.isnan(x):
+    if _nan(s) or _nan(x):
         return NAN
     z: float | Fraction
     if s == 0:
         z = Fraction(0)
-    elif math.isinf(s):
+    elif s in (INF, -INF):
         z = Fraction(_sgn(x) * _sgn(s))
-    elif math.isinf(x):
+    elif x in (INF, -INF):
         z = x * _sgn(s)  # ωDivide(±inf, finite non-zero S)
     else:
         z = Fraction(x) / Fraction(s)
@@ -184,3 +186,130 @@ def v4_max_abs_finite(xs: list[float]) -> float:
     if fin:
         return max(fin)
     return INF if any(math.isinf(v) for v in xs) else NAN
+
+
+# --- clause 5.3-5.5: block reductions, dot product, elementwise and scaled operations ---------
+# The ω operations as their tables in clause 4 list them (first matching row), on closed
+# extended reals: finite values as Fractions, ±inf and NaN as floats.
+
+
+def _nan(v: float | Fraction) -> bool:
+    return isinstance(v, float) and math.isnan(v)
+
+
+def v4_w_add(x: float | Fraction, y: float | Fraction) -> float | Fraction:
+    """ωAdd (the table of Add)."""
+    if _nan(x) or _nan(y):
+        return NAN
+    if (x == INF and y == -INF) or (x == -INF and y == INF):
+        return NAN
+    if x == INF or y == INF:
+        return INF
+    if x == -INF or y == -INF:
+        return -INF
+    return x + y
+
+
+def v4_w_subtract(x: float | Fraction, y: float | Fraction) -> float | Fraction:
+    """ωSubtract (the table of Subtract)."""
+    if _nan(x) or _nan(y):
+        return NAN
+    if (x == INF and y == INF) or (x == -INF and y == -INF):
+        return NAN
+    if y == INF:
+        return -INF
+    if x == INF:
+        return INF
+    if y == -INF:
+        return INF
+    if x == -INF:
+        return -INF
+    return x - y
+
+
+def v4_w_multiply(x: float | Fraction, y: float | Fraction) -> float | Fraction:
+    """ωMultiply (the table of Multiply)."""
+    if _nan(x) or _nan(y):
+        return NAN
+    for a, b in ((x, y), (y, x)):  # the table is symmetric in its rows
+        if a in (INF, -INF):
+            if b == 0:
+                return NAN
+            return INF if (a > 0) == (b > 0) else -INF
+    return x * y
+
+
+def v4_w_divide(x: float | Fraction, y: float | Fraction) -> float | Fraction:
+    """ωDivide (the table of Divide)."""
+    if _nan(x) or _nan(y):
+        return NAN
+    if x in (INF, -INF) and y in (INF, -INF):
+        return NAN
+    if y == 0:
+        return NAN
+    if x in (INF, -INF):
+        return INF if (x > 0) == (y > 0) else -INF
+    if y in (INF, -INF):
+        return Fraction(0)
+    return Fraction(x) / Fraction(y)
+
+
+def v4_w_fma(x: float | Fraction, y: float | Fraction, z: float | Fraction) -> float | Fraction:
+    """ωFMA: "equivalent to the behavior of ωAdd(ωMultiply(X, Y), Z)" (the FMA clause)."""
+    return v4_w_add(v4_w_multiply(x, y), z)
+
+
+V4_OPS = {
+    "convert": lambda x: x,
+    "abs": lambda x: x if _nan(x) else abs(x),
+    "negate": lambda x: x if _nan(x) else -x,
+    "add": v4_w_add,
+    "subtract": v4_w_subtract,
+    "multiply": v4_w_multiply,
+    "divide": v4_w_divide,
+    "fma": v4_w_fma,
+}
+
+
+def v4_reduce(f, xs: list) -> float | Fraction:  # type: ignore[no-untyped-def]
+    """reduce (clause 5): reduce(f, [x1, x2]) = f(x1, x2); else reduce(f, [f(x1, x2), x3, ...])."""
+    if len(xs) == 2:
+        return f(xs[0], xs[1])
+    return v4_reduce(f, [f(xs[0], xs[1]), *xs[2:]])
+
+
+def v4_block_decode(s: float | Fraction, xs: list) -> list:
+    """ωBlockDecode (5.1.1): Z_i = ωMultiply(ωDecode(s), ωDecode(x_i))."""
+    return [v4_w_multiply(s, x) for x in xs]
+
+
+def _ext(v: float) -> float | Fraction:
+    return v if (math.isnan(v) or math.isinf(v)) else Fraction(v)
+
+
+def v4_block_reduce_add(s: float, xs: list[float], fmt, mode, sat, r=0, n=0) -> float:  # type: ignore[no-untyped-def]
+    """BlockReduceAdd (5.3.1)."""
+    big = v4_reduce(v4_w_add, [Fraction(0), *v4_block_decode(_ext(s), [_ext(x) for x in xs])])
+    return v4_project(big, fmt, mode, sat, r, n)  # type: ignore[arg-type]
+
+
+def v4_block_reduce_multiply(s: float, xs: list[float], fmt, mode, sat, r=0, n=0) -> float:  # type: ignore[no-untyped-def]
+    """BlockReduceMultiply (5.3.1)."""
+    big = v4_reduce(v4_w_multiply, [Fraction(1), *v4_block_decode(_ext(s), [_ext(x) for x in xs])])
+    return v4_project(big, fmt, mode, sat, r, n)  # type: ignore[arg-type]
+
+
+def v4_block_dot(sx, xs, sy, ys, fmt, mode, sat, r=0, n=0) -> float:  # type: ignore[no-untyped-def]
+    """BlockDotProduct (5.3.2)."""
+    bx = v4_block_decode(_ext(sx), [_ext(v) for v in xs])
+    by = v4_block_decode(_ext(sy), [_ext(v) for v in ys])
+    ps = [v4_w_multiply(a, b) for a, b in zip(bx, by, strict=True)]
+    return v4_project(v4_reduce(v4_w_add, [Fraction(0), *ps]), fmt, mode, sat, r, n)  # type: ignore[arg-type]
+
+
+def v4_block_op(op: str, operands: list, sr: float, fmt, mode, sat, rs=None, n=0) -> list[float]:  # type: ignore[no-untyped-def]
+    """BlockOp (5.4): Z_i = ωOp(X_1i, ..., X_ni), then ωBlockProject(sr, Z) (5.1.2)."""
+    dec = [v4_block_decode(_ext(s), [_ext(v) for v in xs]) for s, xs in operands]
+    zs = [V4_OPS[op](*col) for col in zip(*dec, strict=True)]
+    rs = rs if rs is not None else [0] * len(zs)
+    return [v4_block_project(sr, z, fmt, mode, sat, r, n) for z, r in zip(zs, rs, strict=True)]  # type: ignore[arg-type]
