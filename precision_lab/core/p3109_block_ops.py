@@ -142,7 +142,7 @@ def w_negate(a: Ext) -> Ext:
 
 def w_abs(a: Ext) -> Ext:
     """ωAbs."""
-    return abs(a)
+    return -a if a < 0 else a  # NaN: NaN
 
 
 def w_fma(a: Ext, b: Ext, c: Ext) -> Ext:
@@ -397,8 +397,7 @@ def p3109_block_op(
         for i in range(block_size):
             z = f(*(d[j][i] for d in dec))
             vals.append(_block_project_value(z, _ext(srj)))
-    kw = {"rounding": mode, "saturation": saturation, "seed": seed, "random_bits": random_bits}
-    r = _project(vals, tuple(xb.shape), out_format=out_format, **kw)
+    r = _project(vals, tuple(xb.shape), out_format, mode, saturation, seed, random_bits)
     return np.asarray(sr, dtype=np.float64), _unblocked(r, axis)
 
 
