@@ -259,6 +259,80 @@ def v4_w_fma(x: float | Fraction, y: float | Fraction, z: float | Fraction) -> f
     return v4_w_add(v4_w_multiply(x, y), z)
 
 
+def v4_w_faa(x: float | Fraction, y: float | Fraction, z: float | Fraction) -> float | Fraction:
+    """ωFAA (the table of FAA, first matching row)."""
+    if _nan(x) or _nan(y) or _nan(z):
+        return NAN
+    for a, b in ((x, y), (x, z), (y, z)):
+        if (a == INF and b == -INF) or (a == -INF and b == INF):
+            return NAN
+    if INF in (x, y, z):
+        return INF
+    if -INF in (x, y, z):
+        return -INF
+    return x + y + z
+
+
+def v4_w_copysign(x: float | Fraction, y: float | Fraction) -> float | Fraction:
+    """ωCopySign (the table of CopySign)."""
+    if _nan(x) or _nan(y):
+        return NAN
+    if x in (INF, -INF):
+        return INF if (y == INF or y >= 0) else -INF
+    ax = x if x >= 0 else -x
+    return ax if (y == INF or y >= 0) else -ax
+
+
+def v4_w_minimum(x: float | Fraction, y: float | Fraction) -> float | Fraction:
+    """ωMinimum (the table of Minimum)."""
+    if _nan(x) or _nan(y):
+        return NAN
+    if x == INF and y == INF:
+        return INF
+    if x == -INF or y == -INF:
+        return -INF
+    if x == INF:
+        return y
+    if y == INF:
+        return x
+    return x if x < y else y
+
+
+def v4_w_maximum(x: float | Fraction, y: float | Fraction) -> float | Fraction:
+    """ωMaximum (the table of Maximum)."""
+    if _nan(x) or _nan(y):
+        return NAN
+    if x == -INF and y == -INF:
+        return -INF
+    if x == INF or y == INF:
+        return INF
+    if x == -INF:
+        return y
+    if y == -INF:
+        return x
+    return y if x < y else x
+
+
+def v4_w_minimum_number(x: float | Fraction, y: float | Fraction) -> float | Fraction:
+    if _nan(x) and _nan(y):
+        return NAN
+    if _nan(y):
+        return x
+    if _nan(x):
+        return y
+    return v4_w_minimum(x, y)
+
+
+def v4_w_maximum_number(x: float | Fraction, y: float | Fraction) -> float | Fraction:
+    if _nan(x) and _nan(y):
+        return NAN
+    if _nan(y):
+        return x
+    if _nan(x):
+        return y
+    return v4_w_maximum(x, y)
+
+
 V4_OPS = {
     "convert": lambda x: x,
     "abs": lambda x: x if _nan(x) else abs(x),
@@ -268,6 +342,12 @@ V4_OPS = {
     "multiply": v4_w_multiply,
     "divide": v4_w_divide,
     "fma": v4_w_fma,
+    "faa": v4_w_faa,
+    "copysign": v4_w_copysign,
+    "minimum": v4_w_minimum,
+    "maximum": v4_w_maximum,
+    "minimum_number": v4_w_minimum_number,
+    "maximum_number": v4_w_maximum_number,
 }
 
 

@@ -14,7 +14,8 @@ Every operation of the report's clause 5 decodes its blocks exactly (``ωBlockDe
 * ``BlockOp`` (5.4): ``Z_i = ωOp(X_1i, ..., X_ni)``, then ``ωBlockProject`` (5.1.2) under the
   given result scale ``s_r``: ``r_i = Project(Z_i / S_r)`` (NaN where S_r or Z_i is NaN, 0
   where S_r = 0, ``sgn(Z_i) sgn(S_r)`` where S_r is infinite) (:func:`p3109_block_op`), for
-  the arithmetic ops Convert, Abs, Negate, Add, Subtract, Multiply, Divide and FMA;
+  the ops Convert, Abs, Negate, Add, Subtract, Multiply, Divide, FMA, FAA, CopySign, Minimum,
+  Maximum, MinimumNumber and MaximumNumber;
 * ``ScaledOp`` (5.5): ``BlockOp`` on blocks of one element with ``s_r = 1``
   (:func:`p3109_scaled_op`).
 
@@ -150,6 +151,43 @@ def w_fma(a: Ext, b: Ext, c: Ext) -> Ext:
     return w_add(w_multiply(a, b), c)
 
 
+def w_faa(a: Ext, b: Ext, c: Ext) -> Ext:
+    """ωFAA: the report says it behaves as ``ωAdd(ωAdd(a, b), c)`` (4.10, FAA)."""
+    return w_add(w_add(a, b), c)
+
+
+def w_copysign(a: Ext, b: Ext) -> Ext:
+    """ωCopySign: NaN in, NaN out; ``|a|`` where ``b >= 0`` (+inf included), else ``-|a|``."""
+    if _isnan(a) or _isnan(b):
+        return _NAN
+    m = w_abs(a)
+    return m if b >= 0 else -m
+
+
+def w_minimum(a: Ext, b: Ext) -> Ext:
+    """ωMinimum: NaN in, NaN out; else the lesser (on the extended reals)."""
+    if _isnan(a) or _isnan(b):
+        return _NAN
+    return a if a < b else b
+
+
+def w_maximum(a: Ext, b: Ext) -> Ext:
+    """ωMaximum: NaN in, NaN out; else the greater."""
+    if _isnan(a) or _isnan(b):
+        return _NAN
+    return b if a < b else a
+
+
+def w_minimum_number(a: Ext, b: Ext) -> Ext:
+    """ωMinimumNumber: a NaN operand is ignored (NaN only when both are)."""
+    return b if _isnan(a) else a if _isnan(b) else w_minimum(a, b)
+
+
+def w_maximum_number(a: Ext, b: Ext) -> Ext:
+    """ωMaximumNumber: a NaN operand is ignored (NaN only when both are)."""
+    return b if _isnan(a) else a if _isnan(b) else w_maximum(a, b)
+
+
 #: the ωOps of clause 5.4 implemented here, with their arity
 P3109_BLOCK_OPS: dict[str, tuple[int, Callable[..., Ext]]] = {
     "convert": (1, lambda a: a),
@@ -160,6 +198,12 @@ P3109_BLOCK_OPS: dict[str, tuple[int, Callable[..., Ext]]] = {
     "multiply": (2, w_multiply),
     "divide": (2, w_divide),
     "fma": (3, w_fma),
+    "faa": (3, w_faa),
+    "copysign": (2, w_copysign),
+    "minimum": (2, w_minimum),
+    "maximum": (2, w_maximum),
+    "minimum_number": (2, w_minimum_number),
+    "maximum_number": (2, w_maximum_number),
 }
 
 
@@ -366,8 +410,10 @@ def p3109_block_op(
     once.
 
     ``op``: one of :data:`P3109_BLOCK_OPS` (``"convert"``, ``"abs"``, ``"negate"``,
-    ``"add"``, ``"subtract"``, ``"multiply"``, ``"divide"``, ``"fma"``; the report's other
-    ops of 5.4 -- elementary functions, minimum/maximum, hypot ... -- are not here).
+    ``"add"``, ``"subtract"``, ``"multiply"``, ``"divide"``, ``"fma"``, ``"faa"``,
+    ``"copysign"``, ``"minimum"``, ``"maximum"``, ``"minimum_number"``, ``"maximum_number"``;
+    the report's other ops of 5.4 -- elementary functions, the magnitude variants of
+    minimum/maximum, MinimumFinite/MaximumFinite, hypot, Clamp -- are not here).
     ``operands``: one ``(s, x)`` pair per operand (``x`` element values of one shape, blocks
     along ``axis``; ``s`` one scale per block); ``sr``: the result's scale per block (the report
     leaves its computation to the caller). ``X_ki = ωMultiply(S_k, x_ki)`` (5.1.1); the
