@@ -39,10 +39,11 @@ discarded fraction's first ``52 - P`` bits exactly and the rest as a sticky bit:
 most ``2**(P - 52)`` (inferred: the same bound as p3109_blocks' quotients; the core's rounding is
 kept as the one rounding of the package rather than a second one on rationals).
 
-``out_format`` must be a P3109 format (the report's D.2 example projects onto binary32: round
-the exact value yourself with :func:`~precision_lab.round_to` on the float64 result of a
-``p3109_k16...`` projection if you need that, or see ``pl.ops``). Inputs are element and scale
-*values* (as :func:`~precision_lab.p3109_block_decode` takes them), not codes.
+``out_format`` must be a P3109 format (the report lets ``fr`` be any format, e.g. binary32 in
+its annex D.2 example; :func:`~precision_lab.p3109_project` takes P3109 formats only, so that is
+not here). Inputs are element and scale *values*, not codes, as the other block functions take
+them (inferred: ``ωDecode`` of a code is ``pl.decode``; the operations need only the values, and
+values that lie in no P3109 format are computed exactly all the same).
 
 >>> s, x = [[2.0]], [[1.0, 2.0, -0.5, 4.0]]
 >>> p3109_block_reduce_add(s, x, "p3109_k8p3se", block_size=4).tolist()  # 2 * 6.5 = 13 -> 12
@@ -214,18 +215,19 @@ def _odd64(v: Ext) -> float:
         return float(v)
     if v == 0:
         return 0.0
+    sg = -1.0 if v < 0 else 1.0  # (not float(v): it may be beyond float64)
     n, d = abs(v.numerator), v.denominator
     e = n.bit_length() - d.bit_length()  # floor(log2 |v|) is e or e - 1
     if (n << max(0, -e)) < (d << max(0, e)):
         e -= 1
     if e > 1023:
-        return math.copysign(_F64_MAX, v)
+        return sg * _F64_MAX
     e = max(e, -1022)  # the subnormals' quantum 2**-1074 below that
     sh = 52 - e
     m, rem = divmod(n << sh, d) if sh >= 0 else divmod(n, d << -sh)
     if rem:
         m |= 1
-    return math.copysign(math.ldexp(m, e - 52), v)
+    return sg * math.ldexp(m, e - 52)
 
 
 def _project(

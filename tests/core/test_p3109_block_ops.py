@@ -238,3 +238,26 @@ def test_axes_shapes_and_errors() -> None:
     assert math.isnan(pl.p3109_block_reduce_add([[np.nan]], [[1.0]], f, block_size=1)[0, 0])
     prod = pl.p3109_block_reduce_multiply([[0.5]], [[3.0, 3.0]], f, block_size=2)
     assert Fraction(float(prod[0, 0])) == Fraction(9, 4)
+
+
+def test_no_intermediate_overflow_or_underflow() -> None:
+    """Binary12p2se values (2**-512 .. 2**511): decoded values and partial sums beyond float64's
+    range stay exact (a float64 sum gives inf, then NaN); results beyond it saturate per the
+    mode; results below float64's normal range still round up to the smallest subnormal."""
+    big, f12, f8 = 2.0**511, "p3109_k12p2se", "p3109_k8p3se"
+    x = np.array([[big] * 4 + [-big] * 4 + [1.0]])
+    assert pl.p3109_block_reduce_add([[big]], x, f12, block_size=9).tolist() == [[big]]
+    with np.errstate(over="ignore", invalid="ignore"):
+        assert math.isnan(np.sum(big * x))  # what float64 gives
+    prod = [[big, big, -big]]
+    for sat, want in [("sat_none", -np.inf), ("sat_finite", -49152.0), ("sat_propagate", -49152.0)]:
+        got = pl.p3109_block_reduce_multiply([[big]], prod, f8, block_size=3, saturation=sat)
+        assert got.tolist() == [[want]], sat
+    tiny = 2.0**-512
+    fmt = pl.get_format(f8)
+    for mode, want in [("up", fmt.smallest_subnormal), ("nearest_even", 0.0), ("down", 0.0)]:
+        got = pl.p3109_block_dot([[tiny]], [[tiny, 0.0]], [[1.0]], [[1.0, 1.0]], f8,
+                                 block_size=2, rounding=mode)  # fmt: skip
+        assert got.tolist() == [[want]], mode
+    got = pl.p3109_block_reduce_add([[tiny]], [[-tiny]], f8, block_size=1, rounding="down")
+    assert got.tolist() == [[-fmt.smallest_subnormal]]
