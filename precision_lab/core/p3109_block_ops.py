@@ -25,7 +25,8 @@ Every operation of the report's clause 5 decodes its blocks exactly (``ωBlockDe
 product, whichever comes first): there is no intermediate rounding, no accumulator format and no
 intermediate overflow. These functions compute the exact values with Python's rational numbers
 (:class:`fractions.Fraction`; the values are taken exactly from float64) and are a reference:
-a few microseconds per element.
+10 to 30 microseconds per element (measured: 64 x 1024 Binary8p3se values, blocks
+of 32, at load 6 on 2 cores: reduce_add 0.64 s, dot 1.3 s, block_op add 1.9 s).
 
 Projection of an exact value: round to odd at float64's 53 bits (a finite value beyond float64's
 range becomes ``±`` float64's max, beyond every P3109 format's range; one below float64's
