@@ -333,6 +333,129 @@ def v4_w_maximum_number(x: float | Fraction, y: float | Fraction) -> float | Fra
     return v4_w_maximum(x, y)
 
 
+def _absx(v: float | Fraction) -> float | Fraction:
+    return -v if v < 0 else v
+
+
+def v4_w_minimum_magnitude(x: float | Fraction, y: float | Fraction) -> float | Fraction:
+    """ωMinimumMagnitude (its table, first matching row)."""
+    if _nan(x) or _nan(y):
+        return NAN
+    if x == INF and y == INF:
+        return INF
+    if x == -INF and y == -INF:
+        return -INF
+    if (x == INF and y == -INF) or (x == -INF and y == INF):
+        return -INF
+    if x in (INF, -INF):
+        return y
+    if y in (INF, -INF):
+        return x
+    if _absx(x) < _absx(y):
+        return x
+    if _absx(x) > _absx(y):
+        return y
+    return x if x < y else y
+
+
+def v4_w_maximum_magnitude(x: float | Fraction, y: float | Fraction) -> float | Fraction:
+    """ωMaximumMagnitude (its table, first matching row)."""
+    if _nan(x) or _nan(y):
+        return NAN
+    if x == INF or y == INF:
+        return INF
+    if x == -INF or y == -INF:
+        return -INF
+    if _absx(x) > _absx(y):
+        return x
+    if _absx(x) < _absx(y):
+        return y
+    return y if x < y else x
+
+
+def v4_w_minimum_magnitude_number(x: float | Fraction, y: float | Fraction) -> float | Fraction:
+    if _nan(y):
+        return x
+    if _nan(x):
+        return y
+    return v4_w_minimum_magnitude(x, y)
+
+
+def v4_w_maximum_magnitude_number(x: float | Fraction, y: float | Fraction) -> float | Fraction:
+    if _nan(y):
+        return x
+    if _nan(x):
+        return y
+    return v4_w_maximum_magnitude(x, y)
+
+
+def _finite_rows(x, y, both_inf):  # type: ignore[no-untyped-def]
+    """The rows MinimumFinite and MaximumFinite share (NaN and one-infinity rows)."""
+    if _nan(x) and _nan(y):
+        return NAN
+    if _nan(x):
+        return y
+    if _nan(y):
+        return x
+    if x in (INF, -INF) and y in (INF, -INF):
+        return both_inf
+    if x in (INF, -INF):
+        return y
+    if y in (INF, -INF):
+        return x
+    return None
+
+
+def v4_w_minimum_finite(x: float | Fraction, y: float | Fraction) -> float | Fraction:
+    """ωMinimumFinite (its table: (+inf, +inf) -> +inf, (-inf, -inf) and mixed -> -inf; last
+    row "if X < Y then X else Y")."""
+    both = INF if (x == INF and y == INF) else -INF
+    r = _finite_rows(x, y, both)
+    if r is not None:
+        return r
+    return x if x < y else y
+
+
+def v4_w_maximum_finite(x: float | Fraction, y: float | Fraction) -> float | Fraction:
+    """ωMaximumFinite (its table; last row "if X < Y then Y else X")."""
+    both = -INF if (x == -INF and y == -INF) else INF
+    r = _finite_rows(x, y, both)
+    if r is not None:
+        return r
+    return y if x < y else x
+
+
+def v4_w_clamp(x: float | Fraction, lo: float | Fraction, hi: float | Fraction) -> float | Fraction:
+    """ωClamp (its table, first matching row)."""
+    if _nan(x) or _nan(lo) or _nan(hi):
+        return NAN
+    if lo > hi:
+        return NAN
+    if lo == INF and hi == INF:
+        return INF
+    if lo == -INF and hi == -INF:
+        return -INF
+    if hi == -INF:
+        return NAN
+    if lo == INF:
+        return NAN
+    if x == INF and hi == INF:
+        return INF
+    if x == INF:
+        return hi
+    if x == -INF and lo == -INF:
+        return -INF
+    if x == -INF:
+        return lo
+    if lo == -INF and hi == INF:
+        return x
+    if lo == -INF:
+        return x if x <= hi else hi
+    if hi == INF:
+        return lo if x <= lo else x
+    return lo if x <= lo else (hi if x >= hi else x)
+
+
 V4_OPS = {
     "convert": lambda x: x,
     "abs": lambda x: x if _nan(x) else abs(x),
@@ -348,6 +471,13 @@ V4_OPS = {
     "maximum": v4_w_maximum,
     "minimum_number": v4_w_minimum_number,
     "maximum_number": v4_w_maximum_number,
+    "minimum_magnitude": v4_w_minimum_magnitude,
+    "maximum_magnitude": v4_w_maximum_magnitude,
+    "minimum_magnitude_number": v4_w_minimum_magnitude_number,
+    "maximum_magnitude_number": v4_w_maximum_magnitude_number,
+    "minimum_finite": v4_w_minimum_finite,
+    "maximum_finite": v4_w_maximum_finite,
+    "clamp": v4_w_clamp,
 }
 
 

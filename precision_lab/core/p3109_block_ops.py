@@ -14,8 +14,7 @@ Every operation of the report's clause 5 decodes its blocks exactly (``ωBlockDe
 * ``BlockOp`` (5.4): ``Z_i = ωOp(X_1i, ..., X_ni)``, then ``ωBlockProject`` (5.1.2) under the
   given result scale ``s_r``: ``r_i = Project(Z_i / S_r)`` (NaN where S_r or Z_i is NaN, 0
   where S_r = 0, ``sgn(Z_i) sgn(S_r)`` where S_r is infinite) (:func:`p3109_block_op`), for
-  the ops Convert, Abs, Negate, Add, Subtract, Multiply, Divide, FMA, FAA, CopySign, Minimum,
-  Maximum, MinimumNumber and MaximumNumber;
+  the arithmetic, sign, comparison and clamping ops (:data:`P3109_BLOCK_OPS`);
 * ``ScaledOp`` (5.5): ``BlockOp`` on blocks of one element with ``s_r = 1``
   (:func:`p3109_scaled_op`).
 
@@ -190,6 +189,64 @@ def w_maximum_number(a: Ext, b: Ext) -> Ext:
     return b if _isnan(a) else a if _isnan(b) else w_maximum(a, b)
 
 
+def w_minimum_magnitude(a: Ext, b: Ext) -> Ext:
+    """ωMinimumMagnitude: NaN in, NaN out; the lesser magnitude, ties by ωMinimum."""
+    if _isnan(a) or _isnan(b):
+        return _NAN
+    ma, mb = w_abs(a), w_abs(b)
+    return a if ma < mb else b if mb < ma else w_minimum(a, b)
+
+
+def w_maximum_magnitude(a: Ext, b: Ext) -> Ext:
+    """ωMaximumMagnitude: NaN in, NaN out; the greater magnitude, ties by ωMaximum."""
+    if _isnan(a) or _isnan(b):
+        return _NAN
+    ma, mb = w_abs(a), w_abs(b)
+    return a if ma > mb else b if mb > ma else w_maximum(a, b)
+
+
+def w_minimum_magnitude_number(a: Ext, b: Ext) -> Ext:
+    """ωMinimumMagnitudeNumber: a NaN operand is ignored."""
+    return b if _isnan(a) else a if _isnan(b) else w_minimum_magnitude(a, b)
+
+
+def w_maximum_magnitude_number(a: Ext, b: Ext) -> Ext:
+    """ωMaximumMagnitudeNumber: a NaN operand is ignored."""
+    return b if _isnan(a) else a if _isnan(b) else w_maximum_magnitude(a, b)
+
+
+def w_minimum_finite(a: Ext, b: Ext) -> Ext:
+    """ωMinimumFinite: NaN and infinite operands are ignored where the other is finite (a NaN
+    where the other is anything); two infinities give ωMinimum."""
+    if _isnan(a) or _isnan(b):
+        return b if _isnan(a) else a
+    if _isinf(a) != _isinf(b):
+        return b if _isinf(a) else a
+    return w_minimum(a, b)
+
+
+def w_maximum_finite(a: Ext, b: Ext) -> Ext:
+    """ωMaximumFinite: as ωMinimumFinite, with ωMaximum."""
+    if _isnan(a) or _isnan(b):
+        return b if _isnan(a) else a
+    if _isinf(a) != _isinf(b):
+        return b if _isinf(a) else a
+    return w_maximum(a, b)
+
+
+def w_clamp(x: Ext, lo: Ext, hi: Ext) -> Ext:
+    """ωClamp: NaN if an operand is NaN, ``lo > hi``, ``hi = -inf`` or ``lo = +inf`` (but
+    ``lo = hi = ±inf`` gives that infinity); else ``lo`` if ``x <= lo``, ``hi`` if ``x >= hi``,
+    else ``x``."""
+    if _isnan(x) or _isnan(lo) or _isnan(hi) or lo > hi:
+        return _NAN
+    if lo == hi and _isinf(lo):
+        return lo
+    if hi == -_INF or lo == _INF:
+        return _NAN
+    return lo if x <= lo else hi if x >= hi else x
+
+
 #: the ωOps of clause 5.4 implemented here, with their arity
 P3109_BLOCK_OPS: dict[str, tuple[int, Callable[..., Ext]]] = {
     "convert": (1, lambda a: a),
@@ -206,6 +263,13 @@ P3109_BLOCK_OPS: dict[str, tuple[int, Callable[..., Ext]]] = {
     "maximum": (2, w_maximum),
     "minimum_number": (2, w_minimum_number),
     "maximum_number": (2, w_maximum_number),
+    "minimum_magnitude": (2, w_minimum_magnitude),
+    "maximum_magnitude": (2, w_maximum_magnitude),
+    "minimum_magnitude_number": (2, w_minimum_magnitude_number),
+    "maximum_magnitude_number": (2, w_maximum_magnitude_number),
+    "minimum_finite": (2, w_minimum_finite),
+    "maximum_finite": (2, w_maximum_finite),
+    "clamp": (3, w_clamp),
 }
 
 
@@ -412,11 +476,13 @@ def p3109_block_op(
     / S_r)``, each element's exact result divided exactly by the given result scale and rounded
     once.
 
-    ``op``: one of :data:`P3109_BLOCK_OPS` (``"convert"``, ``"abs"``, ``"negate"``,
+    ``op``: one of :data:`P3109_BLOCK_OPS`: ``"convert"``, ``"abs"``, ``"negate"``,
     ``"add"``, ``"subtract"``, ``"multiply"``, ``"divide"``, ``"fma"``, ``"faa"``,
-    ``"copysign"``, ``"minimum"``, ``"maximum"``, ``"minimum_number"``, ``"maximum_number"``;
-    the report's other ops of 5.4 -- elementary functions, the magnitude variants of
-    minimum/maximum, MinimumFinite/MaximumFinite, hypot, Clamp -- are not here).
+    ``"copysign"``, ``"minimum"``, ``"maximum"``, ``"minimum_number"``, ``"maximum_number"``,
+    ``"minimum_magnitude"``, ``"maximum_magnitude"`` (and ``_number``), ``"minimum_finite"``,
+    ``"maximum_finite"``, ``"clamp"`` (operands x, lo, hi). The report's elementary functions
+    (Sqrt, Exp, Log, Sin ..., Softplus), Hypot and ArcTan2 are not here: their exact values are
+    not rational.
     ``operands``: one ``(s, x)`` pair per operand (``x`` element values of one shape, blocks
     along ``axis``; ``s`` one scale per block); ``sr``: the result's scale per block (the report
     leaves its computation to the caller). ``X_ki = ωMultiply(S_k, x_ki)`` (5.1.1); the
