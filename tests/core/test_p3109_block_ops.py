@@ -261,3 +261,28 @@ def test_no_intermediate_overflow_or_underflow() -> None:
         assert got.tolist() == [[want]], mode
     got = pl.p3109_block_reduce_add([[tiny]], [[-tiny]], f8, block_size=1, rounding="down")
     assert got.tolist() == [[-fmt.smallest_subnormal]]
+
+
+@pytest.mark.parametrize("mode", ["stochastic", "stochastic_offset", "stochastic_corrected"])
+def test_stochastic_rounding_with_35_random_bits_is_exact(mode: str) -> None:
+    """The module's claim: SR with up to 35 random bits sees the exact sum (here dot products of
+    Binary16p11se values under 16-bit scales, whose exact sums need far more than 53 bits)."""
+    rng = np.random.default_rng(8)
+    fx, fs = pl.get_format("p3109_k16p11se"), pl.get_format("p3109_k16p11ue")
+    x = np.asarray(pl.decode(rng.integers(0, 2**15, (60, 8)).astype(np.uint16), fx), np.float64)
+    y = np.asarray(pl.decode(rng.integers(0, 2**15, (60, 8)).astype(np.uint16), fx), np.float64)
+    s = np.asarray(pl.decode(rng.integers(2**14, 2**15, (60, 2)).astype(np.uint16), fs), np.float64)
+    x, y = np.where(np.isfinite(x), x, 1.0), np.where(np.isfinite(y), y, -1.0)
+    wide = 0
+    for a, b, c in zip(s, x, y, strict=True):
+        exact = sum(Fraction(a[0]) * Fraction(u) * Fraction(a[1]) * Fraction(v)
+                    for u, v in zip(b, c, strict=True))  # fmt: skip
+        wide += Fraction(float(exact)) != exact
+    assert wide > 30  # float64 cannot hold most of these sums
+    n, seed, fr = 35, 5, (16, 11, True, True)
+    r = (random_words(seed, 60, 0) >> np.uint64(64 - n)).astype(int)
+    got = pl.p3109_block_dot(s[:, :1], x, s[:, 1:], y, _name(fr), block_size=8, rounding=mode,
+                             seed=seed, random_bits=n)[:, 0]  # fmt: skip
+    want = [v4_block_dot(a[0], list(b), a[1], list(c), fr, mode, "sat_none", int(ri), n)
+            for a, b, c, ri in zip(s, x, y, r, strict=True)]  # fmt: skip
+    assert _same(got, want).all()
