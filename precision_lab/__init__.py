@@ -71,6 +71,7 @@ from .arith import Emulated, emulate, ops
 from .backends import backend_info, use_backend
 from .core import (
     FORMATS,
+    P3109_BLOCK_OPS,
     P3109_ROUNDING_MODES,
     P3109_SATURATION_MODES,
     ROUNDING_MODES,
@@ -85,9 +86,14 @@ from .core import (
     known_formats,
     p3109,
     p3109_block_decode,
+    p3109_block_dot,
+    p3109_block_op,
     p3109_block_project,
+    p3109_block_reduce_add,
+    p3109_block_reduce_multiply,
     p3109_convert_to_block,
     p3109_project,
+    p3109_scaled_op,
     round_to,
 )
 from .core.version import __version__
@@ -123,6 +129,7 @@ from .training import POLICIES, Policy, get_policy
 
 __all__ = [
     "FORMATS",
+    "P3109_BLOCK_OPS",
     "P3109_ROUNDING_MODES",
     "P3109_SATURATION_MODES",
     "POLICIES",
@@ -166,9 +173,14 @@ __all__ = [
     "ops",
     "p3109",
     "p3109_block_decode",
+    "p3109_block_dot",
+    "p3109_block_op",
     "p3109_block_project",
+    "p3109_block_reduce_add",
+    "p3109_block_reduce_multiply",
     "p3109_convert_to_block",
     "p3109_project",
+    "p3109_scaled_op",
     "pick_loss_scale",
     "probe_gemm",
     "quantize",

@@ -34,6 +34,14 @@ from .formats import (
     known_formats,
     p3109,
 )
+from .p3109_block_ops import (
+    P3109_BLOCK_OPS,
+    p3109_block_dot,
+    p3109_block_op,
+    p3109_block_reduce_add,
+    p3109_block_reduce_multiply,
+    p3109_scaled_op,
+)
 from .p3109_blocks import p3109_block_decode, p3109_block_project, p3109_convert_to_block
 from .ptx import cvt_rs
 from .rounding import (
@@ -47,6 +55,7 @@ from .rounding import (
 
 __all__ = [
     "FORMATS",
+    "P3109_BLOCK_OPS",
     "P3109_ROUNDING_MODES",
     "P3109_SATURATION_MODES",
     "ROUNDING_MODES",
@@ -63,8 +72,13 @@ __all__ = [
     "known_formats",
     "p3109",
     "p3109_block_decode",
+    "p3109_block_dot",
+    "p3109_block_op",
     "p3109_block_project",
+    "p3109_block_reduce_add",
+    "p3109_block_reduce_multiply",
     "p3109_convert_to_block",
     "p3109_project",
+    "p3109_scaled_op",
     "round_to",
 ]
