@@ -53,7 +53,7 @@ CPUs (issue 33; :mod:`precision_lab.gemm.cpu_instructions`): x86 ``vdpbf16ps`` (
 an AMD EPYC 9004, Zen 4) and Arm ``bfmmla``, ``bfdot``, ``bfmlal``, ``fdot``, ``fmlal``,
 ``fmlall`` (the Arm ARM's pseudocode) are rows of the same table, machine ``"x86"`` or ``"arm"``.
 
-AMD CDNA4 (``mi350x``, ``mi355x``; :func:`_cdna4_rows`): no bit-accurate public model and no
+AMD CDNA4 (``mi350x``, ``mi355x``; ``_cdna4_rows``): no bit-accurate public model and no
 measurement exist, so every row is ``inferred``: CDNA3's published datapaths carried over to the
 instructions LLVM's gfx950 definitions keep or add. f64/f32 are FMA chains, f16/bf16 (now also
 16x16x32 and 32x32x16) CDNA3's TR-FDPA, ``f8f6f4`` (``v_mfma_f32_16x16x128_f8f6f4`` /

@@ -232,6 +232,7 @@ class CharGPT(torch.nn.Module):
                     p.zero_()
 
     def forward(self, idx: torch.Tensor) -> Any:
+        """Next-character logits for the character codes ``idx`` (batch, length)."""
         length = idx.shape[1]
         x = self.tok(idx) + self.pos(torch.arange(length))
         if self.attention == "sdpa":

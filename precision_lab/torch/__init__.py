@@ -18,7 +18,7 @@ module raises an ImportError that says how to install it.
 * :mod:`.simulate`: :func:`simulate` (``simulate(model, policy)``) runs every GEMM of a model
   (Linear, convolutions of any dimension, groups and transposed, matmul / bmm / einsum /
   tensordot / mv / dot ..., ``nn.MultiheadAttention`` and the ``nn.Transformer*`` layers,
-  RNN / LSTM / GRU gates: :mod:`.ops`, :mod:`.attention`, :mod:`.rnn`) through
+  RNN / LSTM / GRU gates: :mod:`precision_lab.torch.ops`, :mod:`.attention`, :mod:`.rnn`) through
   :func:`precision_lab.gemm` (emulated input formats, any :class:`~precision_lab.Accumulator`
   or tensor-core preset), forward and backward, refuses the GEMMs it cannot emulate, and runs
   its other operations by the policy's rules; ``simulate(model, recipe)`` (an FP4/FP8 training

@@ -7,11 +7,13 @@ the model inside a ``torch.overrides.TorchFunctionMode`` that sends every GEMM t
 
 * ``F.linear`` (``nn.Linear``), ``F.conv1d`` / ``F.conv2d`` (``nn.Conv1d`` / ``nn.Conv2d``, as
   im2col GEMMs: ``torch.nn.functional.unfold`` then one GEMM; with ``groups > 1``, and
-  ``conv3d`` and the transposed convolutions, as :mod:`.ops` describes), ``torch.matmul`` /
-  ``@`` / ``mm`` / ``bmm`` / ``addmm`` (attention's ``q @ k^T`` ...), the vector products
+  ``conv3d`` and the transposed convolutions, as :mod:`precision_lab.torch.ops` describes),
+  ``torch.matmul`` / ``@`` / ``mm`` / ``bmm`` / ``addmm`` (attention's ``q @ k^T`` ...), the
+  vector products
   ``mv`` / ``dot`` / ``vdot`` / ``inner`` / ``outer`` / ``addmv`` / ``addr``, ``einsum``,
-  ``tensordot``, ``baddbmm`` / ``addbmm`` (:mod:`.ops`), ``F.scaled_dot_product_attention`` as
-  its math definition (two GEMMs and a softmax; under an attention recipe as FP8 attention,
+  ``tensordot``, ``baddbmm`` / ``addbmm`` (:mod:`precision_lab.torch.ops`),
+  ``F.scaled_dot_product_attention`` as its math definition (two GEMMs and a softmax; under an
+  attention recipe as FP8 attention,
   :mod:`.attention`), ``F.multi_head_attention_forward`` (``nn.MultiheadAttention``, the
   ``nn.Transformer*`` layers: torch's own body with these GEMMs emulated, :mod:`.attention`),
   and ``nn.RNN`` / ``nn.LSTM`` / ``nn.GRU`` and their cells (the cell equations with emulated
@@ -769,8 +771,9 @@ class Simulated(torch.nn.Module):
     def _conv_gemm(
         self, w: torch.Tensor, cols: torch.Tensor, c: torch.Tensor | None, weight: torch.Tensor
     ) -> torch.Tensor:
-        """A convolution's GEMM ``c + w @ cols`` (batched over groups, see :mod:`.ops`) in the
-        current layer's formats (a batch of one group is the 2-D GEMM)."""
+        """A convolution's GEMM ``c + w @ cols`` (batched over groups, see
+        :mod:`precision_lab.torch.ops`) in the current layer's formats (a batch of one group is
+        the 2-D GEMM)."""
         layer = self._layer()
         spec = self.spec(layer)
         self._record("conv", spec)
