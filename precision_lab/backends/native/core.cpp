@@ -489,26 +489,30 @@ PL_CLONES int arith_range_mode(const arith_job& j, const void* xs, int xk, const
     const pl_u32* b = grid_operand(j, ys, yk, i0, n, by, gy);
     const pl_u32* c = j.op == PL_OP_FMA ? grid_operand(j, zs, zk, i0, n, bz, gz) : NULL;
     if (random) fill_words(j.out.key, i0, n, rw);
-    if (j.fast32) {  // float32 results where exact; the others (flagged) in double
-      pl_u32* o = dst + i0;
-      pl_u8 redo[BLOCK + 8];
-      if (float_block<MODE>(j, down, random, a, b, o, rw, redo, n)) {
-        for (int i = 0; i < n; ++i) {
-          if (!redo[i]) continue;
-          pl_u64 e, rb;
-          if (exact_block(j.op, down, a + i, b + i, NULL, &e, 1) && random) return 1;
-          const bool finite = (e & 0x7FF0000000000000ULL) != 0x7FF0000000000000ULL;
-          rb = random && !finite ? pl_round_bits(j.special, e, 0)
-                                 : pl_round_bits(j.out.p, e, random ? rw[i] : 0);
-          o[i] = pl_bits_of((float)pl_f64_of(rb));
+    // (the fast paths are not compiled for the modes after PL_SRE, which never take them: their
+    // jobs are exact_only and fast32 is false)
+    if constexpr (MODE <= PL_SRE) {
+      if (j.fast32) {  // float32 results where exact; the others (flagged) in double
+        pl_u32* o = dst + i0;
+        pl_u8 redo[BLOCK + 8];
+        if (float_block<MODE>(j, down, random, a, b, o, rw, redo, n)) {
+          for (int i = 0; i < n; ++i) {
+            if (!redo[i]) continue;
+            pl_u64 e, rb;
+            if (exact_block(j.op, down, a + i, b + i, NULL, &e, 1) && random) return 1;
+            const bool finite = (e & 0x7FF0000000000000ULL) != 0x7FF0000000000000ULL;
+            rb = random && !finite ? pl_round_bits(j.special, e, 0)
+                                   : pl_round_bits(j.out.p, e, random ? rw[i] : 0);
+            o[i] = pl_bits_of((float)pl_f64_of(rb));
+          }
         }
+        continue;
       }
-      continue;
     }
     if (exact_block(j.op, down, a, b, c, v, n) && random) return 1;  // needs the exact fraction
-    if (j.out.exact_only) {
+    if (MODE > PL_SRE || j.out.exact_only) {
       for (int i = 0; i < n; ++i) r[i] = pl_round_bits(j.out.p, v[i], random ? rw[i] : 0);
-    } else {
+    } else if constexpr (MODE <= PL_SRE) {
       if (MODE == PL_SR || MODE == PL_SRE) addends_of_words(rw, j.out.sh, ra, n);
       if (round_block_fast<double, MODE>(j.out, v, r, ra, n))
         for_flagged(j.out.c, v, n, [&](int i) {
