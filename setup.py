@@ -44,7 +44,8 @@ GCC_FLAGS = [
     "-fno-trapping-math",
 ]
 # GCC: no second, narrower vectorised copy of each loop's remainder. The loops run over blocks of
-# 1024 elements, so the remainders are short; with it core.cpp took 168 s to compile, without 125.
+# 1024 elements, so the remainders are short; with it core.cpp (then one translation unit) took
+# 168 s to compile, without 125.
 GCC_ONLY_FLAGS = ["--param", "vect-epilogues-nomask=0"]
 MSVC_FLAGS = ["/O2", "/std:c++17", "/fp:precise"]
 
@@ -60,8 +61,10 @@ class OptionalBuildExt(build_ext):
         for ext in self.extensions:
             ext.extra_compile_args = flags
         # the extensions compile at the same time (setuptools' own parallel build_ext), and so do
-        # the translation units of one extension (_native_kernels has four: one per instruction
-        # set, each with all kernels): on 2 cores the build's wall time is its CPU time / 2
+        # the translation units of one extension (_native has four: round_to's passes, encode's
+        # for float32 and for float64, the rest; _native_kernels four: one per instruction set,
+        # each with all kernels), in the order sources.py lists them (longest first): on 2 cores
+        # the build's wall time is its CPU time / 2, no unit being much longer than the others
         self.parallel = self.parallel or os.cpu_count() or 1
         self._compile_sources_in_parallel(self.parallel)
         super().build_extensions()

@@ -48,6 +48,7 @@ import precision_lab as pl
 from precision_lab import FloatFormat, decode, encode, round_to
 from precision_lab.backends import dispatch, gpu, native
 from precision_lab.backends.gpu import CUDA_DIR, format_args
+from precision_lab.backends.native.sources import EXTENSIONS
 from precision_lab.core import pool as _parallel
 from precision_lab.core.random_words import philox4x64, random_words
 
@@ -535,15 +536,17 @@ def test_every_generator_copy_gives_numpys_words(path: int) -> None:
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no g++")
 def test_portable_build_gives_the_same_words(tmp_path) -> None:
-    """core.cpp built as on other CPUs and compilers (no AVX-512 or AVX2 path, no BMI2 copy, no
-    __int128: the header's four-product fallback) gives the same random words and stochastic
-    results."""
+    """core.cpp and its sibling units built as on other CPUs and compilers (no AVX-512 or AVX2
+    path, no BMI2 copy, no __int128: the header's four-product fallback) give the same random
+    words and stochastic results."""
     so = tmp_path / ("_native" + sysconfig.get_config_var("EXT_SUFFIX"))
-    core = Path(pl.__file__).parent / "backends" / "native" / "core.cpp"
+    backends = Path(pl.__file__).parent / "backends"
+    files = EXTENSIONS["precision_lab.backends._native"]
+    units = [str(backends / f) for f in files if f.endswith(".cpp")]
     flags = ["-DPL_NO_AVX512", "-DPL_NO_AVX2", "-DPL_NO_CLONES", "-DPL_NO_INT128"]
     flags.append("-ffp-contract=off")
     include = f"-I{sysconfig.get_paths()['include']}"
-    cmd = ["g++", "-std=c++17", "-O0", "-shared", "-fPIC", *flags, include, str(core)]
+    cmd = ["g++", "-std=c++17", "-O0", "-shared", "-fPIC", *flags, include, *units]
     subprocess.run([*cmd, "-o", str(so)], check=True, capture_output=True)
     spec = importlib.util.spec_from_file_location("portable._native", so)
     assert spec is not None and spec.loader is not None

@@ -23,7 +23,17 @@ PACKAGE = Path(__file__).resolve().parent.parent
 #: extension module -> its source files (the .cpp files are compiled; all are hashed), relative
 #: to the package folder
 EXTENSIONS: dict[str, list[str]] = {
-    "precision_lab.backends._native": ["native/core.cpp", "native/fpenv.h", "cuda/pl_round.cuh"],
+    # the translation units that take longest to compile first (setup.py compiles them in this
+    # order on its threads)
+    "precision_lab.backends._native": [
+        "native/core_encode64.cpp",
+        "native/core_encode32.cpp",
+        "native/core_round.cpp",
+        "native/core.cpp",
+        "native/core.inc",
+        "native/fpenv.h",
+        "cuda/pl_round.cuh",
+    ],
     "precision_lab.backends._native_kernels": [
         "native/module.cpp",
         "native/kernels_base.cpp",
