@@ -288,6 +288,12 @@ def gemm(
     # the fast kernels of AMD CDNA1's exact blocks (fp32 nearest_even) and CDNA3's separate
     # addend; what they do not take runs on the per-element kernels (generic_rows)
     plain = scale_a is None and scale_b is None
+    # spec 3e (lanes, split-K) and 3f (k1_product at K = 1): the per-element kernels alone
+    # (pl_gemm.cuh's pl_gemm_structured and pl_gemm_k1); the fast kernels do not take them
+    per_element = not accumulator.fields_3d_default() or (
+        accumulator.k1_product and a.shape[-1] == 1
+    )
+    plain = plain and not per_element
     fast = None
     if accumulator.order == "exact_block" and plain:
         fast = gemm_exact_block
@@ -300,7 +306,7 @@ def gemm(
         )  # fmt: skip
         if out is not None:
             return out
-    if accumulator.scales == "in_block":  # block-scaled MMA: the fast path, else generic_rows
+    if accumulator.scales == "in_block" and not per_element:  # block-scaled MMA: fast path
         out = gemm_block_scaled(
             a, b, c, input_format=input_format, accumulator=accumulator, out_format=out_format,
             input_rounding=input_rounding, scale_a=scale_a, scale_b=scale_b,
@@ -308,26 +314,24 @@ def gemm(
         )  # fmt: skip
         if out is not None:
             return out
-    if (scale_a is not None or scale_b is not None) and promoted_fma32_applies(
-        accumulator, fa, fb, out_format
-    ):
+    scaled = scale_a is not None or scale_b is not None
+    if scaled and not per_element and promoted_fma32_applies(accumulator, fa, fb, out_format):
         out = _promoted_fma32_gemm(
             a, b, c, fa, fb, accumulator, out_format, input_rounding, scale_a, scale_b,
             scale_block,
         )  # fmt: skip
         if out is not None:
             return out
-    if scale_a is None and scale_b is None and fma32_applies(accumulator, fa, fb, out_format):
+    if plain and fma32_applies(accumulator, fa, fb, out_format):
         out = _fma32_gemm(a, b, c, fa, fb, accumulator, out_format, input_rounding)
         if out is not None:
             return out
-    if scale_a is None and scale_b is None and pairwise32_applies(accumulator, fa, fb, out_format):
+    if plain and pairwise32_applies(accumulator, fa, fb, out_format):
         out = _pairwise32_gemm(a, b, c, fa, fb, accumulator, input_rounding)
         if out is not None:
             return out
     if (
-        scale_a is None
-        and scale_b is None
+        plain
         and accumulator.addend != "separate"  # (gemm_separate declined: products may overflow)
         and blockfma_applies(accumulator, fa, fb, out_format)
     ):
@@ -1585,6 +1589,8 @@ def gemm_special(
     from .reference import _EXACT_PRODUCT_BITS
 
     acc = accumulator
+    if not acc.fields_3d_default() or acc.k1_product:  # (spec 3e, 3f: the kernels below lack)
+        return None
     fa, fb = input_format if isinstance(input_format, tuple) else (input_format, input_format)
     kw: dict[str, Any] = {
         "input_format": input_format, "accumulator": acc, "out_format": out_format,
