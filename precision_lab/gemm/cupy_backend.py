@@ -78,7 +78,7 @@ _P.update(
         name: 40 + 6 * 9 + i
         for i, name in enumerate(
             "LANES LANE_TAIL LANE_UNROLL SMALL_K SPLIT_K SPLIT_COMBINE SPLIT_BALANCE K1 "
-            "TREE_LEN TREE".split()
+            "LANE_F32 TREE_LEN TREE".split()
         )
     }
 )
@@ -198,6 +198,20 @@ def kernel_plan(
         else -(1 << 16),  # (reference._Model.scale_emin)
     }
     vals.update(_lanes_params(acc))
+    # the lanes' steps are float32 fmaf and additions (pl_lane_fma / pl_lane_add): fp32
+    # nearest_even with the IEEE rules, exact products of inputs that float32 holds, no inf/NaN
+    vals["LANE_F32"] = int(
+        acc.order in ("sequential", "blocked")
+        and fmt == _FP32
+        and check_rounding(acc.rounding) == "nearest_even"
+        and acc.overflow == "ieee"
+        and acc.zero_sign == "ieee"
+        and acc.subnormals == "keep"
+        and acc.product_format is None
+        and _fits_float32(fa)
+        and _fits_float32(fb)
+        and not has_special
+    )
     for name, v in vals.items():
         p[_P[name]] = int(v)
     tree = _tree_tokens(acc)

@@ -249,6 +249,12 @@ def _run_generic(
             B32 = B.astype(np.float32)  # exact: B is on a grid that float32 holds
     else:
         flags &= ~4
+    from .cupy_backend import _P
+
+    if bool(params[_P["LANES"]]) or bool(params[_P["SPLIT_K"]]):  # spec 3e: the products of an
+        # output are read at random along K: B handed over as (batch, N, K), flags bit 3
+        B = np.ascontiguousarray(np.swapaxes(B.reshape(nb, k, n), 1, 2))
+        flags |= 8
     SA = None if SA is None else np.ascontiguousarray(SA, dtype=np.float64)
     SB = None if SB is None else np.ascontiguousarray(SB, dtype=np.float64)
     for_chunks(

@@ -186,6 +186,7 @@ enum {
   PL_P_SPLIT_COMBINE,       // PL_SPLIT_*
   PL_P_SPLIT_BALANCE,       // split_balance (0: none)
   PL_P_K1,                  // k1_product
+  PL_P_LANE_F32,            // lanes in float32: fp32 nearest_even, exact float32 inputs (fmaf)
   PL_P_TREE_LEN,            // the lane tree in postfix: tokens >= 0 lane numbers, -m: the
   PL_P_TREE,                // sum of the m values below, left to right (PL_TREE_MAX tokens)
   PL_P_SIZE = PL_P_TREE + 2 * 64
@@ -211,6 +212,7 @@ struct pl_gemm_cfg {
   // spec 3e: lanes (0: none), lane_tail, lane_unroll (0: lanes), small_k (0: none),
   // split_combine, k1_product; split_k (0: none), split_balance (0: none); the lane tree
   int lanes, lane_tail, lane_unroll, small_k, split_combine, k1, tree_len;
+  int lane_f32;  // every step of the lanes is one IEEE float32 fmaf or addition (kernel_plan)
   pl_i64 split_k, split_balance;
   int tree[PL_TREE_MAX];
   pl_u64 seed_lo, seed_hi;
@@ -268,6 +270,7 @@ PL_HD_CALL void pl_gemm_load_cfg(pl_gemm_cfg* c, const pl_i64* q) {
   c->split_combine = (int)q[PL_P_SPLIT_COMBINE];
   c->split_balance = q[PL_P_SPLIT_BALANCE];
   c->k1 = (int)q[PL_P_K1];
+  c->lane_f32 = (int)q[PL_P_LANE_F32];
   c->tree_len = (int)q[PL_P_TREE_LEN];
   for (int i = 0; i < PL_TREE_MAX; ++i) c->tree[i] = i < c->tree_len ? (int)q[PL_P_TREE + i] : 0;
   pl_rounder* all[6] = {&c->acc, &c->blk, &c->prom, &c->scale, &c->prod, &c->out};
@@ -808,6 +811,19 @@ PL_HD pl_i64 pl_lane_at(const pl_lane_run& r, pl_i64 j) {
   return j < r.cnt ? r.i0 + j * r.step : r.t0 + (j - r.cnt);
 }
 
+// round(x + y) of two values of the accumulator's grid, and round(s + a * b): with lane_f32
+// (fp32 nearest_even, IEEE overflow and zeros, inputs and s exact in float32, no inf/NaN input)
+// one float32 addition or fmaf is that rounding.
+PL_HD double pl_lane_add(const pl_gemm_cfg& c, double x, double y, pl_u64 idx) {
+  if (c.lane_f32) return (double)((float)x + (float)y);
+  return pl_gemm_add_sp(c, c.acc, x, y, 0, idx);
+}
+PL_HD double pl_lane_fma(const pl_gemm_cfg& c, double a, double b, double s, pl_i64 k,
+                         pl_u64 idx) {
+  if (c.lane_f32) return (double)fmaf((float)a, (float)b, (float)s);
+  return pl_gemm_add_sp(c, c.acc, s, pl_gemm_product(c, a, b, k, idx), k, idx);
+}
+
 // Pairwise combination by a stack (level-by-level pairs, an odd one carried: the binary-counter
 // merges, then the stack folded from the right).
 struct pl_pw_stack {
@@ -820,7 +836,7 @@ PL_HD_CALL void pl_pw_push(const pl_gemm_cfg& c, pl_pw_stack* st, double v, pl_u
   int lev = 0;
   while (st->depth > 0 && st->lev[st->depth - 1] == lev) {
     --st->depth;
-    v = pl_gemm_add_sp(c, c.acc, st->val[st->depth], v, 0, idx);
+    v = pl_lane_add(c, st->val[st->depth], v, idx);
     ++lev;
   }
   st->lev[st->depth] = lev;
@@ -832,7 +848,7 @@ PL_HD_CALL double pl_pw_end(const pl_gemm_cfg& c, pl_pw_stack* st, pl_u64 idx) {
   double v = st->val[--st->depth];
   while (st->depth > 0) {
     --st->depth;
-    v = pl_gemm_add_sp(c, c.acc, st->val[st->depth], v, 0, idx);
+    v = pl_lane_add(c, st->val[st->depth], v, idx);
   }
   return v;
 }
@@ -848,7 +864,7 @@ PL_HD_CALL double pl_run_reduce(const pl_gemm_cfg& c, const double* a, pl_i64 as
       if (c.fma64) {
         s = pl_rounder_round(c.acc, fma(a[k * as], b[k * bs], s), 0ULL);
       } else {
-        s = pl_gemm_add_sp(c, c.acc, s, pl_gemm_product(c, a[k * as], b[k * bs], k, idx), k, idx);
+        s = pl_lane_fma(c, a[k * as], b[k * bs], s, k, idx);
       }
     }
     return s;
@@ -860,10 +876,9 @@ PL_HD_CALL double pl_run_reduce(const pl_gemm_cfg& c, const double* a, pl_i64 as
       double bsum = 0.0;
       for (pl_i64 j = j0; j < j1; ++j) {
         const pl_i64 k = pl_lane_at(r, j);
-        bsum = pl_gemm_add_sp(c, c.acc, bsum, pl_gemm_product(c, a[k * as], b[k * bs], k, idx), k,
-                              idx);
+        bsum = pl_lane_fma(c, a[k * as], b[k * bs], bsum, k, idx);
       }
-      total = pl_gemm_add_sp(c, c.acc, total, bsum, 0, idx);
+      total = pl_lane_add(c, total, bsum, idx);
     }
     return total;
   }
@@ -900,7 +915,7 @@ PL_HD_CALL double pl_lane_tree(const pl_gemm_cfg& c, const double* v, int nv, pl
     double x = 0.0;
     for (int j = base; j < sp; ++j) {
       if (!has[j]) continue;
-      x = h ? pl_gemm_add_sp(c, c.acc, x, st[j], 0, idx) : st[j];
+      x = h ? pl_lane_add(c, x, st[j], idx) : st[j];
       h = true;
     }
     sp = base;
@@ -941,11 +956,10 @@ PL_HD_CALL double pl_lanes_value(const pl_gemm_cfg& c, const double* a, pl_i64 a
   double t = has ? pl_lane_tree(c, v, nv, idx) : 0.0;
   if (full < n && c.lane_tail == PL_TAIL_SEPARATE) {
     const double x = pl_run_reduce(c, a, as, b, bs, tail, idx);
-    t = has ? pl_gemm_add_sp(c, c.acc, t, x, 0, idx) : x;
+    t = has ? pl_lane_add(c, t, x, idx) : x;
   } else if (c.lane_tail == PL_TAIL_AFTER) {
     for (pl_i64 k = r0 + full; k < r1; ++k) {
-      t = pl_gemm_add_sp(c, c.acc, has ? t : 0.0, pl_gemm_product(c, a[k * as], b[k * bs], k, idx),
-                         0, idx);
+      t = pl_lane_fma(c, a[k * as], b[k * bs], has ? t : 0.0, k, idx);
       has = true;
     }
   }
@@ -984,7 +998,7 @@ PL_HD_CALL double pl_gemm_structured(const pl_gemm_cfg& c, const double* a, pl_i
         t = has_s0 ? pl_gemm_add_sp(c, c.acc, s0, v, 0, idx) : v;
         ht = true;
       } else {
-        t = pl_gemm_add_sp(c, c.acc, t, v, 0, idx);
+        t = pl_lane_add(c, t, v, idx);
       }
       j0 += step;
     }
@@ -1025,7 +1039,7 @@ PL_HD_CALL double pl_gemm_structured(const pl_gemm_cfg& c, const double* a, pl_i
         ++d;
         continue;
       } else {
-        ret = pl_gemm_add_sp(c, c.acc, left[d], ret, 0, idx);
+        ret = pl_lane_add(c, left[d], ret, idx);
       }
       if (d == 0) break;
       --d;  // (ret goes to the parent)
