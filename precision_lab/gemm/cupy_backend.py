@@ -53,7 +53,7 @@ from .reference import (
 from .scales import expand_scales
 from .shapes import gemm_shapes
 
-__all__ = ["KernelPlan", "gemm", "kernel_plan", "run"]
+__all__ = ["KernelPlan", "gemm", "kernel_plan", "lanes_in_float32", "run"]
 
 _FP32 = get_format("fp32")
 _FP64 = get_format("fp64")
@@ -200,18 +200,7 @@ def kernel_plan(
     vals.update(_lanes_params(acc))
     # the lanes' steps are float32 fmaf and additions (pl_lane_fma / pl_lane_add): fp32
     # nearest_even with the IEEE rules, exact products of inputs that float32 holds, no inf/NaN
-    vals["LANE_F32"] = int(
-        acc.order in ("sequential", "blocked")
-        and fmt == _FP32
-        and check_rounding(acc.rounding) == "nearest_even"
-        and acc.overflow == "ieee"
-        and acc.zero_sign == "ieee"
-        and acc.subnormals == "keep"
-        and acc.product_format is None
-        and _fits_float32(fa)
-        and _fits_float32(fb)
-        and not has_special
-    )
+    vals["LANE_F32"] = int(lanes_in_float32(acc, fa, fb) and not has_special)
     for name, v in vals.items():
         p[_P[name]] = int(v)
     tree = _tree_tokens(acc)
@@ -255,6 +244,31 @@ def kernel_plan(
         grid = (-(-n // _G_TILE), -(-m // _G_TILE), nb)
     return KernelPlan(
         name, (max(grid[0], 1), max(grid[1], 1), grid[2]), (16, 16, 1), params, out_dtype, fma
+    )
+
+
+def lanes_in_float32(acc: Accumulator, fa: FloatFormat, fb: FloatFormat) -> bool:
+    """Whether every step of spec 3e's lanes is one IEEE float32 ``fmaf`` or addition in
+    ``pl_gemm.cuh`` (``pl_lane_fma``, ``pl_lane_add``; the kernels also need inputs without inf
+    or NaN): order sequential or blocked, fp32 nearest_even with the IEEE overflow, zero-sign
+    and subnormal rules, exact products of inputs that float32 holds.
+
+    >>> bf16 = get_format("bf16")
+    >>> lanes_in_float32(Accumulator("fp32", lanes=8), bf16, bf16)
+    True
+    >>> lanes_in_float32(Accumulator("bf16", lanes=8), bf16, bf16)
+    False
+    """
+    return (
+        acc.order in ("sequential", "blocked")
+        and acc.format == _FP32
+        and check_rounding(acc.rounding) == "nearest_even"
+        and acc.overflow == "ieee"
+        and acc.zero_sign == "ieee"
+        and acc.subnormals == "keep"
+        and acc.product_format is None
+        and _fits_float32(fa)
+        and _fits_float32(fb)
     )
 
 
