@@ -236,13 +236,15 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
      and ``+0`` at K = 1000, torch 2.13 bf16 gives ``-0``); the probe's special inputs do not
      hold that case.
 
-   Numpy reference only (the native and CuPy backends decline these models:
-   :func:`reference_only`).
+   Every backend: the per-element kernels of ``pl_gemm.cuh`` (``pl_gemm_structured``; at most
+   64 lanes, any lane tree: the named ones and explicit trees are handed to the kernels as
+   postfix tokens), the native backend's fast kernels stepping aside.
 
 3f. A single product (:attr:`k1_product`, any order): with ``K = 1`` and a ``+0`` (or no)
    ``c``, the result is ``round(p_0, acc, mode)``, the product itself, not ``0 + p_0`` (a
    ``-0`` product stays ``-0``): libraries that take ``K = 1`` as an outer product (measured:
-   torch 2.13 CPU float32 matmul). Numpy reference only.
+   torch 2.13 CPU float32 matmul). Every backend (``pl_gemm_k1``) with a deterministic
+   ``rounding``; with a stochastic one, the numpy reference only.
 
 4. Output: ``d = round(W, out_format, out_rounding)``. Signs of zero (:attr:`zero_sign`):
 
@@ -1245,9 +1247,9 @@ def reference_only(acc: Accumulator) -> str | None:
     (None: every backend does): only Kahan summation (``order="compensated"``), a C type
     apart from the output's (``c_format``), the CPU instructions' rules of spec 3c/3d
     (``input_subnormals="flush_signed"``, ``pair_order="odd_first"``,
-    ``tininess="after_rounding"``) and CPU lanes and split-K (spec 3e: ``lanes``, ``split_k``;
-    3f: ``k1_product``) are the numpy reference's alone. Every other
-    matrix-core model is the general kernels' (``pl_gemm.cuh``):
+    ``tininess="after_rounding"``) and ``k1_product`` with a stochastic ``rounding`` (spec
+    3f) are the numpy reference's alone. Every other model is the general kernels'
+    (``pl_gemm.cuh``), CPU lanes and split-K (spec 3e) and ``k1_product`` included:
     block-scaled MMA (``scales="in_block"``, with or without groups), ``addend="separate"``,
     ``order="exact_block"``, ``input_subnormals="flush"`` (the inputs flushed first, then the
     model with them kept) and fp64 inputs; the native backend also has fast kernels for them
@@ -1265,10 +1267,6 @@ def reference_only(acc: Accumulator) -> str | None:
         value = getattr(acc, name)
         if value in ("flush_signed", "flush_signed_c", "odd_first", "after_rounding"):
             return f"{name}={value!r}"
-    if acc.lanes is not None:
-        return f"lanes={acc.lanes}"
-    if acc.k1_product:
-        return "k1_product=True"
-    if acc.split_k is not None:
-        return f"split_k={acc.split_k}"
+    if acc.k1_product and is_stochastic(check_rounding(acc.rounding)):
+        return f"k1_product=True with rounding={acc.rounding!r}"
     return None

@@ -41,7 +41,7 @@ from ..core.exact import Rounder
 from ..core.formats import FloatFormat, get_format
 from ..core.rounding import ROUNDING_MODES, _fits_float32, check_rounding, round_to
 from ..core.shapes import broadcast_shapes
-from .accumulator import Accumulator
+from .accumulator import LANE_TAILS, SPLIT_COMBINES, Accumulator, combine_tree
 from .reference import (
     _EXACT_PRODUCT_BITS,
     _check_groups,
@@ -53,7 +53,7 @@ from .reference import (
 from .scales import expand_scales
 from .shapes import gemm_shapes
 
-__all__ = ["KernelPlan", "gemm", "kernel_plan", "run"]
+__all__ = ["KernelPlan", "gemm", "kernel_plan", "lanes_in_float32", "run"]
 
 _FP32 = get_format("fp32")
 _FP64 = get_format("fp64")
@@ -71,7 +71,19 @@ _P = {
         "ZERO_EXP".split()
     )
 }
-_P_ROUNDERS, _P_SIZE = 40, 40 + 6 * 9
+_P_ROUNDERS = 40
+# spec 3e's entries after the rounders (PL_P_LANES ...), then the lane tree (PL_P_TREE)
+_P.update(
+    {
+        name: 40 + 6 * 9 + i
+        for i, name in enumerate(
+            "LANES LANE_TAIL LANE_UNROLL SMALL_K SPLIT_K SPLIT_COMBINE SPLIT_BALANCE K1 "
+            "LANE_F32 TREE_LEN TREE".split()
+        )
+    }
+)
+_LANES_MAX = 64  # pl_gemm.cuh's PL_LANES_MAX (its tree: at most 2 * 64 tokens)
+_P_SIZE = _P["TREE"] + 2 * _LANES_MAX
 _GROUPS_MAX = 16  # pl_gemm.cuh's PL_GROUPS_MAX and PL_SEP_GROUPS: parts of a block
 
 Launcher = Callable[[str, tuple[int, int, int], tuple[int, int, int], tuple[Any, ...]], None]
@@ -185,8 +197,14 @@ def kernel_plan(
         if isinstance(acc.scale_format, FloatFormat)
         else -(1 << 16),  # (reference._Model.scale_emin)
     }
+    vals.update(_lanes_params(acc))
+    # the lanes' steps are float32 fmaf and additions (pl_lane_fma / pl_lane_add): fp32
+    # nearest_even with the IEEE rules, exact products of inputs that float32 holds, no inf/NaN
+    vals["LANE_F32"] = int(lanes_in_float32(acc, fa, fb) and not has_special)
     for name, v in vals.items():
         p[_P[name]] = int(v)
+    tree = _tree_tokens(acc)
+    p[_P["TREE"] : _P["TREE"] + len(tree)] = tree
     prod_fmt = acc.product_format if isinstance(acc.product_format, FloatFormat) else fmt
     rounders = [
         _rounder(fmt, acc.rounding, acc),
@@ -203,6 +221,8 @@ def kernel_plan(
     sfx = "f32" if out_dtype == np.float32 else "f64"
     fma = (
         acc.order == "sequential"
+        and acc.fields_3d_default()
+        and not (acc.k1_product and k == 1)
         and fmt == _FP32
         and acc.rounding in _FMA_MODES
         and acc.overflow == "ieee"
@@ -225,6 +245,70 @@ def kernel_plan(
     return KernelPlan(
         name, (max(grid[0], 1), max(grid[1], 1), grid[2]), (16, 16, 1), params, out_dtype, fma
     )
+
+
+def lanes_in_float32(acc: Accumulator, fa: FloatFormat, fb: FloatFormat) -> bool:
+    """Whether every step of spec 3e's lanes is one IEEE float32 ``fmaf`` or addition in
+    ``pl_gemm.cuh`` (``pl_lane_fma``, ``pl_lane_add``; the kernels also need inputs without inf
+    or NaN): order sequential or blocked, fp32 nearest_even with the IEEE overflow, zero-sign
+    and subnormal rules, exact products of inputs that float32 holds.
+
+    >>> bf16 = get_format("bf16")
+    >>> lanes_in_float32(Accumulator("fp32", lanes=8), bf16, bf16)
+    True
+    >>> lanes_in_float32(Accumulator("bf16", lanes=8), bf16, bf16)
+    False
+    """
+    return (
+        acc.order in ("sequential", "blocked")
+        and acc.format == _FP32
+        and check_rounding(acc.rounding) == "nearest_even"
+        and acc.overflow == "ieee"
+        and acc.zero_sign == "ieee"
+        and acc.subnormals == "keep"
+        and acc.product_format is None
+        and _fits_float32(fa)
+        and _fits_float32(fb)
+    )
+
+
+def _lanes_params(acc: Accumulator) -> dict[str, int]:
+    """Spec 3e's and 3f's entries of the parameter block (0: off)."""
+    return {
+        "LANES": acc.lanes or 0,
+        "LANE_TAIL": LANE_TAILS.index(acc.lane_tail),
+        "LANE_UNROLL": acc.lane_unroll or 0,
+        "SMALL_K": acc.small_k or 0,
+        "SPLIT_K": acc.split_k or 0,
+        "SPLIT_COMBINE": SPLIT_COMBINES.index(acc.split_combine),
+        "SPLIT_BALANCE": acc.split_balance or 0,
+        "K1": int(acc.k1_product),
+        "TREE_LEN": len(_tree_tokens(acc)),
+    }
+
+
+def _tree_tokens(acc: Accumulator) -> list[int]:
+    """The lane tree of ``acc`` (:func:`~precision_lab.gemm.accumulator.combine_tree`, named or
+    explicit) in postfix, as pl_gemm.cuh's ``pl_lane_tree`` reads it: a lane number, or ``-m``
+    for the sum of the ``m`` values before it, left to right; empty without lanes.
+
+    >>> _tree_tokens(Accumulator(lanes=4, lane_combine="pairwise"))
+    [0, 1, -2, 2, 3, -2, -2]
+    """
+    if acc.lanes is None:
+        return []
+    out: list[int] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, tuple):
+            for ch in node:
+                walk(ch)
+            out.append(-len(node))
+        else:
+            out.append(int(node))
+
+    walk(combine_tree(acc.lane_combine, acc.lanes))
+    return out
 
 
 def _block_limit(acc: Accumulator) -> str | None:
@@ -266,6 +350,8 @@ def header_limit(acc: Accumulator) -> str | None:
     >>> header_limit(Accumulator(order="exact_block", block=64))
     'the cupy backend runs exact_block with block <= 32, got block=64'
     """
+    if acc.lanes is not None and acc.lanes > _LANES_MAX:
+        return f"the cupy backend runs at most {_LANES_MAX} lanes, got lanes={acc.lanes}"
     return _block_limit(acc) or _parts_limit(acc)
 
 

@@ -132,6 +132,26 @@ def covers(accumulator: Accumulator, **_: Any) -> bool:
     return header_limit(accumulator) is None
 
 
+def numpy_is_faster(acc: Accumulator, fa: FloatFormat, fb: FloatFormat) -> bool:
+    """Whether ``backend="auto"`` hands ``acc`` to the numpy reference although this backend
+    computes it: spec 3e's lanes and split-K whose steps are not float32 operations
+    (:func:`~precision_lab.gemm.cupy_backend.lanes_in_float32`). The per-element kernels round
+    every step with the general rounding (``pl_round_sum``), one output at a time; numpy rounds a
+    whole M x N step at once. Measured at 256x1024x256, 2 cores at load 2.5: bf16 accumulator,
+    4 lanes: numpy 0.28 s, native 0.92 s; fp32 accumulator, 16 lanes: numpy 0.29 s, native
+    0.18 s (bf16 inputs).
+
+    >>> bf16 = get_format("bf16")
+    >>> numpy_is_faster(Accumulator("bf16", lanes=4), bf16, bf16)
+    True
+    >>> numpy_is_faster(Accumulator("fp32", lanes=4), bf16, bf16)
+    False
+    """
+    from .cupy_backend import lanes_in_float32
+
+    return not acc.fields_3d_default() and not lanes_in_float32(acc, fa, fb)
+
+
 def zero_products_matter(acc: Accumulator) -> bool:
     """Whether a zero product's ``zero_exponent`` can move a block FMA's anchor (spec 3): with
     ``zeros_in_anchor``, unless every block FMA aligns a running value too (``addend=
@@ -249,6 +269,12 @@ def _run_generic(
             B32 = B.astype(np.float32)  # exact: B is on a grid that float32 holds
     else:
         flags &= ~4
+    from .cupy_backend import _P
+
+    if bool(params[_P["LANES"]]) or bool(params[_P["SPLIT_K"]]):  # spec 3e: the products of an
+        # output are read at random along K: B handed over as (batch, N, K), flags bit 3
+        B = np.ascontiguousarray(np.swapaxes(B.reshape(nb, k, n), 1, 2))
+        flags |= 8
     SA = None if SA is None else np.ascontiguousarray(SA, dtype=np.float64)
     SB = None if SB is None else np.ascontiguousarray(SB, dtype=np.float64)
     for_chunks(
@@ -288,6 +314,12 @@ def gemm(
     # the fast kernels of AMD CDNA1's exact blocks (fp32 nearest_even) and CDNA3's separate
     # addend; what they do not take runs on the per-element kernels (generic_rows)
     plain = scale_a is None and scale_b is None
+    # spec 3e (lanes, split-K) and 3f (k1_product at K = 1): the per-element kernels alone
+    # (pl_gemm.cuh's pl_gemm_structured and pl_gemm_k1); the fast kernels do not take them
+    per_element = not accumulator.fields_3d_default() or (
+        accumulator.k1_product and a.shape[-1] == 1
+    )
+    plain = plain and not per_element
     fast = None
     if accumulator.order == "exact_block" and plain:
         fast = gemm_exact_block
@@ -300,7 +332,7 @@ def gemm(
         )  # fmt: skip
         if out is not None:
             return out
-    if accumulator.scales == "in_block":  # block-scaled MMA: the fast path, else generic_rows
+    if accumulator.scales == "in_block" and not per_element:  # block-scaled MMA: fast path
         out = gemm_block_scaled(
             a, b, c, input_format=input_format, accumulator=accumulator, out_format=out_format,
             input_rounding=input_rounding, scale_a=scale_a, scale_b=scale_b,
@@ -308,26 +340,24 @@ def gemm(
         )  # fmt: skip
         if out is not None:
             return out
-    if (scale_a is not None or scale_b is not None) and promoted_fma32_applies(
-        accumulator, fa, fb, out_format
-    ):
+    scaled = scale_a is not None or scale_b is not None
+    if scaled and not per_element and promoted_fma32_applies(accumulator, fa, fb, out_format):
         out = _promoted_fma32_gemm(
             a, b, c, fa, fb, accumulator, out_format, input_rounding, scale_a, scale_b,
             scale_block,
         )  # fmt: skip
         if out is not None:
             return out
-    if scale_a is None and scale_b is None and fma32_applies(accumulator, fa, fb, out_format):
+    if plain and fma32_applies(accumulator, fa, fb, out_format):
         out = _fma32_gemm(a, b, c, fa, fb, accumulator, out_format, input_rounding)
         if out is not None:
             return out
-    if scale_a is None and scale_b is None and pairwise32_applies(accumulator, fa, fb, out_format):
+    if plain and pairwise32_applies(accumulator, fa, fb, out_format):
         out = _pairwise32_gemm(a, b, c, fa, fb, accumulator, input_rounding)
         if out is not None:
             return out
     if (
-        scale_a is None
-        and scale_b is None
+        plain
         and accumulator.addend != "separate"  # (gemm_separate declined: products may overflow)
         and blockfma_applies(accumulator, fa, fb, out_format)
     ):
@@ -1585,6 +1615,8 @@ def gemm_special(
     from .reference import _EXACT_PRODUCT_BITS
 
     acc = accumulator
+    if not acc.fields_3d_default() or acc.k1_product:  # (spec 3e, 3f: the kernels below lack)
+        return None
     fa, fb = input_format if isinstance(input_format, tuple) else (input_format, input_format)
     kw: dict[str, Any] = {
         "input_format": input_format, "accumulator": acc, "out_format": out_format,

@@ -195,6 +195,7 @@ def gemm(
                 native.covers(acc)
                 and reference_only(acc) is None
                 and max(fa.precision, fb.precision) <= _EXACT_PRODUCT_BITS
+                and not (auto_native and native.numpy_is_faster(acc, fa, fb))
             ):
                 return restore(_canonical_nan(native.gemm(*args, **kw), acc.nan_encoding))
             # models the general kernels lack: a kernel of their own, or None

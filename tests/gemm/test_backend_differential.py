@@ -60,10 +60,13 @@ class Row:
     out: str
     scale_block: int | None
     scale_format: Any
+    k_unit: int | None = None  # (spec 3e's models: the depths that reach their splits and tails)
 
     @property
     def unit(self) -> int:
         """The products of a block along K (sequential chains: 8, so K reaches 3 x 8 + tails)."""
+        if self.k_unit is not None:
+            return self.k_unit
         return max(int(self.acc.block or self.acc.promote_every or 8), 2)
 
 
@@ -315,6 +318,77 @@ def test_backends_agree_bit_for_bit(family: str, header: ctypes.CDLL | None) -> 
         suppress_health_check=[HealthCheck.too_slow],
     )
     @given(case=_cases(FAMILIES[family]))
+    def check(case) -> None:
+        _check(case, header)
+
+    check()
+
+
+# ----- spec 3e and 3f: CPU lanes and split-K, k1_product (the per-element kernels' structured
+# path, pl_gemm_structured / pl_gemm_k1) --------------------------------------------------------
+def _lane_row(fmt: str, out: str, unit: int, **kw: Any) -> Row:
+    f = pl.get_format(fmt)
+    return Row(pl.Accumulator(**kw), f, f, out, None, None, unit)
+
+
+LANE_FAMILIES: dict[str, list[Row]] = {
+    "numpy pairwise_sum (lanes 8, tail after, halving split)": [
+        _lane_row("bf16", "fp32", 20, format="fp32", lanes=8, lane_combine="pairwise",
+                  lane_tail="after", split_k=16, split_combine="halving"),
+        _lane_row("fp16", "fp16", 20, format="fp16", rounding="toward_zero", lanes=4,
+                  lane_combine="pairwise", lane_tail="after", split_k=8, split_combine="halving"),
+    ],
+    "OpenBLAS sdot (lanes 8, unroll 16, separate tail, halving lanes)": [
+        _lane_row("bf16", "fp32", 20, format="fp32", lanes=8, lane_combine="halving",
+                  lane_tail="separate", lane_unroll=16),
+        _lane_row("e4m3", "bf16", 12, format="bf16", rounding="down", lanes=3,
+                  lane_combine="halving", lane_tail="separate", lane_unroll=6, small_k=5),
+    ],
+    "torch bf16 (lanes, tail first, small K, promotion, product rounding)": [
+        _lane_row("bf16", "bf16", 12, format="bf16", lanes=4, lane_tail="first", lane_unroll=8,
+                  small_k=6, product_format="bf16"),
+        _lane_row("fp16", "fp32", 12, format="fp32", rounding="up", lanes=2, lane_tail="first",
+                  promote_every=10, promote_format="fp32"),
+    ],
+    "split-K sequential (balanced) and pairwise, pairwise and blocked lanes": [
+        _lane_row("bf16", "fp16", 16, format="fp16", order="pairwise", lanes=2, split_k=12,
+                  split_balance=4),
+        _lane_row("bf16", "fp32", 12, format="bf16", order="blocked", block=3, lanes=4,
+                  split_k=10, split_combine="pairwise"),
+        _lane_row("fp16", "fp32", 12, format="fp32", split_k=5, split_combine="sequential"),
+    ],
+    "explicit lane trees, lanes tail, saturation and zero signs": [
+        _lane_row("bf16", "fp32", 16, format="bf16", lanes=8,
+                  lane_combine=(((0, 4), (1, 5)), (2, 6, 3), 7), overflow="saturate"),
+        _lane_row("e5m2", "fp16", 12, format="fp16", lanes=5, lane_combine=(4, (0, 1, 2), 3),
+                  zero_sign="positive", subnormals="flush", split_k=7, split_combine="pairwise"),
+    ],
+    "k1_product": [
+        _lane_row("bf16", "fp32", 2, format="fp32", k1_product=True),
+        _lane_row("fp16", "fp16", 2, format="fp16", order="block_fma", block=4, align_bits=24,
+                  k1_product=True),
+        _lane_row("e4m3", "bf16", 2, format="bf16", lanes=4, k1_product=True,
+                  product_format="bf16"),
+    ],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("family", sorted(LANE_FAMILIES))
+def test_lanes_and_split_k_agree_bit_for_bit(family: str, header: ctypes.CDLL | None) -> None:
+    """Spec 3e (lanes, split-K) and 3f (k1_product): numpy, the native per-element kernels and
+    the CUDA kernels on the host, bit for bit, by the input classes above (their special values
+    included) at depths through several splits and ragged tails."""
+    if not _backends(header):
+        pytest.skip("neither the native extension nor the CUDA host harness is built here")
+    for row in LANE_FAMILIES[family]:
+        assert reference_only(row.acc) is None, row.acc  # (every backend runs it)
+
+    @settings(
+        max_examples=int(os.environ.get("PL_DIFF_EXAMPLES", 20)),
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    @given(case=_cases(LANE_FAMILIES[family]))
     def check(case) -> None:
         _check(case, header)
 

@@ -208,18 +208,28 @@ MODELS = [
 ]
 
 
+def _backends() -> list[str]:
+    """The numpy reference, and the native per-element kernels (pl_gemm.cuh) where built."""
+    from precision_lab.gemm import native_backend
+
+    return ["numpy", "native"] if native_backend.available() else ["numpy"]
+
+
 @pytest.mark.parametrize("kw", MODELS, ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))
 @pytest.mark.parametrize(
     ("fmt", "mode"), [("fp32", "nearest_even"), ("bf16", "toward_zero"), ("fp16", "down")]
 )
-def test_lanes_and_splits_match_the_exact_oracle(kw: dict[str, Any], fmt: str, mode: str) -> None:
+@pytest.mark.parametrize("backend", _backends())
+def test_lanes_and_splits_match_the_exact_oracle(
+    kw: dict[str, Any], fmt: str, mode: str, backend: str
+) -> None:
     acc = pl.Accumulator(fmt, rounding=mode, **kw)
     for k in (1, 3, 8, 13, 40):
         a = np.round(RNG.standard_normal((2, k)) * 64) / 64 * 2.0 ** RNG.integers(-6, 7, (2, k))
         b = np.round(RNG.standard_normal((k, 3)) * 64) / 64
         c = np.round(RNG.standard_normal((2, 3)) * 8) / 8 if k % 2 else None
         got = pl.gemm(
-            a, b, c, input_format="fp32", accumulator=acc, out_format=fmt, backend="numpy"
+            a, b, c, input_format="fp32", accumulator=acc, out_format=fmt, backend=backend
         )
         want = oracle(a, b, c, kw, fmt, mode)
         np.testing.assert_array_equal(np.asarray(got, np.float64), want, err_msg=f"K={k}")
@@ -312,15 +322,49 @@ def test_bad_lane_fields(kw: dict[str, Any], match: str) -> None:
         pl.Accumulator("fp32", **kw)
 
 
-def test_lists_become_tuples_and_other_backends_decline() -> None:
+def test_lists_become_tuples_and_every_backend_computes_lanes() -> None:
+    from precision_lab.gemm import native_backend
+
     acc = pl.Accumulator("fp32", lanes=2, lane_combine=[0, 1])
     assert acc.lane_combine == (0, 1) and hash(acc)
-    assert reference_only(acc) == "lanes=2"
-    assert reference_only(pl.Accumulator("fp32", split_k=64)) == "split_k=64"
+    assert reference_only(acc) is None
+    assert reference_only(pl.Accumulator("fp32", split_k=64)) is None
+    assert reference_only(pl.Accumulator("fp32", k1_product=True)) is None
+    assert reference_only(pl.Accumulator("fp32", k1_product=True, rounding="stochastic")) == (
+        "k1_product=True with rounding='stochastic'"
+    )
+    assert native_backend.covers(acc) == native_backend.available()
+    assert not native_backend.covers(pl.Accumulator("fp32", lanes=65))  # (PL_LANES_MAX)
     a = RNG.standard_normal((3, 9))
     b = RNG.standard_normal((9, 2))
-    for backend in ("auto", "native"):  # the native backend hands the model to numpy
+    for backend in ("auto", "native"):  # the per-element kernels of pl_gemm.cuh
         got = pl.gemm(a, b, input_format="fp32", accumulator=acc, backend=backend)
         np.testing.assert_array_equal(
             got, pl.gemm(a, b, input_format="fp32", accumulator=acc, backend="numpy")
         )
+
+
+@pytest.mark.parametrize("backend", _backends())
+def test_k1_product_on_every_backend(backend: str) -> None:
+    """Spec 3f: K = 1 with no c or c = +0 gives the product itself, rounded once (a -0 product
+    stays -0 where 0 + p is +0; 2**-160 underflows to +0); another c gives c + p; K = 2 is
+    unchanged."""
+    a = np.array([[-1.0], [2.0**-140], [3.0]])
+    b = np.array([[0.0, 1.0, 2.0**-20]])
+    acc = pl.Accumulator("fp32", k1_product=True)
+    plain = pl.Accumulator("fp32")
+    kw: dict[str, Any] = {"input_format": "fp32", "backend": backend}
+    want = (a * b).astype(np.float32)
+    for c in (None, np.zeros((3, 3))):
+        got = pl.gemm(a, b, c, accumulator=acc, **kw)
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+        assert not np.signbit(pl.gemm(a, b, c, accumulator=plain, **kw)[0, 0])
+    c = np.full((3, 3), -0.0)
+    c[1:] = 1.0
+    np.testing.assert_array_equal(
+        pl.gemm(a, b, c, accumulator=acc, **kw), pl.gemm(a, b, c, accumulator=plain, **kw)
+    )
+    a2, b2 = np.hstack([a, a]), np.vstack([b, -b])
+    np.testing.assert_array_equal(
+        pl.gemm(a2, b2, accumulator=acc, **kw), pl.gemm(a2, b2, accumulator=plain, **kw)
+    )

@@ -53,6 +53,16 @@ __device__ void pl_gemm_generic_impl(const double* __restrict__ A, const double*
     pl_i64 k0, k1;
     pl_gemm_segment(cfg, s, &k0, &k1);
     if (live) pl_gemm_begin_segment(cfg, &e, k0, k1);
+    if (pl_gemm_is_structured(cfg)) {  // spec 3e: each thread reads its products at random
+      if (live) {
+        double sa, sb;
+        pl_gemm_scales(cfg, SA, SB, batch, row, col, k0, &sa, &sb);
+        const double P = pl_gemm_structured(cfg, Ab + row * K + k0, 1, Bb + k0 * N + col, N,
+                                            k1 - k0, e.has_s0 != 0, e.s0, idx);
+        pl_gemm_promote(cfg, &e, s, P, sa, sb);
+      }
+      continue;  // (uniform over the block: cfg is shared)
+    }
     for (pl_i64 t0 = k0; t0 < k1; t0 += TK) {
       const int tn = (int)(k1 - t0 < TK ? k1 - t0 : TK);
       for (int i = tid; i < PL_G_TILE * TK; i += nthreads) {
@@ -84,6 +94,7 @@ __device__ void pl_gemm_generic_impl(const double* __restrict__ A, const double*
       pl_gemm_end_segment(cfg, &e, s, k0, k1, sa, sb);
     }
   }
+  if (live && K == 1) pl_gemm_k1(cfg, &e, cfg.has_c ? C[idx] : 0.0, Ab[row * K], Bb[col]);
   if (live) D[idx] = pl_traits<F>::value(pl_traits<F>::bits_from_double(pl_gemm_finish(cfg, &e)));
 }
 

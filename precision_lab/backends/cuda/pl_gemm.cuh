@@ -177,8 +177,24 @@ enum {
   PL_P_SCALE_EMIN, // ... the scale format's emin (the scales' alignment exponents)
   PL_P_ZERO_EXP,   // zeros_in_anchor: the alignment exponent of zeros (zero_exponent)
   PL_P_ROUNDERS = 40,  // 6 rounders of 9 entries: acc, block, promote, scale, product, out
-  PL_P_SIZE = 40 + 6 * 9
+  // spec 3e (lanes and split-K; 0: off) and 3f
+  PL_P_LANES = 40 + 6 * 9,  // lanes (0: none)
+  PL_P_LANE_TAIL,           // PL_TAIL_*
+  PL_P_LANE_UNROLL,         // lane_unroll (0: lanes)
+  PL_P_SMALL_K,             // small_k (0: none)
+  PL_P_SPLIT_K,             // split_k (0: none)
+  PL_P_SPLIT_COMBINE,       // PL_SPLIT_*
+  PL_P_SPLIT_BALANCE,       // split_balance (0: none)
+  PL_P_K1,                  // k1_product
+  PL_P_LANE_F32,            // lanes in float32: fp32 nearest_even, exact float32 inputs (fmaf)
+  PL_P_TREE_LEN,            // the lane tree in postfix: tokens >= 0 lane numbers, -m: the
+  PL_P_TREE,                // sum of the m values below, left to right (PL_TREE_MAX tokens)
+  PL_P_SIZE = PL_P_TREE + 2 * 64
 };
+#define PL_LANES_MAX 64               // the most lanes (per-thread arrays)
+#define PL_TREE_MAX (2 * PL_LANES_MAX)  // the most tokens of a lane tree
+enum { PL_TAIL_LANES = 0, PL_TAIL_AFTER = 1, PL_TAIL_FIRST = 2, PL_TAIL_SEPARATE = 3 };
+enum { PL_SPLIT_SEQUENTIAL = 0, PL_SPLIT_PAIRWISE = 1, PL_SPLIT_HALVING = 2 };
 #define PL_GEMM_NO_TERM (-(1 << 20))
 #define PL_PAIR_STACK 64
 
@@ -193,6 +209,12 @@ struct pl_gemm_cfg {
   int sep, sep_down;  // addend="separate": sum_bits + 1 (0: off); cuts down (else toward zero)
   int sep_drop;       // ... drop_bits (0: none)
   int group, scale_emin;  // block-scaled MMA with groups: products per group, the scales' emin
+  // spec 3e: lanes (0: none), lane_tail, lane_unroll (0: lanes), small_k (0: none),
+  // split_combine, k1_product; split_k (0: none), split_balance (0: none); the lane tree
+  int lanes, lane_tail, lane_unroll, small_k, split_combine, k1, tree_len;
+  int lane_f32;  // every step of the lanes is one IEEE float32 fmaf or addition (kernel_plan)
+  pl_i64 split_k, split_balance;
+  int tree[PL_TREE_MAX];
   pl_u64 seed_lo, seed_hi;
   pl_rounder acc, blk, prom, scale, prod, out;
 };
@@ -240,6 +262,17 @@ PL_HD_CALL void pl_gemm_load_cfg(pl_gemm_cfg* c, const pl_i64* q) {
   c->sep_drop = (int)(q[PL_P_SEP_DOWN] >> 1);
   c->group = (int)q[PL_P_GROUP];
   c->scale_emin = (int)q[PL_P_SCALE_EMIN];
+  c->lanes = (int)q[PL_P_LANES];
+  c->lane_tail = (int)q[PL_P_LANE_TAIL];
+  c->lane_unroll = (int)q[PL_P_LANE_UNROLL];
+  c->small_k = (int)q[PL_P_SMALL_K];
+  c->split_k = q[PL_P_SPLIT_K];
+  c->split_combine = (int)q[PL_P_SPLIT_COMBINE];
+  c->split_balance = q[PL_P_SPLIT_BALANCE];
+  c->k1 = (int)q[PL_P_K1];
+  c->lane_f32 = (int)q[PL_P_LANE_F32];
+  c->tree_len = (int)q[PL_P_TREE_LEN];
+  for (int i = 0; i < PL_TREE_MAX; ++i) c->tree[i] = i < c->tree_len ? (int)q[PL_P_TREE + i] : 0;
   pl_rounder* all[6] = {&c->acc, &c->blk, &c->prom, &c->scale, &c->prod, &c->out};
   for (int i = 0; i < 6; ++i) {
     all[i]->zero_pos = (int)q[PL_P_ZERO_POS];
@@ -701,6 +734,20 @@ PL_HD_CALL void pl_gemm_feed_block(const pl_gemm_cfg& c, pl_gemm_elem* e, pl_i64
   e->acc = (pl_finite(r) && pl_finite(t)) ? nr : r + t;
 }
 
+// The value P of segment s promoted into W (W = P without promotion).
+PL_HD_CALL void pl_gemm_promote(const pl_gemm_cfg& c, pl_gemm_elem* e, pl_i64 s, double P,
+                                double sa, double sb) {
+  if (!c.promote) {
+    e->W = P;
+    return;
+  }
+  if (c.has_scales) {
+    const double sig = pl_rounder_round(c.scale, sa * sb, 0ULL);
+    P = P * sig;
+  }
+  e->W = pl_gemm_add_sp(c, c.prom, e->W, P, 2 * c.K + s, e->idx);
+}
+
 // End of segment s = [k0, k1): the segment's value, promoted into W.
 PL_HD_CALL void pl_gemm_end_segment(const pl_gemm_cfg& c, pl_gemm_elem* e, pl_i64 s, pl_i64 k0,
                                pl_i64 k1, double sa, double sb) {
@@ -731,15 +778,7 @@ PL_HD_CALL void pl_gemm_end_segment(const pl_gemm_cfg& c, pl_gemm_elem* e, pl_i6
       P = v;
     }
   }
-  if (!c.promote) {
-    e->W = P;
-    return;
-  }
-  if (c.has_scales) {
-    const double sig = pl_rounder_round(c.scale, sa * sb, 0ULL);
-    P = P * sig;
-  }
-  e->W = pl_gemm_add_sp(c, c.prom, e->W, P, 2 * c.K + s, e->idx);
+  pl_gemm_promote(c, e, s, P, sa, sb);
 }
 
 // The output value d = round(W, out_format, out_rounding) of element idx (exact double).
@@ -757,6 +796,270 @@ PL_HD void pl_gemm_segment(const pl_gemm_cfg& c, pl_i64 s, pl_i64* k0, pl_i64* k
   *k0 = s * c.seg;
   *k1 = *k0 + c.seg < c.K ? *k0 + c.seg : c.K;
 }
+
+// ----- spec 3e: lanes and split-K (CPU SIMD libraries; reference._Model._structured) -------------
+// Deterministic rounding modes only (the Accumulator checks), so no event numbers: every addition
+// is round(x + y, acc, mode) (pl_gemm_add_sp). The products are read at random: product i of the
+// segment is a[i * as] * b[i * bs].
+
+// The products of one lane: i0 + j * step for j < cnt, then the tail t0, t0 + 1, ... (n in all).
+struct pl_lane_run {
+  pl_i64 i0, step, cnt, t0, n;
+};
+
+PL_HD pl_i64 pl_lane_at(const pl_lane_run& r, pl_i64 j) {
+  return j < r.cnt ? r.i0 + j * r.step : r.t0 + (j - r.cnt);
+}
+
+// round(x + y) of two values of the accumulator's grid, and round(s + a * b): with lane_f32
+// (fp32 nearest_even, IEEE overflow and zeros, inputs and s exact in float32, no inf/NaN input)
+// one float32 addition or fmaf is that rounding.
+PL_HD double pl_lane_add(const pl_gemm_cfg& c, double x, double y, pl_u64 idx) {
+  if (c.lane_f32) return (double)((float)x + (float)y);
+  return pl_gemm_add_sp(c, c.acc, x, y, 0, idx);
+}
+PL_HD double pl_lane_fma(const pl_gemm_cfg& c, double a, double b, double s, pl_i64 k,
+                         pl_u64 idx) {
+  if (c.lane_f32) return (double)fmaf((float)a, (float)b, (float)s);
+  return pl_gemm_add_sp(c, c.acc, s, pl_gemm_product(c, a, b, k, idx), k, idx);
+}
+
+// Pairwise combination by a stack (level-by-level pairs, an odd one carried: the binary-counter
+// merges, then the stack folded from the right).
+struct pl_pw_stack {
+  int depth;
+  int lev[PL_PAIR_STACK];
+  double val[PL_PAIR_STACK];
+};
+
+PL_HD_CALL void pl_pw_push(const pl_gemm_cfg& c, pl_pw_stack* st, double v, pl_u64 idx) {
+  int lev = 0;
+  while (st->depth > 0 && st->lev[st->depth - 1] == lev) {
+    --st->depth;
+    v = pl_lane_add(c, st->val[st->depth], v, idx);
+    ++lev;
+  }
+  st->lev[st->depth] = lev;
+  st->val[st->depth] = v;
+  ++st->depth;
+}
+
+PL_HD_CALL double pl_pw_end(const pl_gemm_cfg& c, pl_pw_stack* st, pl_u64 idx) {
+  double v = st->val[--st->depth];
+  while (st->depth > 0) {
+    --st->depth;
+    v = pl_lane_add(c, st->val[st->depth], v, idx);
+  }
+  return v;
+}
+
+// The products of run r reduced by the order from 0 (reference._Model._ordered with s0 None):
+// sequential, blocked (blocks of the run's own positions), pairwise (a lone product: 0 + p).
+PL_HD_CALL double pl_run_reduce(const pl_gemm_cfg& c, const double* a, pl_i64 as, const double* b,
+                                pl_i64 bs, const pl_lane_run& r, pl_u64 idx) {
+  if (c.order == PL_SEQUENTIAL) {
+    double s = 0.0;
+    for (pl_i64 j = 0; j < r.n; ++j) {
+      const pl_i64 k = pl_lane_at(r, j);
+      if (c.fma64) {
+        s = pl_rounder_round(c.acc, fma(a[k * as], b[k * bs], s), 0ULL);
+      } else {
+        s = pl_lane_fma(c, a[k * as], b[k * bs], s, k, idx);
+      }
+    }
+    return s;
+  }
+  if (c.order == PL_BLOCKED) {
+    double total = 0.0;
+    for (pl_i64 j0 = 0; j0 < r.n; j0 += c.block) {
+      const pl_i64 j1 = j0 + c.block < r.n ? j0 + c.block : r.n;
+      double bsum = 0.0;
+      for (pl_i64 j = j0; j < j1; ++j) {
+        const pl_i64 k = pl_lane_at(r, j);
+        bsum = pl_lane_fma(c, a[k * as], b[k * bs], bsum, k, idx);
+      }
+      total = pl_lane_add(c, total, bsum, idx);
+    }
+    return total;
+  }
+  // pairwise
+  if (r.n == 1) {
+    const pl_i64 k = pl_lane_at(r, 0);
+    return pl_gemm_add_sp(c, c.acc, 0.0, pl_gemm_product(c, a[k * as], b[k * bs], k, idx), k, idx);
+  }
+  pl_pw_stack st;
+  st.depth = 0;
+  for (pl_i64 j = 0; j < r.n; ++j) {
+    const pl_i64 k = pl_lane_at(r, j);
+    pl_pw_push(c, &st, pl_gemm_product(c, a[k * as], b[k * bs], k, idx), idx);
+  }
+  return pl_pw_end(c, &st, idx);
+}
+
+// The lane tree (postfix tokens of c.tree) over the lane values v[0 .. nv): lanes >= nv take
+// no part (the tree pruned), a node's present children added left to right.
+PL_HD_CALL double pl_lane_tree(const pl_gemm_cfg& c, const double* v, int nv, pl_u64 idx) {
+  double st[PL_TREE_MAX];
+  bool has[PL_TREE_MAX];
+  int sp = 0;
+  for (int i = 0; i < c.tree_len; ++i) {
+    const int tok = c.tree[i];
+    if (tok >= 0) {
+      has[sp] = tok < nv;
+      st[sp] = has[sp] ? v[tok] : 0.0;
+      ++sp;
+      continue;
+    }
+    const int base = sp + tok;  // (tok = -m: m children)
+    bool h = false;
+    double x = 0.0;
+    for (int j = base; j < sp; ++j) {
+      if (!has[j]) continue;
+      x = h ? pl_lane_add(c, x, st[j], idx) : st[j];
+      h = true;
+    }
+    sp = base;
+    st[sp] = x;
+    has[sp] = h;
+    ++sp;
+  }
+  return st[0];
+}
+
+// The value of the segment's products r0 .. r1-1 from 0 (reference._Model._lanes): the lanes,
+// their tree, the tail.
+PL_HD_CALL double pl_lanes_value(const pl_gemm_cfg& c, const double* a, pl_i64 as, const double* b,
+                                 pl_i64 bs, pl_i64 r0, pl_i64 r1, pl_u64 idx) {
+  const pl_i64 n = r1 - r0;
+  if (n <= 0) return 0.0;
+  if (!c.lanes || (c.small_k && n < c.small_k)) {
+    const pl_lane_run run{r0, 1, n, r1, n};
+    return pl_run_reduce(c, a, as, b, bs, run, idx);
+  }
+  const pl_i64 L = c.lanes;
+  const pl_i64 U = c.lane_unroll ? c.lane_unroll : L;
+  const pl_i64 full = c.lane_tail == PL_TAIL_LANES ? n : n - n % U;
+  const pl_lane_run tail{r0 + full, 1, n - full, r1, n - full};
+  double v[PL_LANES_MAX];
+  int nv = (int)(L < full ? L : full);
+  for (int lane = 0; lane < nv; ++lane) {
+    const pl_i64 cnt = (full - lane + L - 1) / L;
+    const bool first = lane == 0 && c.lane_tail == PL_TAIL_FIRST;
+    const pl_lane_run run{r0 + lane, L, cnt, r0 + full, first ? cnt + (n - full) : cnt};
+    v[lane] = pl_run_reduce(c, a, as, b, bs, run, idx);
+  }
+  if (nv == 0 && c.lane_tail == PL_TAIL_FIRST) {  // (no main loop: the tail is lane 0)
+    v[0] = pl_run_reduce(c, a, as, b, bs, tail, idx);
+    nv = 1;
+  }
+  bool has = nv > 0;
+  double t = has ? pl_lane_tree(c, v, nv, idx) : 0.0;
+  if (full < n && c.lane_tail == PL_TAIL_SEPARATE) {
+    const double x = pl_run_reduce(c, a, as, b, bs, tail, idx);
+    t = has ? pl_lane_add(c, t, x, idx) : x;
+  } else if (c.lane_tail == PL_TAIL_AFTER) {
+    for (pl_i64 k = r0 + full; k < r1; ++k) {
+      t = pl_lane_fma(c, a[k * as], b[k * bs], has ? t : 0.0, k, idx);
+      has = true;
+    }
+  }
+  return t;
+}
+
+// Spec 3e's halving cut of a range of n products (accumulator.halving_cut).
+PL_HD pl_i64 pl_halving_cut(pl_i64 n, int lanes) {
+  const pl_i64 h = n / 2;
+  return h - h % (lanes ? lanes : 1);
+}
+
+// The value of a segment of n products with lanes and split-K (reference._Model._structured);
+// has_s0: the starting value s0 (c without promotion) takes part.
+PL_HD_CALL double pl_gemm_structured(const pl_gemm_cfg& c, const double* a, pl_i64 as,
+                                     const double* b, pl_i64 bs, pl_i64 n, bool has_s0, double s0,
+                                     pl_u64 idx) {
+  const pl_i64 S = c.split_k;
+  double T;
+  if (!S) {
+    T = pl_lanes_value(c, a, as, b, bs, 0, n, idx);
+  } else if (c.split_combine == PL_SPLIT_SEQUENTIAL) {  // (accumulator.split_chunks)
+    double t = 0.0;
+    bool ht = false;
+    pl_i64 j0 = 0;
+    while (j0 < n) {
+      const pl_i64 left = n - j0;
+      pl_i64 step = left < S ? left : S;
+      if (c.split_balance && left < 2 * S && left > S) {
+        const pl_i64 u = c.split_balance;
+        step = (((left + 1) / 2 + u - 1) / u) * u;
+        step = step < left ? step : left;
+      }
+      const double v = pl_lanes_value(c, a, as, b, bs, j0, j0 + step, idx);
+      if (!ht) {
+        t = has_s0 ? pl_gemm_add_sp(c, c.acc, s0, v, 0, idx) : v;
+        ht = true;
+      } else {
+        t = pl_lane_add(c, t, v, idx);
+      }
+      j0 += step;
+    }
+    return t;
+  } else if (c.split_combine == PL_SPLIT_PAIRWISE) {
+    pl_pw_stack st;
+    st.depth = 0;
+    for (pl_i64 j0 = 0; j0 < n; j0 += S) {
+      pl_pw_push(c, &st, pl_lanes_value(c, a, as, b, bs, j0, j0 + S < n ? j0 + S : n, idx), idx);
+    }
+    T = pl_pw_end(c, &st, idx);
+  } else {  // halving (numpy's pairwise_sum), by an explicit stack of ranges
+    pl_i64 lo[PL_PAIR_STACK], hi[PL_PAIR_STACK];
+    int stage[PL_PAIR_STACK];
+    double left[PL_PAIR_STACK];
+    int d = 0;
+    lo[0] = 0;
+    hi[0] = n;
+    stage[0] = 0;
+    double ret = 0.0;
+    for (;;) {
+      const pl_i64 m = hi[d] - lo[d], h = pl_halving_cut(m, c.lanes);
+      if (stage[d] == 0 && (m <= S || h < 1)) {
+        ret = pl_lanes_value(c, a, as, b, bs, lo[d], hi[d], idx);
+      } else if (stage[d] == 0) {  // the first half
+        stage[d] = 1;
+        lo[d + 1] = lo[d];
+        hi[d + 1] = lo[d] + h;
+        stage[d + 1] = 0;
+        ++d;
+        continue;
+      } else if (stage[d] == 1) {  // the second half
+        left[d] = ret;
+        stage[d] = 2;
+        lo[d + 1] = lo[d] + h;
+        hi[d + 1] = hi[d];
+        stage[d + 1] = 0;
+        ++d;
+        continue;
+      } else {
+        ret = pl_lane_add(c, left[d], ret, idx);
+      }
+      if (d == 0) break;
+      --d;  // (ret goes to the parent)
+    }
+    T = ret;
+  }
+  return has_s0 ? pl_gemm_add_sp(c, c.acc, s0, T, 0, idx) : T;
+}
+
+// Spec 3f (k1_product): with K = 1, no promotion and c = +0, a finite product p_0 is the result
+// round(p_0, acc) itself, not 0 + p_0 (a -0 product stays -0). Call after the segment.
+PL_HD_CALL void pl_gemm_k1(const pl_gemm_cfg& c, pl_gemm_elem* e, double cval, double a,
+                           double b) {
+  if (!c.k1 || c.K != 1 || c.promote) return;
+  const double p = pl_gemm_product(c, a, b, 0, e->idx);
+  if (cval == 0.0 && !pl_signbit(cval) && pl_finite(p)) e->W = pl_rounder_round(c.acc, p, 0ULL);
+}
+
+// Whether spec 3e's structure is on (the kernels then call pl_gemm_structured per segment).
+PL_HD bool pl_gemm_is_structured(const pl_gemm_cfg& c) { return c.lanes || c.split_k; }
 
 
 #endif  // PL_GEMM_CUH
