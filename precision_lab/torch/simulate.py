@@ -442,6 +442,29 @@ class _Mode(TorchFunctionMode):
         return out
 
 
+#: the live simulations that store their parameters after every optimizer step
+#: (``variable_format``, ``optimizer_state_format``). One global torch hook serves them all: a
+#: weak set, so a collected simulation simply drops out. (A hook per simulation, removed by a
+#: finalizer, broke torch: the garbage collector could run that finalizer while another
+#: optimizer's step was iterating over the global hooks, "OrderedDict mutated during
+#: iteration".)
+_STORING: weakref.WeakSet[Simulated] = weakref.WeakSet()
+_STORE_HOOK: list[Any] = []
+
+
+def _store_after_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    for sim in list(_STORING):
+        sim.store_parameters(optimizer)
+
+
+def _storing_after_steps(sim: Simulated) -> None:
+    """Store ``sim``'s parameters after every optimizer step from now on (until it is removed
+    or collected)."""
+    _STORING.add(sim)
+    if not _STORE_HOOK:
+        _STORE_HOOK.append(register_optimizer_step_post_hook(_store_after_step))
+
+
 class Simulated(torch.nn.Module):
     """``module`` run under ``policy`` (see the module docstring); ``accumulator`` overrides the
     policy's. The wrapped model's parameters are its own (the optimizer takes
@@ -530,16 +553,7 @@ class Simulated(torch.nn.Module):
         self._stores = 0
         if self.variable_format is not None or self.optimizer_state_format is not None:
             self.store_parameters()
-            ref = weakref.ref(self)
-
-            def after_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-                sim = ref()
-                if sim is not None:
-                    sim.store_parameters(optimizer)
-
-            handle = register_optimizer_step_post_hook(after_step)
-            self._hooks.append(handle)
-            weakref.finalize(self, handle.remove)  # a collected Simulated leaves no global hook
+            _storing_after_steps(self)
 
     def store_parameters(self, optimizer: torch.optim.Optimizer | None = None) -> None:
         """Round the model's floating-point parameters (those ``optimizer`` updates, if given)
@@ -874,11 +888,12 @@ class Simulated(torch.nn.Module):
         return out
 
     def remove(self) -> torch.nn.Module:
-        """Remove the layer hooks (and the optimizer step hook of ``variable_format``); returns
-        the wrapped model."""
+        """Remove the layer hooks (and the stores after optimizer steps of ``variable_format``);
+        returns the wrapped model."""
         for h in self._hooks:
             h.remove()
         self._hooks = []
+        _STORING.discard(self)
         return self.module
 
     def extra_repr(self) -> str:

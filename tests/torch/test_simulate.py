@@ -384,9 +384,10 @@ def test_variable_format_with_stochastic_rounding_is_unbiased_and_seeded():
         lin = torch.nn.Linear(64, 64, bias=False)
         with torch.no_grad():
             lin.weight.fill_(1.0)
-        plt.simulate(lin, pol, variable_rounding=rounding, seed=seed)
+        sim = plt.simulate(lin, pol, variable_rounding=rounding, seed=seed)
         lin.weight.grad = torch.full_like(lin.weight, -(2.0**-9))
         torch.optim.SGD(lin.parameters(), lr=1.0).step()
+        sim.remove()
         return lin.weight.detach().clone()
 
     rn = step("nearest_even", 0)
@@ -399,11 +400,42 @@ def test_variable_format_with_stochastic_rounding_is_unbiased_and_seeded():
     assert not torch.equal(step("stochastic", 4), sr)
 
 
+def test_a_collected_simulation_does_not_break_a_later_optimizer_step():
+    """A simulation that stores parameters after optimizer steps, then dropped, may be collected
+    by the garbage collector while torch iterates over its global step hooks (here: a hook that
+    collects). Regression: a hook per simulation removed by a finalizer raised "OrderedDict
+    mutated during iteration" inside ``optimizer.step()`` (seen in CI)."""
+    import gc
+
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    pol = Policy("pure_bf16", compute_format="bf16", variable_format="bf16")
+    gc.disable()
+    try:
+        lin = torch.nn.Linear(4, 4)
+        plt.simulate(lin, pol)  # dropped: a reference cycle with lin's layer hooks
+        del lin
+        collect = register_optimizer_step_post_hook(lambda *args: gc.collect())
+        try:
+            lin2 = torch.nn.Linear(4, 4, bias=False)
+            with torch.no_grad():
+                lin2.weight.fill_(1.0)
+            sim = plt.simulate(lin2, pol)
+            lin2.weight.grad = torch.full_like(lin2.weight, -(2.0**-6))
+            torch.optim.SGD(lin2.parameters(), lr=1.0).step()
+            assert torch.equal(lin2.weight, torch.full_like(lin2.weight, 1.015625))  # bf16
+            sim.remove()
+        finally:
+            collect.remove()
+    finally:
+        gc.enable()
+
+
 def test_optimizer_state_is_stored_in_its_format():
     torch.manual_seed(7)
     lin, twin = torch.nn.Linear(6, 3), torch.nn.Linear(6, 3)
     twin.load_state_dict(lin.state_dict())
-    plt.simulate(lin, "float32", optimizer_state_format="bf16")
+    sim = plt.simulate(lin, "float32", optimizer_state_format="bf16")  # noqa: F841 (kept alive)
     opt, opt2 = torch.optim.Adam(lin.parameters()), torch.optim.Adam(twin.parameters())
     x = torch.randn(5, 6)
     for o, m in ((opt, lin), (opt2, twin)):
