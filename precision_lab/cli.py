@@ -51,6 +51,7 @@ error     abs 0.0625, rel 0.0588235, 0.5 ulp
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -1141,6 +1142,37 @@ def _library_matmul(library: str, input_format: str, op: str = "matmul") -> tupl
     return cupy_mm, None
 
 
+def _as_code(acc: Any) -> str:
+    """``acc`` as the shortest call that rebuilds it: the fields that differ from a default
+    ``Accumulator`` of the same format, formats by name where the name gives them back (the
+    full repr where the call would not rebuild ``acc``)."""
+    from .gemm.accumulator import Accumulator
+
+    def text(value: Any) -> str:
+        name = getattr(value, "name", None)
+        if isinstance(value, FloatFormat | IntFormat) and isinstance(name, str):
+            try:
+                if get_format(name) == value:
+                    return repr(name)
+            except ValueError:
+                pass
+        return repr(value)
+
+    base = Accumulator(acc.format)
+    parts = [text(acc.format)]
+    for f in dataclasses.fields(acc):
+        value = getattr(acc, f.name)
+        if f.name != "format" and f.init and value != getattr(base, f.name):
+            parts.append(f"{f.name}={text(value)}")
+    code = f"Accumulator({', '.join(parts)})"
+    names = {"Accumulator": Accumulator, "FloatFormat": FloatFormat, "IntFormat": IntFormat}
+    try:
+        same = eval(code, names) == acc  # our own text, not input
+    except Exception:
+        same = False
+    return code if same else repr(acc)
+
+
 def cmd_probe(args: argparse.Namespace) -> int:
     from .gemm.probe import probe_gemm
 
@@ -1180,7 +1212,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     else:
         print(res)
         if res.accumulator is not None:
-            print(f"\n{res.accumulator!r}")
+            print(f"\n{_as_code(res.accumulator)}")
     if res.accumulator is None:  # nothing reproduces the box: a failure, in one line
         what = {"outside": "outside what the probe tries"}.get(res.outcome, res.outcome)
         print(

@@ -753,3 +753,32 @@ def test_cli_cast_says_when_an_integer_format_saturates(capsys):
     assert rc == 0 and "127" in out and "saturated" in out and "[-128, 127]" in out
     rc, out, _ = run(capsys, "cast", "100", "int8")
     assert "saturated" not in out
+
+
+def test_probe_prints_the_model_as_the_shortest_call_that_rebuilds_it():
+    """`precision-lab probe` ends with the recovered Accumulator as code: only the fields that
+    differ from a default Accumulator of its format, formats by name where the name gives them
+    back, and evaluating it gives the same model (custom formats, trees, presets)."""
+    import precision_lab as pl
+    from precision_lab.cli import _as_code
+    from precision_lab.core.formats import FloatFormat
+    from precision_lab.gemm import Accumulator
+
+    accs = [
+        Accumulator("fp32", lanes=8, lane_combine="pairwise", lane_tail="after"),
+        Accumulator("fp32", lanes=4, lane_combine=((0, 1), (2, 3)), split_k=448),
+        Accumulator("bf16", promote_every=128),
+        pl.tensor_core("h100", "e4m3"),  # a custom 14-bit accumulator format
+        pl.tensor_core("x86", "bf16", instruction="vdpbf16ps"),
+        pl.tensor_core("mi300x", "fp16"),
+    ]
+    for acc in accs:
+        code = _as_code(acc)
+        assert code.startswith("Accumulator(") and "=None" not in code, code
+        env = {"Accumulator": Accumulator, "FloatFormat": FloatFormat}
+        assert eval(code, env) == acc, code
+    assert (
+        _as_code(accs[0])
+        == "Accumulator('fp32', lanes=8, lane_combine='pairwise', lane_tail='after')"
+    )
+    assert _as_code(Accumulator("fp64")) == "Accumulator('fp64')"
