@@ -417,3 +417,32 @@ def _int_table(x: np.ndarray, fmt: IntFormat) -> dict[tuple[str, str], np.ndarra
         for o in OVERFLOWS:
             out[m, o] = k
     return out
+
+
+def round_in_range(
+    x: Fraction, mantissa_bits: int, emin: int, mode: str = "nearest_even"
+) -> Fraction:
+    """``x`` rounded onto the binary grid of ``mantissa_bits`` fraction bits and exponent floor
+    ``emin``, with no exponent ceiling (callers stay in range): ``nearest_even``,
+    ``toward_zero``, ``up`` or ``down``. The in-range referee of the GEMM and quantizer tests."""
+    if x == 0:
+        return Fraction(0)
+    ax = abs(x)
+    e = ax.numerator.bit_length() - ax.denominator.bit_length()
+    if Fraction(2) ** e > ax:  # the bit lengths put floor(log2 |x|) at e or e - 1
+        e -= 1
+    q = Fraction(2) ** (max(e, emin) - mantissa_bits)
+    fl, rem = divmod(ax, q)
+    up = {
+        "nearest_even": rem * 2 > q or (rem * 2 == q and fl % 2 == 1),
+        "toward_zero": False,
+        "up": rem > 0 and x > 0,
+        "down": rem > 0 and x < 0,
+    }[mode]
+    r = (fl + up) * q
+    return r if x > 0 else -r
+
+
+def fr_round(x: Fraction, fmt: FloatFormat, mode: str = "nearest_even") -> Fraction:
+    """:func:`round_in_range` onto ``fmt``'s grid (no overflow handling: tests stay in range)."""
+    return round_in_range(x, fmt.mantissa_bits, fmt.emin, mode)

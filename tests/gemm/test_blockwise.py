@@ -14,26 +14,13 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from referee import round_in_range as _rn
 
 import precision_lab as pl
 from precision_lab.gemm.blockwise import blockwise_gemm, fma32, promotion_error
 from precision_lab.quant.fine_grained import deepgemm_quantize, te_blockwise_quantize
 
 H100 = pl.tensor_core("h100", "e4m3")
-
-
-def _rn(v: Fraction, mant: int, emin: int) -> Fraction:
-    if v == 0:
-        return Fraction(0)
-    a = abs(v)
-    e = a.numerator.bit_length() - a.denominator.bit_length()
-    if Fraction(2) ** e > a:
-        e -= 1
-    q = Fraction(2) ** (max(e, emin) - mant)
-    n, r = divmod(a, q)
-    if r * 2 > q or (r * 2 == q and n % 2):
-        n += 1
-    return (n * q) * (1 if v > 0 else -1)
 
 
 def _rn32(v: Fraction) -> Fraction:

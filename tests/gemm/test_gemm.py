@@ -14,6 +14,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 from cpu_backends import cpu_backend  # noqa: F401  (every test runs on numpy and native)
+from referee import fr_round
 
 import precision_lab as pl
 from precision_lab.core.exact import Rounder, round_sum
@@ -22,34 +23,6 @@ RNG = np.random.default_rng(20240611)
 
 
 # ----- an independent oracle ---------------------------------------------------------------------
-def fr_round(x: Fraction, fmt: pl.FloatFormat, mode: str = "nearest_even") -> Fraction:
-    """Round an exact rational onto ``fmt`` (no overflow handling: tests stay in range)."""
-    if x == 0:
-        return Fraction(0)
-    ax = abs(x)
-    e = ax.numerator.bit_length() - ax.denominator.bit_length()
-    while Fraction(2) ** e > ax:
-        e -= 1
-    while Fraction(2) ** (e + 1) <= ax:
-        e += 1
-    q = Fraction(2) ** (max(e, fmt.emin) - fmt.mantissa_bits)
-    k = ax / q
-    fl = math.floor(k)
-    rem = k - fl
-    if mode == "nearest_even":
-        up = rem > Fraction(1, 2) or (rem == Fraction(1, 2) and fl % 2 == 1)
-    elif mode == "toward_zero":
-        up = False
-    elif mode == "up":
-        up = rem > 0 and x > 0
-    elif mode == "down":
-        up = rem > 0 and x < 0
-    else:
-        raise AssertionError(mode)
-    r = (fl + up) * q
-    return r if x > 0 else -r
-
-
 def fr(x: float) -> Fraction:
     return Fraction(float(x))
 

@@ -7,40 +7,17 @@ The oracle builds the summation tree of each model from the specification with i
 
 from __future__ import annotations
 
-import math
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 import pytest
+from referee import fr_round
 
 import precision_lab as pl
 from precision_lab.gemm.accumulator import reference_only
 
 RNG = np.random.default_rng(20261207)
-
-
-def fr_round(x: Fraction, fmt: pl.FloatFormat, mode: str) -> Fraction:
-    """``x`` rounded onto ``fmt`` (in range), nearest_even / toward_zero / up / down."""
-    if x == 0:
-        return Fraction(0)
-    ax = abs(x)
-    e = ax.numerator.bit_length() - ax.denominator.bit_length()
-    while Fraction(2) ** e > ax:
-        e -= 1
-    while Fraction(2) ** (e + 1) <= ax:
-        e += 1
-    q = Fraction(2) ** (max(e, fmt.emin) - fmt.mantissa_bits)
-    fl = math.floor(ax / q)
-    rem = ax / q - fl
-    up = {
-        "nearest_even": rem > Fraction(1, 2) or (rem == Fraction(1, 2) and fl % 2 == 1),
-        "toward_zero": False,
-        "up": rem > 0 and x > 0,
-        "down": rem > 0 and x < 0,
-    }[mode]
-    r = (fl + up) * q
-    return r if x > 0 else -r
 
 
 # ----- the oracle's trees: ("leaf", k) / ("add", [children]) -------------------------------------

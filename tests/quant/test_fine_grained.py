@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from referee import round_in_range as _rn
 
 import precision_lab as pl
 from precision_lab.quant.fine_grained import (
@@ -123,22 +124,6 @@ def test_deepgemm_bf16_input_and_axis() -> None:
     qt = deepgemm_quantize(x.astype(np.float32).T, axis=-2)
     np.testing.assert_array_equal(qt.codes, q.codes.T)
     np.testing.assert_array_equal(qt.scales, q.scales.T)
-
-
-def _rn(v: Fraction, mant: int, emin: int) -> Fraction:
-    """Round a rational to nearest even on a binary grid with ``mant`` fraction bits and
-    exponent floor ``emin`` (no exponent ceiling): the referee for fp32 and E4M3 below max."""
-    if v == 0:
-        return Fraction(0)
-    a = abs(v)
-    e = a.numerator.bit_length() - a.denominator.bit_length()
-    if Fraction(2) ** e > a:
-        e -= 1
-    q = Fraction(2) ** (max(e, emin) - mant)
-    n, r = divmod(a, q)
-    if r * 2 > q or (r * 2 == q and n % 2):
-        n += 1
-    return (n * q) * (1 if v > 0 else -1)
 
 
 def _rn32(v: Fraction) -> Fraction:
