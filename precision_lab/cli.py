@@ -1149,6 +1149,8 @@ def _as_code(acc: Any) -> str:
     from .gemm.accumulator import Accumulator
 
     def text(value: Any) -> str:
+        if isinstance(value, Accumulator):
+            return _as_code(value)
         name = getattr(value, "name", None)
         if isinstance(value, FloatFormat | IntFormat) and isinstance(name, str):
             try:

@@ -246,6 +246,14 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
    torch 2.13 CPU float32 matmul). Every backend (``pl_gemm_k1``) with a deterministic
    ``rounding``; with a stochastic one, the numpy reference only.
 
+3g. Kernels chosen by K (:attr:`switch_k`, :attr:`long_kernel`): a GEMM of ``K > switch_k``
+   products is the model ``long_kernel`` (every rule above is that model's, and it may switch
+   again), a GEMM of ``K <= switch_k`` this one: libraries pick their kernel by the shape
+   (measured: torch 2.13's float16 matmul, 8x8 output, on an Intel Xeon with AVX512-FP16:
+   4 interleaved fp32 lanes up to K = 64, from K = 65 one fp32 FMA chain over the first ``K -
+   K mod 512`` products with the rest summed apart and added). :func:`~precision_lab.gemm`
+   picks the model before it picks a backend, so every backend serves both.
+
 4. Output: ``d = round(W, out_format, out_rounding)``. Signs of zero (:attr:`zero_sign`):
 
    * ``"ieee"`` (default): IEEE 754-2019 section 6.3 for every addition: an exact zero sum
@@ -701,6 +709,9 @@ class Accumulator:
     k1_product:
         ``K = 1`` without ``c`` gives the product itself, rounded once (a ``-0`` product stays
         ``-0``; spec 3f): an outer-product path; ``False``: ``0 + p_0``.
+    switch_k, long_kernel:
+        Spec 3g: a GEMM of more than ``switch_k`` products is ``long_kernel``'s (an
+        :class:`Accumulator`); both or neither. :meth:`for_k` gives the model of a K.
     name:
         A label (not part of equality), e.g. the preset's name.
 
@@ -756,6 +767,8 @@ class Accumulator:
     split_combine: str = "sequential"
     split_balance: int | None = None
     k1_product: bool = False
+    switch_k: int | None = None
+    long_kernel: Accumulator | None = None
     name: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -847,6 +860,16 @@ class Accumulator:
                 )
         self._check_extensions()
         self._check_lanes()
+        put(self, "switch_k", _positive_int(self.switch_k, "switch_k"))
+        if (self.switch_k is None) != (self.long_kernel is None):
+            raise ValueError(
+                f"switch_k and long_kernel go together (spec 3g), got switch_k={self.switch_k!r}, "
+                f"long_kernel={self.long_kernel!r}"
+            )
+        if self.long_kernel is not None and not isinstance(self.long_kernel, Accumulator):
+            raise TypeError(
+                f"long_kernel must be an Accumulator, got {type(self.long_kernel).__name__}"
+            )
         put(self, "inner_block", _positive_int(self.inner_block, "inner_block"))
         put(self, "inner_interleave", _positive_int(self.inner_interleave, "inner_interleave"))
         if self.inner_block is not None:
@@ -1043,6 +1066,20 @@ class Accumulator:
                 f"got rounding={self.rounding!r}, out_rounding={self.out_rounding!r}"
             )
 
+    def for_k(self, k: int) -> Accumulator:
+        """The model of a GEMM of ``k`` products (spec 3g): this one, or past :attr:`switch_k`
+        :attr:`long_kernel`'s.
+
+        >>> acc = Accumulator("fp32", lanes=4, switch_k=64, long_kernel=Accumulator("fp32"))
+        >>> acc.for_k(64).lanes, acc.for_k(65).lanes
+        (4, None)
+        """
+        acc = self
+        while acc.switch_k is not None and k > acc.switch_k:
+            assert acc.long_kernel is not None
+            acc = acc.long_kernel
+        return acc
+
     def fields_3d_default(self) -> bool:
         """Whether spec 3e's structure is off (no lanes, no split-K).
 
@@ -1166,6 +1203,8 @@ class Accumulator:
         if self.promote_every is not None:
             txt += f", promoted every {self.promote_every} products into {self.promote_format}"
         txt += self._special_rules()
+        if self.long_kernel is not None:
+            txt += f"; from K = {self.switch_k + 1}: {self.long_kernel.describe()}"
         if self.name:
             txt += f" [{self.name}]"
         return txt
@@ -1188,11 +1227,13 @@ class Accumulator:
                 if isinstance(comb, str)
                 else f"as {comb}"
             )
+            u = self.lane_unroll or self.lanes
             txt += (
-                f" in each of {self.lanes} interleaved lanes (product k in lane k mod "
+                f" over the first K - K mod {u} products (one lane)"
+                if self.lanes == 1
+                else f" in each of {self.lanes} interleaved lanes (product k in lane k mod "
                 f"{self.lanes}), lanes combined {how}"
             )
-            u = self.lane_unroll or self.lanes
             txt += {
                 "lanes": "",
                 "after": f", the last K mod {u} products added after them",

@@ -49,7 +49,8 @@ reproduces ``fn`` bit for bit, with targeted inputs first and random inputs last
 
 Every result says which of three it is (:attr:`ProbeResult.outcome`): ``"reproduced"``;
 ``"outside"`` what the probe tries (the verdict names what it tried and the property that
-failed: an order, a format or rounding, a special-value rule, the confirmation); or ``"cannot
+failed: an order, a format or rounding, a special-value rule, the confirmation, the tree at
+long K); or ``"cannot
 measure"``: the tree probe needs ``M / u`` of at least ``2**(log2 K + 5)`` on products of two
 input values, and narrow formats cannot give it (e2m1's products span only ``2**-2 .. 36``;
 e3m2's allow ``2**16``, too little to absorb a unit in a 25-bit block FMA), so the order is not
@@ -161,8 +162,8 @@ class ProbeResult:
         ``confirmation`` ...), what was measured.
     failed:
         ``None``, or the property no model the probe tried fits (``"summation tree"``,
-        ``"format and rounding"``, ``"special values"``, ``"confirmation"``, ``"named
-        models"``).
+        ``"format and rounding"``, ``"special values"``, ``"confirmation"``, ``"long K"``
+        (the tree at ``long_k`` is none of the model's K-splits), ``"named models"``).
     tree:
         The recovered summation tree: leaves are the product indices ``0 .. K-1`` and ``c``,
         a parenthesised group is one addition (a fused node when it has more than two
@@ -1075,14 +1076,14 @@ def probe_gemm(
     if long_k is not None and found is not None and failed is None:
         longer, ok_long, txt, r_long, t_long = _long_k(
             lab, fin, fout, found, long_k, with_c, scale_txt if sizes is not None else "",
-            rng, cases,
+            rng, cases, max_k,
         )  # fmt: skip
         evidence["long K"] = txt
         reproduced, tried_n = reproduced + r_long, tried_n + t_long
         if ok_long:
             found = chosen = longer
         else:
-            failed = "confirmation"
+            failed = "long K" if "the probe tries gives them" in txt else "confirmation"
             chosen = longer
 
     if not _same(first, box(a0, b0, c0)).all():
@@ -1140,6 +1141,8 @@ _FAILED_TEXT = {
     "rounding reproduces the targeted cases",
     "special values": "no combination of the special-value rules reproduces the special inputs",
     "confirmation": "a model reproduced the targeted cases but not every fresh random one",
+    "long K": "the summation tree at K = long_k is none of the model's K-splits (a kernel "
+    "that changes with K, beyond the family)",
     "named models": "none reproduces every case",
 }
 
@@ -1562,6 +1565,7 @@ def _long_k(
     scale_txt: str,
     rng: np.random.Generator,
     cases: int,
+    max_k: int,
 ) -> tuple[Accumulator, bool, str, int, int]:
     """The model at ``K = long_k``: K-blocking read off the first product's pairs, then fresh
     random inputs of long K. Returns (model, reproduced?, evidence, reproduced, tried)."""
@@ -1570,66 +1574,29 @@ def _long_k(
     got = re.search(r"M = 2\*\*(-?\d+), unit = (-?)2\*\*(-?\d+)", scale_txt)
     txt = ""
     model = acc
-    if long_k + 1 > 2**fout.precision:  # the count of units must come back exactly
-        txt = f"K-blocking not measured: counts up to K = {long_k} are not exact in {fout} output"
+    row_ok = True
+    # the count of units must come back exactly: a narrow output (bf16) measures the order
+    # only up to K = 2**p - 2, and says so
+    k_top = min(long_k, 2**fout.precision - 2)
+    if k_top <= max_k:
+        txt = f"K-blocking not measured: counts past K = {k_top} are not exact in {fout} output"
     elif got is not None and acc.order in ("sequential", "pairwise", "blocked"):
         big = 2.0 ** int(got.group(1))
         unit = (-1.0 if got.group(2) else 1.0) * 2.0 ** int(got.group(3))
-        n = long_k + (1 if with_c else 0)
-        ua, ma, na = _split(unit, fin), _split(big, fin), _split(-big, fin)
-        if ua is not None and ma is not None and na is not None:
-            cases_l: list[Case] = []
-            for j in range(1, n):
-                av = np.full(long_k, ua[0])
-                bv = np.full(long_k, ua[1])
-                av[0], bv[0] = ma
-                cv = 0.0
-                if j < long_k:
-                    av[j], bv[j] = na
-                else:
-                    cv = -big
-                if with_c and j < long_k:
-                    cv = unit
-                cases_l.append((av, bv, cv))
-            q = lab.run_cases("long K", cases_l, long_k) / unit
-            if np.all(np.isfinite(q)) and np.all(q == np.round(q)):
-                row = n - np.round(q).astype(np.int64)
-                spec = _spec_of(acc)
-                mine = _lca_row0(_family_tree(spec, long_k, with_c), n)[1:]
-                if np.array_equal(row, mine):
-                    txt = f"the first product's pairs at K = {long_k} are the model's"
-                else:
-                    j0 = int(np.argmax(row != mine)) + 1
-                    txt = (
-                        f"the first product's pairs at K = {long_k} depart from the model's "
-                        f"at product {j0}"
-                    )
-                    tries: list[dict[str, Any]] = [
-                        {"split_k": j0, "split_combine": how}
-                        for how in ("sequential", "halving", "pairwise")
-                    ] + [{"split_k": j0, "split_combine": "sequential", "split_balance": 1}]
-                    # a halving or pairwise split departs before its block length: try them all
-                    tries += [
-                        {"split_k": 2**e, "split_combine": how}
-                        for e in range(3, 13)
-                        if 2**e < long_k
-                        for how in ("halving", "pairwise", "sequential")
-                    ]
-                    for extra in tries:
-                        trial = {**spec, **extra}
-                        try:
-                            cand = acc.replace(**extra)
-                        except (ValueError, TypeError):
-                            continue
-                        theirs = _lca_row0(_family_tree(trial, long_k, with_c), n)[1:]
-                        if np.array_equal(row, theirs):
-                            model = cand
-                            txt += f": K-blocking, {model._lanes_text().lstrip(', ')}"
-                            break
-                    else:
-                        txt += ": no split the probe tries gives them"
+        row = _first_row(lab, fin, big, unit, k_top, with_c)
+        if isinstance(row, str):
+            txt = row
+        elif row is not None:
+            explained, txt = _long_k_model(lab, fin, big, unit, acc, row, k_top, with_c, max_k)
+            if explained is None:
+                row_ok = False  # the model is known wrong at long K, whatever random inputs say
             else:
-                txt = f"the units did not count at K = {long_k}: K-blocking not measured"
+                model = explained
+            if k_top < long_k:
+                txt += (
+                    f" (the order measured up to K = {k_top}: counts past it are not exact in "
+                    f"{fout} output)"
+                )
     # fresh random inputs of long K
     same = done = 0
     kinds = ("moderate", "cancel", "ints")
@@ -1644,7 +1611,242 @@ def _long_k(
         f"{same}/{done} output elements of fresh random inputs with K up to {long_k} "
         "reproduced bit for bit"
     )
-    return model, same == done, txt, same, done
+    return model, row_ok and same == done, txt, same, done
+
+
+def _row_of(model: Accumulator, k: int, with_c: bool) -> np.ndarray:
+    """The first product's pairs of ``model`` at ``K = k`` (its family tree)."""
+    return _lca_row0(_family_tree(_spec_of(model), k, with_c), k + (1 if with_c else 0))[1:]
+
+
+def _structure_at(
+    lab: _Lab,
+    fin: FloatFormat,
+    big: float,
+    unit: float,
+    bases: Sequence[Accumulator],
+    row: np.ndarray,
+    k: int,
+    with_c: bool,
+) -> tuple[Accumulator | None, str]:
+    """The first of ``bases``, or of their K-splits, whose first-product pairs at ``K = k`` are
+    ``row``; ``None`` where none. Returns (model, evidence of the split's size)."""
+    for base in bases:
+        mine = _row_of(base, k, with_c)
+        if np.array_equal(row, mine):
+            return base, ""
+        j0 = int(np.argmax(row != mine)) + 1
+        tries: list[dict[str, Any]] = [
+            {"split_k": j0, "split_combine": how} for how in ("sequential", "halving", "pairwise")
+        ] + [{"split_k": j0, "split_combine": "sequential", "split_balance": 1}]
+        # a halving or pairwise split departs before its block length: try them all
+        tries += [
+            {"split_k": 2**e, "split_combine": how}
+            for e in range(3, 13)
+            if 2**e < k
+            for how in ("halving", "pairwise", "sequential")
+        ]
+        for extra in tries:
+            try:
+                cand = base.replace(**extra)
+            except (ValueError, TypeError):
+                continue
+            if np.array_equal(row, _row_of(cand, k, with_c)):
+                if extra.get("split_combine") == "sequential" and j0 == extra["split_k"]:
+                    return _split_size(lab, fin, big, unit, base, cand, j0, k, with_c)
+                return cand, ""
+    return None, ""
+
+
+def _long_k_model(
+    lab: _Lab,
+    fin: FloatFormat,
+    big: float,
+    unit: float,
+    acc: Accumulator,
+    row: np.ndarray,
+    long_k: int,
+    with_c: bool,
+    max_k: int,
+) -> tuple[Accumulator | None, str]:
+    """The model whose first-product pairs are the library's at ``long_k`` and at the K
+    between ``max_k`` and it: ``acc``, a K-split of it or, with lanes, a chain (the lanes'
+    order in one lane), each the kernel of a range of K (spec 3g). The kernel of ``long_k`` is
+    found first; then the pairs at ``K = 2**e`` and ``2**e + 1`` below it (and at ``max_k``)
+    are compared with the kernel found above them, and where they differ, bisection on K
+    finds the switch (measured: torch 2.13's float16 matmul on an Intel Xeon with
+    AVX512-FP16: lanes to K = 64, a chain in K-blocks of 512 to K = 1024, blocks of 1024
+    beyond). ``None`` where no model the probe tries gives some K's pairs. Returns (model,
+    evidence)."""
+    bases = [acc]
+    if acc.lanes is not None:  # a long-K kernel that is one chain
+        bases.append(
+            acc.replace(
+                lanes=None,
+                lane_combine="sequential",
+                lane_tail="lanes",
+                lane_unroll=None,
+                small_k=None,
+                split_k=None,
+                split_combine="sequential",
+                split_balance=None,
+            )
+        )
+    top, more = _structure_at(lab, fin, big, unit, bases, row, long_k, with_c)
+    if np.array_equal(row, _row_of(acc, long_k, with_c)):
+        txt = f"the first product's pairs at K = {long_k} are the model's"
+    else:
+        j0 = int(np.argmax(row != _row_of(acc, long_k, with_c))) + 1
+        txt = f"the first product's pairs at K = {long_k} depart from the model's at product {j0}"
+    if top is None:
+        return None, txt + ": no split the probe tries gives them"
+    txt += more
+    checks = sorted(
+        {k for e in range(1, 14) for k in (2**e, 2**e + 1) if max_k < k < long_k} | {max_k},
+        reverse=True,
+    )
+    pieces: list[tuple[int, Accumulator]] = [(long_k, top)]  # (the largest K, the kernel)
+    cur, upper, measured = top, long_k, 0
+    rows: dict[int, np.ndarray] = {long_k: row}
+
+    def row_at(k: int) -> np.ndarray | None:
+        nonlocal measured
+        if k not in rows:
+            got = _first_row(lab, fin, big, unit, k, with_c)
+            measured += 1
+            if not isinstance(got, np.ndarray):
+                return None
+            rows[k] = got
+        return rows[k]
+
+    for k in checks:
+        r = row_at(k)
+        if r is None:
+            return None, txt + f": the units did not count at K = {k}"
+        while not np.array_equal(r, _row_of(cur, k, with_c)):
+            lo, hi = k, upper  # lo: not cur's pairs; hi: cur's
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                rm = row_at(mid)
+                if rm is None:
+                    return None, txt + f": the units did not count at K = {mid}"
+                if np.array_equal(rm, _row_of(cur, mid, with_c)):
+                    hi = mid
+                else:
+                    lo = mid
+            r_lo = rows[lo]
+            below, _ = _structure_at(lab, fin, big, unit, bases, r_lo, lo, with_c)
+            if below is None:
+                return None, txt + f": at K = {lo} no model the probe tries gives them"
+            pieces.append((lo, below))
+            cur, upper = below, lo
+    model = top
+    for k_max, kernel in pieces[1:]:
+        model = kernel.replace(switch_k=k_max, long_kernel=model)
+    if len(pieces) > 1:
+        ranges = "; ".join(
+            f"K <= {k_max}: {kern._lanes_text().lstrip(', ') or 'one chain'}"
+            for k_max, kern in reversed(pieces[1:])
+        )
+        txt += (
+            f": the kernel changes with K ({measured} more K measured): {ranges}; "
+            f"beyond: {top._lanes_text().lstrip(', ') or 'one chain'}"
+        )
+    elif top is not acc:
+        txt += f": K-blocking, {top._lanes_text().lstrip(', ')}"
+    return model, txt
+
+
+def _first_row(
+    lab: _Lab, fin: FloatFormat, big: float, unit: float, k: int, with_c: bool
+) -> np.ndarray | str | None:
+    """The first product's pairs at ``K = k`` (FPRev): for each later leaf ``j`` (products, then
+    C), the leaf count under the node where ``+M`` at product 0 meets ``-M`` at ``j``, read off
+    the units added after they cancel. A sentence where the units did not count; ``None`` where
+    the input format cannot hold ``M`` or the unit."""
+    ua, ma, na = _split(unit, fin), _split(big, fin), _split(-big, fin)
+    if ua is None or ma is None or na is None:
+        return None
+    n = k + (1 if with_c else 0)
+    cases: list[Case] = []
+    for j in range(1, n):
+        av = np.full(k, ua[0])
+        bv = np.full(k, ua[1])
+        av[0], bv[0] = ma
+        cv = 0.0
+        if j < k:
+            av[j], bv[j] = na
+        else:
+            cv = -big
+        if with_c and j < k:
+            cv = unit
+        cases.append((av, bv, cv))
+    q = lab.run_cases("long K", cases, k) / unit
+    if not (np.all(np.isfinite(q)) and np.all(q == np.round(q))):
+        return f"the units did not count at K = {k}: K-blocking not measured"
+    return n - np.round(q).astype(np.int64)
+
+
+def _split_size(
+    lab: _Lab,
+    fin: FloatFormat,
+    big: float,
+    unit: float,
+    acc: Accumulator,
+    cand: Accumulator,
+    j0: int,
+    long_k: int,
+    with_c: bool,
+) -> tuple[Accumulator, str]:
+    """The K-blocking where ``cand`` (``acc`` split at ``j0``) gives the pairs at ``long_k``:
+    ``cand`` where those pairs tell the splits apart; else (``j0`` is half of ``long_k``)
+    chunks of ``j0`` then the rest, or a balanced split of any block size ``S`` in ``j0 ..
+    long_k - 1`` (OpenBLAS's driver: a remainder between ``S`` and ``2S`` halved). Told apart
+    at ``K = j0 + j0 // 2``, then ``S`` by bisection on K: the least K cut in two is ``S + 1``
+    (measured: torch 2.13's float32 matmul on an Intel Xeon with AVX-512, ``S = 384``)."""
+    seq = acc.replace(split_k=j0, split_combine="sequential")
+    if long_k not in (2 * j0 - 1, 2 * j0) or j0 < 2:
+        return cand, ""  # (the pairs at long_k tell the candidates apart)
+
+    def pred(model: Accumulator, k: int) -> np.ndarray:
+        return _lca_row0(_family_tree(_spec_of(model), k, with_c), k + (1 if with_c else 0))[1:]
+
+    def status(k: int) -> str | None:
+        row = _first_row(lab, fin, big, unit, k, with_c)
+        if not isinstance(row, np.ndarray):
+            return None
+        if np.array_equal(row, pred(seq, k)):
+            return "chunks"
+        if np.array_equal(row, pred(acc, k)):
+            return "whole"
+        if np.array_equal(
+            row, pred(acc.replace(split_k=-(-k // 2), split_combine="sequential"), k)
+        ):
+            return "halves"
+        return None
+
+    k2 = j0 + j0 // 2
+    first = status(k2)
+    if first == "chunks" or first is None:
+        return seq, (
+            "" if first else f" (the pairs at K = {k2} fit no split: block size not pinned)"
+        )
+    lo, hi = (k2, long_k) if first == "whole" else (j0, k2)
+    steps = 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        st = status(mid)
+        steps += 1
+        if st == "whole":
+            lo = mid
+        elif st == "halves":
+            hi = mid
+        else:
+            return seq, f" (the pairs at K = {mid} fit no split: block size not pinned)"
+    model = acc.replace(split_k=lo, split_combine="sequential", split_balance=1)
+    return model, (
+        f"; a remainder is halved, and the least K cut in two is {hi} ({steps} more K measured)"
+    )
 
 
 def _long_min(long_k: int) -> int:

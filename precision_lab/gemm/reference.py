@@ -143,6 +143,9 @@ def gemm(
     b, _ = as_input(b, "b")
     if c is not None:
         c, _ = as_input(c, "c")
+    if acc.switch_k is not None and len(a.shape):  # spec 3g: the kernel of this K
+        acc = acc.for_k(int(a.shape[-1]))
+        _check_wide_inputs(acc, fa, fb)
     on_device = is_device_array(a) or is_device_array(b) or is_device_array(c)
     if backend == "cupy" or (backend == "auto" and on_device):
         why = reference_only(acc)

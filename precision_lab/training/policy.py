@@ -162,7 +162,7 @@ def accumulator_to_dict(acc: Accumulator) -> dict[str, Any]:
             continue
         if f.name != "name" and v == getattr(default, f.name):
             continue
-        out[f.name] = _format_to_data(v)
+        out[f.name] = accumulator_to_dict(v) if isinstance(v, Accumulator) else _format_to_data(v)
     return out
 
 
@@ -173,6 +173,8 @@ def accumulator_from_dict(d: Any) -> Accumulator:
     for k in ("format", "promote_format", "product_format"):
         if k in d:
             d[k] = _format_from_data(d[k], f"accumulator.{k}")
+    if d.get("long_kernel") is not None:
+        d["long_kernel"] = accumulator_from_dict(d["long_kernel"])
     try:
         return Accumulator(**d)
     except (TypeError, ValueError) as e:

@@ -128,8 +128,13 @@ BOXES = [
     Box("numpy float64 matmul 8x8", lambda: np_matmul, "fp64", None, (8, 8), 24, 600),
     Box("numpy float32 np.sum", lambda: np_sum, "fp32", None, (8, 8), 24, 1000),
     Box("torch fp32 matmul 8x8", lambda: torch_matmul("float32"), "fp32", None, (8, 8), 24, 600),
-    Box("torch bf16 mm 8x8", lambda: torch_matmul("bfloat16"), "bf16", "bf16", (8, 8), 24, 1337),
-    Box("torch fp16 matmul 8x8", lambda: torch_matmul("float16"), "fp16", "fp16", (8, 8), 24, 600),
+    # oneDNN's 16-bit kernels change with the CPU: on an Intel Xeon with AMX-BF16 the bf16
+    # kernel past K = 64 is TDPBF16PS tiles in K-blocks that depend on K's divisors (beyond
+    # the family: an honest "outside"); the fp16 one switches at K = 64 and 1024 (reproduced)
+    Box("torch bf16 mm 8x8", lambda: torch_matmul("bfloat16"), "bf16", "bf16", (8, 8), 24, 1337,
+        False),
+    Box("torch fp16 matmul 8x8", lambda: torch_matmul("float16"), "fp16", "fp16", (8, 8), 24, 1337,
+        False),
     Box("torch float32 torch.sum", lambda: torch_sum, "fp32", None, (8, 8), 40, 1000, False),
 ]  # fmt: skip
 
@@ -180,8 +185,10 @@ def test_the_recovered_model_reproduces_the_library_on_fresh_shapes(box: Box) ->
         assert res.accumulator is None and res.failed is not None, f"{where}\n{res}"
         assert res.closest is not None, f"{where}\n{res}"
         same, total, _ = fresh(box, fn, res.closest, (5, 12, 20, 33, 40, 100))
-        print(f"{where}: outside ({res.failed}); closest {res.closest.describe()}: {same}/{total}")
-        assert same < total, f"{where}: the closest model reproduces every fresh case\n{res}"
+        f_same, f_total, _ = fprev_same(box, fn, res.closest, (40, 100, 200))
+        print(f"{where}: outside ({res.failed}); closest {res.closest.describe()}: {same}/{total}"
+              f" random, {f_same}/{f_total} FPRev cases")  # fmt: skip
+        assert same + f_same < total + f_total, f"{where}: the closest model reproduces all\n{res}"
         return
     assert res.outcome == "reproduced", f"{where}\n{res}"
     acc = res.accumulator
@@ -192,3 +199,57 @@ def test_the_recovered_model_reproduces_the_library_on_fresh_shapes(box: Box) ->
     same, total, misses = fresh(box, fn, acc, ks)
     print(f"{where}: {acc.describe()}; {len(ks)} fresh shapes, {same}/{total} elements reproduced")
     assert same == total, f"{where} {acc.describe()}: misses {misses}\n{res}"
+    # the order itself on fresh K, through pl.gemm (not the probe's trees): random inputs of a
+    # narrow output format (fp16, bf16) rarely show a wrong order
+    kt = tuple(k for k in (3, 37, 100, 700, 1100, 1337, 2047) if k <= kmax)
+    same, total, misses = fprev_same(box, fn, acc, kt)
+    print(f"{where}: the order at K = {kt}: {same}/{total} FPRev cases reproduced")
+    assert same == total, f"{where} {acc.describe()}: FPRev misses {misses}\n{res}"
+
+
+#: (a = b for +M, a = b for a unit) per input format: products 2**2e
+_FPREV = {"fp32": (2.0**20, 2.0**-12), "bf16": (2.0**20, 2.0**-12), "fp16": (2.0**15, 2.0**-12),
+          "fp64": (2.0**40, 2.0**-20)}  # fmt: skip
+
+
+def fprev_same(
+    box: Box, fn: Callable[..., Any], acc: pl.Accumulator, ks: tuple[int, ...]
+) -> tuple[int, int, list[str]]:
+    """(cases reproduced, cases, misses) on FPRev inputs at fresh K: +M at product p, -M at
+    product j, units at up to 200 other products (zeros elsewhere: the output format counts
+    them exactly), for random pairs (p, j) and for p = 0 with every j on a sample; one case
+    per diagonal element of the probed (M, N)."""
+    rng = np.random.default_rng(RNG_SEED + 1)
+    big, unit = _FPREV[box.input_format]
+    fout = box.out_format or ("fp64" if box.input_format == "fp64" else "fp32")
+    dtype = np.float64 if box.input_format == "fp64" else np.float32
+    m, n = box.shape
+    per = min(m, n)
+    same = total = 0
+    misses: list[str] = []
+    for k in ks:
+        pairs = [(0, int(j)) for j in rng.choice(np.arange(1, k), min(k - 1, 24), replace=False)]
+        pairs += [tuple(int(x) for x in rng.choice(k, 2, replace=False)) for _ in range(24)]
+        pairs = [p for p in pairs if p[0] != p[1]]
+        bad = 0
+        for i in range(0, len(pairs), per):
+            a = np.zeros((m, k))
+            b = np.zeros((k, n))
+            for r, (p, j) in enumerate(pairs[i : i + per]):
+                units = rng.choice(k, min(k, 200), replace=False)
+                a[r, units], b[units, r] = unit, unit
+                a[r, p], b[p, r] = big, big
+                a[r, j], b[j, r] = -big, big
+            want = np.asarray(fn(a.astype(dtype), b.astype(dtype)), dtype=np.float64)
+            got = np.asarray(
+                pl.gemm(a, b, input_format=box.input_format, accumulator=acc, out_format=fout,
+                        backend="numpy"), dtype=np.float64,
+            )  # fmt: skip
+            idx = np.arange(len(pairs[i : i + per]))
+            ok = got[idx, idx].view(np.int64) == want[idx, idx].view(np.int64)
+            bad += int((~ok).sum())
+            same += int(ok.sum())
+            total += ok.size
+        if bad:
+            misses.append(f"K={k}: {bad}/{len(pairs)}")
+    return same, total, misses
