@@ -21,8 +21,10 @@ the fp32 accumulator) read as zeros of their sign and subnormal results flushed 
 their sign, tininess detected after rounding; a NaN result is the first NaN among ``src1``'s
 low element, ``src2``'s low element, ``src1``'s high element, ``src2``'s high element and the
 accumulator, made quiet; an invalid operation without NaN operands (``inf * 0``, ``inf - inf``)
-gives the x86 default NaN ``0xffc00000``. Measured on an AMD EPYC 9004 (Zen 4, Genoa) by
-``tests/gemm/test_cpu_isa_hardware.py`` (10.4 million lanes; :data:`MEASURED_ON`). Intel's
+gives the x86 default NaN ``0xffc00000``. Measured on an AMD EPYC 9004 (Zen 4, Genoa) and on
+an Intel Xeon with AMX-BF16 and AVX512-FP16 (CPUID family 6, model 167 as its VM reports) by
+``tests/gemm/test_cpu_isa_hardware.py`` (10.4 million lanes each; :data:`MEASURED_ON`): the same
+bits on both. Intel's
 SDM (vol. 2, VDPBF16PS; felixcloutier.com/x86/vdpbf16ps) says: "'Round to nearest even'
 rounding mode is used when doing each accumulation of the FMA. Output denormals are always
 flushed to zero and input denormals are always treated as zero. MXCSR is not consulted nor
@@ -40,7 +42,7 @@ says, overflow to inf, subnormal fp32 inputs read as zeros of their sign, NaN ma
 the sign and the payload's upper seven bits (``(x >> 16) | 0x0040``): the SDM's pseudocode
 (``convert_fp32_to_bfloat16``: a zero or denormal gives the signed zero, a NaN is truncated with
 bit 6 set, a normal number is ``(x + 0x7fff + x[16]) >> 16`` in integers), measured equal on
-10.5 million inputs; ``tests/gemm/test_cpu_isa_presets.py`` holds the functions to that
+10.5 million inputs on both CPUs; ``tests/gemm/test_cpu_isa_presets.py`` holds the functions to that
 pseudocode on any CPU.
 
 Arm (published: Arm Architecture Reference Manual for A-profile, DDI 0487, the instruction
@@ -65,25 +67,42 @@ BFMMLA, C8.2.185 FDOT (4-way, indexed); no Arm machine here, so no measurement):
   rounding; the presets model LSCALE = 0. Rounding to nearest even with subnormals kept is
   inferred (FPCR defaults; the descriptions say only "without intermediate rounding").
 
-x86 AMX (published: Intel SDM vol. 2 and the ISA Extensions Programming Reference, the
-Operation sections of TDPBF16PS (AMX-BF16) and TDPFP16PS (AMX-FP16); no AMX machine here, so
-no measurement). Per output element one instruction keeps two fp32 sums from 0, one of the
-even and one of the odd 16-bit elements' products, each a chain of FMAs in K order ("FP32 FMA
-with DAZ=FTZ=1, RNE rounding. MXCSR is neither consulted nor updated"), then ``tmpf32 := even
-+ odd`` and ``dest := dest + tmpf32`` (the same DAZ, FTZ, RNE). The presets are that as an
-:class:`~precision_lab.Accumulator`: ``lanes=2`` (product ``k`` in lane ``k mod 2``, each lane
-from 0), ``lane_combine="sequential"``, and ``split_k=32`` with a sequential combine (one
-instruction per 32 elements of K, added to C in turn). TDPBF16PS reads BF16 subnormal inputs
-as zeros of their sign (``input_subnormals="flush_signed"``); TDPFP16PS handles FP16 subnormal
-inputs ("not treated as zero": they are normal fp32 numbers after the exact conversion) while
-the fp32 destination is still read with DAZ (``input_subnormals="flush_signed_c"``).
-Inferred, not published: 32 K elements per instruction (the page leaves the tile shape to
-the program; 16 rows of 64 bytes, palette 1's largest, is what AMX GEMM kernels such as
-oneDNN's configure: ``AMX_K``; rows of ``colsb`` bytes: ``acc.replace(split_k=colsb // 2)``), FTZ
-with tininess after rounding (x86's MXCSR.FTZ rule, measured for VDPBF16PS), signed zeros
-for DAZ (as measured for VDPBF16PS) and NaN results as the quiet NaN (the pages give no NaN
-priority). An odd K (software pads the last pair with a zero) may differ only in the sign of
-a zero: the preset leaves the missing product out.
+x86 AMX. **TDPBF16PS** (AMX-BF16; measured on the Intel Xeon above by
+``tests/gemm/test_cpu_isa_amx.py``: 10.1 million output elements, one instruction at every even
+K from 2 to 32 and chains of up to 8 instructions, bit for bit; :func:`tdpbf16ps`). Per output
+element one instruction keeps two fp32 sums from +0, one of the even and one of the odd BF16
+elements' products, each a chain of FMAs in K order, then ``tmpf32 := even + odd`` and ``dest :=
+dest + tmpf32``, every step rounded to nearest even, DAZ (BF16 inputs and the fp32 destination,
+read as zeros of their sign) and FTZ (zeros of their sign, tininess after rounding: ``2**-126 -
+2**-151 (1 + f)``, ``f > 0``, formed in a lane's FMA is flushed; it would round to ``2**-126`` on
+the subnormal grid), whatever MXCSR says (round toward zero with FTZ and DAZ gives the same bits)
+and without setting its flags. That is the Operation section of Intel's SDM vol. 2 / ISA
+Extensions Programming Reference ("FP32 FMA with DAZ=FTZ=1, RNE rounding. MXCSR is neither
+consulted nor updated"); the measurement agrees with it on every element and settles what the
+text leaves open: tininess after rounding, the signs of DAZ and FTZ zeros, and the NaN, which is
+x86's rule applied step by step (an FMA gives the first NaN of the A element, the B element and
+the running sum; ``even + odd`` the even sum's NaN over the odd one's; ``dest + tmpf32`` the
+destination's over the instruction's; each made quiet, signalling or not, by position only;
+``inf * 0`` or ``inf - inf`` without a NaN operand gives ``0xffc00000``). So there is one row,
+and it is measured. The preset is that as an :class:`~precision_lab.Accumulator`: ``lanes=2``
+(product ``k`` in lane ``k mod 2``, each lane from 0), ``lane_combine="sequential"``, and
+``split_k=32`` with a sequential combine (one instruction per 32 elements of K, added to C in
+turn), ``input_subnormals="flush_signed"``, ``subnormals="flush"``,
+``tininess="after_rounding"``; the preset gives a NaN as the quiet NaN, :func:`tdpbf16ps` the
+hardware's bits. ``pl.probe_gemm`` on the hardware (16 x 16 tiles, K up to 32, ``with_c``,
+``long_k=200``) recovers the same lanes, combine and 32-element K-blocks on its own. Not a
+property of the instruction: the 32 K elements per instruction (the tile shape is the
+program's; 16 rows of 64 bytes, palette 1's largest, is what AMX GEMM kernels such as oneDNN's
+configure: ``AMX_K``; rows of ``colsb`` bytes: ``acc.replace(split_k=colsb // 2)``, measured
+for every even K up to 32). An A tile whose rows are not a multiple of 4 bytes (an odd K)
+raises #UD here: software pads K to even with zeros; the preset leaves a missing product out,
+which may differ only in the sign of a zero.
+
+**TDPFP16PS** (AMX-FP16; published, not measured: the Intel Xeon here has no AMX-FP16): the same
+Operation with FP16 elements, which are "not treated as zero" (they are normal fp32 numbers
+after the exact conversion) while the fp32 destination is still read with DAZ
+(``input_subnormals="flush_signed_c"``). Inferred from the TDPBF16PS measurement: tininess
+after rounding, signed zeros and the NaN rule.
 
 Not presets (their Operation sections could not be read in this work, so no row is claimed):
 AMX-FP8 TDPBF8PS, TDPBHF8PS, TDPHBF8PS, TDPHF8PS; AVX10.2's VDPPHPS (FP16 pairs into fp32;
@@ -117,6 +136,7 @@ __all__ = [
     "MEASURED_ON",
     "cpu_instruction_name",
     "cpu_rows",
+    "tdpbf16ps",
     "vcvtne2ps2bf16",
     "vcvtneps2bf16",
     "vdpbf16ps",
@@ -143,25 +163,33 @@ CPU_INSTRUCTIONS = (
 )
 #: per architecture, the order in which GEMM libraries prefer them (oneDNN: VDPBF16PS, and
 #: AMX's TDPBF16PS / TDPFP16PS on CPUs that have AMX (the x86 default stays the AVX512-BF16
-#: instruction this Zen 4 has); Arm Compute Library / oneDNN on Neoverse: BFMMLA for bf16, FDOT
-#: for FP8)
+#: instruction that Zen 4 and the AMX Xeons both have); Arm Compute Library / oneDNN on
+#: Neoverse: BFMMLA for bf16, FDOT for FP8)
 CPU_LIBRARY_CHOICE: dict[str, tuple[str, ...]] = {
     "x86": ("vdpbf16ps", "tdpbf16ps", "tdpfp16ps"),
     "arm": ("bfmmla", "bfdot", "bfmlal", "fdot", "fmlal", "fmlall"),
 }
-#: CPUs the hardware test (tests/gemm/test_cpu_isa_hardware.py) has run on, per instruction
+ZEN4 = "AMD EPYC 9004 (Zen 4, Genoa)"
+INTEL_XEON = (
+    "Intel Xeon with AMX-BF16 and AVX512-FP16 (CPUID family 6, model 167 as this VM reports)"
+)
+#: CPUs the hardware tests (tests/gemm/test_cpu_isa_hardware.py, test_cpu_isa_amx.py) have run
+#: on, per instruction
 MEASURED_ON: dict[str, str] = {
-    "vdpbf16ps": "AMD EPYC 9004 (Zen 4, Genoa)",
-    "vcvtneps2bf16": "AMD EPYC 9004 (Zen 4, Genoa)",
-    "vcvtne2ps2bf16": "AMD EPYC 9004 (Zen 4, Genoa)",
+    "vdpbf16ps": f"{ZEN4}; {INTEL_XEON}",
+    "vcvtneps2bf16": f"{ZEN4}; {INTEL_XEON}",
+    "vcvtne2ps2bf16": f"{ZEN4}; {INTEL_XEON}",
+    "tdpbf16ps": INTEL_XEON,
 }
 #: the special-value rules of the CPU rows, with their evidence (the table's special-values note)
 CPU_SPECIAL_EVIDENCE: dict[str, str] = {
-    "x86": "measured: AMD EPYC 9004 (Zen 4): DAZ (signed zeros), FTZ (tininess after "
-    "rounding), RNE whatever MXCSR says; NaN: the first of src1 low, src2 low, src1 high, src2 "
-    "high, accumulator (the SDM's Table 5-1), quieted, invalid gives 0xffc00000 (pl.gemm: "
-    "quiet NaN; exact bits: precision_lab.gemm.cpu_instructions.vdpbf16ps); AMX (published): "
-    "DAZ (TDPFP16PS: fp32 operands only), FTZ, RNE, MXCSR ignored; NaN: quiet NaN (inferred)",
+    "x86": "measured: AMD EPYC 9004 (Zen 4) and Intel Xeon (family 6 model 167): VDPBF16PS "
+    "and AMX TDPBF16PS: DAZ (signed zeros), FTZ (tininess after rounding), RNE whatever MXCSR "
+    "says; NaN: VDPBF16PS the first of src1 low, src2 low, src1 high, src2 high, accumulator "
+    "(the SDM's Table 5-1), TDPBF16PS per step (FMA: A, B, running sum; even over odd; dest "
+    "over the instruction's sum), quieted; invalid gives 0xffc00000 (pl.gemm: quiet NaN; exact "
+    "bits: precision_lab.gemm.cpu_instructions.vdpbf16ps, tdpbf16ps); TDPFP16PS (published): "
+    "DAZ on the fp32 operands only, FTZ, RNE, MXCSR ignored; NaN: quiet NaN (inferred)",
     "arm": "published: Arm ARM (DDI 0487) C8.2: BF16 (FPCR.EBF = 0) round to odd, overflow to "
     "inf, FZ and FIZ (signed zeros); EBF = 1 and FP8 as FPCR (nearest even, subnormals kept); "
     "default NaN",
@@ -173,10 +201,18 @@ _AMX = (
     "element two fp32 sums from 0 (even and odd elements), each FMAs in K order with DAZ=FTZ=1 "
     "and RNE, MXCSR not consulted; then tmpf32 := even + odd, dest := dest + tmpf32; {}. "
     "inferred: K = 32 per instruction (16 x 64-byte tiles), tininess after rounding (as "
-    "measured for VDPBF16PS), NaN as quiet NaN (the page gives no NaN rule)"
+    "measured for VDPBF16PS and TDPBF16PS), NaN as quiet NaN (the page gives no NaN rule)"
+)
+_AMX_BF16_MEASURED = (
+    f"measured: {INTEL_XEON}, 10.1M output elements bit for bit (one instruction at every "
+    "even K from 2 to 32, chains along K; tests/gemm/test_cpu_isa_amx.py): per element two "
+    "fp32 FMA chains from 0 (even and odd elements), even + odd, then dest + that, RNE, DAZ "
+    "and FTZ (signed zeros, tininess after rounding), MXCSR neither consulted nor updated: the "
+    "SDM's TDPBF16PS Operation; K = 32 per instruction is the tile shape GEMM kernels choose "
+    "(split_k = colsb / 2 for other tiles)"
 )
 _X86_MEASURED = (
-    "measured: AMD EPYC 9004 (Zen 4), 10M lanes per input class bit for bit "
+    f"measured: {ZEN4} and {INTEL_XEON}, 10M lanes bit for bit "
     "(tests/gemm/test_cpu_isa_hardware.py); agrees with the SDM's description (RNE for each "
     "FMA, DAZ, FTZ, MXCSR ignored, NaN priorities of its Table 5-1)"
 )
@@ -216,7 +252,8 @@ def _amx_acc(input_subnormals: str) -> Callable[[str], Accumulator]:
     """AMX TDPBF16PS / TDPFP16PS: per instruction (``AMX_K`` elements of K) two fp32
     accumulators from 0, the even and the odd elements' products, each a chain of FMAs in K
     order (lanes of 2), summed (``even + odd``) and added to the destination (split_k with a
-    sequential combine); every step RNE, DAZ, FTZ."""
+    sequential combine); every step RNE, DAZ, FTZ (tininess after rounding). Measured for
+    TDPBF16PS (:data:`MEASURED_ON`), the SDM's Operation for both."""
     return lambda out: Accumulator(
         "fp32",
         "nearest_even",
@@ -289,7 +326,7 @@ def cpu_rows() -> list[Row]:
     return [
         ("x86", "vdpbf16ps", "avx512_bf16", ["bf16"], ("fp32",), _vdpbf16ps_acc, _X86_MEASURED),
         ("x86", "tdpbf16ps", "amx_bf16", ["bf16"], ("fp32",), _amx_acc("flush_signed"),
-         _AMX.format("TDPBF16PS (AMX-BF16)", "input denormals treated as zero")),
+         _AMX_BF16_MEASURED),
         ("x86", "tdpfp16ps", "amx_fp16", ["fp16"], ("fp32",), _amx_acc("flush_signed_c"),
          _AMX.format("TDPFP16PS (AMX-FP16)", "FP16 input denormals handled (exact in fp32), "
                      "the fp32 destination read with DAZ")),
@@ -428,3 +465,102 @@ def vcvtne2ps2bf16(a: Any, b: Any) -> np.ndarray:
     if ca.shape != cb.shape:
         raise ValueError(f"a and b must have one shape, got {ca.shape} and {cb.shape}")
     return np.concatenate([cb, ca], axis=-1)
+
+
+def _pick_nan(v: np.ndarray, *operands: np.ndarray) -> np.ndarray:
+    """x86's NaN rule for one operation whose result words are ``v``: where ``v`` is NaN, the
+    first NaN among ``operands`` (in the given order) made quiet, else (an invalid operation
+    without NaN operands) the default NaN ``0xffc00000``."""
+    pick = np.full(v.shape, _X86_DEFAULT_NAN, dtype=np.uint32)
+    for x in reversed(operands):
+        pick = np.where(_is_nan(x), x | _QUIET32, pick)
+    return np.where(_is_nan(v), pick, v).astype(np.uint32)
+
+
+def _x86_step(
+    acc: Accumulator, s: np.ndarray, x: np.ndarray, y: np.ndarray, fmt: str
+) -> np.ndarray:
+    """One fp32 step of ``acc`` on words: ``s + x * y`` rounded once (an FMA; ``x`` and ``y``
+    of ``fmt``); a NaN result as the model gives it (pick its bits with :func:`_pick_nan`)."""
+    with np.errstate(all="ignore"):
+        v = gemm(
+            x.view(np.float32).reshape(-1, 1, 1),
+            y.view(np.float32).reshape(-1, 1, 1),
+            s.view(np.float32).reshape(-1, 1, 1),
+            input_format=fmt,
+            accumulator=acc,
+            input_rounding="exact",
+        )
+    return np.asarray(v, dtype=np.float32).reshape(s.shape).view(np.uint32)
+
+
+_ONE32 = np.uint32(0x3F800000)
+
+
+def tdpbf16ps(c: Any, a: Any, b: Any, k: int | None = None) -> np.ndarray:
+    """A GEMM on AMX-BF16 TDPBF16PS as this CPU computes it: ``c`` (fp32, ``(..., M, N)``)
+    plus ``a @ b`` (BF16 values, ``(..., M, K)`` and ``(..., K, N)``), one instruction per
+    ``k`` elements of K (default :data:`AMX_K`; the A tile's rows of ``2k`` bytes), the
+    destination kept between them. float32 result, every bit (NaN payloads included).
+
+    Each instruction, per output element: two fp32 sums from +0, the even and the odd
+    elements' products, each a chain of FMAs in K order, then ``even + odd``, then ``dest +
+    that``; every step rounded to nearest even whatever MXCSR says, DAZ and FTZ (signed
+    zeros, tininess after rounding). A NaN result is the first NaN operand of the step that
+    made it (an FMA: the A element, the B element, the running sum; an addition: the even sum
+    over the odd one, the destination over the instruction's sum), made quiet, or the default
+    NaN ``0xffc00000`` from an invalid operation (``inf * 0``, ``inf - inf``). Measured: see
+    the module docstring and :data:`MEASURED_ON`.
+
+    Elements whose result is not NaN are the preset ``pl.tensor_core("x86", "bf16",
+    instruction="tdpbf16ps")`` (with ``split_k=k``) through :func:`~precision_lab.gemm`; on
+    NaN elements the steps are replayed to pick the NaN.
+
+    >>> d = tdpbf16ps(np.float32([[1.0]]), [[2.0**-24, 2.0**-24]], [[1.0], [1.0]])
+    >>> float(d[0, 0]) == 1 + 2.0**-23                   # even + odd first, then c
+    True
+    """
+    k = AMX_K if k is None else int(k)
+    if k < 1:
+        raise ValueError(f"k must be positive, got {k}")
+    cw = _f32_bits(c, "c")
+    aw, bw = _bf16_words(a, "a"), _bf16_words(b, "b")
+    if aw.ndim < 2 or bw.ndim < 2 or aw.shape[-1] != bw.shape[-2]:
+        raise ValueError(f"a (..., M, K) and b (..., K, N) must agree on K: {aw.shape}, {bw.shape}")
+    acc = _amx_acc("flush_signed")("fp32").replace(split_k=k)
+    with np.errstate(all="ignore"):
+        d = gemm(
+            aw.view(np.float32),
+            bw.view(np.float32),
+            cw.view(np.float32),
+            input_format="bf16",
+            accumulator=acc,
+            input_rounding="exact",
+        )
+    d = np.array(d, dtype=np.float32).view(np.uint32)
+    nan = _is_nan(d)
+    if nan.any():  # the NaN's bits: the measured rule, step by step on those elements
+        shape = d.shape
+        idx = np.nonzero(nan)
+        batch, i, j = idx[:-2], idx[-2], idx[-1]
+        ab = np.broadcast_to(aw, (*shape[:-2], *aw.shape[-2:]))
+        bb = np.broadcast_to(bw, (*shape[:-2], *bw.shape[-2:]))
+        xa = ab[(*batch, i)]  # (n, K)
+        xb = np.moveaxis(bb, -1, -2)[(*batch, j)]
+        dest = np.broadcast_to(cw, shape)[idx].astype(np.uint32)
+        step = _vdpbf16ps_acc("fp32")
+        one = np.full(dest.shape, _ONE32, dtype=np.uint32)
+        K = xa.shape[-1]
+        for k0 in range(0, K, k):
+            lanes = [np.zeros_like(dest), np.zeros_like(dest)]
+            for kk in range(k0, min(k0 + k, K)):
+                lane = (kk - k0) % 2
+                x, y, s = xa[:, kk], xb[:, kk], lanes[lane]
+                lanes[lane] = _pick_nan(_x86_step(step, s, x, y, "bf16"), x, y, s)
+            # even + odd, then dest + that (an addition x + y: fp32 y times 1 added to x)
+            even, odd = lanes
+            tmp = _pick_nan(_x86_step(step, even, one, odd, "fp32"), even, odd)
+            dest = _pick_nan(_x86_step(step, dest, one, tmp, "fp32"), dest, tmp)
+        d = d.copy()
+        d[idx] = dest
+    return d.view(np.float32)
