@@ -6,6 +6,7 @@ mnemonic in lower case, with the variant as its kind after a dot (``"bfdot.ebf1"
 
     pl.tensor_core("x86", "bf16", instruction="vdpbf16ps")       # AVX512-BF16
     pl.tensor_core("x86", "fp16", instruction="tdpfp16ps")       # AMX-FP16 (or "tdpbf16ps")
+    pl.tensor_core("x86", "fp16", instruction="vfmadd231ph")     # AVX512-FP16, fp16 output
     pl.tensor_core("arm", "bf16", instruction="bfdot")           # FPCR.EBF = 0
     pl.tensor_core("arm", "bf16", instruction="bfmmla.ebf1")     # FEAT_EBF16, FPCR.EBF = 1
     pl.tensor_core("arm", ("e4m3", "e5m2"), instruction="fdot")  # FP8 4-way dot into fp32
@@ -139,7 +140,10 @@ __all__ = [
     "tdpbf16ps",
     "vcvtne2ps2bf16",
     "vcvtneps2bf16",
+    "vcvtph2psx",
+    "vcvtps2phx",
     "vdpbf16ps",
+    "vfmadd231ph",
 ]
 
 #: machine name -> architecture (the table's "GPU" column for CPUs)
@@ -154,6 +158,7 @@ CPU_INSTRUCTIONS = (
     "vdpbf16ps",
     "tdpbf16ps",
     "tdpfp16ps",
+    "vfmadd231ph",
     "bfmmla",
     "bfdot",
     "bfmlal",
@@ -166,7 +171,7 @@ CPU_INSTRUCTIONS = (
 #: instruction that Zen 4 and the AMX Xeons both have); Arm Compute Library / oneDNN on
 #: Neoverse: BFMMLA for bf16, FDOT for FP8)
 CPU_LIBRARY_CHOICE: dict[str, tuple[str, ...]] = {
-    "x86": ("vdpbf16ps", "tdpbf16ps", "tdpfp16ps"),
+    "x86": ("vdpbf16ps", "tdpbf16ps", "tdpfp16ps", "vfmadd231ph"),
     "arm": ("bfmmla", "bfdot", "bfmlal", "fdot", "fmlal", "fmlall"),
 }
 ZEN4 = "AMD EPYC 9004 (Zen 4, Genoa)"
@@ -180,6 +185,9 @@ MEASURED_ON: dict[str, str] = {
     "vcvtneps2bf16": f"{ZEN4}; {INTEL_XEON}",
     "vcvtne2ps2bf16": f"{ZEN4}; {INTEL_XEON}",
     "tdpbf16ps": INTEL_XEON,
+    "vfmadd231ph": INTEL_XEON,
+    "vcvtps2phx": INTEL_XEON,
+    "vcvtph2psx": INTEL_XEON,
 }
 #: the special-value rules of the CPU rows, with their evidence (the table's special-values note)
 CPU_SPECIAL_EVIDENCE: dict[str, str] = {
@@ -189,7 +197,10 @@ CPU_SPECIAL_EVIDENCE: dict[str, str] = {
     "(the SDM's Table 5-1), TDPBF16PS per step (FMA: A, B, running sum; even over odd; dest "
     "over the instruction's sum), quieted; invalid gives 0xffc00000 (pl.gemm: quiet NaN; exact "
     "bits: precision_lab.gemm.cpu_instructions.vdpbf16ps, tdpbf16ps); TDPFP16PS (published): "
-    "DAZ on the fp32 operands only, FTZ, RNE, MXCSR ignored; NaN: quiet NaN (inferred)",
+    "DAZ on the fp32 operands only, FTZ, RNE, MXCSR ignored; NaN: quiet NaN (inferred); "
+    "AVX512-FP16 VFMADD231PH (measured, Intel Xeon): MXCSR.RC rounds, DAZ and FTZ ignored "
+    "(fp16 subnormals kept), NaN: the first of the two factors and the addend, quieted, "
+    "invalid gives 0xfe00 (pl.gemm: quiet NaN; exact bits: cpu_instructions.vfmadd231ph)",
     "arm": "published: Arm ARM (DDI 0487) C8.2: BF16 (FPCR.EBF = 0) round to odd, overflow to "
     "inf, FZ and FIZ (signed zeros); EBF = 1 and FP8 as FPCR (nearest even, subnormals kept); "
     "default NaN",
@@ -300,6 +311,16 @@ def _fma_chain(out: str) -> Accumulator:
     return Accumulator(out)
 
 
+_AVX512_FP16 = (
+    f"measured: {INTEL_XEON}, 12.6M FMAs under each MXCSR.RC bit for bit "
+    "(tests/gemm/test_cpu_isa_fp16.py): "
+    "VFMADD231PH is an fp16 fused multiply-add rounded by MXCSR.RC (nearest even by default; "
+    "the four modes measured: acc.replace(rounding=...)), fp16 subnormal inputs and results "
+    "kept whatever MXCSR.DAZ and FTZ say (as the SDM says of FP16 instructions); a GEMM on it "
+    "is a chain of them along K"
+)
+
+
 _FP8 = ("e4m3", "e5m2")
 _FP8_PAIRS = [(a, b) for a in _FP8 for b in _FP8]
 
@@ -310,8 +331,8 @@ def cpu_rows() -> list[Row]:
     """The CPU rows of the table, as ``(arch, instruction, kind, inputs, outputs, builder,
     evidence)`` for ``precision_lab.gemm.tensor_core._add``.
 
-    >>> [r[1] for r in cpu_rows()][:4]
-    ['vdpbf16ps', 'tdpbf16ps', 'tdpfp16ps', 'bfmmla']
+    >>> [r[1] for r in cpu_rows()][:5]
+    ['vdpbf16ps', 'tdpbf16ps', 'tdpfp16ps', 'vfmadd231ph', 'bfmmla']
     """
     ebf0 = (
         f"{_ARM} {{}}: BFDotAdd with FPCR.EBF = 0 (unfused: products and pair sum rounded, "
@@ -330,6 +351,7 @@ def cpu_rows() -> list[Row]:
         ("x86", "tdpfp16ps", "amx_fp16", ["fp16"], ("fp32",), _amx_acc("flush_signed_c"),
          _AMX.format("TDPFP16PS (AMX-FP16)", "FP16 input denormals handled (exact in fp32), "
                      "the fp32 destination read with DAZ")),
+        ("x86", "vfmadd231ph", "avx512_fp16", ["fp16"], ("fp16",), _fma_chain, _AVX512_FP16),
         ("arm", "bfmmla", "ebf0", ["bf16"], ("fp32",), _bf16_ebf0,
          ebf0.format("C8.2.67 BFMMLA (2 pairs per element)")),
         ("arm", "bfmmla", "ebf1", ["bf16"], ("fp32",), _bf16_ebf1,
@@ -564,3 +586,109 @@ def tdpbf16ps(c: Any, a: Any, b: Any, k: int | None = None) -> np.ndarray:
         d = d.copy()
         d[idx] = dest
     return d.view(np.float32)
+
+
+# ----- AVX512-FP16 -------------------------------------------------------------------------------
+_QUIET16 = np.uint16(0x0200)
+_X86_DEFAULT_NAN16 = np.uint16(0xFE00)
+#: MXCSR.RC (bits 13-14) -> the library's rounding mode
+MXCSR_ROUNDING = {0: "nearest_even", 1: "down", 2: "up", 3: "toward_zero"}
+
+
+def _f16_codes(x: Any, name: str) -> np.ndarray:
+    arr = np.asarray(x)
+    if arr.dtype == np.float16:
+        return np.array(arr, order="C").view(np.uint16)
+    if arr.dtype.kind not in "fiu":
+        raise TypeError(f"{name} must be a real array, got dtype {arr.dtype}")
+    h = arr.astype(np.float16)
+    with np.errstate(invalid="ignore"):
+        ok = (h.astype(np.float64) == arr.astype(np.float64)) | np.isnan(arr.astype(np.float64))
+    if not ok.all():
+        raise ValueError(f"{name} must hold fp16 values")
+    return np.array(h, order="C").view(np.uint16)
+
+
+def _is_nan16(u: np.ndarray) -> np.ndarray:
+    return (u & np.uint16(0x7FFF)) > np.uint16(0x7C00)
+
+
+def vfmadd231ph(c: Any, a: Any, b: Any, rounding: str = "nearest_even") -> np.ndarray:
+    """VFMADD231PH (AVX512-FP16) on each element: ``a * b + c`` in fp16 with one rounding,
+    as this CPU computes it: ``rounding`` is MXCSR.RC's mode (:data:`MXCSR_ROUNDING`), fp16
+    subnormal operands and results are kept whatever MXCSR.DAZ and FTZ say, a NaN result is
+    the first NaN of ``a`` (the instruction's second source), ``b`` (the third) and ``c`` (the
+    destination, the addend), made quiet, and an invalid operation without NaN operands
+    (``inf * 0``, ``inf - inf``) gives ``0xfe00``. float16 result, every bit.
+
+    Non-NaN results are ``pl.gemm`` with ``pl.tensor_core("x86", "fp16",
+    instruction="vfmadd231ph").replace(rounding=rounding)`` on K = 1; a GEMM on the
+    instruction is that preset along K (a chain of them).
+
+    >>> float(vfmadd231ph(np.float16(1.0), np.float16(2.0**-11), np.float16(1.0)))  # a tie
+    1.0
+    >>> hex(int(vfmadd231ph(np.float16(0), np.float16(np.inf), np.float16(0)).view(np.uint16)))
+    '0xfe00'
+    """
+    cw, aw, bw = _f16_codes(c, "c"), _f16_codes(a, "a"), _f16_codes(b, "b")
+    cw, aw, bw = np.broadcast_arrays(cw, aw, bw)
+    acc = Accumulator("fp16", rounding)
+    with np.errstate(all="ignore"):
+        d = gemm(
+            aw.view(np.float16).reshape(-1, 1, 1),
+            bw.view(np.float16).reshape(-1, 1, 1),
+            cw.view(np.float16).reshape(-1, 1, 1),
+            input_format="fp16",
+            accumulator=acc,
+            out_format="fp16",
+            input_rounding="exact",
+        )
+    v = np.asarray(d).astype(np.float16).reshape(cw.shape).view(np.uint16)
+    pick = np.full(v.shape, _X86_DEFAULT_NAN16, dtype=np.uint16)
+    for x in (cw, bw, aw):  # the first NaN of a, b, c wins: apply in reverse
+        pick = np.where(_is_nan16(x), x | _QUIET16, pick)
+    return np.where(_is_nan16(v), pick, v).astype(np.uint16).view(np.float16)
+
+
+def vcvtps2phx(x: Any, rounding: str = "nearest_even", daz: bool = False) -> np.ndarray:
+    """VCVTPS2PHX (AVX512-FP16) on each element: fp32 ``x`` to fp16 codes (uint16), as this
+    CPU does: rounded by MXCSR.RC (``rounding``), overflow by IEEE's rule for that mode (inf, or
+    the largest finite value when the mode points inward), fp16 subnormal results kept
+    (MXCSR.FTZ ignored), fp32 subnormal inputs read as zeros of their sign when MXCSR.DAZ is set
+    (``daz``: it matters under ``"up"`` and ``"down"``, where a tiny non-zero input gives the
+    smallest subnormal), NaN made quiet keeping its sign and the payload's upper nine bits
+    (``sign | 0x7e00 | (x >> 13) & 0x3ff``). Measured: :data:`MEASURED_ON`.
+
+    >>> [hex(int(c)) for c in vcvtps2phx(np.float32([1 + 2.0**-11, 1e-40]), rounding="up")]
+    ['0x3c01', '0x1']
+    >>> [hex(int(c)) for c in vcvtps2phx(np.float32([1e-40]), rounding="up", daz=True)]
+    ['0x0']
+    """
+    u = _f32_bits(x, "x")
+    f = u.view(np.float32)
+    if daz:
+        f = np.where(np.abs(f) < np.float32(2.0**-126), np.copysign(np.float32(0), f), f)
+    with np.errstate(invalid="ignore", over="ignore"):
+        codes = np.asarray(encode(f, "fp16", rounding=rounding), dtype=np.uint16)
+    quiet = (
+        ((u >> np.uint32(16)) & np.uint32(0x8000))
+        | np.uint32(0x7E00)
+        | ((u >> np.uint32(13)) & np.uint32(0x3FF))
+    ).astype(np.uint16)
+    return np.where(_is_nan(u), quiet, codes)
+
+
+def vcvtph2psx(codes: Any) -> np.ndarray:
+    """VCVTPH2PSX (AVX512-FP16) on each element: fp16 codes to fp32, exact (fp16 subnormals
+    become normal fp32 numbers whatever MXCSR.DAZ says), NaN made quiet keeping its sign and
+    payload (``(h & 0x8000) << 16 | 0x7fc00000 | (h & 0x3ff) << 13``). Measured on every code
+    under every MXCSR rounding, DAZ and FTZ setting: :data:`MEASURED_ON`.
+
+    >>> hex(int(vcvtph2psx(np.uint16([0x7c01])).view(np.uint32)[0]))
+    '0x7fc02000'
+    """
+    h = np.asarray(codes)
+    if h.dtype != np.uint16:
+        raise TypeError(f"codes must be fp16 codes (uint16), got dtype {h.dtype}")
+    v = h.view(np.float16).astype(np.float32).view(np.uint32)
+    return np.where(_is_nan16(h), v | _QUIET32, v).astype(np.uint32).view(np.float32)

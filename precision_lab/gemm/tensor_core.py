@@ -956,7 +956,7 @@ def _tensor_core(
     gpu: str,
     input_format: Any,
     *,
-    out_format: str | FloatFormat = "fp32",
+    out_format: str | FloatFormat | None = None,
     instruction: str | None = None,
 ) -> Accumulator:
     """The accumulator model of ``gpu``'s matrix cores for ``input_format`` operands.
@@ -984,7 +984,8 @@ def _tensor_core(
     out_format:
         ``"fp32"`` (default), ``"fp16"`` (where the instruction has an f16 accumulator) or
         ``"fp64"`` (fp64 operands): the type of C and D; pass the same ``out_format`` to
-        :func:`~precision_lab.gemm`.
+        :func:`~precision_lab.gemm`. ``None`` (default): ``"fp32"``, or the one output of a
+        named ``instruction`` that has no fp32 output (x86 ``"vfmadd231ph"``: fp16).
     instruction:
         ``"mma"``, ``"wgmma"``, ``"tcgen05"`` or ``"mfma"``, optionally with the kind after a
         dot (``"tcgen05.kind::mxf8f6f4"``, ``"mfma.bf16"`` for CDNA2's pre-``_1k`` bf16); on
@@ -1014,11 +1015,14 @@ def _tensor_core(
     else:
         one = _operand_name(input_format, "input_format")
         pair = (one, one)
+    base, kind = _parse_instruction(instruction)
+    if out_format is None:
+        outs = {p.out_format for p in PRESETS.values() if p.arch == arch and p.instruction == base}
+        out_format = outs.pop() if base is not None and len(outs) == 1 else "fp32"
     try:
         out_name = str(get_format(out_format))
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"out_format: {exc}") from None
-    base, kind = _parse_instruction(instruction)
     arch_rows = [p for p in PRESETS.values() if p.arch == arch]
     if base is not None:
         rows = [p for p in arch_rows if p.instruction == base]
@@ -1181,7 +1185,7 @@ class TensorCore:
         gpu: str,
         input_format: Any,
         *,
-        out_format: str | FloatFormat = "fp32",
+        out_format: str | FloatFormat | None = None,
         instruction: str | None = None,
     ) -> Accumulator:
         return _tensor_core(gpu, input_format, out_format=out_format, instruction=instruction)
