@@ -567,8 +567,9 @@ def tdpbf16ps(c: Any, a: Any, b: Any, k: int | None = None) -> np.ndarray:
         batch, i, j = idx[:-2], idx[-2], idx[-1]
         ab = np.broadcast_to(aw, (*shape[:-2], *aw.shape[-2:]))
         bb = np.broadcast_to(bw, (*shape[:-2], *bw.shape[-2:]))
-        xa = ab[(*batch, i)]  # (n, K)
-        xb = np.moveaxis(bb, -1, -2)[(*batch, j)]
+        rows, cols = (*batch, i), (*batch, j)
+        xa = ab[rows]  # (n, K)
+        xb = np.moveaxis(bb, -1, -2)[cols]
         dest = np.broadcast_to(cw, shape)[idx].astype(np.uint32)
         step = _vdpbf16ps_acc("fp32")
         one = np.full(dest.shape, _ONE32, dtype=np.uint32)

@@ -1017,8 +1017,10 @@ def _tensor_core(
         pair = (one, one)
     base, kind = _parse_instruction(instruction)
     if out_format is None:
-        outs = {p.out_format for p in PRESETS.values() if p.arch == arch and p.instruction == base}
-        out_format = outs.pop() if base is not None and len(outs) == 1 else "fp32"
+        row_outs = {
+            p.out_format for p in PRESETS.values() if p.arch == arch and p.instruction == base
+        }
+        out_format = row_outs.pop() if base is not None and len(row_outs) == 1 else "fp32"
     try:
         out_name = str(get_format(out_format))
     except (TypeError, ValueError) as exc:
