@@ -46,6 +46,24 @@ bit 6 set, a normal number is ``(x + 0x7fff + x[16]) >> 16`` in integers), measu
 10.5 million inputs on both CPUs; ``tests/gemm/test_cpu_isa_presets.py`` holds the functions to that
 pseudocode on any CPU.
 
+**AVX512-FP16** (measured on the Intel Xeon by ``tests/gemm/test_cpu_isa_fp16.py``; this is what
+a CPU fp16 GEMM with fp16 accumulation runs): **VFMADD231PH** is an fp16 fused multiply-add,
+one rounding by MXCSR.RC (every mode measured, 12.6 million FMAs each: the row
+``pl.tensor_core("x86", "fp16", instruction="vfmadd231ph")``, ``Accumulator("fp16")``, nearest
+even as MXCSR's default, ``.replace(rounding="down")`` ... for the others), with fp16 subnormal
+operands and results kept whatever MXCSR.DAZ and FTZ say (the SDM: FP16 instructions handle
+denormals and ignore DAZ and FTZ; measured: setting both changes no bit); unlike AMX it sets
+MXCSR's exception flags. A NaN result is the first NaN of ``src2``, ``src3`` and the
+destination (the addend), by position, made quiet; ``inf * 0`` or ``inf - inf`` gives
+``0xfe00`` (:func:`vfmadd231ph`). **VCVTPS2PHX** (fp32 to fp16, :func:`vcvtps2phx`, 11 million
+words under each mode) rounds by MXCSR.RC, keeps fp16 subnormal results (FTZ ignored) but reads
+fp32 subnormal sources as zeros of their sign when MXCSR.DAZ is set (the SDM's VCVTPS2PH page
+says the same of the F16C form: "MXCSR.FTZ is ignored", a denormal source raises DE only "with
+MXCSR.DAZ not set"); it shows under round up or down, where a tiny fp32 gives fp16's smallest
+subnormal without DAZ and a zero with it. A NaN keeps its sign and the payload's upper nine
+bits, made quiet. **VCVTPH2PSX** (fp16 to fp32, :func:`vcvtph2psx`) is exact on all 65 536
+codes under every rounding, DAZ and FTZ setting, a NaN made quiet with its payload.
+
 Arm (published: Arm Architecture Reference Manual for A-profile, DDI 0487, the instruction
 descriptions of section C8.2 (SVE) and their ASL, e.g. C8.2.49 BFDOT (vectors), C8.2.67
 BFMMLA, C8.2.185 FDOT (4-way, indexed); no Arm machine here, so no measurement):

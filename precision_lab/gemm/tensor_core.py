@@ -50,8 +50,10 @@ CDNA3 fp8/bf8, where MMA-Sim's GTR-FDPA drops it once the next block's products 
 code assumes a finite c, ``-126 <= e_c <= 127``).
 
 CPUs (issue 33; :mod:`precision_lab.gemm.cpu_instructions`): x86 ``vdpbf16ps`` (measured on
-an AMD EPYC 9004, Zen 4) and Arm ``bfmmla``, ``bfdot``, ``bfmlal``, ``fdot``, ``fmlal``,
-``fmlall`` (the Arm ARM's pseudocode) are rows of the same table, machine ``"x86"`` or ``"arm"``.
+an AMD EPYC 9004, Zen 4, and an Intel Xeon), ``tdpbf16ps`` (AMX-BF16) and ``vfmadd231ph``
+(AVX512-FP16; measured on the Xeon), ``tdpfp16ps`` (the SDM's Operation) and Arm ``bfmmla``,
+``bfdot``, ``bfmlal``, ``fdot``, ``fmlal``, ``fmlall`` (the Arm ARM's pseudocode) are rows of
+the same table, machine ``"x86"`` or ``"arm"``.
 
 AMD CDNA4 (``mi350x``, ``mi355x``; ``_cdna4_rows``): no bit-accurate public model and no
 measurement exist, so every row is ``inferred``: CDNA3's published datapaths carried over to the
@@ -690,7 +692,8 @@ def _build_table() -> None:
          "their sums and c floored at the common anchor, c dropped below it - 25; an inf/NaN "
          "c stays, which MMA-Sim drops: an artifact of its emulation; no measured AMD "
          "data)")  # fmt: skip
-    # CPUs (x86 AVX512-BF16 measured, Arm from the Arm ARM): precision_lab.gemm.cpu_instructions
+    # CPUs (x86 AVX512-BF16, AMX-BF16, AVX512-FP16 measured, Arm from the Arm ARM):
+    # precision_lab.gemm.cpu_instructions
     for row in cpu_rows():
         _add(*row)
     _cdna4_rows()
