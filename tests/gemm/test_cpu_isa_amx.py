@@ -479,3 +479,31 @@ def test_tdpbf16ps_nan_rule_as_measured():
     b = np.full((64, 1), one, np.uint16)
     d = ci.tdpbf16ps(np.zeros((1, 1), np.float32), _v16(a), _v16(b), 32)
     assert int(d.view(np.uint32)[0, 0]) == 0x7FC10000
+
+
+def test_probe_gemm_recovers_the_preset_from_the_hardware(lib):
+    """FPRev-style targeted inputs (``+M``, ``-M`` among small units) on the hardware itself:
+    ``pl.probe_gemm`` finds two interleaved lanes combined in turn and 32-element K-blocks
+    added to C, with no hint from the preset; the found model is then the preset's order."""
+
+    def fn(a, b, c):
+        a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+        m, k = a.shape
+        n = b.shape[1]
+        kp = -(-k // 32) * 32  # whole instructions of 32 (zeros at the end)
+        aa = np.zeros((1, 16, kp), np.uint16)
+        bb = np.zeros((1, kp, 16), np.uint16)
+        aa[0, :m, :k] = a.view(np.uint32) >> 16
+        bb[0, :k, :n] = b.view(np.uint32) >> 16
+        cc = np.zeros((1, 16, 16), np.uint32)
+        cc[0, :m, :n] = np.asarray(c, np.float32).view(np.uint32)
+        return hw_amx(lib, cc, aa, bb, 32)[0, :m, :n].view(np.float32)
+
+    res = pl.probe_gemm(fn, input_format="bf16", shape=(16, 16), max_k=32, with_c=True,
+                        long_k=200)  # fmt: skip
+    acc = res.accumulator
+    assert acc is not None, res.verdict
+    want = _preset(32)
+    fields = ("lanes", "lane_combine", "lane_tail", "split_k", "split_combine", "rounding",
+              "product_format", "subnormals")  # fmt: skip
+    assert {f: getattr(acc, f) for f in fields} == {f: getattr(want, f) for f in fields}
