@@ -6,6 +6,7 @@ mnemonic in lower case, with the variant as its kind after a dot (``"bfdot.ebf1"
 
     pl.tensor_core("x86", "bf16", instruction="vdpbf16ps")       # AVX512-BF16
     pl.tensor_core("x86", "fp16", instruction="tdpfp16ps")       # AMX-FP16 (or "tdpbf16ps")
+    pl.tensor_core("x86", "fp16", instruction="vfmadd231ph")     # AVX512-FP16, fp16 output
     pl.tensor_core("arm", "bf16", instruction="bfdot")           # FPCR.EBF = 0
     pl.tensor_core("arm", "bf16", instruction="bfmmla.ebf1")     # FEAT_EBF16, FPCR.EBF = 1
     pl.tensor_core("arm", ("e4m3", "e5m2"), instruction="fdot")  # FP8 4-way dot into fp32
@@ -21,8 +22,10 @@ the fp32 accumulator) read as zeros of their sign and subnormal results flushed 
 their sign, tininess detected after rounding; a NaN result is the first NaN among ``src1``'s
 low element, ``src2``'s low element, ``src1``'s high element, ``src2``'s high element and the
 accumulator, made quiet; an invalid operation without NaN operands (``inf * 0``, ``inf - inf``)
-gives the x86 default NaN ``0xffc00000``. Measured on an AMD EPYC 9004 (Zen 4, Genoa) by
-``tests/gemm/test_cpu_isa_hardware.py`` (10.4 million lanes; :data:`MEASURED_ON`). Intel's
+gives the x86 default NaN ``0xffc00000``. Measured on an AMD EPYC 9004 (Zen 4, Genoa) and on
+an Intel Xeon with AMX-BF16 and AVX512-FP16 (CPUID family 6, model 167 as its VM reports) by
+``tests/gemm/test_cpu_isa_hardware.py`` (10.4 million lanes each; :data:`MEASURED_ON`): the same
+bits on both. Intel's
 SDM (vol. 2, VDPBF16PS; felixcloutier.com/x86/vdpbf16ps) says: "'Round to nearest even'
 rounding mode is used when doing each accumulation of the FMA. Output denormals are always
 flushed to zero and input denormals are always treated as zero. MXCSR is not consulted nor
@@ -40,8 +43,26 @@ says, overflow to inf, subnormal fp32 inputs read as zeros of their sign, NaN ma
 the sign and the payload's upper seven bits (``(x >> 16) | 0x0040``): the SDM's pseudocode
 (``convert_fp32_to_bfloat16``: a zero or denormal gives the signed zero, a NaN is truncated with
 bit 6 set, a normal number is ``(x + 0x7fff + x[16]) >> 16`` in integers), measured equal on
-10.5 million inputs; ``tests/gemm/test_cpu_isa_presets.py`` holds the functions to that
+10.5 million inputs on both CPUs; ``tests/gemm/test_cpu_isa_presets.py`` holds the functions to that
 pseudocode on any CPU.
+
+**AVX512-FP16** (measured on the Intel Xeon by ``tests/gemm/test_cpu_isa_fp16.py``; this is what
+a CPU fp16 GEMM with fp16 accumulation runs): **VFMADD231PH** is an fp16 fused multiply-add,
+one rounding by MXCSR.RC (every mode measured, 12.6 million FMAs each: the row
+``pl.tensor_core("x86", "fp16", instruction="vfmadd231ph")``, ``Accumulator("fp16")``, nearest
+even as MXCSR's default, ``.replace(rounding="down")`` ... for the others), with fp16 subnormal
+operands and results kept whatever MXCSR.DAZ and FTZ say (the SDM: FP16 instructions handle
+denormals and ignore DAZ and FTZ; measured: setting both changes no bit); unlike AMX it sets
+MXCSR's exception flags. A NaN result is the first NaN of ``src2``, ``src3`` and the
+destination (the addend), by position, made quiet; ``inf * 0`` or ``inf - inf`` gives
+``0xfe00`` (:func:`vfmadd231ph`). **VCVTPS2PHX** (fp32 to fp16, :func:`vcvtps2phx`, 11 million
+words under each mode) rounds by MXCSR.RC, keeps fp16 subnormal results (FTZ ignored) but reads
+fp32 subnormal sources as zeros of their sign when MXCSR.DAZ is set (the SDM's VCVTPS2PH page
+says the same of the F16C form: "MXCSR.FTZ is ignored", a denormal source raises DE only "with
+MXCSR.DAZ not set"); it shows under round up or down, where a tiny fp32 gives fp16's smallest
+subnormal without DAZ and a zero with it. A NaN keeps its sign and the payload's upper nine
+bits, made quiet. **VCVTPH2PSX** (fp16 to fp32, :func:`vcvtph2psx`) is exact on all 65 536
+codes under every rounding, DAZ and FTZ setting, a NaN made quiet with its payload.
 
 Arm (published: Arm Architecture Reference Manual for A-profile, DDI 0487, the instruction
 descriptions of section C8.2 (SVE) and their ASL, e.g. C8.2.49 BFDOT (vectors), C8.2.67
@@ -65,25 +86,42 @@ BFMMLA, C8.2.185 FDOT (4-way, indexed); no Arm machine here, so no measurement):
   rounding; the presets model LSCALE = 0. Rounding to nearest even with subnormals kept is
   inferred (FPCR defaults; the descriptions say only "without intermediate rounding").
 
-x86 AMX (published: Intel SDM vol. 2 and the ISA Extensions Programming Reference, the
-Operation sections of TDPBF16PS (AMX-BF16) and TDPFP16PS (AMX-FP16); no AMX machine here, so
-no measurement). Per output element one instruction keeps two fp32 sums from 0, one of the
-even and one of the odd 16-bit elements' products, each a chain of FMAs in K order ("FP32 FMA
-with DAZ=FTZ=1, RNE rounding. MXCSR is neither consulted nor updated"), then ``tmpf32 := even
-+ odd`` and ``dest := dest + tmpf32`` (the same DAZ, FTZ, RNE). The presets are that as an
-:class:`~precision_lab.Accumulator`: ``lanes=2`` (product ``k`` in lane ``k mod 2``, each lane
-from 0), ``lane_combine="sequential"``, and ``split_k=32`` with a sequential combine (one
-instruction per 32 elements of K, added to C in turn). TDPBF16PS reads BF16 subnormal inputs
-as zeros of their sign (``input_subnormals="flush_signed"``); TDPFP16PS handles FP16 subnormal
-inputs ("not treated as zero": they are normal fp32 numbers after the exact conversion) while
-the fp32 destination is still read with DAZ (``input_subnormals="flush_signed_c"``).
-Inferred, not published: 32 K elements per instruction (the page leaves the tile shape to
-the program; 16 rows of 64 bytes, palette 1's largest, is what AMX GEMM kernels such as
-oneDNN's configure: ``AMX_K``; rows of ``colsb`` bytes: ``acc.replace(split_k=colsb // 2)``), FTZ
-with tininess after rounding (x86's MXCSR.FTZ rule, measured for VDPBF16PS), signed zeros
-for DAZ (as measured for VDPBF16PS) and NaN results as the quiet NaN (the pages give no NaN
-priority). An odd K (software pads the last pair with a zero) may differ only in the sign of
-a zero: the preset leaves the missing product out.
+x86 AMX. **TDPBF16PS** (AMX-BF16; measured on the Intel Xeon above by
+``tests/gemm/test_cpu_isa_amx.py``: 10.1 million output elements, one instruction at every even
+K from 2 to 32 and chains of up to 8 instructions, bit for bit; :func:`tdpbf16ps`). Per output
+element one instruction keeps two fp32 sums from +0, one of the even and one of the odd BF16
+elements' products, each a chain of FMAs in K order, then ``tmpf32 := even + odd`` and ``dest :=
+dest + tmpf32``, every step rounded to nearest even, DAZ (BF16 inputs and the fp32 destination,
+read as zeros of their sign) and FTZ (zeros of their sign, tininess after rounding: ``2**-126 -
+2**-151 (1 + f)``, ``f > 0``, formed in a lane's FMA is flushed; it would round to ``2**-126`` on
+the subnormal grid), whatever MXCSR says (round toward zero with FTZ and DAZ gives the same bits)
+and without setting its flags. That is the Operation section of Intel's SDM vol. 2 / ISA
+Extensions Programming Reference ("FP32 FMA with DAZ=FTZ=1, RNE rounding. MXCSR is neither
+consulted nor updated"); the measurement agrees with it on every element and settles what the
+text leaves open: tininess after rounding, the signs of DAZ and FTZ zeros, and the NaN, which is
+x86's rule applied step by step (an FMA gives the first NaN of the A element, the B element and
+the running sum; ``even + odd`` the even sum's NaN over the odd one's; ``dest + tmpf32`` the
+destination's over the instruction's; each made quiet, signalling or not, by position only;
+``inf * 0`` or ``inf - inf`` without a NaN operand gives ``0xffc00000``). So there is one row,
+and it is measured. The preset is that as an :class:`~precision_lab.Accumulator`: ``lanes=2``
+(product ``k`` in lane ``k mod 2``, each lane from 0), ``lane_combine="sequential"``, and
+``split_k=32`` with a sequential combine (one instruction per 32 elements of K, added to C in
+turn), ``input_subnormals="flush_signed"``, ``subnormals="flush"``,
+``tininess="after_rounding"``; the preset gives a NaN as the quiet NaN, :func:`tdpbf16ps` the
+hardware's bits. ``pl.probe_gemm`` on the hardware (16 x 16 tiles, K up to 32, ``with_c``,
+``long_k=200``) recovers the same lanes, combine and 32-element K-blocks on its own. Not a
+property of the instruction: the 32 K elements per instruction (the tile shape is the
+program's; 16 rows of 64 bytes, palette 1's largest, is what AMX GEMM kernels such as oneDNN's
+configure: ``AMX_K``; rows of ``colsb`` bytes: ``acc.replace(split_k=colsb // 2)``, measured
+for every even K up to 32). An A tile whose rows are not a multiple of 4 bytes (an odd K)
+raises #UD here: software pads K to even with zeros; the preset leaves a missing product out,
+which may differ only in the sign of a zero.
+
+**TDPFP16PS** (AMX-FP16; published, not measured: the Intel Xeon here has no AMX-FP16): the same
+Operation with FP16 elements, which are "not treated as zero" (they are normal fp32 numbers
+after the exact conversion) while the fp32 destination is still read with DAZ
+(``input_subnormals="flush_signed_c"``). Inferred from the TDPBF16PS measurement: tininess
+after rounding, signed zeros and the NaN rule.
 
 Not presets (their Operation sections could not be read in this work, so no row is claimed):
 AMX-FP8 TDPBF8PS, TDPBHF8PS, TDPHBF8PS, TDPHF8PS; AVX10.2's VDPPHPS (FP16 pairs into fp32;
@@ -117,9 +155,13 @@ __all__ = [
     "MEASURED_ON",
     "cpu_instruction_name",
     "cpu_rows",
+    "tdpbf16ps",
     "vcvtne2ps2bf16",
     "vcvtneps2bf16",
+    "vcvtph2psx",
+    "vcvtps2phx",
     "vdpbf16ps",
+    "vfmadd231ph",
 ]
 
 #: machine name -> architecture (the table's "GPU" column for CPUs)
@@ -134,6 +176,7 @@ CPU_INSTRUCTIONS = (
     "vdpbf16ps",
     "tdpbf16ps",
     "tdpfp16ps",
+    "vfmadd231ph",
     "bfmmla",
     "bfdot",
     "bfmlal",
@@ -143,25 +186,39 @@ CPU_INSTRUCTIONS = (
 )
 #: per architecture, the order in which GEMM libraries prefer them (oneDNN: VDPBF16PS, and
 #: AMX's TDPBF16PS / TDPFP16PS on CPUs that have AMX (the x86 default stays the AVX512-BF16
-#: instruction this Zen 4 has); Arm Compute Library / oneDNN on Neoverse: BFMMLA for bf16, FDOT
-#: for FP8)
+#: instruction that Zen 4 and the AMX Xeons both have); Arm Compute Library / oneDNN on
+#: Neoverse: BFMMLA for bf16, FDOT for FP8)
 CPU_LIBRARY_CHOICE: dict[str, tuple[str, ...]] = {
-    "x86": ("vdpbf16ps", "tdpbf16ps", "tdpfp16ps"),
+    "x86": ("vdpbf16ps", "tdpbf16ps", "tdpfp16ps", "vfmadd231ph"),
     "arm": ("bfmmla", "bfdot", "bfmlal", "fdot", "fmlal", "fmlall"),
 }
-#: CPUs the hardware test (tests/gemm/test_cpu_isa_hardware.py) has run on, per instruction
+ZEN4 = "AMD EPYC 9004 (Zen 4, Genoa)"
+INTEL_XEON = (
+    "Intel Xeon with AMX-BF16 and AVX512-FP16 (CPUID family 6, model 167 as this VM reports)"
+)
+#: CPUs the hardware tests (tests/gemm/test_cpu_isa_hardware.py, test_cpu_isa_amx.py) have run
+#: on, per instruction
 MEASURED_ON: dict[str, str] = {
-    "vdpbf16ps": "AMD EPYC 9004 (Zen 4, Genoa)",
-    "vcvtneps2bf16": "AMD EPYC 9004 (Zen 4, Genoa)",
-    "vcvtne2ps2bf16": "AMD EPYC 9004 (Zen 4, Genoa)",
+    "vdpbf16ps": f"{ZEN4}; {INTEL_XEON}",
+    "vcvtneps2bf16": f"{ZEN4}; {INTEL_XEON}",
+    "vcvtne2ps2bf16": f"{ZEN4}; {INTEL_XEON}",
+    "tdpbf16ps": INTEL_XEON,
+    "vfmadd231ph": INTEL_XEON,
+    "vcvtps2phx": INTEL_XEON,
+    "vcvtph2psx": INTEL_XEON,
 }
 #: the special-value rules of the CPU rows, with their evidence (the table's special-values note)
 CPU_SPECIAL_EVIDENCE: dict[str, str] = {
-    "x86": "measured: AMD EPYC 9004 (Zen 4): DAZ (signed zeros), FTZ (tininess after "
-    "rounding), RNE whatever MXCSR says; NaN: the first of src1 low, src2 low, src1 high, src2 "
-    "high, accumulator (the SDM's Table 5-1), quieted, invalid gives 0xffc00000 (pl.gemm: "
-    "quiet NaN; exact bits: precision_lab.gemm.cpu_instructions.vdpbf16ps); AMX (published): "
-    "DAZ (TDPFP16PS: fp32 operands only), FTZ, RNE, MXCSR ignored; NaN: quiet NaN (inferred)",
+    "x86": "measured: AMD EPYC 9004 (Zen 4) and Intel Xeon (family 6 model 167): VDPBF16PS "
+    "and AMX TDPBF16PS: DAZ (signed zeros), FTZ (tininess after rounding), RNE whatever MXCSR "
+    "says; NaN: VDPBF16PS the first of src1 low, src2 low, src1 high, src2 high, accumulator "
+    "(the SDM's Table 5-1), TDPBF16PS per step (FMA: A, B, running sum; even over odd; dest "
+    "over the instruction's sum), quieted; invalid gives 0xffc00000 (pl.gemm: quiet NaN; exact "
+    "bits: precision_lab.gemm.cpu_instructions.vdpbf16ps, tdpbf16ps); TDPFP16PS (published): "
+    "DAZ on the fp32 operands only, FTZ, RNE, MXCSR ignored; NaN: quiet NaN (inferred); "
+    "AVX512-FP16 VFMADD231PH (measured, Intel Xeon): MXCSR.RC rounds, DAZ and FTZ ignored "
+    "(fp16 subnormals kept), NaN: the first of the two factors and the addend, quieted, "
+    "invalid gives 0xfe00 (pl.gemm: quiet NaN; exact bits: cpu_instructions.vfmadd231ph)",
     "arm": "published: Arm ARM (DDI 0487) C8.2: BF16 (FPCR.EBF = 0) round to odd, overflow to "
     "inf, FZ and FIZ (signed zeros); EBF = 1 and FP8 as FPCR (nearest even, subnormals kept); "
     "default NaN",
@@ -173,10 +230,18 @@ _AMX = (
     "element two fp32 sums from 0 (even and odd elements), each FMAs in K order with DAZ=FTZ=1 "
     "and RNE, MXCSR not consulted; then tmpf32 := even + odd, dest := dest + tmpf32; {}. "
     "inferred: K = 32 per instruction (16 x 64-byte tiles), tininess after rounding (as "
-    "measured for VDPBF16PS), NaN as quiet NaN (the page gives no NaN rule)"
+    "measured for VDPBF16PS and TDPBF16PS), NaN as quiet NaN (the page gives no NaN rule)"
+)
+_AMX_BF16_MEASURED = (
+    f"measured: {INTEL_XEON}, 10.1M output elements bit for bit (one instruction at every "
+    "even K from 2 to 32, chains along K; tests/gemm/test_cpu_isa_amx.py): per element two "
+    "fp32 FMA chains from 0 (even and odd elements), even + odd, then dest + that, RNE, DAZ "
+    "and FTZ (signed zeros, tininess after rounding), MXCSR neither consulted nor updated: the "
+    "SDM's TDPBF16PS Operation; K = 32 per instruction is the tile shape GEMM kernels choose "
+    "(split_k = colsb / 2 for other tiles)"
 )
 _X86_MEASURED = (
-    "measured: AMD EPYC 9004 (Zen 4), 10M lanes per input class bit for bit "
+    f"measured: {ZEN4} and {INTEL_XEON}, 10M lanes bit for bit "
     "(tests/gemm/test_cpu_isa_hardware.py); agrees with the SDM's description (RNE for each "
     "FMA, DAZ, FTZ, MXCSR ignored, NaN priorities of its Table 5-1)"
 )
@@ -216,7 +281,8 @@ def _amx_acc(input_subnormals: str) -> Callable[[str], Accumulator]:
     """AMX TDPBF16PS / TDPFP16PS: per instruction (``AMX_K`` elements of K) two fp32
     accumulators from 0, the even and the odd elements' products, each a chain of FMAs in K
     order (lanes of 2), summed (``even + odd``) and added to the destination (split_k with a
-    sequential combine); every step RNE, DAZ, FTZ."""
+    sequential combine); every step RNE, DAZ, FTZ (tininess after rounding). Measured for
+    TDPBF16PS (:data:`MEASURED_ON`), the SDM's Operation for both."""
     return lambda out: Accumulator(
         "fp32",
         "nearest_even",
@@ -263,6 +329,16 @@ def _fma_chain(out: str) -> Accumulator:
     return Accumulator(out)
 
 
+_AVX512_FP16 = (
+    f"measured: {INTEL_XEON}, 12.6M FMAs under each MXCSR.RC bit for bit "
+    "(tests/gemm/test_cpu_isa_fp16.py): "
+    "VFMADD231PH is an fp16 fused multiply-add rounded by MXCSR.RC (nearest even by default; "
+    "the four modes measured: acc.replace(rounding=...)), fp16 subnormal inputs and results "
+    "kept whatever MXCSR.DAZ and FTZ say (as the SDM says of FP16 instructions); a GEMM on it "
+    "is a chain of them along K"
+)
+
+
 _FP8 = ("e4m3", "e5m2")
 _FP8_PAIRS = [(a, b) for a in _FP8 for b in _FP8]
 
@@ -273,8 +349,8 @@ def cpu_rows() -> list[Row]:
     """The CPU rows of the table, as ``(arch, instruction, kind, inputs, outputs, builder,
     evidence)`` for ``precision_lab.gemm.tensor_core._add``.
 
-    >>> [r[1] for r in cpu_rows()][:4]
-    ['vdpbf16ps', 'tdpbf16ps', 'tdpfp16ps', 'bfmmla']
+    >>> [r[1] for r in cpu_rows()][:5]
+    ['vdpbf16ps', 'tdpbf16ps', 'tdpfp16ps', 'vfmadd231ph', 'bfmmla']
     """
     ebf0 = (
         f"{_ARM} {{}}: BFDotAdd with FPCR.EBF = 0 (unfused: products and pair sum rounded, "
@@ -289,10 +365,11 @@ def cpu_rows() -> list[Row]:
     return [
         ("x86", "vdpbf16ps", "avx512_bf16", ["bf16"], ("fp32",), _vdpbf16ps_acc, _X86_MEASURED),
         ("x86", "tdpbf16ps", "amx_bf16", ["bf16"], ("fp32",), _amx_acc("flush_signed"),
-         _AMX.format("TDPBF16PS (AMX-BF16)", "input denormals treated as zero")),
+         _AMX_BF16_MEASURED),
         ("x86", "tdpfp16ps", "amx_fp16", ["fp16"], ("fp32",), _amx_acc("flush_signed_c"),
          _AMX.format("TDPFP16PS (AMX-FP16)", "FP16 input denormals handled (exact in fp32), "
                      "the fp32 destination read with DAZ")),
+        ("x86", "vfmadd231ph", "avx512_fp16", ["fp16"], ("fp16",), _fma_chain, _AVX512_FP16),
         ("arm", "bfmmla", "ebf0", ["bf16"], ("fp32",), _bf16_ebf0,
          ebf0.format("C8.2.67 BFMMLA (2 pairs per element)")),
         ("arm", "bfmmla", "ebf1", ["bf16"], ("fp32",), _bf16_ebf1,
@@ -428,3 +505,209 @@ def vcvtne2ps2bf16(a: Any, b: Any) -> np.ndarray:
     if ca.shape != cb.shape:
         raise ValueError(f"a and b must have one shape, got {ca.shape} and {cb.shape}")
     return np.concatenate([cb, ca], axis=-1)
+
+
+def _pick_nan(v: np.ndarray, *operands: np.ndarray) -> np.ndarray:
+    """x86's NaN rule for one operation whose result words are ``v``: where ``v`` is NaN, the
+    first NaN among ``operands`` (in the given order) made quiet, else (an invalid operation
+    without NaN operands) the default NaN ``0xffc00000``."""
+    pick = np.full(v.shape, _X86_DEFAULT_NAN, dtype=np.uint32)
+    for x in reversed(operands):
+        pick = np.where(_is_nan(x), x | _QUIET32, pick)
+    return np.where(_is_nan(v), pick, v).astype(np.uint32)
+
+
+def _x86_step(
+    acc: Accumulator, s: np.ndarray, x: np.ndarray, y: np.ndarray, fmt: str
+) -> np.ndarray:
+    """One fp32 step of ``acc`` on words: ``s + x * y`` rounded once (an FMA; ``x`` and ``y``
+    of ``fmt``); a NaN result as the model gives it (pick its bits with :func:`_pick_nan`)."""
+    with np.errstate(all="ignore"):
+        v = gemm(
+            x.view(np.float32).reshape(-1, 1, 1),
+            y.view(np.float32).reshape(-1, 1, 1),
+            s.view(np.float32).reshape(-1, 1, 1),
+            input_format=fmt,
+            accumulator=acc,
+            input_rounding="exact",
+        )
+    return np.asarray(v, dtype=np.float32).reshape(s.shape).view(np.uint32)
+
+
+_ONE32 = np.uint32(0x3F800000)
+
+
+def tdpbf16ps(c: Any, a: Any, b: Any, k: int | None = None) -> np.ndarray:
+    """A GEMM on AMX-BF16 TDPBF16PS as this CPU computes it: ``c`` (fp32, ``(..., M, N)``)
+    plus ``a @ b`` (BF16 values, ``(..., M, K)`` and ``(..., K, N)``), one instruction per
+    ``k`` elements of K (default :data:`AMX_K`; the A tile's rows of ``2k`` bytes), the
+    destination kept between them. float32 result, every bit (NaN payloads included).
+
+    Each instruction, per output element: two fp32 sums from +0, the even and the odd
+    elements' products, each a chain of FMAs in K order, then ``even + odd``, then ``dest +
+    that``; every step rounded to nearest even whatever MXCSR says, DAZ and FTZ (signed
+    zeros, tininess after rounding). A NaN result is the first NaN operand of the step that
+    made it (an FMA: the A element, the B element, the running sum; an addition: the even sum
+    over the odd one, the destination over the instruction's sum), made quiet, or the default
+    NaN ``0xffc00000`` from an invalid operation (``inf * 0``, ``inf - inf``). Measured: see
+    the module docstring and :data:`MEASURED_ON`.
+
+    Elements whose result is not NaN are the preset ``pl.tensor_core("x86", "bf16",
+    instruction="tdpbf16ps")`` (with ``split_k=k``) through :func:`~precision_lab.gemm`; on
+    NaN elements the steps are replayed to pick the NaN.
+
+    >>> d = tdpbf16ps(np.float32([[1.0]]), [[2.0**-24, 2.0**-24]], [[1.0], [1.0]])
+    >>> float(d[0, 0]) == 1 + 2.0**-23                   # even + odd first, then c
+    True
+    """
+    k = AMX_K if k is None else int(k)
+    if k < 1:
+        raise ValueError(f"k must be positive, got {k}")
+    cw = _f32_bits(c, "c")
+    aw, bw = _bf16_words(a, "a"), _bf16_words(b, "b")
+    if aw.ndim < 2 or bw.ndim < 2 or aw.shape[-1] != bw.shape[-2]:
+        raise ValueError(f"a (..., M, K) and b (..., K, N) must agree on K: {aw.shape}, {bw.shape}")
+    acc = _amx_acc("flush_signed")("fp32").replace(split_k=k)
+    with np.errstate(all="ignore"):
+        d = gemm(
+            aw.view(np.float32),
+            bw.view(np.float32),
+            cw.view(np.float32),
+            input_format="bf16",
+            accumulator=acc,
+            input_rounding="exact",
+        )
+    d = np.array(d, dtype=np.float32).view(np.uint32)
+    nan = _is_nan(d)
+    if nan.any():  # the NaN's bits: the measured rule, step by step on those elements
+        shape = d.shape
+        idx = np.nonzero(nan)
+        batch, i, j = idx[:-2], idx[-2], idx[-1]
+        ab = np.broadcast_to(aw, (*shape[:-2], *aw.shape[-2:]))
+        bb = np.broadcast_to(bw, (*shape[:-2], *bw.shape[-2:]))
+        rows, cols = (*batch, i), (*batch, j)
+        xa = ab[rows]  # (n, K)
+        xb = np.moveaxis(bb, -1, -2)[cols]
+        dest = np.broadcast_to(cw, shape)[idx].astype(np.uint32)
+        step = _vdpbf16ps_acc("fp32")
+        one = np.full(dest.shape, _ONE32, dtype=np.uint32)
+        K = xa.shape[-1]
+        for k0 in range(0, K, k):
+            lanes = [np.zeros_like(dest), np.zeros_like(dest)]
+            for kk in range(k0, min(k0 + k, K)):
+                lane = (kk - k0) % 2
+                x, y, s = xa[:, kk], xb[:, kk], lanes[lane]
+                lanes[lane] = _pick_nan(_x86_step(step, s, x, y, "bf16"), x, y, s)
+            # even + odd, then dest + that (an addition x + y: fp32 y times 1 added to x)
+            even, odd = lanes
+            tmp = _pick_nan(_x86_step(step, even, one, odd, "fp32"), even, odd)
+            dest = _pick_nan(_x86_step(step, dest, one, tmp, "fp32"), dest, tmp)
+        d = d.copy()
+        d[idx] = dest
+    return d.view(np.float32)
+
+
+# ----- AVX512-FP16 -------------------------------------------------------------------------------
+_QUIET16 = np.uint16(0x0200)
+_X86_DEFAULT_NAN16 = np.uint16(0xFE00)
+#: MXCSR.RC (bits 13-14) -> the library's rounding mode
+MXCSR_ROUNDING = {0: "nearest_even", 1: "down", 2: "up", 3: "toward_zero"}
+
+
+def _f16_codes(x: Any, name: str) -> np.ndarray:
+    arr = np.asarray(x)
+    if arr.dtype == np.float16:
+        return np.array(arr, order="C").view(np.uint16)
+    if arr.dtype.kind not in "fiu":
+        raise TypeError(f"{name} must be a real array, got dtype {arr.dtype}")
+    h = arr.astype(np.float16)
+    with np.errstate(invalid="ignore"):
+        ok = (h.astype(np.float64) == arr.astype(np.float64)) | np.isnan(arr.astype(np.float64))
+    if not ok.all():
+        raise ValueError(f"{name} must hold fp16 values")
+    return np.array(h, order="C").view(np.uint16)
+
+
+def _is_nan16(u: np.ndarray) -> np.ndarray:
+    return (u & np.uint16(0x7FFF)) > np.uint16(0x7C00)
+
+
+def vfmadd231ph(c: Any, a: Any, b: Any, rounding: str = "nearest_even") -> np.ndarray:
+    """VFMADD231PH (AVX512-FP16) on each element: ``a * b + c`` in fp16 with one rounding,
+    as this CPU computes it: ``rounding`` is MXCSR.RC's mode (:data:`MXCSR_ROUNDING`), fp16
+    subnormal operands and results are kept whatever MXCSR.DAZ and FTZ say, a NaN result is
+    the first NaN of ``a`` (the instruction's second source), ``b`` (the third) and ``c`` (the
+    destination, the addend), made quiet, and an invalid operation without NaN operands
+    (``inf * 0``, ``inf - inf``) gives ``0xfe00``. float16 result, every bit.
+
+    Non-NaN results are ``pl.gemm`` with ``pl.tensor_core("x86", "fp16",
+    instruction="vfmadd231ph").replace(rounding=rounding)`` on K = 1; a GEMM on the
+    instruction is that preset along K (a chain of them).
+
+    >>> float(vfmadd231ph(np.float16(1.0), np.float16(2.0**-11), np.float16(1.0)))  # a tie
+    1.0
+    >>> hex(int(vfmadd231ph(np.float16(0), np.float16(np.inf), np.float16(0)).view(np.uint16)))
+    '0xfe00'
+    """
+    cw, aw, bw = _f16_codes(c, "c"), _f16_codes(a, "a"), _f16_codes(b, "b")
+    cw, aw, bw = np.broadcast_arrays(cw, aw, bw)
+    acc = Accumulator("fp16", rounding)
+    with np.errstate(all="ignore"):
+        d = gemm(
+            aw.view(np.float16).reshape(-1, 1, 1),
+            bw.view(np.float16).reshape(-1, 1, 1),
+            cw.view(np.float16).reshape(-1, 1, 1),
+            input_format="fp16",
+            accumulator=acc,
+            out_format="fp16",
+            input_rounding="exact",
+        )
+    v = np.asarray(d).astype(np.float16).reshape(cw.shape).view(np.uint16)
+    pick = np.full(v.shape, _X86_DEFAULT_NAN16, dtype=np.uint16)
+    for x in (cw, bw, aw):  # the first NaN of a, b, c wins: apply in reverse
+        pick = np.where(_is_nan16(x), x | _QUIET16, pick)
+    return np.where(_is_nan16(v), pick, v).astype(np.uint16).view(np.float16)
+
+
+def vcvtps2phx(x: Any, rounding: str = "nearest_even", daz: bool = False) -> np.ndarray:
+    """VCVTPS2PHX (AVX512-FP16) on each element: fp32 ``x`` to fp16 codes (uint16), as this
+    CPU does: rounded by MXCSR.RC (``rounding``), overflow by IEEE's rule for that mode (inf, or
+    the largest finite value when the mode points inward), fp16 subnormal results kept
+    (MXCSR.FTZ ignored), fp32 subnormal inputs read as zeros of their sign when MXCSR.DAZ is set
+    (``daz``: it matters under ``"up"`` and ``"down"``, where a tiny non-zero input gives the
+    smallest subnormal), NaN made quiet keeping its sign and the payload's upper nine bits
+    (``sign | 0x7e00 | (x >> 13) & 0x3ff``). Measured: :data:`MEASURED_ON`.
+
+    >>> [hex(int(c)) for c in vcvtps2phx(np.float32([1 + 2.0**-11, 1e-40]), rounding="up")]
+    ['0x3c01', '0x1']
+    >>> [hex(int(c)) for c in vcvtps2phx(np.float32([1e-40]), rounding="up", daz=True)]
+    ['0x0']
+    """
+    u = _f32_bits(x, "x")
+    f = u.view(np.float32)
+    if daz:
+        f = np.where(np.abs(f) < np.float32(2.0**-126), np.copysign(np.float32(0), f), f)
+    with np.errstate(invalid="ignore", over="ignore"):
+        codes = np.asarray(encode(f, "fp16", rounding=rounding), dtype=np.uint16)
+    quiet = (
+        ((u >> np.uint32(16)) & np.uint32(0x8000))
+        | np.uint32(0x7E00)
+        | ((u >> np.uint32(13)) & np.uint32(0x3FF))
+    ).astype(np.uint16)
+    return np.where(_is_nan(u), quiet, codes)
+
+
+def vcvtph2psx(codes: Any) -> np.ndarray:
+    """VCVTPH2PSX (AVX512-FP16) on each element: fp16 codes to fp32, exact (fp16 subnormals
+    become normal fp32 numbers whatever MXCSR.DAZ says), NaN made quiet keeping its sign and
+    payload (``(h & 0x8000) << 16 | 0x7fc00000 | (h & 0x3ff) << 13``). Measured on every code
+    under every MXCSR rounding, DAZ and FTZ setting: :data:`MEASURED_ON`.
+
+    >>> hex(int(vcvtph2psx(np.uint16([0x7c01])).view(np.uint32)[0]))
+    '0x7fc02000'
+    """
+    h = np.asarray(codes)
+    if h.dtype != np.uint16:
+        raise TypeError(f"codes must be fp16 codes (uint16), got dtype {h.dtype}")
+    v = h.view(np.float16).astype(np.float32).view(np.uint32)
+    return np.where(_is_nan16(h), v | _QUIET32, v).astype(np.uint32).view(np.float32)

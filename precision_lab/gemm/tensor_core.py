@@ -50,8 +50,10 @@ CDNA3 fp8/bf8, where MMA-Sim's GTR-FDPA drops it once the next block's products 
 code assumes a finite c, ``-126 <= e_c <= 127``).
 
 CPUs (issue 33; :mod:`precision_lab.gemm.cpu_instructions`): x86 ``vdpbf16ps`` (measured on
-an AMD EPYC 9004, Zen 4) and Arm ``bfmmla``, ``bfdot``, ``bfmlal``, ``fdot``, ``fmlal``,
-``fmlall`` (the Arm ARM's pseudocode) are rows of the same table, machine ``"x86"`` or ``"arm"``.
+an AMD EPYC 9004, Zen 4, and an Intel Xeon), ``tdpbf16ps`` (AMX-BF16) and ``vfmadd231ph``
+(AVX512-FP16; measured on the Xeon), ``tdpfp16ps`` (the SDM's Operation) and Arm ``bfmmla``,
+``bfdot``, ``bfmlal``, ``fdot``, ``fmlal``, ``fmlall`` (the Arm ARM's pseudocode) are rows of
+the same table, machine ``"x86"`` or ``"arm"``.
 
 AMD CDNA4 (``mi350x``, ``mi355x``; ``_cdna4_rows``): no bit-accurate public model and no
 measurement exist, so every row is ``inferred``: CDNA3's published datapaths carried over to the
@@ -690,7 +692,8 @@ def _build_table() -> None:
          "their sums and c floored at the common anchor, c dropped below it - 25; an inf/NaN "
          "c stays, which MMA-Sim drops: an artifact of its emulation; no measured AMD "
          "data)")  # fmt: skip
-    # CPUs (x86 AVX512-BF16 measured, Arm from the Arm ARM): precision_lab.gemm.cpu_instructions
+    # CPUs (x86 AVX512-BF16, AMX-BF16, AVX512-FP16 measured, Arm from the Arm ARM):
+    # precision_lab.gemm.cpu_instructions
     for row in cpu_rows():
         _add(*row)
     _cdna4_rows()
@@ -956,7 +959,7 @@ def _tensor_core(
     gpu: str,
     input_format: Any,
     *,
-    out_format: str | FloatFormat = "fp32",
+    out_format: str | FloatFormat | None = None,
     instruction: str | None = None,
 ) -> Accumulator:
     """The accumulator model of ``gpu``'s matrix cores for ``input_format`` operands.
@@ -984,7 +987,8 @@ def _tensor_core(
     out_format:
         ``"fp32"`` (default), ``"fp16"`` (where the instruction has an f16 accumulator) or
         ``"fp64"`` (fp64 operands): the type of C and D; pass the same ``out_format`` to
-        :func:`~precision_lab.gemm`.
+        :func:`~precision_lab.gemm`. ``None`` (default): ``"fp32"``, or the one output of a
+        named ``instruction`` that has no fp32 output (x86 ``"vfmadd231ph"``: fp16).
     instruction:
         ``"mma"``, ``"wgmma"``, ``"tcgen05"`` or ``"mfma"``, optionally with the kind after a
         dot (``"tcgen05.kind::mxf8f6f4"``, ``"mfma.bf16"`` for CDNA2's pre-``_1k`` bf16); on
@@ -1014,11 +1018,16 @@ def _tensor_core(
     else:
         one = _operand_name(input_format, "input_format")
         pair = (one, one)
+    base, kind = _parse_instruction(instruction)
+    if out_format is None:
+        row_outs = {
+            p.out_format for p in PRESETS.values() if p.arch == arch and p.instruction == base
+        }
+        out_format = row_outs.pop() if base is not None and len(row_outs) == 1 else "fp32"
     try:
         out_name = str(get_format(out_format))
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"out_format: {exc}") from None
-    base, kind = _parse_instruction(instruction)
     arch_rows = [p for p in PRESETS.values() if p.arch == arch]
     if base is not None:
         rows = [p for p in arch_rows if p.instruction == base]
@@ -1181,7 +1190,7 @@ class TensorCore:
         gpu: str,
         input_format: Any,
         *,
-        out_format: str | FloatFormat = "fp32",
+        out_format: str | FloatFormat | None = None,
         instruction: str | None = None,
     ) -> Accumulator:
         return _tensor_core(gpu, input_format, out_format=out_format, instruction=instruction)

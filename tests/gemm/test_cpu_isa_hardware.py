@@ -16,7 +16,8 @@ instruction must ignore (round toward zero, FTZ, DAZ), and the model must give t
 * VCVTNEPS2BF16 and VCVTNE2PS2BF16: :func:`~precision_lab.gemm.cpu_instructions.vcvtneps2bf16`
   and ``vcvtne2ps2bf16``.
 
-Ran on: AMD EPYC 9004 (Zen 4, Genoa) (``cpu_instructions.MEASURED_ON``).
+Ran on: AMD EPYC 9004 (Zen 4, Genoa); Intel Xeon with AMX-BF16 and AVX512-FP16 (CPUID family 6,
+model 167 as its VM reports): the same bits (``cpu_instructions.MEASURED_ON``).
 """
 
 from __future__ import annotations

@@ -283,9 +283,13 @@ def test_cpu_rows_are_in_the_table_with_evidence():
     rows = [r for r in pl.tensor_core.list() if r["arch"] in ("x86", "arm")]
     assert {r["instruction"] for r in rows} == set(ci.CPU_INSTRUCTIONS)
     x86 = [r for r in rows if r["arch"] == "x86"]
-    assert [r["instruction"] for r in x86] == ["vdpbf16ps", "tdpbf16ps", "tdpfp16ps"]
-    assert x86[0]["evidence"].startswith("measured: AMD EPYC 9004 (Zen 4)")
-    assert all(r["evidence"].startswith("published: Intel") for r in x86[1:])  # AMX
+    assert [r["instruction"] for r in x86] == ["vdpbf16ps", "tdpbf16ps", "tdpfp16ps", "vfmadd231ph"]
+    assert x86[0]["evidence"].startswith("measured: AMD EPYC 9004 (Zen 4")
+    assert "Intel Xeon" in x86[0]["evidence"]  # VDPBF16PS: the same bits on both CPUs
+    assert x86[1]["evidence"].startswith("measured: Intel Xeon")  # AMX-BF16 (this Xeon)
+    assert x86[2]["evidence"].startswith("published: Intel")  # AMX-FP16: no such CPU here
+    assert x86[3]["evidence"].startswith("measured: Intel Xeon")  # AVX512-FP16
+    assert x86[3]["out_format"] == "fp16" and x86[3]["kind"] == "avx512_fp16"
     assert all(r["evidence"].startswith("published: Arm ARM") for r in rows if r["arch"] == "arm")
     assert pl.tensor_core.list("zen4") == pl.tensor_core.list("x86")
     assert "vdpbf16ps" in {r["instruction"] for r in pl.tensor_core.list("sapphirerapids")}
@@ -348,3 +352,57 @@ def test_vcvtneps2bf16_oracle_on_a_million_words():
     x, y = u[:1024].view(np.float32), u[1024:2048].view(np.float32)
     both = ci.vcvtne2ps2bf16(x, y)
     assert np.array_equal(both, np.concatenate([want[1024:2048], want[:1024]]))
+
+
+def test_vfmadd231ph_row_is_an_fp16_fma_chain_by_mxcsr_rounding():
+    """AVX512-FP16's FMA (measured on an Intel Xeon: tests/gemm/test_cpu_isa_fp16.py): an fp16
+    chain along K, one rounding per step, subnormals kept; the row answers without out_format
+    (fp16 is its only output) and takes MXCSR.RC through ``replace(rounding=...)``."""
+    acc = pl.tensor_core("x86", "fp16", instruction="vfmadd231ph")
+    assert acc == pl.tensor_core("x86", "fp16", out_format="fp16")  # the x86 fp16 -> fp16 row
+    assert (acc.format.name, acc.rounding, acc.order, acc.lanes) == (
+        "fp16", "nearest_even", "sequential", None)  # fmt: skip
+    assert (acc.subnormals, acc.input_subnormals) == ("keep", "keep")
+    assert pl.tensor_core("x86", "fp16").name == "x86 fp16 -> fp32 (tdpfp16ps)"  # unchanged
+    # against exact rationals: 1 + 2**-11 + 2**-11 in fp16 steps: two ties to even stay at 1;
+    # rounding up gives 1 + 2**-9 (each step up), toward zero 1
+    a, b = np.array([[2.0**-11, 2.0**-11]], np.float16), np.ones((2, 1), np.float16)
+    c = np.ones((1, 1), np.float16)
+    for mode, want in (("nearest_even", 1.0), ("up", 1 + 2.0**-9), ("toward_zero", 1.0),
+                       ("down", 1.0)):  # fmt: skip
+        d = pl.gemm(a, b, c, input_format="fp16", accumulator=acc.replace(rounding=mode),
+                    out_format="fp16")  # fmt: skip
+        assert float(np.asarray(d)[0, 0]) == want, mode
+    # the one-element function: subnormal products kept, the x86 default NaN 0xfe00
+    tiny = ci.vfmadd231ph(np.float16(0), np.float16(2.0**-14), np.float16(2.0**-10))
+    assert float(tiny) == 2.0**-24
+    nan = ci.vfmadd231ph(np.float16(0), np.float16(np.inf), np.float16(0))
+    assert int(nan.view(np.uint16)) == 0xFE00
+
+
+def test_fp16_conversions_hold_to_integer_oracles():
+    """VCVTPS2PHX / VCVTPH2PSX on any CPU, against integer rules written here (RNE on the
+    bits; NaN: sign, quiet bit, payload's upper bits)."""
+    rng = np.random.default_rng(40)
+    x = rng.integers(0, 2**32, 200_000, dtype=np.uint64).astype(np.uint32)
+    got = ci.vcvtps2phx(x.view(np.float32))
+    sign = (x >> 16) & 0x8000
+    e = ((x >> 23) & 0xFF).astype(np.int64) - 127
+    nan = ((x >> 23) & 0xFF == 0xFF) & (x & 0x7FFFFF != 0)
+    assert np.array_equal(got[nan], (sign | 0x7E00 | ((x >> 13) & 0x3FF))[nan])
+    normal = (e >= -14) & (e <= 15)  # results in fp16's normal range (or overflow at the top)
+    m = (x & 0x7FFFFF) | 0x800000  # 24-bit significand; keep 11 bits
+    r = m >> 13
+    rem = m & 0x1FFF
+    r = r + ((rem > 0x1000) | ((rem == 0x1000) & (r & 1 == 1)))
+    code = (((e + 15) << 10) + (r - 1024)).astype(np.int64)  # a carry moves the exponent up
+    code = np.where(code >= 0x7C00, 0x7C00, code) | sign
+    assert np.array_equal(got[normal], code[normal].astype(np.uint16))
+    # fp16 -> fp32: every code, exact; NaN quieted with its payload
+    h = np.arange(2**16, dtype=np.uint16)
+    back = ci.vcvtph2psx(h)
+    ok = ~np.isnan(h.view(np.float16))
+    assert np.array_equal(back[ok], h.view(np.float16)[ok].astype(np.float32))
+    hn = h[~ok].astype(np.uint32)
+    want = ((hn & 0x8000) << 16) | 0x7FC00000 | ((hn & 0x3FF) << 13)
+    assert np.array_equal(back.view(np.uint32)[~ok], want)
