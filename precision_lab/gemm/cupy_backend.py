@@ -78,7 +78,7 @@ _P.update(
         name: 40 + 6 * 9 + i
         for i, name in enumerate(
             "LANES LANE_TAIL LANE_UNROLL SMALL_K SPLIT_K SPLIT_COMBINE SPLIT_BALANCE K1 "
-            "LANE_F32 TREE_LEN TREE".split()
+            "SPLIT_EQUAL LANE_F32 TREE_LEN TREE".split()
         )
     }
 )
@@ -283,6 +283,7 @@ def _lanes_params(acc: Accumulator) -> dict[str, int]:
         "SPLIT_COMBINE": SPLIT_COMBINES.index(acc.split_combine),
         "SPLIT_BALANCE": acc.split_balance or 0,
         "K1": int(acc.k1_product),
+        "SPLIT_EQUAL": acc.split_equal or 0,
         "TREE_LEN": len(_tree_tokens(acc)),
     }
 

@@ -522,6 +522,7 @@ _LANE_FIELDS = (
     "split_k",
     "split_combine",
     "split_balance",
+    "split_equal",
 )
 
 
@@ -573,7 +574,7 @@ def _lane_family_tree(spec: dict[str, Any], k: int, with_c: bool) -> Tree:
         return _chain(c, [_lane_value(ks, spec)])
     if how == "sequential":
         parts, j0 = [], 0
-        for step in split_chunks(k, S, spec.get("split_balance")):
+        for step in split_chunks(k, S, spec.get("split_balance"), spec.get("split_equal")):
             parts.append(_lane_value(ks[j0 : j0 + step], spec))
             j0 += step
         return _chain(c, parts)
@@ -1692,7 +1693,11 @@ def _long_k_model(
                 split_balance=None,
             )
         )
+    bases += _cpu_kernels(fin, acc.format)
     top, more = _structure_at(lab, fin, big, unit, bases, row, long_k, with_c)
+    if top is not None and top.split_k is not None and top.split_combine == "sequential":
+        top, eq = _equal_split(lab, fin, big, unit, top, long_k, with_c, max_k)
+        more += eq
     if np.array_equal(row, _row_of(acc, long_k, with_c)):
         txt = f"the first product's pairs at K = {long_k} are the model's"
     else:
@@ -1755,6 +1760,52 @@ def _long_k_model(
     elif top is not acc:
         txt += f": K-blocking, {top._lanes_text().lstrip(', ')}"
     return model, txt
+
+
+def _cpu_kernels(fin: FloatFormat, out: FloatFormat) -> list[Accumulator]:
+    """The CPU instructions' presets (``precision_lab.gemm.cpu_instructions``) for these
+    inputs and output: a library's long-K kernel is often the CPU's own instruction (measured:
+    torch 2.13's bfloat16 matmul on an Intel Xeon with AMX-BF16 runs TDPBF16PS tiles past
+    K = 64)."""
+    from .cpu_instructions import cpu_rows
+
+    found: list[Accumulator] = []
+    for _, _, _, inputs, outputs, builder, _ in cpu_rows():
+        names = {x if isinstance(x, str) else None for x in inputs}
+        if fin.name in names and out.name in outputs:
+            acc = builder(out.name)
+            if acc not in found:
+                found.append(acc)
+    return found
+
+
+def _equal_split(
+    lab: _Lab,
+    fin: FloatFormat,
+    big: float,
+    unit: float,
+    top: Accumulator,
+    long_k: int,
+    with_c: bool,
+    max_k: int,
+) -> tuple[Accumulator, str]:
+    """Whether K-blocks of ``S`` become ``ceil(K / S)`` equal ones where they fit (spec 3e's
+    ``split_equal``), told at ``K = 3 (S - 2)`` and ``3 (S - 1)``: three equal blocks there,
+    or blocks of ``S`` and a rest."""
+    S = top.split_k
+    assert S is not None
+    if top.split_balance is not None or top.split_equal is not None:
+        return top, ""
+    for k, e in ((3 * (S - 2), 2), (3 * (S - 1), 1)):
+        if not max_k < k < long_k or S < 4:
+            continue
+        row = _first_row(lab, fin, big, unit, k, with_c)
+        if not isinstance(row, np.ndarray) or np.array_equal(row, _row_of(top, k, with_c)):
+            continue
+        cand = top.replace(split_equal=e)
+        if np.array_equal(row, _row_of(cand, k, with_c)):
+            return cand, f"; K = {k} is three equal blocks of {k // 3}: equal blocks where they fit"
+    return top, ""
 
 
 def _first_row(

@@ -356,6 +356,8 @@ LANE_FAMILIES: dict[str, list[Row]] = {
         _lane_row("bf16", "fp32", 12, format="bf16", order="blocked", block=3, lanes=4,
                   split_k=10, split_combine="pairwise"),
         _lane_row("fp16", "fp32", 12, format="fp32", split_k=5, split_combine="sequential"),
+        _lane_row("bf16", "fp32", 16, format="fp32", lanes=2, split_k=6, split_equal=2,
+                  subnormals="flush"),
     ],
     "explicit lane trees, lanes tail, saturation and zero signs": [
         _lane_row("bf16", "fp32", 16, format="bf16", lanes=8,

@@ -86,6 +86,10 @@ def model_tree(k: int, kw: dict[str, Any], with_c: bool) -> Any:
     how = kw.get("split_combine", "sequential")
     if S is not None and how == "sequential":
         parts, left, u = [], k, kw.get("split_balance")
+        e = kw.get("split_equal")
+        m = -(-k // S)  # oneDNN's AMX rule: ceil(k / S) equal blocks where they are multiples of e
+        if e is not None and k % m == 0 and (k // m) % e == 0:
+            return chain(c + [lane_value(ks[j : j + k // m], kw) for j in range(0, k, k // m)])
         while left:  # OpenBLAS's level-3 K-blocking as measured: a rest under 2S halved, rounded up
             step = (
                 S
@@ -167,6 +171,7 @@ MODELS = [
     {"lanes": 4, "lane_tail": "first"},
     {"split_k": 8, "split_balance": 2},
     {"lanes": 2, "split_k": 5, "split_balance": 1},
+    {"lanes": 2, "split_k": 6, "split_equal": 2},  # (K = 8: 4 + 4, K = 13: 6 + 6 + 1)
     {
         "lanes": 8,
         "lane_combine": (((0, 4), (1, 5)), ((2, 6), (3, 7))),

@@ -217,3 +217,53 @@ def test_switch_k_round_trips_and_is_checked() -> None:
         A("fp32", switch_k=4, long_kernel="fp32")
     with pytest.raises(ValueError, match="switch_k"):
         A("fp32", switch_k=0, long_kernel=A("fp32"))
+
+
+def _by_hand_equal_split(a: np.ndarray, b: np.ndarray, lane: pl.Accumulator) -> np.ndarray:
+    """oneDNN's AMX K-blocking, written out: ceil(K / 32) equal even blocks where they fit,
+    else blocks of 32; each block from 0 by ``lane``, added in turn in float32."""
+    k = a.shape[1]
+    m = -(-k // 32)
+    size = k // m if k % m == 0 and (k // m) % 2 == 0 else 32
+    t = None
+    for j in range(0, k, size):
+        v = pl.gemm(a[:, j : j + size], b[j : j + size], input_format="bf16", accumulator=lane)
+        t = v if t is None else (np.float32(t) + np.float32(v)).astype(np.float64)
+    assert t is not None
+    return t
+
+
+def test_split_equal_is_onednns_amx_k_blocking_on_every_cpu_backend() -> None:
+    lane = A("fp32", lanes=2)
+    acc = A("fp32", lanes=2, split_k=32, split_equal=2)
+    rng = np.random.default_rng(12)
+    differ = 0
+    for k in (2, 31, 33, 65, 66, 68, 72, 90, 93, 100, 104, 240):
+        a = np.asarray(pl.round_to(rng.standard_normal((3, k)) * 2.0 ** rng.integers(-9, 9, (3, k)),
+                                   "bf16"), np.float64)  # fmt: skip
+        b = np.asarray(pl.round_to(rng.standard_normal((k, 4)), "bf16"), np.float64)
+        want = _by_hand_equal_split(a, b, lane)
+        for backend in ("numpy", "native"):
+            got = pl.gemm(a, b, input_format="bf16", accumulator=acc, backend=backend)
+            assert np.array_equal(np.asarray(got, np.float64), want), (k, backend)
+        plain = pl.gemm(a, b, input_format="bf16", accumulator=acc.replace(split_equal=None))
+        differ += int(not np.array_equal(plain, want))
+    assert differ >= 3  # 66, 72, 90, 104, 240 are cut otherwise without split_equal
+    with pytest.raises(ValueError, match="split_equal needs split_k"):
+        A("fp32", split_equal=2)
+
+
+def test_a_cpu_instruction_as_the_long_k_kernel_is_recovered() -> None:
+    """torch 2.13's bfloat16 matmul on an Intel Xeon with AMX-BF16, as measured: 4 lanes up
+    to K = 64, then TDPBF16PS tiles in oneDNN's K-blocks (the preset with split_equal=2)."""
+    amx = pl.tensor_core("x86", "bf16", instruction="tdpbf16ps").replace(split_equal=2)
+    acc = A("fp32", lanes=4, lane_tail="first", switch_k=64, long_kernel=amx)
+    fn = hidden(acc, "bf16", "bf16")
+    with use_workers(1):
+        res = pl.probe_gemm(fn, input_format="bf16", out_format="bf16", max_k=24, cases=64,
+                            long_k=400)  # fmt: skip
+    assert res.outcome == "reproduced", str(res)
+    got = res.accumulator
+    assert got is not None and got.switch_k == 64, str(res)
+    assert got.long_kernel == amx, str(res)
+    assert "three equal blocks of 30" in res.evidence["long K"]

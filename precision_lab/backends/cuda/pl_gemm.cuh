@@ -186,6 +186,7 @@ enum {
   PL_P_SPLIT_COMBINE,       // PL_SPLIT_*
   PL_P_SPLIT_BALANCE,       // split_balance (0: none)
   PL_P_K1,                  // k1_product
+  PL_P_SPLIT_EQUAL,         // split_equal (0: none): equal chunks where they fit
   PL_P_LANE_F32,            // lanes in float32: fp32 nearest_even, exact float32 inputs (fmaf)
   PL_P_TREE_LEN,            // the lane tree in postfix: tokens >= 0 lane numbers, -m: the
   PL_P_TREE,                // sum of the m values below, left to right (PL_TREE_MAX tokens)
@@ -213,7 +214,7 @@ struct pl_gemm_cfg {
   // split_combine, k1_product; split_k (0: none), split_balance (0: none); the lane tree
   int lanes, lane_tail, lane_unroll, small_k, split_combine, k1, tree_len;
   int lane_f32;  // every step of the lanes is one IEEE float32 fmaf or addition (kernel_plan)
-  pl_i64 split_k, split_balance;
+  pl_i64 split_k, split_balance, split_equal;
   int tree[PL_TREE_MAX];
   pl_u64 seed_lo, seed_hi;
   pl_rounder acc, blk, prom, scale, prod, out;
@@ -269,6 +270,7 @@ PL_HD_CALL void pl_gemm_load_cfg(pl_gemm_cfg* c, const pl_i64* q) {
   c->split_k = q[PL_P_SPLIT_K];
   c->split_combine = (int)q[PL_P_SPLIT_COMBINE];
   c->split_balance = q[PL_P_SPLIT_BALANCE];
+  c->split_equal = q[PL_P_SPLIT_EQUAL];
   c->k1 = (int)q[PL_P_K1];
   c->lane_f32 = (int)q[PL_P_LANE_F32];
   c->tree_len = (int)q[PL_P_TREE_LEN];
@@ -985,9 +987,14 @@ PL_HD_CALL double pl_gemm_structured(const pl_gemm_cfg& c, const double* a, pl_i
     double t = 0.0;
     bool ht = false;
     pl_i64 j0 = 0;
+    pl_i64 S1 = S;  // split_equal: ceil(n / S) equal chunks where their length fits
+    if (c.split_equal && n > 0) {
+      const pl_i64 m = (n + S - 1) / S;
+      if (n % m == 0 && (n / m) % c.split_equal == 0) S1 = n / m;
+    }
     while (j0 < n) {
       const pl_i64 left = n - j0;
-      pl_i64 step = left < S ? left : S;
+      pl_i64 step = left < S1 ? left : S1;
       if (c.split_balance && left < 2 * S && left > S) {
         const pl_i64 u = c.split_balance;
         step = (((left + 1) / 2 + u - 1) / u) * u;
