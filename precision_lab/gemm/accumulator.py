@@ -1228,7 +1228,7 @@ class Accumulator:
         if self.promote_every is not None:
             txt += f", promoted every {self.promote_every} products into {self.promote_format}"
         txt += self._special_rules()
-        if self.long_kernel is not None:
+        if self.long_kernel is not None and self.switch_k is not None:
             txt += f"; from K = {self.switch_k + 1}: {self.long_kernel.describe()}"
         if self.name:
             txt += f" [{self.name}]"

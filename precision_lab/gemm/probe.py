@@ -1693,7 +1693,8 @@ def _long_k_model(
                 split_balance=None,
             )
         )
-    bases += _cpu_kernels(fin, acc.format)
+    if isinstance(acc.format, FloatFormat):
+        bases += _cpu_kernels(fin, acc.format)
     top, more = _structure_at(lab, fin, big, unit, bases, row, long_k, with_c)
     if top is not None and top.split_k is not None and top.split_combine == "sequential":
         top, eq = _equal_split(lab, fin, big, unit, top, long_k, with_c, max_k)
