@@ -985,7 +985,7 @@ def _tensor_core(
         a :class:`~precision_lab.BlockFormat`, e.g. MXFP4 with blocks of 16); run those through
         :func:`~precision_lab.gemm_blocks`.
     out_format:
-        ``"fp32"`` (default), ``"fp16"`` (where the instruction has an f16 accumulator) or
+        ``"fp32"``, ``"fp16"`` (where the instruction has an f16 accumulator) or
         ``"fp64"`` (fp64 operands): the type of C and D; pass the same ``out_format`` to
         :func:`~precision_lab.gemm`. ``None`` (default): ``"fp32"``, or the one output of a
         named ``instruction`` that has no fp32 output (x86 ``"vfmadd231ph"``: fp16).

@@ -406,3 +406,12 @@ def test_fp16_conversions_hold_to_integer_oracles():
     hn = h[~ok].astype(np.uint32)
     want = ((hn & 0x8000) << 16) | 0x7FC00000 | ((hn & 0x3FF) << 13)
     assert np.array_equal(back.view(np.uint32)[~ok], want)
+
+
+def test_out_format_none_is_fp32_or_the_instructions_one_output():
+    assert pl.tensor_core("h100", "e4m3") == pl.tensor_core("h100", "e4m3", out_format="fp32")
+    fma = pl.tensor_core("x86", "fp16", instruction="vfmadd231ph")
+    assert fma.format == pl.get_format("fp16")
+    assert fma == pl.tensor_core("x86", "fp16", instruction="vfmadd231ph", out_format="fp16")
+    with pytest.raises(ValueError):
+        pl.tensor_core("x86", "fp16", instruction="vfmadd231ph", out_format="fp32")
