@@ -1084,7 +1084,8 @@ def probe_gemm(
         if ok_long:
             found = chosen = longer
         else:
-            failed = "long K" if "the probe tries gives them" in txt else "confirmation"
+            wrong_tree = "the probe tries gives them" in txt or "is not the model's" in txt
+            failed = "long K" if wrong_tree else "confirmation"
             chosen = longer
 
     if not _same(first, box(a0, b0, c0)).all():
@@ -1595,9 +1596,20 @@ def _long_k(
                 model = explained
             if k_top < long_k:
                 txt += (
-                    f" (the order measured up to K = {k_top}: counts past it are not exact in "
+                    f" (the pairs measured up to K = {k_top}: counts past it are not exact in "
                     f"{fout} output)"
                 )
+                if row_ok:
+                    bad = _sparse_fprev(lab, fin, big, unit, model, k_top, long_k, rng)
+                    txt += (
+                        f"; {bad}"
+                        if bad
+                        else (
+                            f"; past it, +M and -M among a few units agree with the model up to "
+                            f"K = {long_k}"
+                        )
+                    )
+                    row_ok = not bad
     # fresh random inputs of long K
     same = done = 0
     kinds = ("moderate", "cancel", "ints")
@@ -1657,6 +1669,53 @@ def _structure_at(
                     return _split_size(lab, fin, big, unit, base, cand, j0, k, with_c)
                 return cand, ""
     return None, ""
+
+
+def _sparse_fprev(
+    lab: _Lab,
+    fin: FloatFormat,
+    big: float,
+    unit: float,
+    model: Accumulator,
+    k_top: int,
+    long_k: int,
+    rng: np.random.Generator,
+) -> str:
+    """The order past ``k_top`` where a narrow output cannot count every unit: ``+M`` and
+    ``-M`` at random positions among ``k_top // 2`` units (zeros elsewhere), at ``K = 2**e``,
+    ``2**e + 1`` and ``long_k``, the model against fn case by case. A sentence naming the
+    first K where they differ, or ``""``."""
+    ua, ma, na = _split(unit, fin), _split(big, fin), _split(-big, fin)
+    if ua is None or ma is None or na is None:
+        return ""
+    ks = sorted({k for e in range(1, 14) for k in (2**e, 2**e + 1) if k_top < k < long_k})
+    for k in [*ks, long_k]:
+        cases: list[Case] = []
+        for t in range(2 * min(lab.m, lab.n)):
+            av, bv = np.zeros(k), np.zeros(k)
+            units = rng.choice(k, min(k, k_top // 2), replace=False)
+            av[units], bv[units] = ua
+            p = 0 if t % 2 == 0 else int(rng.integers(0, k))
+            q = p
+            while q == p:
+                q = int(rng.integers(0, k))
+            av[p], bv[p] = ma
+            av[q], bv[q] = na
+            cases.append((av, bv, 0.0))
+        got = lab.run_cases("long K (few units)", cases, k)
+        a = np.zeros((len(cases), k))
+        b = np.zeros((k, len(cases)))
+        for i, (av, bv, _) in enumerate(cases):
+            a[i], b[:, i] = av, bv
+        want = lab.model(model, a, b, np.zeros((len(cases), len(cases)))).diagonal()
+        if not _same(want, got).all():
+            n_bad = int((~_same(want, got)).sum())
+            return (
+                f"past it, +M and -M among {min(k, k_top // 2)} units give other sums than the "
+                f"model's at K = {k} ({n_bad} of {len(cases)} cases): the order past K = "
+                f"{k_top} is not the model's"
+            )
+    return ""
 
 
 def _long_k_model(

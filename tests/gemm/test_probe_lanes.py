@@ -267,3 +267,19 @@ def test_a_cpu_instruction_as_the_long_k_kernel_is_recovered() -> None:
     assert got is not None and got.switch_k == 64, str(res)
     assert got.long_kernel == amx, str(res)
     assert "three equal blocks of 30" in res.evidence["long K"]
+
+
+def test_a_narrow_output_does_not_hide_a_long_k_change() -> None:
+    """bf16 output counts units only to K = 254: past it the probe checks +M and -M among a
+    few units against the model, so a kernel change at K = 300 is an honest "long K"."""
+    short = A("fp32", lanes=4, lane_tail="first")
+    acc = short.replace(switch_k=300, long_kernel=A("fp32", split_k=128))
+    with use_workers(1):
+        res = pl.probe_gemm(hidden(acc, "bf16", "bf16"), input_format="bf16", out_format="bf16",
+                            max_k=24, cases=64, long_k=700)  # fmt: skip
+        same = pl.probe_gemm(hidden(short, "bf16", "bf16"), input_format="bf16",
+                             out_format="bf16", max_k=24, cases=64, long_k=700)  # fmt: skip
+    assert res.outcome == "outside" and res.failed == "long K", str(res)
+    assert "is not the model's" in res.evidence["long K"]
+    assert same.outcome == "reproduced", str(same)
+    assert "agree with the model up to K = 700" in same.evidence["long K"]
