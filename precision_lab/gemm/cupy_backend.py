@@ -41,7 +41,7 @@ from ..core.exact import Rounder
 from ..core.formats import FloatFormat, get_format
 from ..core.rounding import ROUNDING_MODES, _fits_float32, check_rounding, round_to
 from ..core.shapes import broadcast_shapes
-from .accumulator import LANE_TAILS, SPLIT_COMBINES, Accumulator, combine_tree
+from .accumulator import LANE_TAILS, SPLIT_COMBINES, Accumulator, combine_tree, join_tail
 from .reference import (
     _EXACT_PRODUCT_BITS,
     _check_groups,
@@ -78,7 +78,7 @@ _P.update(
         name: 40 + 6 * 9 + i
         for i, name in enumerate(
             "LANES LANE_TAIL LANE_UNROLL SMALL_K SPLIT_K SPLIT_COMBINE SPLIT_BALANCE K1 "
-            "SPLIT_EQUAL LANE_F32 TREE_LEN TREE".split()
+            "SPLIT_EQUAL LANE_VECTOR LANE_F32 TREE_LEN TREE".split()
         )
     }
 )
@@ -284,6 +284,7 @@ def _lanes_params(acc: Accumulator) -> dict[str, int]:
         "SPLIT_BALANCE": acc.split_balance or 0,
         "K1": int(acc.k1_product),
         "SPLIT_EQUAL": acc.split_equal or 0,
+        "LANE_VECTOR": acc.lane_vector or 0,
         "TREE_LEN": len(_tree_tokens(acc)),
     }
 
@@ -299,6 +300,9 @@ def _tree_tokens(acc: Accumulator) -> list[int]:
     if acc.lanes is None:
         return []
     out: list[int] = []
+    tree: Any = combine_tree(acc.lane_combine, acc.lanes)
+    if acc.lane_tail == "separate_first":  # where the tail's sum joins (accumulator.join_tail)
+        tree = join_tail(tree, acc.lane_vector, _LANES_MAX)
 
     def walk(node: Any) -> None:
         if isinstance(node, tuple):
@@ -308,7 +312,7 @@ def _tree_tokens(acc: Accumulator) -> list[int]:
         else:
             out.append(int(node))
 
-    walk(combine_tree(acc.lane_combine, acc.lanes))
+    walk(tree)
     return out
 
 

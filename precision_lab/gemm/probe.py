@@ -123,6 +123,7 @@ from .accumulator import (
     _format_pair,
     combine_tree,
     halving_cut,
+    join_tail,
     prune_tree,
     split_chunks,
 )
@@ -518,6 +519,7 @@ _LANE_FIELDS = (
     "lane_combine",
     "lane_tail",
     "lane_unroll",
+    "lane_vector",
     "small_k",
     "split_k",
     "split_combine",
@@ -534,11 +536,21 @@ def _lane_value(ks: list[int], spec: dict[str, Any]) -> Tree:
         return _chain(None, ks)
     rule = spec.get("lane_tail", "lanes")
     full = len(ks) if rule == "lanes" else len(ks) - len(ks) % (spec.get("lane_unroll") or L)
-    tail = ks[full:]
-    members = [ks[i:full:L] for i in range(min(L, full))]
+    V = spec.get("lane_vector")  # a cleanup loop into lanes 0 .. V - 1
+    full2 = len(ks) - len(ks) % V if V else full
+    tail = ks[full2:]
+    members = [ks[i:full:L] for i in range(max(min(L, full), min(V or 0, full2 - full)))]
     if rule == "first":
         members = [members[0] + tail, *members[1:]] if members else [tail]
-    lanes = [_lane_order(m, spec) for m in members]
+    lanes = [
+        _chain(_lane_order(m, spec) if m else None, ks[full + i : full2 : V] if V and i < V else [])
+        for i, m in enumerate(members)
+    ]
+    if rule == "separate_first" and tail:  # the tail's chain joins the tree's first child
+        whole = join_tail(combine_tree(spec.get("lane_combine", "sequential"), L), V, -1)
+        pruned = prune_tree(whole, len(lanes))
+        assert pruned is not None
+        return _tree_of(pruned, [*lanes, _chain(None, tail)])
     node: Tree | None = None
     if lanes:
         tree = prune_tree(combine_tree(spec.get("lane_combine", "sequential"), L), len(lanes))
@@ -890,6 +902,7 @@ def probe_gemm(
     specs: list[dict[str, Any]] = []
     dist: list[tuple[int, int, dict[str, Any]]] = []
     tree_txt = ""
+    below: tuple[int, dict[str, Any]] | None = None  # a kernel of fewer lanes at small K
     if sizes is None:
         unmeasurable = scale_txt
         failed = "summation tree"
@@ -903,6 +916,7 @@ def probe_gemm(
             if specs:
                 kernels = _small_k(lab, fin, specs, kp, with_c, scale_txt)
                 specs = [kernels.pop("_spec")]
+                below = specs[0].pop("_below", None)
                 evidence.update(kernels)
         if specs:
             evidence["tree"] = (
@@ -1039,6 +1053,8 @@ def probe_gemm(
 
     # 7. confirmation on fresh random inputs
     reproduced = tried_n = 0
+    if found is not None and failed is None and below is not None:  # a small-K kernel (3g)
+        found = chosen = _attach_below(found, below)
     if hit is None and found is not None and failed is None:
         reproduced, tried_n = _confirm(lab, found, rng, fin, fout, max_k, cases)
         if reproduced != tried_n:
@@ -1374,12 +1390,19 @@ def _lane_specs(
         if L <= S < k
         for how in ("sequential", "pairwise", "halving")
     ]
-    tails: list[tuple[str, int | None]] = [("lanes", None)]
+    tails: list[dict[str, Any]] = [{"lane_tail": "lanes"}]
     tails += [
-        (rule, u if u != L else None)
-        for rule in ("after", "first", "separate")
+        {"lane_tail": rule, **({"lane_unroll": u} if u != L else {})}
+        for rule in ("after", "first", "separate", "separate_first")
         for u in (L, 2 * L, 4 * L, 8 * L)
         if u <= k
+    ]
+    # a cleanup loop of one vector accumulator (torch.sum: 32 lanes, then vectors of 8)
+    tails += [
+        {"lane_tail": rule, "lane_vector": v}
+        for v in (L // 2, L // 4, L // 8)
+        if v >= 2 and L % v == 0
+        for rule in ("after", "separate", "separate_first")
     ]
     orders: list[dict[str, Any]] = [
         {"order": "sequential"},
@@ -1390,15 +1413,8 @@ def _lane_specs(
     shapes = [(o, S, how) for o in orders for S, how in splits[:1]]
     shapes += [(orders[0], S, how) for S, how in splits[1:]]
     for order, S, how in shapes:
-        for tail, unroll in tails if S is None else tails[:4]:
-            spec: dict[str, Any] = {
-                **order,
-                "lanes": L,
-                "lane_combine": comb,
-                "lane_tail": tail,
-            }
-            if unroll is not None:
-                spec["lane_unroll"] = unroll
+        for tail in tails if S is None else tails[:4]:
+            spec: dict[str, Any] = {**order, "lanes": L, "lane_combine": comb, **tail}
             if S is not None:
                 spec.update(split_k=S, split_combine=how)
             try:
@@ -1491,10 +1507,71 @@ def _small_k(
                 "product's pairs are neither the lanes' nor a chain's"
             )
             score = 2 + len(odd)
+            below = _small_kernel(rows, max(differ), int(spec["lanes"]), with_c)
+            if below is not None:  # another lane kernel up to K = max(differ) (spec 3g)
+                cand["_below"] = (max(differ), below)
+                txt = (
+                    f"the kernel changes with K: up to K = {max(differ)} "
+                    f"{_spec_text(below)}; from K = {max(differ) + 1} the lanes (pairs of the "
+                    f"first product at every K < {kp})"
+                )
+                score = 1
         if best is None or score < best[0]:
             best = (score, cand, txt)
     assert best is not None
     return {"_spec": best[1], "kernels": best[2]}
+
+
+def _small_kernel(
+    rows: dict[int, np.ndarray | None], s: int, lanes: int, with_c: bool
+) -> dict[str, Any] | None:
+    """A lane kernel of fewer lanes whose first-product pairs are ``rows`` at every K up to
+    ``s`` (measured: torch 2.13's ``torch.sum`` on an Intel Xeon: 4 lanes, the tail added to
+    lane 0, below K = 8, and 4 x 8 lanes from K = 8 on); ``None`` where none is."""
+    cands: list[dict[str, Any]] = [{"order": "sequential"}]
+    cands += [
+        {"order": "sequential", "lanes": m, "lane_combine": comb, "lane_tail": tail}
+        for m in (2, 4, 8, 16)
+        if m < lanes
+        for tail in ("lanes", "first", "after", "separate")
+        for comb in LANE_COMBINES
+    ]
+    for spec in cands:
+        ok = True
+        for kk in range(2, s + 1):
+            row = rows.get(kk)
+            n = kk + (1 if with_c else 0)
+            if row is None or not np.array_equal(
+                row, _lca_sizes(_family_tree(spec, kk, with_c), n)[0, 1:]
+            ):
+                ok = False
+                break
+        if ok:
+            return spec
+    return None
+
+
+def _attach_below(acc: Accumulator, below: tuple[int, dict[str, Any]] | None) -> Accumulator:
+    """``acc`` as the kernel past ``K = s`` of a model whose kernel up to ``s`` has the lane
+    structure ``below`` and ``acc``'s arithmetic (spec 3g)."""
+    if below is None:
+        return acc
+    s, spec = below
+    small = acc.replace(
+        order=spec["order"],
+        lanes=spec.get("lanes"),
+        lane_combine=spec.get("lane_combine", "sequential"),
+        lane_tail=spec.get("lane_tail", "lanes"),
+        lane_unroll=None,
+        lane_vector=None,
+        small_k=None,
+        split_k=None,
+        split_combine="sequential",
+        split_balance=None,
+        split_equal=None,
+        block=None,
+    )
+    return small.replace(switch_k=s, long_kernel=acc)
 
 
 def _lca_row0(tree: Tree, n: int) -> np.ndarray:
@@ -1575,6 +1652,9 @@ def _long_k(
 
     got = re.search(r"M = 2\*\*(-?\d+), unit = (-?)2\*\*(-?\d+)", scale_txt)
     txt = ""
+    small = None  # a kernel of fewer lanes up to some K below max_k (spec 3g), kept as it is
+    if acc.switch_k is not None and acc.switch_k < max_k:
+        small, acc = acc, acc.for_k(max_k)
     model = acc
     row_ok = True
     # the count of units must come back exactly: a narrow output (bf16) measures the order
@@ -1610,6 +1690,8 @@ def _long_k(
                         )
                     )
                     row_ok = not bad
+    if small is not None:
+        model = small.replace(long_kernel=model)
     # fresh random inputs of long K
     same = done = 0
     kinds = ("moderate", "cancel", "ints")
@@ -1739,6 +1821,8 @@ def _long_k_model(
     beyond). ``None`` where no model the probe tries gives some K's pairs. Returns (model,
     evidence)."""
     bases = [acc]
+    if acc.lanes is not None and acc.order == "sequential":  # each lane in blocks (torch.sum)
+        bases += [acc.replace(order="blocked", block=b) for b in (4, 8, 16, 32, 64)]
     if acc.lanes is not None:  # a long-K kernel that is one chain
         bases.append(
             acc.replace(
@@ -1746,6 +1830,7 @@ def _long_k_model(
                 lane_combine="sequential",
                 lane_tail="lanes",
                 lane_unroll=None,
+                lane_vector=None,
                 small_k=None,
                 split_k=None,
                 split_combine="sequential",
@@ -1818,7 +1903,12 @@ def _long_k_model(
             f"beyond: {top._lanes_text().lstrip(', ') or 'one chain'}"
         )
     elif top is not acc:
-        txt += f": K-blocking, {top._lanes_text().lstrip(', ')}"
+        per_lane = (
+            f"each lane summed in blocks of {top.block}, "
+            if top.order == "blocked" and acc.order != "blocked"
+            else ""
+        )
+        txt += f": K-blocking, {per_lane}{top._lanes_text().lstrip(', ')}"
     return model, txt
 
 

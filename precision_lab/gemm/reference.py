@@ -52,6 +52,7 @@ from .accumulator import (
     _format_pair,
     combine_tree,
     halving_cut,
+    join_tail,
     prune_tree,
     reference_only,
     split_chunks,
@@ -804,16 +805,31 @@ class _Model:
             return self._ordered(ch, k0, k1, None)
         tail_rule = acc.lane_tail
         full = n if tail_rule == "lanes" else n - n % (acc.lane_unroll or L)
-        tail = list(range(k0 + full, k1))
+        V = acc.lane_vector  # a cleanup loop: products full .. full2 - 1 in lanes i mod V
+        full2 = n - n % V if V else full
+        tail = list(range(k0 + full2, k1))
         values = []
-        for lane in range(min(L, full)):
+        for lane in range(max(min(L, full), min(V or 0, full2 - full))):
             ks = list(range(k0 + lane, k0 + full, L))
             if lane == 0 and tail_rule == "first":
                 ks += tail
-            values.append(self._ordered(self._gather(ch, ks), 0, len(ks), None))
+            v: np.ndarray | None = None
+            if ks:
+                v = self._ordered(self._gather(ch, ks), 0, len(ks), None)
+            if V and lane < V:  # the cleanup loop's products, one by one after the lane's own
+                for k in range(k0 + full + lane, k0 + full2, V):
+                    p = self._product(ch, k)
+                    v = self._add(np.zeros(p.shape) if v is None else v, p, self.r_acc, 0,
+                                  exact_hint=False)  # fmt: skip
+            assert v is not None
+            values.append(v)
         if not values and tail_rule == "first":  # (no main loop: the tail is lane 0)
             values.append(self._ordered(self._gather(ch, tail), 0, len(tail), None))
         t: np.ndarray | None = None
+        if tail and tail_rule == "separate_first":  # the tail's sum joins the first child
+            tv = self._ordered(self._gather(ch, tail), 0, len(tail), None)
+            whole = join_tail(combine_tree(acc.lane_combine, L), V, -1)  # (-1: the tail's sum)
+            return self._tree(prune_tree(whole, len(values)), [*values, tv])
         if values:
             tree = prune_tree(combine_tree(acc.lane_combine, L), len(values))
             t = self._tree(tree, values)

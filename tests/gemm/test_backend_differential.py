@@ -358,6 +358,10 @@ LANE_FAMILIES: dict[str, list[Row]] = {
         _lane_row("fp16", "fp32", 12, format="fp32", split_k=5, split_combine="sequential"),
         _lane_row("bf16", "fp32", 16, format="fp32", lanes=2, split_k=6, split_equal=2,
                   subnormals="flush"),
+        _lane_row("bf16", "fp32", 24, format="fp32", lanes=8, lane_vector=4,
+                  lane_tail="separate_first", lane_combine=((0, 4), (1, 5), (2, 6), (3, 7)),
+                  order="blocked", block=2),
+        _lane_row("fp16", "fp16", 12, format="fp16", lanes=4, lane_vector=2, lane_tail="after"),
     ],
     "explicit lane trees, lanes tail, saturation and zero signs": [
         _lane_row("bf16", "fp32", 16, format="bf16", lanes=8,

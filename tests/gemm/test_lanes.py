@@ -28,10 +28,26 @@ def chain(items: list[Any]) -> Any:
     return node
 
 
-def named_tree(kind: Any, items: list[Any]) -> Any:
+def named_tree(kind: Any, items: list[Any], tail: Any = None, vector: int = 1) -> Any:
+    """``tail``: lane_tail="separate_first"'s sum, joining the largest subtree that holds lane
+    0 and only lanes = 0 mod ``vector``."""
+    if tail is not None:
+        assert not isinstance(kind, str), "the oracle takes separate_first with explicit trees"
+
+        def lanes_of(t: Any) -> set[int]:
+            return {t} if isinstance(t, int) else set().union(*(lanes_of(c) for c in t))
+
+        def join(t: Any) -> Any:
+            if all(x % vector == 0 for x in lanes_of(t)):
+                return (t, "T")
+            return tuple(join(c) if 0 in lanes_of(c) else c for c in t)
+
+        kind = join(kind)
     if not isinstance(kind, str):  # an explicit tree of lane numbers (lanes >= len(items) pruned)
 
         def sub(t: Any) -> Any:
+            if t == "T":
+                return tail
             if isinstance(t, int):
                 return items[t] if t < len(items) else None
             kids = [x for x in (sub(c) for c in t) if x is not None]
@@ -61,14 +77,23 @@ def lane_value(ks: list[int], kw: dict[str, Any]) -> Any:
         return chain([("zero", [])] + [("leaf", k) for k in ks])
     rule = kw.get("lane_tail", "lanes")
     full = len(ks) if rule == "lanes" else len(ks) - len(ks) % (kw.get("lane_unroll") or L)
-    tail = [("leaf", k) for k in ks[full:]]
-    members = [[("leaf", ks[i]) for i in range(lane, full, L)] for lane in range(min(L, full))]
+    V = kw.get("lane_vector")  # a cleanup loop of V lanes after the main one
+    full2 = len(ks) - len(ks) % V if V else full
+    tail = [("leaf", k) for k in ks[full2:]]
+    members = [
+        [("leaf", ks[i]) for i in range(lane, full, L)]
+        + ([("leaf", ks[i]) for i in range(full + lane, full2, V)] if V and lane < V else [])
+        for lane in range(max(min(L, full), min(V or 0, full2 - full)))
+    ]
     if rule == "first":
         members = [members[0] + tail] if members else [tail]
         members += [
             [("leaf", ks[i]) for i in range(lane, full, L)] for lane in range(1, min(L, full))
         ]
     lanes = [chain([("zero", []), *m]) for m in members]
+    if rule == "separate_first" and tail:
+        return named_tree(kw.get("lane_combine", "sequential"), lanes,
+                          chain([("zero", []), *tail]), V or 1)  # fmt: skip
     node = named_tree(kw.get("lane_combine", "sequential"), lanes) if lanes else ("zero", [])
     if rule == "first":
         return node
@@ -172,6 +197,16 @@ MODELS = [
     {"split_k": 8, "split_balance": 2},
     {"lanes": 2, "split_k": 5, "split_balance": 1},
     {"lanes": 2, "split_k": 6, "split_equal": 2},  # (K = 8: 4 + 4, K = 13: 6 + 6 + 1)
+    # torch.sum's shape, smaller: 2 vectors of 4 lanes, a 1-vector cleanup loop, the scalar
+    # tail's sum into the first lane group
+    {
+        "lanes": 8,
+        "lane_vector": 4,
+        "lane_tail": "separate_first",
+        "lane_combine": ((0, 4), (1, 5), (2, 6), (3, 7)),
+    },
+    {"lanes": 4, "lane_vector": 2, "lane_tail": "after"},
+    {"lanes": 4, "lane_tail": "separate_first", "lane_combine": (0, (1, 2), 3)},
     {
         "lanes": 8,
         "lane_combine": (((0, 4), (1, 5)), ((2, 6), (3, 7))),

@@ -283,3 +283,23 @@ def test_a_narrow_output_does_not_hide_a_long_k_change() -> None:
     assert "is not the model's" in res.evidence["long K"]
     assert same.outcome == "reproduced", str(same)
     assert "agree with the model up to K = 700" in same.evidence["long K"]
+
+
+def test_a_vector_cleanup_loop_a_joined_tail_and_a_small_k_kernel_are_recovered() -> None:
+    """torch.sum's shape (ATen's float32 sum, measured on an Intel Xeon: 4 lanes below K = 8,
+    then four 8-wide accumulators, a one-vector cleanup loop, the scalar tail's sum joining
+    lane 0 before the horizontal sum, each lane in blocks of 16), at half size: 2 lanes below
+    K = 4, then 4 x 4 lanes in blocks of 4."""
+    groups = tuple(tuple(lane + 4 * g for g in range(4)) for lane in range(4))
+    main = A("fp32", lanes=16, lane_vector=4, lane_tail="separate_first", lane_combine=groups,
+             order="blocked", block=4)  # fmt: skip
+    acc = A("fp32", lanes=2, lane_tail="first", switch_k=3, long_kernel=main)
+    fn = hidden(acc)
+    with use_workers(1):
+        res = pl.probe_gemm(fn, input_format="fp32", max_k=32, cases=128, long_k=200)
+    assert res.outcome == "reproduced", str(res)
+    got = res.accumulator
+    assert got is not None and got.switch_k == 3 and got.lanes == 2, str(res)
+    assert got.long_kernel is not None and got.long_kernel.lane_vector == 4, str(res)
+    assert got.long_kernel.lane_tail == "separate_first" and got.long_kernel.block == 4, str(res)
+    assert fresh_same(fn, got, (1, 2, 3, 4, 5, 7, 9, 17, 21, 33, 63, 64, 65, 100, 131, 257))

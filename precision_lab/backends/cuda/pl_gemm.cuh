@@ -187,6 +187,7 @@ enum {
   PL_P_SPLIT_BALANCE,       // split_balance (0: none)
   PL_P_K1,                  // k1_product
   PL_P_SPLIT_EQUAL,         // split_equal (0: none): equal chunks where they fit
+  PL_P_LANE_VECTOR,         // lane_vector (0: none): the cleanup loop's width
   PL_P_LANE_F32,            // lanes in float32: fp32 nearest_even, exact float32 inputs (fmaf)
   PL_P_TREE_LEN,            // the lane tree in postfix: tokens >= 0 lane numbers, -m: the
   PL_P_TREE,                // sum of the m values below, left to right (PL_TREE_MAX tokens)
@@ -194,7 +195,9 @@ enum {
 };
 #define PL_LANES_MAX 64               // the most lanes (per-thread arrays)
 #define PL_TREE_MAX (2 * PL_LANES_MAX)  // the most tokens of a lane tree
-enum { PL_TAIL_LANES = 0, PL_TAIL_AFTER = 1, PL_TAIL_FIRST = 2, PL_TAIL_SEPARATE = 3 };
+enum { PL_TAIL_LANES = 0, PL_TAIL_AFTER = 1, PL_TAIL_FIRST = 2, PL_TAIL_SEPARATE = 3,
+       PL_TAIL_SEPARATE_FIRST = 4 };
+#define PL_TREE_TAIL PL_LANES_MAX  // the tree token of separate_first's tail sum
 enum { PL_SPLIT_SEQUENTIAL = 0, PL_SPLIT_PAIRWISE = 1, PL_SPLIT_HALVING = 2 };
 #define PL_GEMM_NO_TERM (-(1 << 20))
 #define PL_PAIR_STACK 64
@@ -212,7 +215,7 @@ struct pl_gemm_cfg {
   int group, scale_emin;  // block-scaled MMA with groups: products per group, the scales' emin
   // spec 3e: lanes (0: none), lane_tail, lane_unroll (0: lanes), small_k (0: none),
   // split_combine, k1_product; split_k (0: none), split_balance (0: none); the lane tree
-  int lanes, lane_tail, lane_unroll, small_k, split_combine, k1, tree_len;
+  int lanes, lane_tail, lane_unroll, lane_vector, small_k, split_combine, k1, tree_len;
   int lane_f32;  // every step of the lanes is one IEEE float32 fmaf or addition (kernel_plan)
   pl_i64 split_k, split_balance, split_equal;
   int tree[PL_TREE_MAX];
@@ -266,6 +269,7 @@ PL_HD_CALL void pl_gemm_load_cfg(pl_gemm_cfg* c, const pl_i64* q) {
   c->lanes = (int)q[PL_P_LANES];
   c->lane_tail = (int)q[PL_P_LANE_TAIL];
   c->lane_unroll = (int)q[PL_P_LANE_UNROLL];
+  c->lane_vector = (int)q[PL_P_LANE_VECTOR];
   c->small_k = (int)q[PL_P_SMALL_K];
   c->split_k = q[PL_P_SPLIT_K];
   c->split_combine = (int)q[PL_P_SPLIT_COMBINE];
@@ -899,15 +903,17 @@ PL_HD_CALL double pl_run_reduce(const pl_gemm_cfg& c, const double* a, pl_i64 as
 }
 
 // The lane tree (postfix tokens of c.tree) over the lane values v[0 .. nv): lanes >= nv take
-// no part (the tree pruned), a node's present children added left to right.
-PL_HD_CALL double pl_lane_tree(const pl_gemm_cfg& c, const double* v, int nv, pl_u64 idx) {
+// no part (the tree pruned), a node's present children added left to right; the token
+// PL_TREE_TAIL is v[PL_TREE_TAIL], present where tail is (lane_tail="separate_first").
+PL_HD_CALL double pl_lane_tree(const pl_gemm_cfg& c, const double* v, int nv, bool tail,
+                               pl_u64 idx) {
   double st[PL_TREE_MAX];
   bool has[PL_TREE_MAX];
   int sp = 0;
   for (int i = 0; i < c.tree_len; ++i) {
     const int tok = c.tree[i];
     if (tok >= 0) {
-      has[sp] = tok < nv;
+      has[sp] = tok == PL_TREE_TAIL ? tail : tok < nv;
       st[sp] = has[sp] ? v[tok] : 0.0;
       ++sp;
       continue;
@@ -941,12 +947,24 @@ PL_HD_CALL double pl_lanes_value(const pl_gemm_cfg& c, const double* a, pl_i64 a
   const pl_i64 L = c.lanes;
   const pl_i64 U = c.lane_unroll ? c.lane_unroll : L;
   const pl_i64 full = c.lane_tail == PL_TAIL_LANES ? n : n - n % U;
-  const pl_lane_run tail{r0 + full, 1, n - full, r1, n - full};
-  double v[PL_LANES_MAX];
+  const pl_i64 V = c.lane_vector;  // the cleanup loop: products full .. full2 - 1 in lanes < V
+  const pl_i64 full2 = V ? n - n % V : full;
+  const pl_lane_run tail{r0 + full2, 1, n - full2, r1, n - full2};
+  double v[PL_LANES_MAX + 1];
   int nv = (int)(L < full ? L : full);
+  if (V && nv < (V < full2 - full ? V : full2 - full)) nv = (int)(V < full2 - full ? V : full2 - full);
   for (int lane = 0; lane < nv; ++lane) {
-    const pl_i64 cnt = (full - lane + L - 1) / L;
+    const pl_i64 cnt = lane < full ? (full - lane + L - 1) / L : 0;
     const bool first = lane == 0 && c.lane_tail == PL_TAIL_FIRST;
+    if (V) {  // the lane's own products by the order, then the cleanup loop's one by one
+      const pl_lane_run run{r0 + lane, L, cnt, r1, cnt};
+      double s = cnt ? pl_run_reduce(c, a, as, b, bs, run, idx) : 0.0;
+      for (pl_i64 k = r0 + full + lane; lane < V && k < r0 + full2; k += V) {
+        s = pl_lane_fma(c, a[k * as], b[k * bs], s, k, idx);
+      }
+      v[lane] = s;
+      continue;
+    }
     const pl_lane_run run{r0 + lane, L, cnt, r0 + full, first ? cnt + (n - full) : cnt};
     v[lane] = pl_run_reduce(c, a, as, b, bs, run, idx);
   }
@@ -954,13 +972,15 @@ PL_HD_CALL double pl_lanes_value(const pl_gemm_cfg& c, const double* a, pl_i64 a
     v[0] = pl_run_reduce(c, a, as, b, bs, tail, idx);
     nv = 1;
   }
-  bool has = nv > 0;
-  double t = has ? pl_lane_tree(c, v, nv, idx) : 0.0;
+  const bool into = full < n && c.lane_tail == PL_TAIL_SEPARATE_FIRST;
+  if (into) v[PL_TREE_TAIL] = pl_run_reduce(c, a, as, b, bs, tail, idx);
+  bool has = nv > 0 || into;
+  double t = has ? pl_lane_tree(c, v, nv, into, idx) : 0.0;
   if (full < n && c.lane_tail == PL_TAIL_SEPARATE) {
     const double x = pl_run_reduce(c, a, as, b, bs, tail, idx);
     t = has ? pl_lane_add(c, t, x, idx) : x;
   } else if (c.lane_tail == PL_TAIL_AFTER) {
-    for (pl_i64 k = r0 + full; k < r1; ++k) {
+    for (pl_i64 k = r0 + full2; k < r1; ++k) {
       t = pl_lane_fma(c, a[k * as], b[k * bs], has ? t : 0.0, k, idx);
       has = true;
     }
