@@ -34,6 +34,7 @@ def gemm_fma32(
     r0: int,
     r1: int,
     grid_a: Any = ...,
+    seg: int = ...,
     /,
 ) -> int: ...
 def fma32_pack(B: Any, Bp: Any, K: int, N: int, q0: int, q1: int, grid: Any = ..., /) -> int: ...

@@ -505,6 +505,13 @@ def _promoted_fma32_gemm(
     seed = 0 if acc.seed is None else acc.seed
     model = _Model(acc, fa, fb, out_fmt, k, kblock, nb * m * n, seed, scaled=True)
     if _ieee_float32(model.r_promote):
+        if not is_stochastic(seg_acc.out_rounding):  # the kernel adds the segments itself
+            W = _prescaled_segments(
+                a, b, fa, fb, sa, sb, kblock, seg, nseg, pad, seg_acc, input_rounding,
+                fused=(c, out_fmt),
+            )  # fmt: skip
+            if W is not None:
+                return _promoted_out(W, (*batch, m, n), model, out_fmt)
         pre = _prescaled_segments(
             a, b, fa, fb, sa, sb, kblock, seg, nseg, pad, seg_acc, input_rounding
         )
@@ -598,9 +605,14 @@ def _prescaled_segments(
     pad: int,
     seg_acc: Accumulator,
     input_rounding: str,
+    fused: tuple[Any, FloatFormat] | None = None,
 ) -> np.ndarray | None:
     """Every ``P_s * sigma_s`` (float32, ``(nb, nseg, M, N)``) as the fp32 FMA kernel's segment
     sums of the operands multiplied by their scales, where that is provably exact; else None.
+    With ``fused=(c, out_fmt)``: the kernel adds them itself, ``W = c`` (rounded to
+    ``out_fmt``, float32) then ``W = fl32(W + P_s * sigma_s)`` segment after segment, the sums
+    of :func:`_promoted_float32` (float32 ``(nb, M, N)``, or None: not finite, or a segment
+    longer than the kernel's K block).
 
     Two cases, decided from the formats and the scales alone (never from the results):
 
@@ -666,6 +678,16 @@ def _prescaled_segments(
     eb = np.repeat(sb.astype(np.float32), blk, axis=1)[:, :k]  # (nb, K, N or 1)
     A = A * ea  # exact (see above)
     B = B * eb
+    if fused is not None:
+        from .reference import _broadcast_c
+
+        c, out_fmt = fused
+        C = None
+        if c is not None:
+            c64 = _broadcast_c(c, (*batch, m, n)).astype(np.float64)
+            C = np.ascontiguousarray(round_to(c64, out_fmt).astype(np.float32)).reshape(nb, m, n)
+        # (a short last segment: the kernel stops at K, as the zeros of the padding add nothing)
+        return _fma32_gemm(A, B, C, _FP32, _FP32, seg_acc, _FP32, "nearest_even", seg=seg)
     if pad:
         A = np.pad(A, [(0, 0), (0, 0), (0, pad)])
         B = np.pad(B, [(0, 0), (0, pad), (0, 0)])
@@ -693,6 +715,13 @@ def _promoted_float32(
             W += parts[:, s]
     if not np.isfinite(W).all():
         return None
+    return _promoted_out(W, out_shape, model, out_fmt)
+
+
+def _promoted_out(
+    W: np.ndarray, out_shape: tuple[int, ...], model: Any, out_fmt: FloatFormat
+) -> np.ndarray:
+    """The model's output rounding of the finite float32 wide accumulator ``W``."""
     if out_fmt == _FP32 and model.acc.zero_sign == "ieee":  # the output rounding keeps W
         return W.reshape(out_shape)
     out = model.out_rounder.round(W.astype(np.float64), None)
@@ -827,8 +856,14 @@ def _fma32_gemm(
     acc: Accumulator,
     out_fmt: FloatFormat,
     input_rounding: str,
+    seg: int = 0,
 ) -> np.ndarray | None:
     """The GEMM on the fp32 FMA kernel (:func:`fma32_applies`), or None: use the general path.
+
+    ``seg > 0``: the promoted form of :func:`_prescaled_segments` (the kernel's
+    ``fma32_tile_seg``): each segment of ``seg`` k's is the FMA chain from +0, and the output
+    starts at ``c`` and adds the segment sums in turn, float32 additions; None also where the
+    kernel does not take ``seg`` (longer than its K block).
 
     Inputs are put on their formats' grids as float32 (exact, as the formats fit in float32)
     while the kernel packs them (``_packed_input``), ``c`` on ``out_fmt``'s grid: the values
@@ -889,7 +924,10 @@ def _fma32_gemm(
             for r, hi in starts:
                 if stop.is_set():
                     break
-                count += _ext.gemm_fma32(params, A, Bp, C, D, same_out, r, hi, grid_a)
+                got = _ext.gemm_fma32(params, A, Bp, C, D, same_out, r, hi, grid_a, seg)
+                if got < 0:  # (seg declined)
+                    return 1
+                count += got
         except BaseException:
             stop.set()
             raise
