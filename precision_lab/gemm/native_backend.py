@@ -628,10 +628,20 @@ def _prescaled_segments(
 
     Then the kernel's segment sums are ``P_s * sigma_s`` exactly, and ``W + P_s * sigma_s``
     rounded once to fp32 is their float32 addition.
+
+    The bounds take the scales of the blocks that hold a non-zero (or NaN) element only
+    (:func:`_live_scales`): a block of zeros multiplies to exact zeros (signed zeros, which a
+    chain from +0 absorbs) whatever its scale. MX gives such a block the smallest scale,
+    2**-127 (E8M0 of an amax of 0): the causal mask's zeros in attention's probabilities and
+    their gradients put it in 10 of the 117 GEMMs of three steps of
+    benchmarks/bench_simulate.py under te_mxfp8, which then took the float64 path.
     """
     if kblock is not None and seg != kblock:
         return None  # (promote_every within a scale block: not taken)
     lo_a, lo_b = fa.smallest_subnormal, fb.smallest_subnormal
+    scales_a, scales_b = sa, sb
+    # the scales of blocks with a non-zero element: the others' products are exact zeros
+    sa, sb = _live_scales(a, sa, kblock, "a"), _live_scales(b, sb, kblock, "b")
     sa_min, sa_max, sb_min, sb_max = (
         float(sa.min()),
         float(sa.max()),
@@ -674,8 +684,8 @@ def _prescaled_segments(
     A = _batched(a32, (*batch, m, k))
     B = _batched(b32, (*batch, k, n))
     blk = k if kblock is None else kblock
-    ea = np.repeat(sa.astype(np.float32), blk, axis=2)[:, :, :k]  # (nb, M or 1, K)
-    eb = np.repeat(sb.astype(np.float32), blk, axis=1)[:, :k]  # (nb, K, N or 1)
+    ea = np.repeat(scales_a.astype(np.float32), blk, axis=2)[:, :, :k]  # (nb, M or 1, K)
+    eb = np.repeat(scales_b.astype(np.float32), blk, axis=1)[:, :k]  # (nb, K, N or 1)
     A = A * ea  # exact (see above)
     B = B * eb
     if fused is not None:
@@ -694,6 +704,39 @@ def _prescaled_segments(
     a_seg = np.moveaxis(A.reshape(nb, m, nseg, seg), 2, 1)  # (nb, nseg, M, seg)
     b_seg = B.reshape(nb, nseg, seg, n)
     return _fma32_gemm(a_seg, b_seg, None, _FP32, _FP32, seg_acc, _FP32, "nearest_even")
+
+
+def _live_scales(x: np.ndarray, s: np.ndarray, kblock: int | None, which: str) -> np.ndarray:
+    """The scales of ``s`` (:func:`~precision_lab.gemm.scales.expand_scales`: ``(nb, M or 1,
+    nk)`` for ``which="a"``, ``(nb, nk, N or 1)`` for ``"b"``) whose block of ``x`` (``(..., M,
+    K)`` or ``(..., K, N)``) holds an element that is not zero (NaN included), as a 1-D array;
+    ``[1.0]`` where every element is zero.
+
+    >>> x = np.array([[0.0, 0.0, 3.0, 0.0]])
+    >>> _live_scales(x, np.array([[[2.0**-127, 0.5]]]), 2, "a").tolist()
+    [0.5]
+    """
+    nb, nk = s.shape[0], s.shape[2 if which == "a" else 1]
+    k = x.shape[-1] if which == "a" else x.shape[-2]
+    blk = k if kblock is None or nk == 1 else kblock
+    nz = np.asarray(x != 0)
+    if which == "b":
+        nz = np.swapaxes(nz, -1, -2)  # (..., N, K)
+    rows, xb = nz.shape[-2], math.prod(nz.shape[:-2])
+    if xb not in (1, nb) or nk * blk < k:
+        return s.ravel()  # (a batch broadcast from a shape of its own: every scale)
+    if nk * blk != k:
+        nz = np.concatenate([nz, np.zeros((*nz.shape[:-1], nk * blk - k), bool)], axis=-1)
+    live = nz.reshape(xb, rows, nk, blk).any(axis=-1)  # (nb or 1, rows, nk)
+    if xb != nb:
+        live = np.broadcast_to(live, (nb, rows, nk))
+    if which == "b":
+        live = np.swapaxes(live, -1, -2)  # (nb, nk, N)
+    axis = 1 if which == "a" else 2
+    if s.shape[axis] == 1:
+        live = live.any(axis=axis, keepdims=True)
+    used = s[np.broadcast_to(live, s.shape)]
+    return used if used.size else np.ones(1)
 
 
 def _promoted_float32(

@@ -106,3 +106,31 @@ def test_recipes_equal_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
             want = pl.recipe_gemm(x.astype(np.float32), w.astype(np.float32), recipe, role, seed=3)
             monkeypatch.undo()
             assert _same(got, want), (recipe, role)
+
+
+def test_zero_blocks_with_the_smallest_scale_stay_prescaled(taken: dict[str, int]) -> None:
+    """MX blocks of zeros (the causal mask's: scale 2**-127, E8M0 of an amax of 0) multiply to
+    exact zeros: the pre-scaled path takes them and keeps the reference's bits (zeros of both
+    signs, c = -0 included), while a non-zero element in such a block declines it."""
+    rng = np.random.default_rng(11)
+    m, k, n, blk = 6, 96, 5, 32
+    for trial in range(6):
+        x, w = _inputs(rng, "e4m3", "e4m3", m, k, n)
+        sa = 2.0 ** rng.integers(-20, 0, (m, k // blk))
+        sb = 2.0 ** rng.integers(-20, 0, (k // blk, n))
+        zero = rng.random((m, k // blk)) < 0.5
+        zero[0, 0] = True
+        xz = x.reshape(m, k // blk, blk)
+        xz[zero] = 0.0
+        xz[zero & (rng.random(zero.shape) < 0.5)] = -0.0
+        sa[zero] = 2.0**-127
+        if trial == 5:  # a live element in a block with the smallest scale: declined
+            x[0, 0] = 1.0
+        c = np.full((m, n), -0.0, np.float32) if trial % 2 else None
+        kw = dict(input_format="e4m3", accumulator=pl.Accumulator(), scale_a=sa, scale_b=sb,
+                  scale_block=blk, input_rounding="exact")  # fmt: skip
+        want = pl.gemm(x, w, c, backend="numpy", **kw)
+        before = taken["prescaled"]
+        got = pl.gemm(x, w, c, backend="native", **kw)
+        assert _same(got, want), trial
+        assert taken["prescaled"] == before + (trial != 5), trial
