@@ -96,8 +96,14 @@ _FP32: FloatFormat = get_format("fp32")  # type: ignore[assignment]
 _PACKED_A = 1 << 20
 #: packed B of at most this many floats is packed in the calling thread (no parallel dispatch)
 _PACKED_B = 1 << 19
-#: GEMMs of fewer multiply-adds run in the calling thread (a dispatch costs more than they do)
-_PARALLEL_MACS = 1 << 20
+#: GEMMs of fewer multiply-adds run in the calling thread (a dispatch costs more than they do).
+#: Measured on the 2-core Xeon (AVX-512) of this project with benchmarks/bench_simulate.py
+#: (a GPT of d = 128: GEMMs of 2**21 to 2**25 multiply-adds, 0.05 to 0.5 ms of kernel work), median
+#: ratio to FP32 torch over 5 interleaved rounds, thresholds 2**20 / 2**24 / 2**26 / never: float32
+#: 2.77x / 2.59x / 2.55x / 2.66x, mixed_bfloat16 3.17x / 2.93x / 2.85x / 2.97x (a repeat gave the
+#: same order): the wake-up of a pool thread and the GIL hand-off cost more than a second core
+#: saves on a GEMM below about 0.5 ms.
+_PARALLEL_MACS = 1 << 25
 
 _MAX_BLOCK = 128  # cupy_backend.kernel_plan's limit on block_fma blocks (shared parameters)
 #: output elements per work item
