@@ -644,37 +644,11 @@ def _prescaled_segments(
     """
     if kblock is not None and seg != kblock:
         return None  # (promote_every within a scale block: not taken)
-    lo_a, lo_b = fa.smallest_subnormal, fb.smallest_subnormal
     scales_a, scales_b = sa, sb
-    # the scales of blocks with a non-zero element: the others' products are exact zeros
-    sa, sb = _live_scales(a, sa, kblock, "a"), _live_scales(b, sb, kblock, "b")
-    sa_min, sa_max, sb_min, sb_max = (
-        float(sa.min()),
-        float(sa.max()),
-        float(sb.min()),
-        float(sb.max()),
-    )
-    tiny, big = 2.0**-149, 2.0**127
-    if fa.max * sa_max >= big or fb.max * sb_max >= big or seg * fa.max * fb.max >= big:
-        return None
-    if lo_a * sa_min < tiny or lo_b * sb_min < tiny or lo_a * lo_b < tiny:
-        return None
-    pow2 = bool((np.frexp(sa)[0] == 0.5).all() and (np.frexp(sb)[0] == 0.5).all())
-    if pow2:
-        ok = lo_a * lo_b * sa_min * sb_min >= tiny and seg * fa.max * fb.max * sa_max * sb_max < big
-    else:
-        pa, pb = _sig_bits(sa), _sig_bits(sb)
-        units = seg * (fa.max / lo_a) * (fb.max / lo_b) * 2.0 ** (pa + pb)
-        unit = lo_a * lo_b * sa_min * sb_min * 2.0 ** -(pa + pb)
-        ok = (
-            pa + pb <= 24
-            and fa.precision + pa <= 24
-            and fb.precision + pb <= 24
-            and units <= 2.0**24
-            and unit >= tiny
-            and sa_min * sb_min >= 2.0**-126
-            and sa_max * sb_max < big
-            and seg * fa.max * fb.max * sa_max * sb_max < big
+    ok = _prescaled_bounds(fa, fb, sa, sb, seg)
+    if not ok:  # the scales of blocks with a non-zero element: the others multiply to zeros
+        ok = _prescaled_bounds(
+            fa, fb, _live_scales(a, sa, kblock, "a"), _live_scales(b, sb, kblock, "b"), seg
         )
     if not ok:
         return None
@@ -710,6 +684,43 @@ def _prescaled_segments(
     a_seg = np.moveaxis(A.reshape(nb, m, nseg, seg), 2, 1)  # (nb, nseg, M, seg)
     b_seg = B.reshape(nb, nseg, seg, n)
     return _fma32_gemm(a_seg, b_seg, None, _FP32, _FP32, seg_acc, _FP32, "nearest_even")
+
+
+def _prescaled_bounds(
+    fa: FloatFormat, fb: FloatFormat, sa: np.ndarray, sb: np.ndarray, seg: int
+) -> bool:
+    """The conditions of :func:`_prescaled_segments` on the scales ``sa``, ``sb`` (any shapes)
+    of the formats ``fa``, ``fb`` and segments of ``seg`` products."""
+    lo_a, lo_b = fa.smallest_subnormal, fb.smallest_subnormal
+    sa_min, sa_max, sb_min, sb_max = (
+        float(sa.min()),
+        float(sa.max()),
+        float(sb.min()),
+        float(sb.max()),
+    )
+    tiny, big = 2.0**-149, 2.0**127
+    if fa.max * sa_max >= big or fb.max * sb_max >= big or seg * fa.max * fb.max >= big:
+        return False
+    if lo_a * sa_min < tiny or lo_b * sb_min < tiny or lo_a * lo_b < tiny:
+        return False
+    pow2 = bool((np.frexp(sa)[0] == 0.5).all() and (np.frexp(sb)[0] == 0.5).all())
+    if pow2:
+        return bool(
+            lo_a * lo_b * sa_min * sb_min >= tiny and seg * fa.max * fb.max * sa_max * sb_max < big
+        )
+    pa, pb = _sig_bits(sa), _sig_bits(sb)
+    units = seg * (fa.max / lo_a) * (fb.max / lo_b) * 2.0 ** (pa + pb)
+    unit = lo_a * lo_b * sa_min * sb_min * 2.0 ** -(pa + pb)
+    return bool(
+        pa + pb <= 24
+        and fa.precision + pa <= 24
+        and fb.precision + pb <= 24
+        and units <= 2.0**24
+        and unit >= tiny
+        and sa_min * sb_min >= 2.0**-126
+        and sa_max * sb_max < big
+        and seg * fa.max * fb.max * sa_max * sb_max < big
+    )
 
 
 def _live_scales(x: np.ndarray, s: np.ndarray, kblock: int | None, which: str) -> np.ndarray:
