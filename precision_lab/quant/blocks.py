@@ -132,6 +132,7 @@ from ..core.formats import FloatFormat, get_format
 from ..core.inputs import as_input
 from ..core.ptx import cvt_rs_bits
 from ..core.rounding import (
+    STOCHASTIC_MODES,
     check_rounding,
     for_chunks,
     round_to,
@@ -291,6 +292,10 @@ def quantize_blocks(
     """
     bf = get_block_format(block_format)
     x, _ = as_input(x)  # the one input conversion (DLPack and array-API arrays: torch tensors)
+    if rbits is None:
+        moved = _along_last_axis(x, bf, axis, rounding, seed, random_bits, pad)
+        if moved is not None:
+            return moved
     words = _given_words(rbits, np.shape(x), bf, rounding, seed, random_bits)
     codes, lay, ps, out_dtype = _elements(
         x, bf, axis=axis, rounding=rounding, seed=seed, random_bits=random_bits, pad=pad,
@@ -311,6 +316,62 @@ def quantize_blocks(
         tensor_scale=ps.tensor_scale,
         tensor_amax=ps.info.get("tensor_amax") if bf.tensor_scale else None,
         four_over_six=None if four is None else np.asarray(four, dtype=bool).reshape(lay.grid),
+    )
+
+
+def _along_last_axis(
+    x: Any,
+    bf: BlockFormat,
+    axis: Any,
+    rounding: str,
+    seed: int | None,
+    random_bits: int | None,
+    pad: bool,
+) -> QuantizedBlocks | None:
+    """:func:`quantize_blocks` of 1-D blocks along an axis other than the last, under a
+    deterministic rounding, as the quantization of ``x`` with that axis moved last, moved back
+    (None where that does not apply: the caller quantizes in place, and reports bad arguments).
+
+    Every block holds the same elements either way, so it has the same amax and scale (NVFP4's
+    per-tensor scale comes from the largest amax), and a deterministic rounding of an element
+    depends on its value and its block's scale alone: the codes and scales are the same, moved.
+    (Stochastic rounding draws each element's random word from its flat index, which moving the
+    axis changes: not taken.) Blocks along a leading axis interleave in memory, which the
+    native kernel runs element by element and the contiguous blocks in vectorised runs: a
+    (128, 512) MXFP8 operand along axis 0 took 0.62 ms, moved 0.25 ms (this Xeon).
+    """
+    a = np.asarray(x)
+    if len(bf.block_shape) != 1 or a.ndim < 2 or a.dtype.kind != "f":
+        return None
+    if isinstance(axis, bool) or not isinstance(axis, int | np.integer):
+        return None
+    if not -a.ndim <= axis < a.ndim or int(axis) % a.ndim == a.ndim - 1:
+        return None
+    try:
+        mode = check_rounding(rounding)
+    except ValueError:
+        return None
+    ax = int(axis) % a.ndim
+    if mode in STOCHASTIC_MODES or (not pad and a.shape[ax] % bf.block_shape[0]):
+        return None
+    q = quantize_blocks(np.moveaxis(a, ax, -1), bf, axis=-1, rounding=rounding, seed=seed,
+                        random_bits=random_bits, pad=pad)  # fmt: skip
+
+    def back(g: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(np.moveaxis(g, -1, ax))
+
+    codes = back(q.element_codes())
+    return QuantizedBlocks(
+        codes=_pack4(codes) if bf.packed else codes,
+        scale_codes=back(q.scale_codes),
+        scales=back(q.scales),
+        shape=tuple(a.shape),
+        block_format=bf,
+        axis=ax,
+        dtype=q.dtype,
+        tensor_scale=q.tensor_scale,
+        tensor_amax=q.tensor_amax,
+        four_over_six=None if q.four_over_six is None else back(q.four_over_six),
     )
 
 

@@ -1,0 +1,133 @@
+"""The fast paths of block quantization added for issue 34 give the bits of the paths they
+replace: the ``"rceil"`` scale rule on the native kernel against the numpy passes, and blocks
+along a leading axis quantized with that axis moved last against the quantization in place.
+Each comparison also checks that the fast path was the one taken, so the test can fail."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+from test_scale_rules import boundary_blocks
+
+import precision_lab as pl
+from precision_lab.backends.native import kernels
+from precision_lab.quant.blocks import get_block_format
+
+passes = importlib.import_module("precision_lab.quant.block_passes")
+blocks = importlib.import_module("precision_lab.quant.blocks")
+
+MODES = ["nearest_even", "up", "down", "toward_zero", "stochastic"]
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def _same_blocks(p, q) -> bool:  # type: ignore[no-untyped-def]
+    return (
+        _same(p.codes, q.codes)
+        and _same(p.scale_codes, q.scale_codes)
+        and _same(p.scales, q.scales)
+        and p.shape == q.shape
+        and p.axis == q.axis
+        and p.dtype == q.dtype
+        and p.tensor_scale == q.tensor_scale
+        and p.tensor_amax == q.tensor_amax
+    )
+
+
+def _data(dtype: type, name: str) -> np.ndarray:
+    """Boundary amaxes of the rules (float32 subnormal and overflowing quotients among them),
+    zero blocks, signed zeros, infinities and NaN."""
+    rng = np.random.default_rng(5)
+    x = np.concatenate([boundary_blocks(name), rng.standard_normal((40, 32))]).astype(dtype)
+    x[3] = 0.0
+    x[4, ::2] = -0.0
+    x[5, 7] = np.inf
+    x[6, 1] = np.nan
+    if dtype == np.float64:
+        x[7, 0] = 1e300  # past FP32: the float32 quotient is inf, a NaN block
+        x[8, 0] = 1e-300  # below FP32's subnormals: rounds to 0
+    return x
+
+
+@pytest.mark.skipif(not kernels.available(), reason="the native extension is not built")
+@pytest.mark.parametrize("name", ["mxfp8_e4m3", "mxfp4_e2m1", "mxfp6_e3m2", "mxint8"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_rceil_native_equals_the_numpy_passes(
+    name: str, dtype: type, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bf = get_block_format(name, scale_rule="rceil")
+    x = _data(dtype, name)
+    taken = []
+    orig = passes._native_blocks
+
+    def spy(*a, **k):  # type: ignore[no-untyped-def]
+        taken.append(1)
+        return orig(*a, **k)
+
+    for mode in MODES:
+        monkeypatch.setattr(passes, "_native_blocks", spy)
+        got_q = pl.quantize_blocks(x, bf, rounding=mode, seed=3)
+        got_v = pl.round_to_blocks(x, bf, rounding=mode, seed=3)
+        assert len(taken) == 2, mode
+        taken.clear()
+        monkeypatch.setattr(passes, "_native_ext", lambda *a: None)
+        want_q = pl.quantize_blocks(x, bf, rounding=mode, seed=3)
+        want_v = pl.round_to_blocks(x, bf, rounding=mode, seed=3)
+        monkeypatch.undo()
+        assert _same_blocks(got_q, want_q), mode
+        assert _same(got_v, want_v), mode
+
+
+FORMATS = {
+    "mxfp8_e4m3 rceil": get_block_format("mxfp8_e4m3", scale_rule="rceil"),
+    "mxfp4_e2m1": get_block_format("mxfp4_e2m1"),
+    "nvfp4": get_block_format("nvfp4"),
+    "mxint8": get_block_format("mxint8"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FORMATS))
+@pytest.mark.parametrize("mode", ["nearest_even", "toward_zero", "up"])
+def test_blocks_along_a_leading_axis_equal_the_quantization_in_place(
+    name: str, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = np.random.default_rng(9)
+    calls = []
+    orig = blocks._along_last_axis
+
+    def spy(*a, **k):  # type: ignore[no-untyped-def]
+        out = orig(*a, **k)
+        calls.append(out is not None)
+        return out
+
+    bf = FORMATS[name]
+    k = bf.block_shape[0]
+    for shape, pad in (((3, 70, 20), True), ((2, 64, 32), False)):
+        x = (rng.standard_normal(shape) * np.exp2(rng.integers(-8, 8, shape))).astype(np.float32)
+        x[0, :32, 0] = 0.0
+        x[1, 5, 3] = np.nan
+        x[-1, 9, 4] = -np.inf
+        for axis in (0, 1, -2):
+            if not pad and x.shape[axis] % k:
+                continue
+            monkeypatch.setattr(blocks, "_along_last_axis", spy)
+            got = pl.quantize_blocks(x, bf, axis=axis, rounding=mode, pad=pad)
+            monkeypatch.setattr(blocks, "_along_last_axis", lambda *a, **k: None)
+            want = pl.quantize_blocks(x, bf, axis=axis, rounding=mode, pad=pad)
+            monkeypatch.undo()
+            assert calls.pop() is True
+            assert _same_blocks(got, want), (shape, axis)
+            assert _same(pl.dequantize_blocks(got), pl.dequantize_blocks(want))
+
+
+def test_stochastic_rounding_along_a_leading_axis_stays_in_place() -> None:
+    """The random words follow the flat index, which moving the axis would change."""
+    x = np.random.default_rng(1).standard_normal((64, 8)).astype(np.float32)
+    bf = get_block_format("nvfp4")
+    assert blocks._along_last_axis(x, bf, 0, "stochastic", 1, None, False) is None
+    assert blocks._along_last_axis(x, bf, 0, "nearest_even", 1, None, False) is not None
