@@ -122,7 +122,7 @@ array([512.,   1.,  -3.], dtype=float32)
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -294,6 +294,8 @@ def quantize_blocks(
     x, _ = as_input(x)  # the one input conversion (DLPack and array-API arrays: torch tensors)
     if rbits is None:
         moved = _along_last_axis(x, bf, axis, rounding, seed, random_bits, pad)
+        if moved is None:
+            moved = _tiles_as_runs(x, bf, axis, rounding, seed, random_bits, pad)
         if moved is not None:
             return moved
     words = _given_words(rbits, np.shape(x), bf, rounding, seed, random_bits)
@@ -372,6 +374,61 @@ def _along_last_axis(
         tensor_scale=q.tensor_scale,
         tensor_amax=q.tensor_amax,
         four_over_six=None if q.four_over_six is None else back(q.four_over_six),
+    )
+
+
+def _tiles_as_runs(
+    x: Any,
+    bf: BlockFormat,
+    axis: Any,
+    rounding: str,
+    seed: int | None,
+    random_bits: int | None,
+    pad: bool,
+) -> QuantizedBlocks | None:
+    """:func:`quantize_blocks` of 2-D tiles (``nvfp4_16x16``, ``fp8_128x128``) under a
+    deterministic rounding, as 1-D blocks of ``rows * cols`` contiguous elements: each tile's
+    elements gathered into one run, quantized with the same format on 1-D blocks, and put back
+    (None where that does not apply: tiles that need padding, stochastic rounding, bad
+    arguments; the caller quantizes in place).
+
+    A tile's run holds its elements, so it has the same amax and scale (NVFP4's tensor scale
+    comes from the largest amax either way) and the same element roundings. The native kernel
+    runs a 16 x 16 tile as sixteen rows of 16 (blocks_unit); the run of 256 in vectorised
+    passes: a (128, 384) NVFP4 16 x 16 operand took 1.02 ms, as runs 0.45 ms (this Xeon).
+    """
+    a = np.asarray(x)
+    if len(bf.block_shape) != 2 or a.ndim < 2 or a.dtype.kind != "f":
+        return None
+    tr, tc = bf.block_shape
+    r, c = a.shape[-2:]
+    if r % tr or c % tc or a.size == 0:
+        return None
+    try:
+        lay = _layout(a.shape, bf, axis, pad)
+        mode = check_rounding(rounding)
+    except (TypeError, ValueError):
+        return None
+    if mode in STOCHASTIC_MODES:
+        return None
+    lead = a.shape[:-2]
+    runs = a.reshape(*lead, r // tr, tr, c // tc, tc).swapaxes(-3, -2)
+    runs = runs.reshape(*lead, r // tr, (c // tc) * tr * tc)
+    q = quantize_blocks(runs, replace(bf, block_shape=(tr * tc,)), axis=-1, rounding=rounding,
+                        seed=seed, random_bits=random_bits)  # fmt: skip
+    codes = q.element_codes().reshape(*lead, r // tr, c // tc, tr, tc).swapaxes(-3, -2)
+    codes = np.ascontiguousarray(codes.reshape(a.shape))
+    return QuantizedBlocks(
+        codes=_pack4(codes) if bf.packed else codes,
+        scale_codes=q.scale_codes,
+        scales=q.scales,
+        shape=tuple(a.shape),
+        block_format=bf,
+        axis=lay.axis,
+        dtype=q.dtype,
+        tensor_scale=q.tensor_scale,
+        tensor_amax=q.tensor_amax,
+        four_over_six=q.four_over_six,
     )
 
 

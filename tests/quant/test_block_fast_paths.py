@@ -131,3 +131,36 @@ def test_stochastic_rounding_along_a_leading_axis_stays_in_place() -> None:
     bf = get_block_format("nvfp4")
     assert blocks._along_last_axis(x, bf, 0, "stochastic", 1, None, False) is None
     assert blocks._along_last_axis(x, bf, 0, "nearest_even", 1, None, False) is not None
+
+
+@pytest.mark.parametrize("name", ["nvfp4_16x16", "fp8_128x128"])
+@pytest.mark.parametrize("mode", ["nearest_even", "toward_zero", "up"])
+def test_tiles_as_runs_equal_the_quantization_in_place(
+    name: str, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = np.random.default_rng(4)
+    tr, tc = get_block_format(name).block_shape
+    calls = []
+    orig = blocks._tiles_as_runs
+
+    def spy(*a, **k):  # type: ignore[no-untyped-def]
+        out = orig(*a, **k)
+        calls.append(out is not None)
+        return out
+
+    for shape in ((2 * tr, 3 * tc), (2, tr, 2 * tc), (tr + 3, tc)):
+        x = (rng.standard_normal(shape) * np.exp2(rng.integers(-10, 10, shape))).astype(np.float32)
+        x[..., :tr, :tc] = 0.0  # a zero tile
+        x.reshape(-1)[5] = np.nan
+        x.reshape(-1)[-7] = np.inf
+        for axis in (-1, -2):
+            monkeypatch.setattr(blocks, "_tiles_as_runs", spy)
+            got = pl.quantize_blocks(x, name, axis=axis, rounding=mode, pad=True)
+            monkeypatch.setattr(blocks, "_tiles_as_runs", lambda *a, **k: None)
+            want = pl.quantize_blocks(x, name, axis=axis, rounding=mode, pad=True)
+            monkeypatch.undo()
+            assert calls.pop() is (shape[-2] % tr == 0), shape  # (padded tiles: in place)
+            assert _same_blocks(got, want), (shape, axis)
+            assert _same(pl.dequantize_blocks(got), pl.dequantize_blocks(want))
+    x = rng.standard_normal((tr, tc)).astype(np.float32)
+    assert orig(x, get_block_format(name), -1, "stochastic", 1, None, False) is None
