@@ -164,3 +164,47 @@ def test_tiles_as_runs_equal_the_quantization_in_place(
             assert _same(pl.dequantize_blocks(got), pl.dequantize_blocks(want))
     x = rng.standard_normal((tr, tc)).astype(np.float32)
     assert orig(x, get_block_format(name), -1, "stochastic", 1, None, False) is None
+
+
+@pytest.mark.skipif(not kernels.available(), reason="the native extension is not built")
+@pytest.mark.parametrize("n", [2, 16, 32, 256])
+def test_exact_hadamard_native_equals_the_numpy_butterflies(
+    n: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """hadamard(..., arithmetic="exact") of float32 data on the native kernel against the numpy
+    passes, bit for bit (NaN payloads included): rows within and past the exponent test (then
+    the Python-integer path), rows of signed zeros, subnormals, infinities and NaN."""
+    had = importlib.import_module("precision_lab.quant.hadamard")
+    rng = np.random.default_rng(n)
+    rows = 400
+    x = rng.standard_normal((rows, n)) * np.exp2(rng.integers(-12, 12, (rows, n)))
+    x[::7] *= np.exp2(rng.integers(-60, 60, (len(x[::7]), n)))  # past the exponent test
+    x = x.astype(np.float32)
+    x[rng.random(x.shape) < 0.2] = 0.0
+    x[rng.random(x.shape) < 0.1] *= -0.0
+    x[3] = -0.0
+    x[4] = 0.0
+    x[5, 0] = np.float32(2.0**-149)
+    x[6, -1], x[7, 0], x[8, n // 2] = np.inf, -np.inf, np.nan
+    x[9, 0], x[9, -1] = np.inf, -np.inf  # inf - inf
+    x[10, :2] = np.array([np.nan, -np.nan], np.float32)
+    calls = []
+    orig = had._exact_native32
+
+    def spy(*a, **k):  # type: ignore[no-untyped-def]
+        out = orig(*a, **k)
+        calls.append(out is not None)
+        return out
+
+    for seed in (None, 11):
+        for inverse in (False, True):
+            for axis in (-1, 0):
+                xa = x if axis == -1 else np.ascontiguousarray(x.T)
+                monkeypatch.setattr(had, "_exact_native32", spy)
+                got = pl.hadamard(xa, block=n, seed=seed, inverse=inverse, axis=axis)
+                monkeypatch.setattr(had, "_exact_native32", lambda *a, **k: None)
+                want = pl.hadamard(xa, block=n, seed=seed, inverse=inverse, axis=axis)
+                monkeypatch.undo()
+                assert calls.pop() is True
+                assert got.dtype == want.dtype == np.float64
+                assert got.tobytes() == want.tobytes(), (seed, inverse, axis)

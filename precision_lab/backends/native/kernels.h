@@ -62,7 +62,9 @@
   double k_block_amax(const void* x, int f64, long long A, long long B, long long C, double* out,   \
                     long long u0, long long u1);                                   \
   void k_hadamard(const float* x, float* out, long long n, const float* signs, int inverse,     \
-                  float c, long long b0, long long b1);
+                  float c, long long b0, long long b1);                                        \
+  void k_hadamard_exact64(const float* x, double* out, unsigned char* flags, long long n,       \
+                          const double* signs, long long b0, long long b1);
 
 namespace pl_base {
 PL_KERNEL_DECLS
