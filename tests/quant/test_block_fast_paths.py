@@ -208,3 +208,42 @@ def test_exact_hadamard_native_equals_the_numpy_butterflies(
                 assert calls.pop() is True
                 assert got.dtype == want.dtype == np.float64
                 assert got.tobytes() == want.tobytes(), (seed, inverse, axis)
+
+
+@pytest.mark.skipif(not kernels.available(), reason="the native extension is not built")
+@pytest.mark.parametrize("name", ["nvfp4", "mxfp4_e2m1", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp8_e4m3"])
+def test_stochastic_rounding_below_the_normal_range_equals_the_numpy_passes(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The native kernel's stochastic rounding of elements below the element format's smallest
+    normal (round_mag_sr in blocks.inc: FP4 puts about 40% of a block's values there) against
+    the numpy passes, for several random-bit widths, with values at the quantum's multiples
+    and halves, tiny values, signed zeros, inf and NaN."""
+    rng = np.random.default_rng(17)
+    x = rng.standard_normal((96, 64)) * np.exp2(rng.integers(-30, 3, (96, 64)))
+    x[0] = np.arange(64) * 0.125 - 4  # multiples of a quarter: exact and half-way elements
+    x[1, ::3] = -0.0
+    x[2, 5] = 2.0**-140
+    x[3, 7], x[4, 9], x[5, 11] = np.inf, -np.inf, np.nan
+    x = x.astype(np.float32)
+    taken = []
+    orig = passes._native_blocks
+
+    def spy(*a, **k):  # type: ignore[no-untyped-def]
+        taken.append(1)
+        return orig(*a, **k)
+
+    for bits in (None, 8, 40):
+        for seed in (0, 12345):
+            kw = dict(rounding="stochastic", seed=seed, random_bits=bits)
+            monkeypatch.setattr(passes, "_native_blocks", spy)
+            got_q = pl.quantize_blocks(x, name, **kw)
+            got_v = pl.round_to_blocks(x, name, **kw)
+            assert len(taken) == 2
+            taken.clear()
+            monkeypatch.setattr(passes, "_native_ext", lambda *a: None)
+            want_q = pl.quantize_blocks(x, name, **kw)
+            want_v = pl.round_to_blocks(x, name, **kw)
+            monkeypatch.undo()
+            assert _same_blocks(got_q, want_q), (bits, seed)
+            assert _same(got_v, want_v), (bits, seed)
