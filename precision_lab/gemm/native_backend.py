@@ -62,6 +62,7 @@ import functools
 import itertools
 import math
 import threading
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -92,6 +93,12 @@ __all__ = [
 ]
 
 _FP32: FloatFormat = get_format("fp32")  # type: ignore[assignment]
+#: True while the operands of input_rounding="exact" GEMMs are decoded element codes, on their
+#: formats' grids by construction (gemm_blocks sets it): _grid32 then takes them as they are
+#: instead of rounding them again to check (a NaN still reaches the kernel's own check on the
+#: unscaled path, then the general path, as before). 10 ms of a te_nvfp4 step of
+#: benchmarks/bench_simulate.py, measured on this Xeon.
+ON_GRID: ContextVar[bool] = ContextVar("precision_lab_on_grid", default=False)
 #: floats of A that one work item of the fp32 FMA kernel packs
 _PACKED_A = 1 << 20
 #: packed B of at most this many floats is packed in the calling thread (no parallel dispatch)
@@ -806,6 +813,8 @@ def _grid32(x: np.ndarray, fmt: FloatFormat, mode: str, seed: int) -> np.ndarray
     """``x`` put on ``fmt``'s grid as float32, or None where the general path must decide
     (stochastic rounding, an unknown mode, a value off the grid with ``"exact"``: it raises)."""
     if mode == "exact":
+        if ON_GRID.get():
+            return x.astype(np.float32, copy=False)
         r = round_to(x, fmt)
         if not np.array_equal(r, x):  # (NaN too: the general path checks and handles it)
             return None

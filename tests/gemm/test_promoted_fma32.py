@@ -134,3 +134,47 @@ def test_zero_blocks_with_the_smallest_scale_stay_prescaled(taken: dict[str, int
         got = pl.gemm(x, w, c, backend="native", **kw)
         assert _same(got, want), trial
         assert taken["prescaled"] == before + (trial != 5), trial
+
+
+def test_gemm_blocks_takes_its_decoded_operands_as_on_the_grid(
+    taken: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gemm_blocks' operands are decoded element codes: the native path takes them without
+    rounding them again (no round_to in _grid32 while gemm_blocks runs), and still equals the
+    numpy reference with NaN blocks, infinite elements (E5M2) and zero blocks; the flag is
+    reset afterwards, also when the call raises."""
+    rng = np.random.default_rng(3)
+    checks = []
+    orig = nb.round_to
+
+    def spy(*a, **k):  # type: ignore[no-untyped-def]
+        checks.append(1)
+        return orig(*a, **k)
+
+    for fmt in ("mxfp8_e4m3", "mxfp8_e5m2", "mxfp4_e2m1", "nvfp4"):
+        for case in ("plain", "nan", "inf", "zero"):
+            x = rng.standard_normal((6, 64)).astype(np.float32)
+            w = rng.standard_normal((64, 5)).astype(np.float32)
+            if case == "nan":
+                x[2, 3] = np.nan
+            elif case == "inf" and fmt == "mxfp8_e5m2":
+                w[7, 1] = np.inf
+            elif case == "zero":
+                x[:, :32] = 0.0
+            qa = pl.quantize_blocks(x, fmt)
+            qb = pl.quantize_blocks(w, fmt, axis=0)
+            monkeypatch.setattr(nb, "round_to", spy)
+            got = pl.gemm_blocks(qa, qb)
+            monkeypatch.undo()
+            want = pl.gemm_blocks(qa, qb, backend="numpy")
+            assert _same(got, want), (fmt, case)
+            assert not nb.ON_GRID.get()
+            if case == "plain":
+                assert not checks, fmt  # (no input check: the fast path took the values)
+            checks.clear()
+    assert taken["prescaled"] > 0
+    qa = pl.quantize_blocks(np.ones((2, 32), np.float32), "nvfp4")
+    with pytest.raises(ValueError):
+        pl.gemm_blocks(qa, pl.quantize_blocks(np.ones((32, 2), np.float32), "nvfp4", axis=0),
+                       c=np.zeros((2, 2)))  # fmt: skip
+    assert not nb.ON_GRID.get()
