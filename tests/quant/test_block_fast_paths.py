@@ -247,3 +247,24 @@ def test_stochastic_rounding_below_the_normal_range_equals_the_numpy_passes(
             monkeypatch.undo()
             assert _same_blocks(got_q, want_q), (bits, seed)
             assert _same(got_v, want_v), (bits, seed)
+
+
+@pytest.mark.parametrize("name", ["nvfp4", "mxfp4_e2m1", "nvfp4_16x16"])
+def test_packed_element_values_are_the_decoded_nibbles(name: str) -> None:
+    """element_values of 4-bit formats (one gather from the values of the 256 bytes) against
+    decode of the unpacked codes, for every code, odd and even last axes and batches."""
+    from precision_lab.core.codec import decode
+
+    rng = np.random.default_rng(2)
+    for shape, axis in (((2, 16, 33), -1), ((16, 64), 0), ((32, 32), -1), ((1, 7), -1)):
+        x = (rng.standard_normal(shape) * 3).astype(np.float32)
+        x.reshape(-1)[:16] = np.arange(-8, 8)[: x.size]  # every E2M1 code (scale about 1)
+        bf = get_block_format(name)
+        if len(bf.block_shape) == 2 and (shape[-1] % 16 or shape[-2] % 16):
+            continue
+        q = pl.quantize_blocks(x, bf, axis=axis, pad=True)
+        want = decode(q.element_codes(), bf.element).astype(np.float32)
+        got = q.element_values()
+        assert got.shape == want.shape == q.shape and got.dtype == np.float32
+        assert got.tobytes() == want.tobytes(), shape
+        assert x.size < 16 or len(np.unique(q.element_codes())) > 8
