@@ -671,10 +671,8 @@ def _prescaled_segments(
     A = _batched(a32, (*batch, m, k))
     B = _batched(b32, (*batch, k, n))
     blk = k if kblock is None else kblock
-    ea = np.repeat(scales_a.astype(np.float32), blk, axis=2)[:, :, :k]  # (nb, M or 1, K)
-    eb = np.repeat(scales_b.astype(np.float32), blk, axis=1)[:, :k]  # (nb, K, N or 1)
-    A = A * ea  # exact (see above)
-    B = B * eb
+    A = _times_block_scales(A, scales_a.astype(np.float32), blk, 2)  # exact (see above)
+    B = _times_block_scales(B, scales_b.astype(np.float32), blk, 1)
     if fused is not None:
         from .reference import _broadcast_c
 
@@ -691,6 +689,29 @@ def _prescaled_segments(
     a_seg = np.moveaxis(A.reshape(nb, m, nseg, seg), 2, 1)  # (nb, nseg, M, seg)
     b_seg = B.reshape(nb, nseg, seg, n)
     return _fma32_gemm(a_seg, b_seg, None, _FP32, _FP32, seg_acc, _FP32, "nearest_even")
+
+
+def _times_block_scales(x: np.ndarray, s: np.ndarray, blk: int, axis: int) -> np.ndarray:
+    """``x`` (``(nb, M, K)`` with ``axis=2``, ``(nb, K, N)`` with ``axis=1``) times its
+    float32 block scales ``s`` (``(nb, M or 1, nk)``, ``(nb, nk, N or 1)``; a block of ``blk``
+    along K), each product one float32 multiplication: through a blocked view where K is
+    ``nk * blk`` (no repeated copy of the scales: 2 passes over the operand instead of 3), else
+    with the scales repeated along K.
+
+    >>> x = np.ones((1, 2, 4), np.float32)
+    >>> _times_block_scales(x, np.array([[[2.0, 0.5]]], np.float32), 2, 2)[0, 0].tolist()
+    [2.0, 2.0, 0.5, 0.5]
+    """
+    k, nk = x.shape[axis], s.shape[axis]
+    if nk == 1:
+        return np.asarray(x * s)
+    if nk * blk != k:
+        return np.asarray(x * np.repeat(s, blk, axis=axis).take(np.arange(k), axis=axis))
+    if axis == 2:
+        nb, m = x.shape[:2]
+        return np.asarray((x.reshape(nb, m, nk, blk) * s[..., None]).reshape(x.shape))
+    nb, n = x.shape[0], x.shape[2]
+    return np.asarray((x.reshape(nb, nk, blk, n) * s[:, :, None, :]).reshape(x.shape))
 
 
 def _prescaled_bounds(
