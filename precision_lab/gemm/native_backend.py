@@ -978,7 +978,10 @@ def _fma32_gemm(
     B = _batched(b32, (*batch, k, n))
     C = None
     if c is not None:
-        C = round_to(_broadcast_c(c, out_shape), out_fmt).astype(np.float32)
+        _broadcast_c(c, out_shape)  # (the shape check)
+        # rounded before it is broadcast (elementwise: the same values; a bias is N values, not
+        # M x N: 0.15 ms of a (512, 384) linear layer, this Xeon)
+        C = np.broadcast_to(round_to(np.asarray(c), out_fmt).astype(np.float32), out_shape)
         C = np.ascontiguousarray(C).reshape(nb, m, n)
     params, out_dtype = _fma32_plan(a.shape, b.shape, fa, fb, acc, out_fmt, C is not None)
     D = np.empty((nb, m, n), dtype=out_dtype)
