@@ -35,6 +35,7 @@ def gemm_fma32(
     r1: int,
     grid_a: Any = ...,
     seg: int = ...,
+    a_trans: int = ...,
     /,
 ) -> int: ...
 def fma32_pack(B: Any, Bp: Any, K: int, N: int, q0: int, q1: int, grid: Any = ..., /) -> int: ...

@@ -882,6 +882,21 @@ def _packed_input(
     return x, np.array([*format_args(fmt), code, int(check)], dtype=np.int32)
 
 
+def _is_transposed(x: np.ndarray, shape: tuple[int, ...]) -> bool:
+    """Whether ``x`` has ``shape`` (no broadcast) and is the transpose of a C-contiguous array
+    in its last two axes (the backward's ``x^T`` of a linear layer): the fp32 FMA kernel packs
+    it as it is (``a_trans``) instead of a transposing copy, which numpy makes at about 2 GB/s
+    (0.3 to 0.6 ms for 512 x 512 float32 on this Xeon).
+
+    >>> a = np.zeros((3, 4), np.float32)
+    >>> _is_transposed(a.T, (4, 3)), _is_transposed(a, (3, 4))
+    (True, False)
+    """
+    if x.ndim < 2 or tuple(x.shape) != tuple(shape) or x.shape[-1] < 2 or x.shape[-2] < 2:
+        return False
+    return bool(not x.flags.c_contiguous and np.swapaxes(x, -1, -2).flags.c_contiguous)
+
+
 def _batched(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """``x`` broadcast to ``shape`` (batch, rows, columns), C-contiguous, as (batch entries, rows,
     columns): ``x`` itself where it is that already."""
@@ -974,7 +989,11 @@ def _fma32_gemm(
     (a32, grid_a), (b32, grid_b) = pa, pb
     out_shape = (*batch, m, n)
     nb = math.prod(batch)
-    A = _batched(a32, (*batch, m, k))
+    a_trans = int(_is_transposed(a32, (*batch, m, k)))
+    if a_trans:  # the kernel gathers the rows of a transposed A as it packs them
+        A = np.swapaxes(a32, -1, -2).reshape(nb, k, m)
+    else:
+        A = _batched(a32, (*batch, m, k))
     B = _batched(b32, (*batch, k, n))
     C = None
     if c is not None:
@@ -1017,7 +1036,7 @@ def _fma32_gemm(
             for r, hi in starts:
                 if stop.is_set():
                     break
-                got = _ext.gemm_fma32(params, A, Bp, C, D, same_out, r, hi, grid_a, seg)
+                got = _ext.gemm_fma32(params, A, Bp, C, D, same_out, r, hi, grid_a, seg, a_trans)
                 if got < 0:  # (seg declined)
                     return 1
                 count += got

@@ -132,13 +132,15 @@ bool get_grid(PyObject* o, buf* g, const char* name) {
 // (plus the inputs off the grid with check): fp32 sequential nearest-even (fma32.inc) on float32 A
 // (put on its grid as it is packed), packed B (fma32_pack) and C (or None). seg > 0: each segment
 // of seg k's summed from +0, then added to the output in float32 (fma32_tile_seg); -1 where the
-// kernel does not take that seg (above its K block).
+// kernel does not take that seg (above its K block). a_trans: A is given transposed, (NB x K x M)
+// row-major.
 PyObject* py_gemm_fma32(PyObject*, PyObject* args) {
   PyObject *op, *oa, *ob, *oc, *od, *og = Py_None;
   int same_out;
   long long r0, r1, seg = 0;
-  if (!PyArg_ParseTuple(args, "OOOOOiLL|OL", &op, &oa, &ob, &oc, &od, &same_out, &r0, &r1, &og,
-                        &seg))
+  int a_trans = 0;
+  if (!PyArg_ParseTuple(args, "OOOOOiLL|OLi", &op, &oa, &ob, &oc, &od, &same_out, &r0, &r1, &og,
+                        &seg, &a_trans))
     return nullptr;
   buf p, a, b, c, d, g;
   if (!get_buf(op, &p, 'i', 8, false, "params", false) || !get_buf(oa, &a, 'f', 4, false, "A", false) ||
@@ -165,7 +167,7 @@ PyObject* py_gemm_fma32(PyObject*, PyObject* args) {
   long long bad;
   PL_BEGIN_NATIVE bad = KT.fma32_rows(q, (const float*)a.ptr, (const float*)b.ptr,
                                              (const float*)c.ptr, d.v.buf, f32, same_out, r0, r1,
-                                             (const int*)g.ptr, seg);
+                                             (const int*)g.ptr, seg, a_trans);
   PL_END_NATIVE return PyLong_FromLongLong(bad);
 }
 
@@ -633,7 +635,8 @@ PyObject* py_isa(PyObject*, PyObject*) { return PyUnicode_FromString(KT.isa); }
 PyMethodDef methods[] = {
     {"gemm", py_gemm, METH_VARARGS, "gemm(params, A, B, C, SA, SB, EA, EB, D, r0, r1, flags, B32)"},
     {"gemm_fma32", py_gemm_fma32, METH_VARARGS,
-     "gemm_fma32(params, A, Bp, C, D, same_out, r0, r1, grid_a=None, seg=0) -> non-finite count"},
+     "gemm_fma32(params, A, Bp, C, D, same_out, r0, r1, grid_a=None, seg=0, a_trans=0) -> "
+     "non-finite count"},
     {"fma32_pack", py_fma32_pack, METH_VARARGS,
      "fma32_pack(B, Bp, K, N, q0, q1, grid=None) -> inputs off the grid"},
     {"fma32_tile", py_fma32_tile, METH_NOARGS, "(MR, NR) of the fp32 FMA kernel"},
