@@ -764,7 +764,7 @@ def _live_scales(x: np.ndarray, s: np.ndarray, kblock: int | None, which: str) -
     nb, nk = s.shape[0], s.shape[2 if which == "a" else 1]
     k = x.shape[-1] if which == "a" else x.shape[-2]
     blk = k if kblock is None or nk == 1 else kblock
-    nz = np.asarray(x != 0)
+    nz: np.ndarray = np.asarray(x != 0)
     if which == "b":
         nz = np.swapaxes(nz, -1, -2)  # (..., N, K)
     rows, xb = nz.shape[-2], math.prod(nz.shape[:-2])
@@ -772,14 +772,14 @@ def _live_scales(x: np.ndarray, s: np.ndarray, kblock: int | None, which: str) -
         return s.ravel()  # (a batch broadcast from a shape of its own: every scale)
     if nk * blk != k:
         nz = np.concatenate([nz, np.zeros((*nz.shape[:-1], nk * blk - k), bool)], axis=-1)
-    live = nz.reshape(xb, rows, nk, blk).any(axis=-1)  # (nb or 1, rows, nk)
+    live: np.ndarray = np.asarray(nz.reshape(xb, rows, nk, blk).any(axis=-1))  # (nb or 1, rows, nk)
     if xb != nb:
         live = np.broadcast_to(live, (nb, rows, nk))
     if which == "b":
         live = np.swapaxes(live, -1, -2)  # (nb, nk, N)
     axis = 1 if which == "a" else 2
     if s.shape[axis] == 1:
-        live = live.any(axis=axis, keepdims=True)
+        live = np.asarray(live.any(axis=axis, keepdims=True))
     used = s[np.broadcast_to(live, s.shape)]
     return used if used.size else np.ones(1)
 
