@@ -35,6 +35,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+# the checkout this file lives in, not whatever precision_lab is installed (an editable install
+# of another worktree would otherwise be the one measured and hashed)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 import precision_lab as pl
 import precision_lab.torch as plt
 from precision_lab.studies.language_model import CharGPT
@@ -129,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()
     print(f"# torch {torch.__version__}, {args.threads} torch thread(s), precision_lab pool "
           f"workers {pl.core.pool.WORKERS}, load average {load[0]:.2f} {load[1]:.2f} "
-          f"{load[2]:.2f}, {os.cpu_count()} CPUs")  # fmt: skip
+          f"{load[2]:.2f}, {os.cpu_count()} CPUs; precision_lab from "
+          f"{os.path.dirname(pl.__file__)}")  # fmt: skip
     if args.hashes or args.check:
         found: dict[str, str] = {}
         for m in models:

@@ -24,6 +24,7 @@ from ..core.rounding import (
 from ..quant.block_formats import _float
 from ..quant.blocks import QuantizedBlocks
 from .accumulator import Accumulator
+from .native_backend import ON_GRID
 from .reference import gemm
 
 __all__ = ["gemm_blocks"]
@@ -62,9 +63,12 @@ def _gemm_operand(q: QuantizedBlocks) -> tuple[np.ndarray, np.ndarray, FloatForm
     """Element values, positive finite fp32 scales and the elements' input format.
 
     A NaN block's elements become NaN (so every product with them is NaN); a block whose scale is
-    0 holds zeros. Both then take the scale 1, as the GEMM wants positive finite scales.
+    0 holds zeros. Both then take the scale 1, as the GEMM wants positive finite scales. The
+    values stay float32 (:meth:`QuantizedBlocks.element_values`, exact): a float64 copy doubled
+    the memory that the GEMM's input check and packing read (5% of a te_mxfp8 step of
+    benchmarks/bench_simulate.py, measured on this Xeon).
     """
-    vals = q.element_values().astype(np.float64)
+    vals = q.element_values()
     s = q.scales
     nan, zero = np.isnan(s), s == 0
     if nan.any() or zero.any():
@@ -166,10 +170,21 @@ def gemm_blocks(
         "scale_b": sb,
         "scale_block": ka,
     }
-    if alpha == 1:
-        return gemm(va, vb, c, out_format=out_format, **opts)
-    if c is not None:
-        raise ValueError("c is not supported with per-tensor scales (NVFP4): add it afterwards")
-    d = gemm(va, vb, out_format="fp32", **opts)  # float32
+    # decoded element codes of float elements are on their formats' grids: the native path's
+    # input check would only round them again (integer elements go to bf16 after a shift)
+    on_grid = all(
+        isinstance(q.block_format.element, FloatFormat) and not q.block_format.element_exponent
+        for q in (a, b)
+    )
+    token = ON_GRID.set(True) if on_grid else None
+    try:
+        if alpha == 1:
+            return gemm(va, vb, c, out_format=out_format, **opts)
+        if c is not None:
+            raise ValueError("c is not supported with per-tensor scales (NVFP4): add it afterwards")
+        d = gemm(va, vb, out_format="fp32", **opts)  # float32
+    finally:
+        if token is not None:
+            ON_GRID.reset(token)
     with np.errstate(over="ignore"):
         return round_to(d * alpha, out_format)  # the FP32 epilogue, then the output format

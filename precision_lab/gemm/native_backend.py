@@ -62,6 +62,7 @@ import functools
 import itertools
 import math
 import threading
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -92,12 +93,24 @@ __all__ = [
 ]
 
 _FP32: FloatFormat = get_format("fp32")  # type: ignore[assignment]
+#: True while the operands of input_rounding="exact" GEMMs are decoded element codes, on their
+#: formats' grids by construction (gemm_blocks sets it): _grid32 then takes them as they are
+#: instead of rounding them again to check (a NaN still reaches the kernel's own check on the
+#: unscaled path, then the general path, as before). 10 ms of a te_nvfp4 step of
+#: benchmarks/bench_simulate.py, measured on this Xeon.
+ON_GRID: ContextVar[bool] = ContextVar("precision_lab_on_grid", default=False)
 #: floats of A that one work item of the fp32 FMA kernel packs
 _PACKED_A = 1 << 20
 #: packed B of at most this many floats is packed in the calling thread (no parallel dispatch)
 _PACKED_B = 1 << 19
-#: GEMMs of fewer multiply-adds run in the calling thread (a dispatch costs more than they do)
-_PARALLEL_MACS = 1 << 20
+#: GEMMs of fewer multiply-adds run in the calling thread (a dispatch costs more than they do).
+#: Measured on the 2-core Xeon (AVX-512) of this project with benchmarks/bench_simulate.py
+#: (a GPT of d = 128: GEMMs of 2**21 to 2**25 multiply-adds, 0.05 to 0.5 ms of kernel work), median
+#: ratio to FP32 torch over 5 interleaved rounds, thresholds 2**20 / 2**24 / 2**26 / never: float32
+#: 2.77x / 2.59x / 2.55x / 2.66x, mixed_bfloat16 3.17x / 2.93x / 2.85x / 2.97x (a repeat gave the
+#: same order): the wake-up of a pool thread and the GIL hand-off cost more than a second core
+#: saves on a GEMM below about 0.5 ms.
+_PARALLEL_MACS = 1 << 25
 
 _MAX_BLOCK = 128  # cupy_backend.kernel_plan's limit on block_fma blocks (shared parameters)
 #: output elements per work item
@@ -505,6 +518,13 @@ def _promoted_fma32_gemm(
     seed = 0 if acc.seed is None else acc.seed
     model = _Model(acc, fa, fb, out_fmt, k, kblock, nb * m * n, seed, scaled=True)
     if _ieee_float32(model.r_promote):
+        if not is_stochastic(seg_acc.out_rounding):  # the kernel adds the segments itself
+            W = _prescaled_segments(
+                a, b, fa, fb, sa, sb, kblock, seg, nseg, pad, seg_acc, input_rounding,
+                fused=(c, out_fmt),
+            )  # fmt: skip
+            if W is not None:
+                return _promoted_out(W, (*batch, m, n), model, out_fmt)
         pre = _prescaled_segments(
             a, b, fa, fb, sa, sb, kblock, seg, nseg, pad, seg_acc, input_rounding
         )
@@ -598,9 +618,14 @@ def _prescaled_segments(
     pad: int,
     seg_acc: Accumulator,
     input_rounding: str,
+    fused: tuple[Any, FloatFormat] | None = None,
 ) -> np.ndarray | None:
     """Every ``P_s * sigma_s`` (float32, ``(nb, nseg, M, N)``) as the fp32 FMA kernel's segment
     sums of the operands multiplied by their scales, where that is provably exact; else None.
+    With ``fused=(c, out_fmt)``: the kernel adds them itself, ``W = c`` (rounded to
+    ``out_fmt``, float32) then ``W = fl32(W + P_s * sigma_s)`` segment after segment, the sums
+    of :func:`_promoted_float32` (float32 ``(nb, M, N)``, or None: not finite, or a segment
+    longer than the kernel's K block).
 
     Two cases, decided from the formats and the scales alone (never from the results):
 
@@ -616,37 +641,21 @@ def _prescaled_segments(
 
     Then the kernel's segment sums are ``P_s * sigma_s`` exactly, and ``W + P_s * sigma_s``
     rounded once to fp32 is their float32 addition.
+
+    The bounds take the scales of the blocks that hold a non-zero (or NaN) element only
+    (:func:`_live_scales`): a block of zeros multiplies to exact zeros (signed zeros, which a
+    chain from +0 absorbs) whatever its scale. MX gives such a block the smallest scale,
+    2**-127 (E8M0 of an amax of 0): the causal mask's zeros in attention's probabilities and
+    their gradients put it in 10 of the 117 GEMMs of three steps of
+    benchmarks/bench_simulate.py under te_mxfp8, which then took the float64 path.
     """
     if kblock is not None and seg != kblock:
         return None  # (promote_every within a scale block: not taken)
-    lo_a, lo_b = fa.smallest_subnormal, fb.smallest_subnormal
-    sa_min, sa_max, sb_min, sb_max = (
-        float(sa.min()),
-        float(sa.max()),
-        float(sb.min()),
-        float(sb.max()),
-    )
-    tiny, big = 2.0**-149, 2.0**127
-    if fa.max * sa_max >= big or fb.max * sb_max >= big or seg * fa.max * fb.max >= big:
-        return None
-    if lo_a * sa_min < tiny or lo_b * sb_min < tiny or lo_a * lo_b < tiny:
-        return None
-    pow2 = bool((np.frexp(sa)[0] == 0.5).all() and (np.frexp(sb)[0] == 0.5).all())
-    if pow2:
-        ok = lo_a * lo_b * sa_min * sb_min >= tiny and seg * fa.max * fb.max * sa_max * sb_max < big
-    else:
-        pa, pb = _sig_bits(sa), _sig_bits(sb)
-        units = seg * (fa.max / lo_a) * (fb.max / lo_b) * 2.0 ** (pa + pb)
-        unit = lo_a * lo_b * sa_min * sb_min * 2.0 ** -(pa + pb)
-        ok = (
-            pa + pb <= 24
-            and fa.precision + pa <= 24
-            and fb.precision + pb <= 24
-            and units <= 2.0**24
-            and unit >= tiny
-            and sa_min * sb_min >= 2.0**-126
-            and sa_max * sb_max < big
-            and seg * fa.max * fb.max * sa_max * sb_max < big
+    scales_a, scales_b = sa, sb
+    ok = _prescaled_bounds(fa, fb, sa, sb, seg)
+    if not ok:  # the scales of blocks with a non-zero element: the others multiply to zeros
+        ok = _prescaled_bounds(
+            fa, fb, _live_scales(a, sa, kblock, "a"), _live_scales(b, sb, kblock, "b"), seg
         )
     if not ok:
         return None
@@ -662,16 +671,117 @@ def _prescaled_segments(
     A = _batched(a32, (*batch, m, k))
     B = _batched(b32, (*batch, k, n))
     blk = k if kblock is None else kblock
-    ea = np.repeat(sa.astype(np.float32), blk, axis=2)[:, :, :k]  # (nb, M or 1, K)
-    eb = np.repeat(sb.astype(np.float32), blk, axis=1)[:, :k]  # (nb, K, N or 1)
-    A = A * ea  # exact (see above)
-    B = B * eb
+    A = _times_block_scales(A, scales_a.astype(np.float32), blk, 2)  # exact (see above)
+    B = _times_block_scales(B, scales_b.astype(np.float32), blk, 1)
+    if fused is not None:
+        from .reference import _broadcast_c
+
+        c, out_fmt = fused
+        C = None
+        if c is not None:
+            c64 = _broadcast_c(c, (*batch, m, n)).astype(np.float64)
+            C = np.ascontiguousarray(round_to(c64, out_fmt).astype(np.float32)).reshape(nb, m, n)
+        # (a short last segment: the kernel stops at K, as the zeros of the padding add nothing)
+        return _fma32_gemm(A, B, C, _FP32, _FP32, seg_acc, _FP32, "nearest_even", seg=seg)
     if pad:
         A = np.pad(A, [(0, 0), (0, 0), (0, pad)])
         B = np.pad(B, [(0, 0), (0, pad), (0, 0)])
     a_seg = np.moveaxis(A.reshape(nb, m, nseg, seg), 2, 1)  # (nb, nseg, M, seg)
     b_seg = B.reshape(nb, nseg, seg, n)
     return _fma32_gemm(a_seg, b_seg, None, _FP32, _FP32, seg_acc, _FP32, "nearest_even")
+
+
+def _times_block_scales(x: np.ndarray, s: np.ndarray, blk: int, axis: int) -> np.ndarray:
+    """``x`` (``(nb, M, K)`` with ``axis=2``, ``(nb, K, N)`` with ``axis=1``) times its
+    float32 block scales ``s`` (``(nb, M or 1, nk)``, ``(nb, nk, N or 1)``; a block of ``blk``
+    along K), each product one float32 multiplication: through a blocked view where K is
+    ``nk * blk`` (no repeated copy of the scales: 2 passes over the operand instead of 3), else
+    with the scales repeated along K.
+
+    >>> x = np.ones((1, 2, 4), np.float32)
+    >>> _times_block_scales(x, np.array([[[2.0, 0.5]]], np.float32), 2, 2)[0, 0].tolist()
+    [2.0, 2.0, 0.5, 0.5]
+    """
+    k, nk = x.shape[axis], s.shape[axis]
+    if nk == 1:
+        return np.asarray(x * s)
+    if nk * blk != k:
+        return np.asarray(x * np.repeat(s, blk, axis=axis).take(np.arange(k), axis=axis))
+    if axis == 2:
+        nb, m = x.shape[:2]
+        return np.asarray((x.reshape(nb, m, nk, blk) * s[..., None]).reshape(x.shape))
+    nb, n = x.shape[0], x.shape[2]
+    return np.asarray((x.reshape(nb, nk, blk, n) * s[:, :, None, :]).reshape(x.shape))
+
+
+def _prescaled_bounds(
+    fa: FloatFormat, fb: FloatFormat, sa: np.ndarray, sb: np.ndarray, seg: int
+) -> bool:
+    """The conditions of :func:`_prescaled_segments` on the scales ``sa``, ``sb`` (any shapes)
+    of the formats ``fa``, ``fb`` and segments of ``seg`` products."""
+    lo_a, lo_b = fa.smallest_subnormal, fb.smallest_subnormal
+    sa_min, sa_max, sb_min, sb_max = (
+        float(sa.min()),
+        float(sa.max()),
+        float(sb.min()),
+        float(sb.max()),
+    )
+    tiny, big = 2.0**-149, 2.0**127
+    if fa.max * sa_max >= big or fb.max * sb_max >= big or seg * fa.max * fb.max >= big:
+        return False
+    if lo_a * sa_min < tiny or lo_b * sb_min < tiny or lo_a * lo_b < tiny:
+        return False
+    pow2 = bool((np.frexp(sa)[0] == 0.5).all() and (np.frexp(sb)[0] == 0.5).all())
+    if pow2:
+        return bool(
+            lo_a * lo_b * sa_min * sb_min >= tiny and seg * fa.max * fb.max * sa_max * sb_max < big
+        )
+    pa, pb = _sig_bits(sa), _sig_bits(sb)
+    units = seg * (fa.max / lo_a) * (fb.max / lo_b) * 2.0 ** (pa + pb)
+    unit = lo_a * lo_b * sa_min * sb_min * 2.0 ** -(pa + pb)
+    return bool(
+        pa + pb <= 24
+        and fa.precision + pa <= 24
+        and fb.precision + pb <= 24
+        and units <= 2.0**24
+        and unit >= tiny
+        and sa_min * sb_min >= 2.0**-126
+        and sa_max * sb_max < big
+        and seg * fa.max * fb.max * sa_max * sb_max < big
+    )
+
+
+def _live_scales(x: np.ndarray, s: np.ndarray, kblock: int | None, which: str) -> np.ndarray:
+    """The scales of ``s`` (:func:`~precision_lab.gemm.scales.expand_scales`: ``(nb, M or 1,
+    nk)`` for ``which="a"``, ``(nb, nk, N or 1)`` for ``"b"``) whose block of ``x`` (``(..., M,
+    K)`` or ``(..., K, N)``) holds an element that is not zero (NaN included), as a 1-D array;
+    ``[1.0]`` where every element is zero.
+
+    >>> x = np.array([[0.0, 0.0, 3.0, 0.0]])
+    >>> _live_scales(x, np.array([[[2.0**-127, 0.5]]]), 2, "a").tolist()
+    [0.5]
+    """
+    nb, nk = s.shape[0], s.shape[2 if which == "a" else 1]
+    k = x.shape[-1] if which == "a" else x.shape[-2]
+    blk = k if kblock is None or nk == 1 else kblock
+    nz: np.ndarray = np.asarray(x != 0)
+    if which == "b":
+        nz = np.swapaxes(nz, -1, -2)  # (..., N, K)
+    rows, xb = nz.shape[-2], math.prod(nz.shape[:-2])
+    if xb not in (1, nb) or nk * blk < k:
+        return s.ravel()  # (a batch broadcast from a shape of its own: every scale)
+    if nk * blk != k:
+        nz = np.concatenate([nz, np.zeros((*nz.shape[:-1], nk * blk - k), bool)], axis=-1)
+    live: np.ndarray = np.asarray(nz.reshape(xb, rows, nk, blk).any(axis=-1))  # (nb or 1, rows, nk)
+    if xb != nb:
+        live = np.broadcast_to(live, (nb, rows, nk))
+    if which == "b":
+        live = np.swapaxes(live, -1, -2)  # (nb, nk, N)
+    axis = 1 if which == "a" else 2
+    if s.shape[axis] == 1:
+        live = np.asarray(live.any(axis=axis, keepdims=True))
+    used = s[np.broadcast_to(live, s.shape)]
+    return used if used.size else np.ones(1)
 
 
 def _promoted_float32(
@@ -693,6 +803,13 @@ def _promoted_float32(
             W += parts[:, s]
     if not np.isfinite(W).all():
         return None
+    return _promoted_out(W, out_shape, model, out_fmt)
+
+
+def _promoted_out(
+    W: np.ndarray, out_shape: tuple[int, ...], model: Any, out_fmt: FloatFormat
+) -> np.ndarray:
+    """The model's output rounding of the finite float32 wide accumulator ``W``."""
     if out_fmt == _FP32 and model.acc.zero_sign == "ieee":  # the output rounding keeps W
         return W.reshape(out_shape)
     out = model.out_rounder.round(W.astype(np.float64), None)
@@ -717,6 +834,8 @@ def _grid32(x: np.ndarray, fmt: FloatFormat, mode: str, seed: int) -> np.ndarray
     """``x`` put on ``fmt``'s grid as float32, or None where the general path must decide
     (stochastic rounding, an unknown mode, a value off the grid with ``"exact"``: it raises)."""
     if mode == "exact":
+        if ON_GRID.get():
+            return x.astype(np.float32, copy=False)
         r = round_to(x, fmt)
         if not np.array_equal(r, x):  # (NaN too: the general path checks and handles it)
             return None
@@ -761,6 +880,21 @@ def _packed_input(
         return None
     code = ROUNDING_MODES.index(det)
     return x, np.array([*format_args(fmt), code, int(check)], dtype=np.int32)
+
+
+def _is_transposed(x: np.ndarray, shape: tuple[int, ...]) -> bool:
+    """Whether ``x`` has ``shape`` (no broadcast) and is the transpose of a C-contiguous array
+    in its last two axes (the backward's ``x^T`` of a linear layer): the fp32 FMA kernel packs
+    it as it is (``a_trans``) instead of a transposing copy, which numpy makes at about 2 GB/s
+    (0.3 to 0.6 ms for 512 x 512 float32 on this Xeon).
+
+    >>> a = np.zeros((3, 4), np.float32)
+    >>> _is_transposed(a.T, (4, 3)), _is_transposed(a, (3, 4))
+    (True, False)
+    """
+    if x.ndim < 2 or tuple(x.shape) != tuple(shape) or x.shape[-1] < 2 or x.shape[-2] < 2:
+        return False
+    return bool(not x.flags.c_contiguous and np.swapaxes(x, -1, -2).flags.c_contiguous)
 
 
 def _batched(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -827,8 +961,14 @@ def _fma32_gemm(
     acc: Accumulator,
     out_fmt: FloatFormat,
     input_rounding: str,
+    seg: int = 0,
 ) -> np.ndarray | None:
     """The GEMM on the fp32 FMA kernel (:func:`fma32_applies`), or None: use the general path.
+
+    ``seg > 0``: the promoted form of :func:`_prescaled_segments` (the kernel's
+    ``fma32_tile_seg``): each segment of ``seg`` k's is the FMA chain from +0, and the output
+    starts at ``c`` and adds the segment sums in turn, float32 additions; None also where the
+    kernel does not take ``seg`` (longer than its K block).
 
     Inputs are put on their formats' grids as float32 (exact, as the formats fit in float32)
     while the kernel packs them (``_packed_input``), ``c`` on ``out_fmt``'s grid: the values
@@ -849,11 +989,18 @@ def _fma32_gemm(
     (a32, grid_a), (b32, grid_b) = pa, pb
     out_shape = (*batch, m, n)
     nb = math.prod(batch)
-    A = _batched(a32, (*batch, m, k))
+    a_trans = int(_is_transposed(a32, (*batch, m, k)))
+    if a_trans:  # the kernel gathers the rows of a transposed A as it packs them
+        A = np.swapaxes(a32, -1, -2).reshape(nb, k, m)
+    else:
+        A = _batched(a32, (*batch, m, k))
     B = _batched(b32, (*batch, k, n))
     C = None
     if c is not None:
-        C = round_to(_broadcast_c(c, out_shape), out_fmt).astype(np.float32)
+        _broadcast_c(c, out_shape)  # (the shape check)
+        # rounded before it is broadcast (elementwise: the same values; a bias is N values, not
+        # M x N: 0.15 ms of a (512, 384) linear layer, this Xeon)
+        C = np.broadcast_to(round_to(np.asarray(c), out_fmt).astype(np.float32), out_shape)
         C = np.ascontiguousarray(C).reshape(nb, m, n)
     params, out_dtype = _fma32_plan(a.shape, b.shape, fa, fb, acc, out_fmt, C is not None)
     D = np.empty((nb, m, n), dtype=out_dtype)
@@ -889,7 +1036,10 @@ def _fma32_gemm(
             for r, hi in starts:
                 if stop.is_set():
                     break
-                count += _ext.gemm_fma32(params, A, Bp, C, D, same_out, r, hi, grid_a)
+                got = _ext.gemm_fma32(params, A, Bp, C, D, same_out, r, hi, grid_a, seg, a_trans)
+                if got < 0:  # (seg declined)
+                    return 1
+                count += got
         except BaseException:
             stop.set()
             raise

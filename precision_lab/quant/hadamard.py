@@ -232,8 +232,10 @@ def hadamard(
     moved = np.moveaxis(a, axis, -1)
     flat = np.ascontiguousarray(moved).reshape(-1, n)
     if fmt is None:
-        quick = _fp32_exact_rows(flat, n) if flat.dtype == np.float32 else None
-        out = _exact(flat.astype(np.float64), n, signs, bool(inverse), quick)
+        out = _exact_native32(flat, n, signs, bool(inverse)) if flat.dtype == np.float32 else None
+        if out is None:
+            quick = _fp32_exact_rows(flat, n) if flat.dtype == np.float32 else None
+            out = _exact(flat.astype(np.float64), n, signs, bool(inverse), quick)
     else:
         key = check_seed(rounding_seed) if mode in STOCHASTIC_MODES else 0
         out = _in_format(flat, n, signs, bool(inverse), fmt, mode, key, rbits)
@@ -305,6 +307,47 @@ def _exact(
             out = out * np.float64(2.0**-0.5)
     if signs is not None and inverse:
         out = out * signs
+    return out
+
+
+def _exact_native32(
+    x: np.ndarray, n: int, signs: np.ndarray | None, inverse: bool
+) -> np.ndarray | None:
+    """:func:`_exact` of float32 rows ``x`` (rows, n) on the native kernel
+    (``hadamard_exact64``, backends/native/hadamard.inc), or None where it is not built.
+
+    The kernel computes, in one pass, the float64 butterflies of ``signs * x`` (forward) or of
+    ``x`` (inverse), each addition and subtraction the one :func:`_butterfly` makes, and flags
+    the rows that :func:`_fp32_exact_rows` finds exact and that hold no infinity or NaN: for
+    those the result is :func:`_exact`'s (the same float64 operations on the same finite
+    values, then the same scaling here). The other rows go through :func:`_exact` itself (each
+    row is computed on its own there). The numpy passes took 1.3 ms for a (512, 128) float32
+    operand and 16-point blocks, the kernel 0.3 (this Xeon).
+    """
+    ext = native_kernels.ext if native_kernels.active() else None
+    if ext is None or not hasattr(ext, "hadamard_exact64"):
+        return None
+    rows = x.shape[0]
+    x = np.ascontiguousarray(x)
+    h = np.empty((rows, n), dtype=np.float64)
+    ok = np.empty(rows, dtype=np.uint8)
+    sg = None if signs is None or inverse else np.ascontiguousarray(signs, dtype=np.float64)
+    for_chunks(
+        rows,
+        lambda lo, hi: ext.hadamard_exact64(x, h, ok, n, sg, lo, hi),
+        chunk=max(1, (1 << 18) // n),
+    )
+    k, odd = _scale_parts(n)
+    with np.errstate(all="ignore"):
+        out = np.ldexp(h, -k)  # (as _exact: one rounding of the exact value, subnormal results)
+        if odd:
+            out = out * np.float64(2.0**-0.5)
+        if signs is not None and inverse:
+            out = out * signs
+    rest = np.flatnonzero(ok == 0)
+    if rest.size:
+        sub = x[rest]
+        out[rest] = _exact(sub.astype(np.float64), n, signs, inverse, _fp32_exact_rows(sub, n))
     return out
 
 

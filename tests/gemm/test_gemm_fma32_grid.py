@@ -203,3 +203,50 @@ def test_the_exact_check_counts_per_chunk(fmt):
         xs = x[i : i + 512]
         _, count = pack(xs, grid_of(xs, fmt, "exact"))
         assert count == np.count_nonzero(~(reference(xs, fmt, "nearest_even") == xs)), i
+
+
+@pytest.mark.parametrize("fmt", ["fp32", "bf16", "e4m3"])
+@pytest.mark.parametrize("mode", ["nearest_even", "exact"])
+def test_a_transposed_operand_is_packed_as_it_is(fmt: str, mode: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A transposed float32 A (the backward's x^T) goes to the kernel without a copy (a_trans)
+    and gives the bits of its contiguous copy and of the numpy reference, batched too, with rows
+    that do not fill a register tile, K past the kernel's K block, and an input off the grid
+    under "exact" (the kernel's check hands the call back)."""
+    rng = np.random.default_rng(8)
+    f = pl.get_format(fmt)
+    seen = []
+    orig = native_backend._is_transposed
+
+    def spy(x, shape):  # type: ignore[no-untyped-def]
+        out = orig(x, shape)
+        seen.append(out)
+        return out
+
+    for shape_t, n in (((300, 29), 37), ((2, 70, 13), 20), ((1100, 5), 3)):
+        at = rng.standard_normal(shape_t).astype(np.float32)
+        if mode == "exact":
+            at = np.asarray(pl.round_to(at, fmt), dtype=np.float32)
+        a = np.swapaxes(at, -1, -2)  # (..., M, K) view, not C-contiguous
+        b = rng.standard_normal((*a.shape[:-2], a.shape[-1], n)).astype(np.float32)
+        if mode == "exact":
+            b = np.asarray(pl.round_to(b, fmt), dtype=np.float32)
+        for off_grid in (False, True) if mode == "exact" and fmt != "fp32" else (False,):
+            if off_grid:
+                a = a.copy()
+                a[..., 1, 2] = np.float32(1.0 + 2.0**-20)
+                a = np.swapaxes(np.ascontiguousarray(np.swapaxes(a, -1, -2)), -1, -2)
+            kw = dict(input_format=fmt, input_rounding=mode)
+            want = pl.gemm(a, b, backend="numpy", **kw) if not off_grid else None
+            monkeypatch.setattr(native_backend, "_is_transposed", spy)
+            fast = native_backend._fma32_gemm(a, b, None, f, f, FP32, pl.get_format("fp32"), mode)
+            monkeypatch.undo()
+            assert seen.pop() is True
+            if off_grid:
+                assert fast is None  # (the general path raises for it)
+                continue
+            contiguous = native_backend._fma32_gemm(
+                np.ascontiguousarray(a), b, None, f, f, FP32, pl.get_format("fp32"), mode
+            )
+            assert fast is not None and contiguous is not None
+            assert np.array_equal(fast.view(np.uint32), contiguous.view(np.uint32))
+            assert np.array_equal(fast.view(np.uint32), np.asarray(want).view(np.uint32))

@@ -59,6 +59,12 @@ def test_specials_go_to_the_gemm() -> None:
     assert _pairwise_column_sums(rows) is None
     big = torch.tensor([[3.0e38], [3.0e38]])  # the sum overflows: the GEMM's rules decide
     assert _pairwise_column_sums(big) is None
+    # a non-finite input anywhere in a column (odd ones out, opposite infinities, NaN) leaves
+    # that column's sum non-finite: no input check is needed for it
+    inf, nan = float("inf"), float("nan")
+    for col in ([1.0, 2.0, inf], [inf, -inf, 1.0, 2.0], [1.0, nan, 3.0, 4.0, 5.0], [-inf]):
+        rows = torch.tensor([[1.0, v] for v in col])
+        assert _pairwise_column_sums(rows) is None, col
 
 
 def test_a_simulated_linear_bias_gradient_is_the_gemms() -> None:

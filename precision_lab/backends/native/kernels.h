@@ -14,7 +14,7 @@
                          long long q1, const int* grid);                                        \
   long long k_fma32_rows(const long long* params, const float* A, const float* Bp,             \
                          const float* C, void* D, int f32, int same_out, long long r0,          \
-                         long long r1, const int* grid);                                        \
+                         long long r1, const int* grid, long long seg, int a_trans);            \
   int k_fma32_tile(int which);                                                                 \
   void k_fma64_rows(const double* A, const double* B, const double* C, double* D, long long M, \
                     long long N, long long K, long long r0, long long r1);                    \
@@ -62,7 +62,9 @@
   double k_block_amax(const void* x, int f64, long long A, long long B, long long C, double* out,   \
                     long long u0, long long u1);                                   \
   void k_hadamard(const float* x, float* out, long long n, const float* signs, int inverse,     \
-                  float c, long long b0, long long b1);
+                  float c, long long b0, long long b1);                                        \
+  void k_hadamard_exact64(const float* x, double* out, unsigned char* flags, long long n,       \
+                          const double* signs, long long b0, long long b1);
 
 namespace pl_base {
 PL_KERNEL_DECLS

@@ -30,9 +30,10 @@ struct kernels {
   decltype(&pl_base::k_blocks) blocks;
   decltype(&pl_base::k_block_amax) block_amax;
   decltype(&pl_base::k_hadamard) hadamard;
+  decltype(&pl_base::k_hadamard_exact64) hadamard_exact64;
   const char* isa;
 };
-kernels KT = {pl_base::k_gemm_rows, pl_base::k_align_exps, pl_base::k_fma64_rows, pl_base::k_exact_block_rows, pl_base::k_pairwise32_rows, pl_base::k_fma32_pack, pl_base::k_fma32_rows, pl_base::k_fma32_tile, pl_base::k_bfma_info, pl_base::k_bfma_pack_b, pl_base::k_bfma_rows, pl_base::k_bfma_grouped_rows, pl_base::k_quantize, pl_base::k_dequantize, pl_base::k_blocks, pl_base::k_block_amax, pl_base::k_hadamard, "baseline"};
+kernels KT = {pl_base::k_gemm_rows, pl_base::k_align_exps, pl_base::k_fma64_rows, pl_base::k_exact_block_rows, pl_base::k_pairwise32_rows, pl_base::k_fma32_pack, pl_base::k_fma32_rows, pl_base::k_fma32_tile, pl_base::k_bfma_info, pl_base::k_bfma_pack_b, pl_base::k_bfma_rows, pl_base::k_bfma_grouped_rows, pl_base::k_quantize, pl_base::k_dequantize, pl_base::k_blocks, pl_base::k_block_amax, pl_base::k_hadamard, pl_base::k_hadamard_exact64, "baseline"};
 
 // A C-contiguous buffer of `kind` ('f' float, 'i' integer) and itemsize, or None when allowed.
 struct buf {
@@ -127,14 +128,19 @@ bool get_grid(PyObject* o, buf* g, const char* name) {
   return true;
 }
 
-// gemm_fma32(params, A, Bp, C, D, same_out, r0, r1, grid_a=None) -> non-finite count (plus the
-// inputs off the grid with check): fp32 sequential nearest-even (fma32.inc) on float32 A (put on
-// its grid as it is packed), packed B (fma32_pack) and C (or None).
+// gemm_fma32(params, A, Bp, C, D, same_out, r0, r1, grid_a=None, seg=0) -> non-finite count
+// (plus the inputs off the grid with check): fp32 sequential nearest-even (fma32.inc) on float32 A
+// (put on its grid as it is packed), packed B (fma32_pack) and C (or None). seg > 0: each segment
+// of seg k's summed from +0, then added to the output in float32 (fma32_tile_seg); -1 where the
+// kernel does not take that seg (above its K block). a_trans: A is given transposed, (NB x K x M)
+// row-major.
 PyObject* py_gemm_fma32(PyObject*, PyObject* args) {
   PyObject *op, *oa, *ob, *oc, *od, *og = Py_None;
   int same_out;
-  long long r0, r1;
-  if (!PyArg_ParseTuple(args, "OOOOOiLL|O", &op, &oa, &ob, &oc, &od, &same_out, &r0, &r1, &og))
+  long long r0, r1, seg = 0;
+  int a_trans = 0;
+  if (!PyArg_ParseTuple(args, "OOOOOiLL|OLi", &op, &oa, &ob, &oc, &od, &same_out, &r0, &r1, &og,
+                        &seg, &a_trans))
     return nullptr;
   buf p, a, b, c, d, g;
   if (!get_buf(op, &p, 'i', 8, false, "params", false) || !get_buf(oa, &a, 'f', 4, false, "A", false) ||
@@ -161,7 +167,7 @@ PyObject* py_gemm_fma32(PyObject*, PyObject* args) {
   long long bad;
   PL_BEGIN_NATIVE bad = KT.fma32_rows(q, (const float*)a.ptr, (const float*)b.ptr,
                                              (const float*)c.ptr, d.v.buf, f32, same_out, r0, r1,
-                                             (const int*)g.ptr);
+                                             (const int*)g.ptr, seg, a_trans);
   PL_END_NATIVE return PyLong_FromLongLong(bad);
 }
 
@@ -364,6 +370,28 @@ PyObject* py_hadamard(PyObject*, PyObject* args) {
   }
   PL_BEGIN_NATIVE KT.hadamard((const float*)x.ptr, (float*)o.ptr, n, (const float*)s.ptr, inverse,
                               (float)c, b0, b1);
+  PL_END_NATIVE Py_RETURN_NONE;
+}
+
+// hadamard_exact64(x, out, flags, n, signs, b0, b1): blocks b0..b1-1 of n float32 values of x:
+// out (float64) = the float64 butterflies of signs * x, flags (uint8) = 1 where those are the
+// exact transform of finite values (hadamard.inc); signs: n float64 values +-1, or None
+PyObject* py_hadamard_exact64(PyObject*, PyObject* args) {
+  PyObject *ox, *oo, *of, *os;
+  long long n, b0, b1;
+  if (!PyArg_ParseTuple(args, "OOOLOLL", &ox, &oo, &of, &n, &os, &b0, &b1)) return nullptr;
+  buf x, o, f, s;
+  if (!get_buf(ox, &x, 'f', 4, false, "x", false) || !get_buf(oo, &o, 'f', 8, true, "out", false) ||
+      !get_buf(of, &f, 'i', 1, true, "flags", false) ||
+      !get_buf(os, &s, 'f', 8, false, "signs", true))
+    return nullptr;
+  if (n < 1 || n > 4096 || (n & (n - 1)) || b0 < 0 || b0 > b1 || x.n < b1 * n || o.n < b1 * n ||
+      f.n < b1 || (s.ptr && s.n < n)) {
+    PyErr_SetString(PyExc_ValueError, "hadamard_exact64: buffer sizes do not match");
+    return nullptr;
+  }
+  PL_BEGIN_NATIVE KT.hadamard_exact64((const float*)x.ptr, (double*)o.ptr, (unsigned char*)f.ptr,
+                                      n, (const double*)s.ptr, b0, b1);
   PL_END_NATIVE Py_RETURN_NONE;
 }
 
@@ -607,7 +635,8 @@ PyObject* py_isa(PyObject*, PyObject*) { return PyUnicode_FromString(KT.isa); }
 PyMethodDef methods[] = {
     {"gemm", py_gemm, METH_VARARGS, "gemm(params, A, B, C, SA, SB, EA, EB, D, r0, r1, flags, B32)"},
     {"gemm_fma32", py_gemm_fma32, METH_VARARGS,
-     "gemm_fma32(params, A, Bp, C, D, same_out, r0, r1, grid_a=None) -> non-finite count"},
+     "gemm_fma32(params, A, Bp, C, D, same_out, r0, r1, grid_a=None, seg=0, a_trans=0) -> "
+     "non-finite count"},
     {"fma32_pack", py_fma32_pack, METH_VARARGS,
      "fma32_pack(B, Bp, K, N, q0, q1, grid=None) -> inputs off the grid"},
     {"fma32_tile", py_fma32_tile, METH_NOARGS, "(MR, NR) of the fp32 FMA kernel"},
@@ -632,6 +661,8 @@ PyMethodDef methods[] = {
     {"block_amax", py_block_amax, METH_VARARGS, "block_amax(x, dims, out, u0, u1) -> float"},
     {"hadamard", py_hadamard, METH_VARARGS,
      "hadamard(x, out, n, signs, inverse, c, b0, b1): blockwise float32 FWHT (hadamard.inc)"},
+    {"hadamard_exact64", py_hadamard_exact64, METH_VARARGS,
+     "hadamard_exact64(x, out, flags, n, signs, b0, b1): float64 butterflies of float32 blocks"},
     {"isa", py_isa, METH_NOARGS, "instruction set of the kernels in use"},
     {nullptr, nullptr, 0, nullptr}};
 
@@ -653,7 +684,7 @@ PyMODINIT_FUNC PyInit__native_kernels(void) {
   const bool no512 = baseline || (want && strcmp(want, "avx2") == 0);
   __builtin_cpu_init();
   if (!baseline && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    KT = {pl_avx2::k_gemm_rows, pl_avx2::k_align_exps, pl_avx2::k_fma64_rows, pl_avx2::k_exact_block_rows, pl_avx2::k_pairwise32_rows, pl_avx2::k_fma32_pack, pl_avx2::k_fma32_rows, pl_avx2::k_fma32_tile, pl_avx2::k_bfma_info, pl_avx2::k_bfma_pack_b, pl_avx2::k_bfma_rows, pl_avx2::k_bfma_grouped_rows, pl_avx2::k_quantize, pl_avx2::k_dequantize, pl_avx2::k_blocks, pl_avx2::k_block_amax, pl_avx2::k_hadamard, "avx2+fma"};
+    KT = {pl_avx2::k_gemm_rows, pl_avx2::k_align_exps, pl_avx2::k_fma64_rows, pl_avx2::k_exact_block_rows, pl_avx2::k_pairwise32_rows, pl_avx2::k_fma32_pack, pl_avx2::k_fma32_rows, pl_avx2::k_fma32_tile, pl_avx2::k_bfma_info, pl_avx2::k_bfma_pack_b, pl_avx2::k_bfma_rows, pl_avx2::k_bfma_grouped_rows, pl_avx2::k_quantize, pl_avx2::k_dequantize, pl_avx2::k_blocks, pl_avx2::k_block_amax, pl_avx2::k_hadamard, pl_avx2::k_hadamard_exact64, "avx2+fma"};
     if (!no512 && __builtin_cpu_supports("avx512f")) {  // (checks the OS saves zmm state too)
       KT.fma32_pack = pl_avx512::k_fma32_pack;
       KT.fma32_rows = pl_avx512::k_fma32_rows;
