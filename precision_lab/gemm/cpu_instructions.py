@@ -7,6 +7,7 @@ mnemonic in lower case, with the variant as its kind after a dot (``"bfdot.ebf1"
     pl.tensor_core("x86", "bf16", instruction="vdpbf16ps")       # AVX512-BF16
     pl.tensor_core("x86", "fp16", instruction="tdpfp16ps")       # AMX-FP16 (or "tdpbf16ps")
     pl.tensor_core("x86", "fp16", instruction="vfmadd231ph")     # AVX512-FP16, fp16 output
+    pl.tensor_core("x86", "fp16", instruction="vdpphps")         # AVX10.2 (published: Bochs)
     pl.tensor_core("arm", "bf16", instruction="bfdot")           # FPCR.EBF = 0
     pl.tensor_core("arm", "bf16", instruction="bfmmla.ebf1")     # FEAT_EBF16, FPCR.EBF = 1
     pl.tensor_core("arm", ("e4m3", "e5m2"), instruction="fdot")  # FP8 4-way dot into fp32
@@ -123,11 +124,55 @@ after the exact conversion) while the fp32 destination is still read with DAZ
 (``input_subnormals="flush_signed_c"``). Inferred from the TDPBF16PS measurement: tininess
 after rounding, signed zeros and the NaN rule.
 
-Not presets (their Operation sections could not be read in this work, so no row is claimed):
-AMX-FP8 TDPBF8PS, TDPBHF8PS, TDPHBF8PS, TDPHF8PS; AVX10.2's VDPPHPS (FP16 pairs into fp32;
-GCC's AVX10.2 test model adds the odd product first, as VDPBF16PS, but its rounding and
-subnormal rules are unpublished here); the AVX10.2 FP8 conversions (VCVT[BIAS]PH2{BF8,HF8}[S],
-VCVT2PH2{BF8,HF8}[S], VCVTHF82PH) and VCVT2PS2PHX.
+AVX10.2 and AMX-FP8 (published, not measured: no CPU here has them, the Xeon above lacks
+AVX10.2, AMX-FP8 and AMX-FP16). Intel's Operation sections could not be read in this work; the
+evidence is the Bochs x86 emulator (bochs-emu/Bochs at :data:`BOCHS_COMMIT`, maintained by an
+Intel engineer; cpu/avx/avx10_2_misc.cc, avx10_2_cvt.cc, avx10_2_cvt_fp8.cc, bf8.h, hf8.h,
+amx.cc and its softfloat3e, whose FTZ detects tininess after rounding and flushes to zeros of
+their sign, and whose DAZ reads subnormal operands as zeros of their sign).
+``tests/gemm/test_cpu_isa_avx10.py`` holds the functions and the row to exact oracles of those
+rules on any CPU.
+
+* **VDPPHPS** (FP16 pairs into fp32; the row ``pl.tensor_core("x86", "fp16",
+  instruction="vdpphps")``): VDPBF16PS's rule, ``d = fma(a1, b1, d); d = fma(a0, b0, d)`` (the
+  odd, upper element first), nearest even whatever MXCSR says, FTZ after rounding; the fp16
+  elements are widened exactly (subnormals kept) and DAZ applies to the fp32 accumulator only
+  (``input_subnormals="flush_signed_c"``; it cannot change a bit here, as the first FMA's FTZ
+  flushes a subnormal sum too). GCC's AVX10.2 test model adds the odd product first as well.
+* FP8 formats: BF8 is OCP E5M2 (``"e5m2"``: inf and NaNs), HF8 is OCP E4M3 (``"e4m3"``: no inf,
+  ``S.1111.111`` the NaN, largest 448): :data:`FP8_FORMATS`.
+* **VCVTPH2BF8[S]**, **VCVTPH2HF8[S]**, **VCVT2PH2BF8[S]**, **VCVT2PH2HF8[S]**
+  (:func:`vcvtph2bf8`, :func:`vcvtph2hf8`, :func:`vcvt2ph2bf8`, :func:`vcvt2ph2hf8`): fp16 to
+  FP8, nearest even whatever MXCSR says, DAZ and FTZ ignored (fp16 subnormals are values);
+  overflow gives inf (BF8) or the NaN (HF8: beyond 464, and from an infinity), the S forms
+  ``±max`` instead (infinities included); a NaN stays NaN (BF8: sign, exponent and the upper
+  payload bits, quiet; HF8: the NaN of its sign). Bochs's two-source handlers saturate on the
+  opcode without S, the opposite of its one-source ones and of the mnemonics: the functions
+  follow the mnemonics (``saturate=True`` for the S forms).
+* **VCVTBIASPH2BF8[S]**, **VCVTBIASPH2HF8[S]** (:func:`vcvtbiasph2bf8`,
+  :func:`vcvtbiasph2hf8`): the low byte ``r`` of each 16-bit word of the first source is added
+  below the result's last bit and the sum truncated: ``trunc(|x| / q + r / 256)`` quanta ``q``,
+  which is the core's ``stochastic`` rounding with ``random_bits=8`` and ``r`` as the random
+  field (Bochs adds ``r`` to the fp16 code for BF8, ``r >> 1`` for a normal HF8 result and
+  ``r`` at ``2**-8`` quanta for a subnormal one; the tests show all of them equal to that rule
+  on every fp16 code and every ``r``). Overflow, saturation and NaN as above.
+* **VCVTHF82PH** (:func:`vcvthf82ph`): exact; the NaN ``S.1111.111`` gives ``S | 0x7f80``.
+* **VCVT2PS2PHX** (:func:`vcvt2ps2phx`): two sources of :func:`vcvtps2phx` (measured here for
+  VCVTPS2PHX): MXCSR.RC, DAZ on the fp32 sources, fp16 subnormals kept; Bochs says the same.
+* **AMX-FP8** TDPBF8PS, TDPBHF8PS, TDPHBF8PS, TDPHF8PS (A's format then B's: BF8 or HF8;
+  :func:`tdpfp8ps`). Per output element and instruction, for each group of four K elements: the
+  four products (exact in fp32), ``p0 + p1`` and ``p2 + p3`` each rounded, added into two fp32
+  sums from +0 (``even += p0 + p1``, ``odd += p2 + p3``); then ``even + odd`` and ``dest +
+  that``; nearest even, FTZ after rounding, DAZ on the fp32 destination, MXCSR ignored. Bochs
+  widens each FP8 element to fp16 and then to fp32 under DAZ, so a BF8 subnormal (an fp16
+  subnormal) is read as a zero of its sign while an HF8 subnormal (a normal fp16) is kept;
+  whether the hardware does that is open. Not a row: the Accumulator family has no lanes fed
+  by runs of products (here product ``k`` goes to lane ``(k // 2) mod 2``, each lane a chain
+  of rounded pair sums: ``order="blocked", block=2`` inside ``lanes=2`` would express it if
+  the lane of product ``k`` could be ``(k // 2) mod L``), and for TDPBHF8PS / TDPHBF8PS no
+  ``input_subnormals`` value flushes one input matrix and keeps the other. The rest
+  (``lane_combine="sequential"``, ``split_k=64`` for 16 x 64-byte tiles, RNE, FTZ after
+  rounding, DAZ on ``c``) exists.
 
 >>> import precision_lab as pl
 >>> acc = pl.tensor_core("x86", "bf16", instruction="vdpbf16ps")
@@ -238,7 +283,9 @@ CPU_SPECIAL_EVIDENCE: dict[str, str] = {
     "DAZ on the fp32 operands only, FTZ, RNE, MXCSR ignored; NaN: quiet NaN (inferred); "
     "AVX512-FP16 VFMADD231PH (measured, Intel Xeon): MXCSR.RC rounds, DAZ and FTZ ignored "
     "(fp16 subnormals kept), NaN: the first of the two factors and the addend, quieted, "
-    "invalid gives 0xfe00 (pl.gemm: quiet NaN; exact bits: cpu_instructions.vfmadd231ph)",
+    "invalid gives 0xfe00 (pl.gemm: quiet NaN; exact bits: cpu_instructions.vfmadd231ph); "
+    "AVX10.2 VDPPHPS (published: Bochs): RNE, FTZ after rounding, DAZ on the fp32 accumulator "
+    "only, MXCSR ignored; NaN: quiet NaN",
     "arm": "published: Arm ARM (DDI 0487) C8.2: BF16 (FPCR.EBF = 0) round to odd, overflow to "
     "inf, FZ and FIZ (signed zeros); EBF = 1 and FP8 as FPCR (nearest even, subnormals kept); "
     "default NaN",
