@@ -418,3 +418,49 @@ def test_amx_fp8_is_not_a_row():
     # docstring), so no AMX-FP8 row is claimed
     rows = {r["instruction"] for r in pl.tensor_core.list("x86")}
     assert not rows & set(ci.AMX_FP8_INPUTS)
+
+
+def bochs_steps(
+    h: np.ndarray, r: np.ndarray, fp8: str, saturate: bool, half: bool = True
+) -> np.ndarray:
+    """The BIAS conversions as Bochs's integer steps read (bf8.h, hf8.h), for finite inputs:
+    BF8 adds ``r`` to the whole fp16 code and keeps its high byte; HF8 adds ``r >> 1`` to the
+    code for the exponent test and a normal result, and ``r`` scaled to ``2**-8`` of the
+    quantum for a subnormal one (an fp16 subnormal input: ``r << 7`` on its fraction)."""
+    h, r = h.astype(np.int64), r.astype(np.int64)
+    sign = (h >> 15) << 7
+    if fp8 == "bf8":
+        code = (h + r) >> 8
+        if saturate:
+            code = np.where((code & 0x7F) == 0x7C, sign | 0x7B, code)
+        return code.astype(np.uint8)
+    m = h & 0x7FFF
+    e, f = m >> 10, m & 0x3FF
+    s = m + ((r >> 1) if half else r)
+    es, fs = s >> 10, s & 0x3FF
+    over = (es > 23) | ((es == 23) & (fs >= 0x380))
+    sub_in = (f + (r << 7)) >> 15
+    shift_up = np.clip(8 - e, 0, 63)
+    sig = ((f | 0x400) + (r << shift_up)) >> np.clip(9 - e, 0, 63)
+    sub_out = ((sig >> 10) << 3) | ((sig >> 7) & 7)
+    normal = ((es - 8) << 3) | (fs >> 7)
+    code = np.where(e == 0, sub_in, np.where(es <= 8, sub_out, normal))
+    code = np.where(over, 0x7E if saturate else 0x7F, code)
+    return (code | sign).astype(np.uint8)
+
+
+@pytest.mark.parametrize("fp8", ["bf8", "hf8"])
+def test_bochs_integer_steps_are_the_truncation_rule(fp8):
+    # the reading behind the BIAS functions: Bochs's integer steps (r >> 1 on normal HF8
+    # results, r on subnormal ones) are trunc(|x| / q + r / 256) on every finite code and bias
+    h = ALL16[((ALL16 >> 10) & 31) != 31].astype(np.uint16)
+    for sat in (False, True):
+        for r0 in range(0, 256, 64):
+            r = np.repeat(np.arange(r0, r0 + 64), h.size)
+            hh = np.tile(h, 64)
+            assert np.array_equal(bochs_steps(hh, r, fp8, sat), oracle_fp8(hh, fp8, sat, r))
+    # and the comparison can tell: r (not r >> 1) added to a normal HF8 result differs
+    if fp8 == "hf8":
+        r = np.full(h.size, 100)
+        wrong = bochs_steps(h, r, fp8, False, half=False)
+        assert (wrong != oracle_fp8(h, fp8, False, r)).sum() > 1000
