@@ -7,6 +7,7 @@ mnemonic in lower case, with the variant as its kind after a dot (``"bfdot.ebf1"
     pl.tensor_core("x86", "bf16", instruction="vdpbf16ps")       # AVX512-BF16
     pl.tensor_core("x86", "fp16", instruction="tdpfp16ps")       # AMX-FP16 (or "tdpbf16ps")
     pl.tensor_core("x86", "fp16", instruction="vfmadd231ph")     # AVX512-FP16, fp16 output
+    pl.tensor_core("x86", "fp16", instruction="vdpphps")         # AVX10.2 (published: Bochs)
     pl.tensor_core("arm", "bf16", instruction="bfdot")           # FPCR.EBF = 0
     pl.tensor_core("arm", "bf16", instruction="bfmmla.ebf1")     # FEAT_EBF16, FPCR.EBF = 1
     pl.tensor_core("arm", ("e4m3", "e5m2"), instruction="fdot")  # FP8 4-way dot into fp32
@@ -123,11 +124,60 @@ after the exact conversion) while the fp32 destination is still read with DAZ
 (``input_subnormals="flush_signed_c"``). Inferred from the TDPBF16PS measurement: tininess
 after rounding, signed zeros and the NaN rule.
 
-Not presets (their Operation sections could not be read in this work, so no row is claimed):
-AMX-FP8 TDPBF8PS, TDPBHF8PS, TDPHBF8PS, TDPHF8PS; AVX10.2's VDPPHPS (FP16 pairs into fp32;
-GCC's AVX10.2 test model adds the odd product first, as VDPBF16PS, but its rounding and
-subnormal rules are unpublished here); the AVX10.2 FP8 conversions (VCVT[BIAS]PH2{BF8,HF8}[S],
-VCVT2PH2{BF8,HF8}[S], VCVTHF82PH) and VCVT2PS2PHX.
+AVX10.2 and AMX-FP8 (published, not measured: no CPU here has them, the Xeon above lacks
+AVX10.2, AMX-FP8 and AMX-FP16). Intel's Operation sections could not be read in this work; the
+evidence is the Bochs x86 emulator (bochs-emu/Bochs at :data:`BOCHS_COMMIT`, maintained by an
+Intel engineer; cpu/avx/avx10_2_misc.cc, avx10_2_cvt.cc, avx10_2_cvt_fp8.cc, bf8.h, hf8.h,
+amx.cc and its softfloat3e, whose FTZ detects tininess after rounding and flushes to zeros of
+their sign, and whose DAZ reads subnormal operands as zeros of their sign).
+``tests/gemm/test_cpu_isa_avx10.py`` holds the functions and the row to exact oracles of those
+rules on any CPU.
+
+* **VDPPHPS** (FP16 pairs into fp32; the row ``pl.tensor_core("x86", "fp16",
+  instruction="vdpphps")``): VDPBF16PS's rule, ``d = fma(a1, b1, d); d = fma(a0, b0, d)`` (the
+  odd, upper element first), nearest even whatever MXCSR says, FTZ after rounding; the fp16
+  elements are widened exactly (subnormals kept) and DAZ applies to the fp32 accumulator only
+  (``input_subnormals="flush_signed_c"``; it cannot change a bit here, as the first FMA's FTZ
+  flushes a subnormal sum too). GCC's AVX10.2 test model adds the odd product first as well.
+* FP8 formats: BF8 is OCP E5M2 (``"e5m2"``: inf and NaNs), HF8 is OCP E4M3 (``"e4m3"``: no inf,
+  ``S.1111.111`` the NaN, largest 448): :data:`FP8_FORMATS`.
+* **VCVTPH2BF8[S]**, **VCVTPH2HF8[S]**, **VCVT2PH2BF8[S]**, **VCVT2PH2HF8[S]**
+  (:func:`vcvtph2bf8`, :func:`vcvtph2hf8`, :func:`vcvt2ph2bf8`, :func:`vcvt2ph2hf8`): fp16 to
+  FP8, nearest even whatever MXCSR says, DAZ and FTZ ignored (fp16 subnormals are values);
+  overflow gives inf (BF8) or the NaN (HF8: beyond 464, and from an infinity), the S forms
+  ``±max`` instead (infinities included); a NaN stays NaN (BF8: sign, exponent and the upper
+  payload bits, quiet; HF8: the NaN of its sign). Bochs's two-source handlers saturate on the
+  opcode without S, the opposite of its one-source ones and of the mnemonics: the functions
+  follow the mnemonics (``saturate=True`` for the S forms).
+* **VCVTBIASPH2BF8[S]**, **VCVTBIASPH2HF8[S]** (:func:`vcvtbiasph2bf8`,
+  :func:`vcvtbiasph2hf8`): the low byte ``r`` of each 16-bit word of the first source is added
+  below the result's last bit and the sum truncated: ``trunc(|x| / q + r / 256)`` quanta ``q``,
+  which is the core's ``stochastic`` rounding with ``random_bits=8`` and ``r`` as the random
+  field (Bochs adds ``r`` to the fp16 code for BF8, ``r >> 1`` for a normal HF8 result and
+  ``r`` at ``2**-8`` quanta for a subnormal one; the tests show all of them equal to that rule
+  on every fp16 code and every ``r``). Overflow, saturation and NaN as above.
+* **VCVTHF82PH** (:func:`vcvthf82ph`): exact; the NaN ``S.1111.111`` gives ``S | 0x7f80``.
+* Open (special values): GCC's test model (gcc.target/i386/fp8-helper.h) differs from Bochs
+  there: an infinite input gives the HF8 NaN in the S forms too and stays a BF8 infinity in
+  them, and the HF8 NaN widens to ``S | 0x7e00``; the functions follow Bochs. On finite
+  inputs that helper is cruder (an HF8 subnormal result is a zero, its HF8 path without bias
+  truncates), so it is not taken as evidence.
+* **VCVT2PS2PHX** (:func:`vcvt2ps2phx`): two sources of :func:`vcvtps2phx` (measured here for
+  VCVTPS2PHX): MXCSR.RC, DAZ on the fp32 sources, fp16 subnormals kept; Bochs says the same.
+* **AMX-FP8** TDPBF8PS, TDPBHF8PS, TDPHBF8PS, TDPHF8PS (A's format then B's: BF8 or HF8;
+  :func:`tdpfp8ps`). Per output element and instruction, for each group of four K elements: the
+  four products (exact in fp32), ``p0 + p1`` and ``p2 + p3`` each rounded, added into two fp32
+  sums from +0 (``even += p0 + p1``, ``odd += p2 + p3``); then ``even + odd`` and ``dest +
+  that``; nearest even, FTZ after rounding, DAZ on the fp32 destination, MXCSR ignored. Bochs
+  widens each FP8 element to fp16 and then to fp32 under DAZ, so a BF8 subnormal (an fp16
+  subnormal) is read as a zero of its sign while an HF8 subnormal (a normal fp16) is kept;
+  whether the hardware does that is open. Not a row: the Accumulator family has no lanes fed
+  by runs of products (here product ``k`` goes to lane ``(k // 2) mod 2``, each lane a chain
+  of rounded pair sums: ``order="blocked", block=2`` inside ``lanes=2`` would express it if
+  the lane of product ``k`` could be ``(k // 2) mod L``), and for TDPBHF8PS / TDPHBF8PS no
+  ``input_subnormals`` value flushes one input matrix and keeps the other. The rest
+  (``lane_combine="sequential"``, ``split_k=64`` for 16 x 64-byte tiles, RNE, FTZ after
+  rounding, DAZ on ``c``) exists.
 
 >>> import precision_lab as pl
 >>> acc = pl.tensor_core("x86", "bf16", instruction="vdpbf16ps")
@@ -150,14 +200,27 @@ from .accumulator import Accumulator
 from .reference import gemm
 
 __all__ = [
+    "AMX_FP8_INPUTS",
+    "AMX_FP8_K",
+    "BOCHS_COMMIT",
     "CPU_INSTRUCTIONS",
     "CPU_MACHINES",
+    "FP8_FORMATS",
     "MEASURED_ON",
     "cpu_instruction_name",
     "cpu_rows",
     "tdpbf16ps",
+    "tdpfp8ps",
+    "vcvt2ph2bf8",
+    "vcvt2ph2hf8",
+    "vcvt2ps2phx",
+    "vcvtbiasph2bf8",
+    "vcvtbiasph2hf8",
+    "vcvthf82ph",
     "vcvtne2ps2bf16",
     "vcvtneps2bf16",
+    "vcvtph2bf8",
+    "vcvtph2hf8",
     "vcvtph2psx",
     "vcvtps2phx",
     "vdpbf16ps",
@@ -177,6 +240,7 @@ CPU_INSTRUCTIONS = (
     "tdpbf16ps",
     "tdpfp16ps",
     "vfmadd231ph",
+    "vdpphps",
     "bfmmla",
     "bfdot",
     "bfmlal",
@@ -189,13 +253,19 @@ CPU_INSTRUCTIONS = (
 #: instruction that Zen 4 and the AMX Xeons both have); Arm Compute Library / oneDNN on
 #: Neoverse: BFMMLA for bf16, FDOT for FP8)
 CPU_LIBRARY_CHOICE: dict[str, tuple[str, ...]] = {
-    "x86": ("vdpbf16ps", "tdpbf16ps", "tdpfp16ps", "vfmadd231ph"),
+    "x86": ("vdpbf16ps", "tdpbf16ps", "tdpfp16ps", "vfmadd231ph", "vdpphps"),
     "arm": ("bfmmla", "bfdot", "bfmlal", "fdot", "fmlal", "fmlall"),
 }
 ZEN4 = "AMD EPYC 9004 (Zen 4, Genoa)"
 INTEL_XEON = (
     "Intel Xeon with AMX-BF16 and AVX512-FP16 (CPUID family 6, model 167 as this VM reports)"
 )
+#: the commit of the Bochs source (bochs-emu/Bochs on GitHub) that the AVX10.2 and AMX-FP8
+#: models follow (no such CPU here)
+BOCHS_COMMIT = "783b58fd6d9bae598a07c59719122322fa0edce6"
+#: the FP8 formats of AVX10.2 and AMX-FP8: Intel's BF8 is OCP E5M2 (IEEE-like: inf, NaNs), HF8
+#: is OCP E4M3 (no inf; ``S.1111.111`` is NaN; largest 448): Bochs's bf8.h / hf8.h
+FP8_FORMATS = {"bf8": "e5m2", "hf8": "e4m3"}
 #: CPUs the hardware tests (tests/gemm/test_cpu_isa_hardware.py, test_cpu_isa_amx.py) have run
 #: on, per instruction
 MEASURED_ON: dict[str, str] = {
@@ -218,7 +288,9 @@ CPU_SPECIAL_EVIDENCE: dict[str, str] = {
     "DAZ on the fp32 operands only, FTZ, RNE, MXCSR ignored; NaN: quiet NaN (inferred); "
     "AVX512-FP16 VFMADD231PH (measured, Intel Xeon): MXCSR.RC rounds, DAZ and FTZ ignored "
     "(fp16 subnormals kept), NaN: the first of the two factors and the addend, quieted, "
-    "invalid gives 0xfe00 (pl.gemm: quiet NaN; exact bits: cpu_instructions.vfmadd231ph)",
+    "invalid gives 0xfe00 (pl.gemm: quiet NaN; exact bits: cpu_instructions.vfmadd231ph); "
+    "AVX10.2 VDPPHPS (published: Bochs): RNE, FTZ after rounding, DAZ on the fp32 accumulator "
+    "only, MXCSR ignored; NaN: quiet NaN",
     "arm": "published: Arm ARM (DDI 0487) C8.2: BF16 (FPCR.EBF = 0) round to odd, overflow to "
     "inf, FZ and FIZ (signed zeros); EBF = 1 and FP8 as FPCR (nearest even, subnormals kept); "
     "default NaN",
@@ -270,6 +342,22 @@ def _vdpbf16ps_acc(out: str) -> Accumulator:
         input_subnormals="flush_signed",
         pair_order="odd_first",
     )
+
+
+def _vdpphps_acc(out: str) -> Accumulator:
+    """AVX10.2 VDPPHPS (published: Bochs): VDPBF16PS's two FMAs (odd element first, RNE, FTZ
+    after rounding) on fp16 pairs, which convert exactly to normal fp32 numbers (DAZ applies
+    to the fp32 accumulator only)."""
+    return _vdpbf16ps_acc(out).replace(input_subnormals="flush_signed_c")
+
+
+_VDPPHPS_BOCHS = (
+    "published: Bochs (bochs-emu/Bochs {}, cpu/avx/avx10_2_misc.cc VDPPHPS): per fp32 lane "
+    "d = fma(a1, b1, d) then d = fma(a0, b0, d) (the odd, upper fp16 element first), each "
+    "fp16 element converted exactly to fp32 (subnormals kept), every FMA RNE with DAZ (the "
+    "fp32 accumulator, signed zeros) and FTZ (softfloat3e: tininess after rounding, signed "
+    "zeros), MXCSR not consulted; no hardware here (no AVX10.2 CPU)"
+)
 
 
 #: K elements per AMX TDP*PS instruction in the presets: a 16-row by 64-byte tile of 16-bit
@@ -349,8 +437,8 @@ def cpu_rows() -> list[Row]:
     """The CPU rows of the table, as ``(arch, instruction, kind, inputs, outputs, builder,
     evidence)`` for ``precision_lab.gemm.tensor_core._add``.
 
-    >>> [r[1] for r in cpu_rows()][:5]
-    ['vdpbf16ps', 'tdpbf16ps', 'tdpfp16ps', 'vfmadd231ph', 'bfmmla']
+    >>> [r[1] for r in cpu_rows()][:6]
+    ['vdpbf16ps', 'tdpbf16ps', 'tdpfp16ps', 'vfmadd231ph', 'vdpphps', 'bfmmla']
     """
     ebf0 = (
         f"{_ARM} {{}}: BFDotAdd with FPCR.EBF = 0 (unfused: products and pair sum rounded, "
@@ -370,6 +458,8 @@ def cpu_rows() -> list[Row]:
          _AMX.format("TDPFP16PS (AMX-FP16)", "FP16 input denormals handled (exact in fp32), "
                      "the fp32 destination read with DAZ")),
         ("x86", "vfmadd231ph", "avx512_fp16", ["fp16"], ("fp16",), _fma_chain, _AVX512_FP16),
+        ("x86", "vdpphps", "avx10_2", ["fp16"], ("fp32",), _vdpphps_acc,
+         _VDPPHPS_BOCHS.format(BOCHS_COMMIT)),
         ("arm", "bfmmla", "ebf0", ["bf16"], ("fp32",), _bf16_ebf0,
          ebf0.format("C8.2.67 BFMMLA (2 pairs per element)")),
         ("arm", "bfmmla", "ebf1", ["bf16"], ("fp32",), _bf16_ebf1,
@@ -711,3 +801,279 @@ def vcvtph2psx(codes: Any) -> np.ndarray:
         raise TypeError(f"codes must be fp16 codes (uint16), got dtype {h.dtype}")
     v = h.view(np.float16).astype(np.float32).view(np.uint32)
     return np.where(_is_nan16(h), v | _QUIET32, v).astype(np.uint32).view(np.float32)
+
+
+# ----- AVX10.2 (published: the Bochs emulator; no AVX10.2 CPU here) ------------------------------
+
+
+def _fp16_in(x: Any, name: str) -> np.ndarray:
+    """fp16 operands as codes: uint16 codes, or float16 values."""
+    arr = np.asarray(x)
+    if arr.dtype == np.float16:
+        return np.array(arr, order="C").view(np.uint16)
+    if arr.dtype != np.uint16:
+        raise TypeError(f"{name} must be fp16 codes (uint16) or float16, got dtype {arr.dtype}")
+    return np.array(arr, order="C")
+
+
+def _fp16_to_fp8(h: np.ndarray, fp8: str, saturate: bool, bias: np.ndarray | None) -> np.ndarray:
+    """The AVX10.2 conversion of fp16 codes ``h`` to ``fp8`` ("bf8" or "hf8") codes (uint8):
+    nearest even (``bias`` None) or the BIAS forms' add-and-truncate, which is the core's
+    ``stochastic`` rounding with the 8-bit random field ``bias`` (see :func:`vcvtbiasph2bf8`)."""
+    from ..core.formats import FloatFormat, get_format
+    from ..core.rounding import _plan, _round_float_chunk
+
+    fmt = get_format(FP8_FORMATS[fp8])
+    assert isinstance(fmt, FloatFormat)
+    nan = _is_nan16(h)
+    f = np.where(nan, np.uint16(0), h).view(np.float16).astype(np.float32)
+    overflow = "saturate" if saturate else "ieee"
+    with np.errstate(all="ignore"):
+        if bias is None:
+            codes = np.asarray(encode(f, fmt, overflow=overflow))
+        else:
+            words = (bias.astype(np.uint64) & np.uint64(0xFF)) << np.uint64(56)
+            src = np.ascontiguousarray(f).reshape(-1)
+            out = np.empty(src.size, dtype=np.float32)
+            p = _plan(fmt, "float32", "stochastic", overflow, False)
+            _round_float_chunk(p, src, out, np.ascontiguousarray(words).reshape(-1))
+            vals = out.reshape(f.shape)
+            codes = np.asarray(encode(vals, fmt, rounding="toward_zero", overflow=overflow))
+    sign = ((h >> np.uint16(8)) & np.uint16(0x80)).astype(np.uint8)
+    if fp8 == "bf8":  # NaN: sign, exponent and the upper two payload bits, made quiet
+        q = ((h >> np.uint16(8)) | np.uint16(0x02)).astype(np.uint8)
+    else:  # HF8 has one NaN per sign
+        q = sign | np.uint8(0x7F)
+    return np.where(nan, q, codes.astype(np.uint8)).astype(np.uint8)
+
+
+def vcvtph2bf8(x: Any, saturate: bool = False) -> np.ndarray:
+    """VCVTPH2BF8 (``saturate=False``) and VCVTPH2BF8S (AVX10.2) on each element: fp16 (codes
+    or float16) to BF8 (OCP E5M2) codes, uint8. Round to nearest even whatever MXCSR says,
+    fp16 subnormals kept (DAZ and FTZ ignored: BF8 has fp16's exponent, so a subnormal fp16
+    rounds onto BF8's subnormal grid); overflow to inf, or with saturation to ``±57344``
+    (``0x7b``), infinite inputs included; a NaN keeps its sign, exponent and upper two payload
+    bits, made quiet (``(h >> 8) | 0x02``). Published, not measured: Bochs's bf8.h
+    (:data:`BOCHS_COMMIT`), an integer add of ``0x7f + (bit 8 of h)`` to the fp16 code and a
+    shift by 8.
+
+    >>> [hex(int(c)) for c in vcvtph2bf8(np.float16([1 + 2.0**-3, 61440.0]))]
+    ['0x3c', '0x7c']
+    >>> [hex(int(c)) for c in vcvtph2bf8(np.float16([61440.0, -np.inf]), saturate=True)]
+    ['0x7b', '0xfb']
+    """
+    return _fp16_to_fp8(_fp16_in(x, "x"), "bf8", saturate, None)
+
+
+def vcvtph2hf8(x: Any, saturate: bool = False) -> np.ndarray:
+    """VCVTPH2HF8 and VCVTPH2HF8S (AVX10.2): fp16 to HF8 (OCP E4M3: no inf, NaN
+    ``S.1111.111``, largest 448) codes, uint8. Round to nearest even whatever MXCSR says, DAZ
+    and FTZ ignored; a value beyond 464 (the tie between 448 and 480 rounds to 448) and an
+    infinity give the NaN of their sign, or with saturation ``±448`` (``0x7e``); a NaN gives
+    the NaN of its sign. Published: Bochs's hf8.h (:data:`BOCHS_COMMIT`).
+
+    >>> [hex(int(c)) for c in vcvtph2hf8(np.float16([464.0, 464.5, -np.inf]))]
+    ['0x7e', '0x7f', '0xff']
+    >>> [hex(int(c)) for c in vcvtph2hf8(np.float16([464.5, -np.inf]), saturate=True)]
+    ['0x7e', '0xfe']
+    """
+    return _fp16_to_fp8(_fp16_in(x, "x"), "hf8", saturate, None)
+
+
+def _bias_in(bias: Any, shape: tuple[int, ...]) -> np.ndarray:
+    b = np.asarray(bias)
+    if b.dtype.kind not in "ui" or (b.size and (b.min() < 0 or b.max() > 0xFFFF)):
+        raise TypeError("bias must hold the 16-bit words of src1 (unsigned integers < 2**16)")
+    return np.broadcast_to(b.astype(np.uint64), shape)
+
+
+def vcvtbiasph2bf8(x: Any, bias: Any, saturate: bool = False) -> np.ndarray:
+    """VCVTBIASPH2BF8 and VCVTBIASPH2BF8S (AVX10.2): fp16 ``x`` (src2) to BF8 codes, each
+    element rounded with the low byte ``r`` of the matching 16-bit word of ``bias`` (src1): ``r``
+    is added to the eight fp16 bits below BF8's last bit and the sum truncated, which on the
+    magnitude is ``trunc(|x| / q + r / 256) * q`` (``q`` the BF8 quantum at ``|x|``; carries
+    into the exponent included): the core's ``stochastic`` rounding (away from zero iff the
+    discarded fraction plus ``r / 256`` reaches 1) with ``random_bits=8`` and ``r`` as the
+    random field. Subnormals as normals (fp16 and BF8 share the exponent), overflow, saturation
+    and NaN as :func:`vcvtph2bf8`. Published: Bochs's bf8.h (:data:`BOCHS_COMMIT`,
+    ``convert_truncate_fp16_to_bf8_bias``).
+
+    >>> x = np.float16([1 + 2.0**-3, 1 + 2.0**-3])              # half a BF8 quantum above 1
+    >>> [hex(int(c)) for c in vcvtbiasph2bf8(x, np.uint16([0x7f, 0x80]))]
+    ['0x3c', '0x3d']
+    """
+    h = _fp16_in(x, "x")
+    return _fp16_to_fp8(h, "bf8", saturate, _bias_in(bias, h.shape))
+
+
+def vcvtbiasph2hf8(x: Any, bias: Any, saturate: bool = False) -> np.ndarray:
+    """VCVTBIASPH2HF8 and VCVTBIASPH2HF8S (AVX10.2): fp16 ``x`` to HF8 (E4M3) codes, rounded
+    with the low byte ``r`` of ``bias``'s words: ``trunc(|x| / q + r / 256) * q``, ``q`` the
+    HF8 quantum at ``|x|`` (``2**-9`` below ``2**-6``), the core's ``stochastic`` rounding with
+    ``random_bits=8``. Bochs adds ``r >> 1`` to the seven dropped fp16 bits of a normal result
+    and ``r`` shifted to the quantum's ``2**-8`` for a subnormal one: both are that rule (the
+    fp16 fraction there is a multiple of ``q / 128``, so the dropped low bit of ``r`` never
+    carries). A result that truncates to 480 or beyond, and an infinity, give the NaN of its
+    sign, or with saturation ``±448``; NaN as :func:`vcvtph2hf8`. Published: Bochs's hf8.h
+    (:data:`BOCHS_COMMIT`, ``convert_truncate_fp16_to_hf8_bias``).
+
+    >>> x = np.float16([1 + 2.0**-4, 1 + 2.0**-4])               # half an HF8 quantum above 1
+    >>> [hex(int(c)) for c in vcvtbiasph2hf8(x, np.uint16([0x7f, 0x80]))]
+    ['0x38', '0x39']
+    """
+    h = _fp16_in(x, "x")
+    return _fp16_to_fp8(h, "hf8", saturate, _bias_in(bias, h.shape))
+
+
+def _two_sources(fn: Callable[..., np.ndarray], a: Any, b: Any, **kw: Any) -> np.ndarray:
+    ca, cb = fn(a, **kw), fn(b, **kw)
+    if ca.shape != cb.shape:
+        raise ValueError(f"a and b must have one shape, got {ca.shape} and {cb.shape}")
+    return np.concatenate([cb, ca], axis=-1)
+
+
+def vcvt2ph2bf8(a: Any, b: Any, saturate: bool = False) -> np.ndarray:
+    """VCVT2PH2BF8 / VCVT2PH2BF8S: the destination of two fp16 sources, ``b`` (src2)
+    converted into the low half of the last axis and ``a`` (src1) into the high half, each
+    element as :func:`vcvtph2bf8`. (Bochs, :data:`BOCHS_COMMIT`, saturates for the opcode
+    without S in its two-source handlers, the opposite of its one-source ones and of the
+    mnemonic; this follows the mnemonic.)
+
+    >>> vcvt2ph2bf8(np.float16([1.0]), np.float16([2.0])).tolist()
+    [64, 60]
+    """
+    return _two_sources(vcvtph2bf8, a, b, saturate=saturate)
+
+
+def vcvt2ph2hf8(a: Any, b: Any, saturate: bool = False) -> np.ndarray:
+    """VCVT2PH2HF8 / VCVT2PH2HF8S: as :func:`vcvt2ph2bf8` with :func:`vcvtph2hf8`.
+
+    >>> vcvt2ph2hf8(np.float16([1.0]), np.float16([2.0])).tolist()
+    [64, 56]
+    """
+    return _two_sources(vcvtph2hf8, a, b, saturate=saturate)
+
+
+def vcvthf82ph(codes: Any) -> np.ndarray:
+    """VCVTHF82PH (AVX10.2): HF8 (E4M3) codes (uint8) to fp16 codes (uint16), exact (HF8's
+    subnormals become normal fp16 numbers whatever MXCSR says); the NaN ``S.1111.111`` gives
+    ``S | 0x7f80`` (a quiet NaN). Published: Bochs's hf8.h (:data:`BOCHS_COMMIT`,
+    ``convert_hf8_to_fp16``).
+
+    >>> [hex(int(h)) for h in vcvthf82ph(np.uint8([0x01, 0x7e, 0xff]))]
+    ['0x1800', '0x5f00', '0xff80']
+    """
+    from ..core.codec import decode
+
+    c = np.asarray(codes)
+    if c.dtype != np.uint8:
+        raise TypeError(f"codes must be HF8 codes (uint8), got dtype {c.dtype}")
+    v = np.asarray(decode(c, FP8_FORMATS["hf8"]), dtype=np.float64)
+    h = np.where(np.isnan(v), 0.0, v).astype(np.float16).view(np.uint16)
+    nan = (c & np.uint8(0x7F)) == np.uint8(0x7F)
+    q = ((c.astype(np.uint16) & np.uint16(0x80)) << np.uint16(8)) | np.uint16(0x7F80)
+    return np.where(nan, q, h).astype(np.uint16)
+
+
+def vcvt2ps2phx(a: Any, b: Any, rounding: str = "nearest_even", daz: bool = False) -> np.ndarray:
+    """VCVT2PS2PHX (AVX10.2): the destination of two fp32 sources, ``b`` (src2) converted into
+    the low half of the last axis and ``a`` (src1) into the high half, each element as
+    :func:`vcvtps2phx` (measured for that instruction): MXCSR.RC (or the embedded rounding)
+    rounds, fp32 subnormal inputs read as zeros under MXCSR.DAZ, fp16 subnormal results kept
+    (FTZ ignored). Published: Bochs's avx10_2_cvt.cc (:data:`BOCHS_COMMIT`) says exactly that
+    ("Input FP32 denormals are affected by MXCSR.DAZ but output FP16 denormals are not ...").
+
+    >>> [hex(int(c)) for c in vcvt2ps2phx(np.float32([1.0]), np.float32([2.0**-25]), "up")]
+    ['0x1', '0x3c00']
+    """
+    return _two_sources(vcvtps2phx, a, b, rounding=rounding, daz=daz)
+
+
+# ----- AMX-FP8 (published: Bochs; not a row of the table, see the module docstring) -------------
+#: the AMX-FP8 instructions: (A tile's format, B tile's format), Intel's names
+AMX_FP8_INPUTS: dict[str, tuple[str, str]] = {
+    "tdpbf8ps": ("bf8", "bf8"),
+    "tdpbhf8ps": ("bf8", "hf8"),
+    "tdphbf8ps": ("hf8", "bf8"),
+    "tdphf8ps": ("hf8", "hf8"),
+}
+#: K elements per AMX-FP8 instruction here: 16 rows of 64 bytes, 4 FP8 elements per dword
+AMX_FP8_K = 64
+
+
+def _fp8_values(x: Any, fp8: str, name: str) -> np.ndarray:
+    """FP8 operands given as values on the grid of ``fp8``, as float32, with BF8 subnormals
+    read as zeros of their sign (Bochs widens each element to fp16 and then to fp32 with
+    ``f16_to_f32`` under DAZ: a BF8 subnormal is an fp16 subnormal, an HF8 subnormal becomes a
+    normal fp16 number first)."""
+    from ..core.rounding import round_to
+
+    arr = np.asarray(x)
+    if arr.dtype.kind not in "fiu":
+        raise TypeError(f"{name} must be a real array, got dtype {arr.dtype}")
+    v = arr.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        on = round_to(v, FP8_FORMATS[fp8])
+    if not ((on == v) | np.isnan(v) | (np.isinf(v) & (fp8 == "bf8"))).all():
+        raise ValueError(f"{name} must hold {fp8.upper()} ({FP8_FORMATS[fp8]}) values")
+    v32 = v.astype(np.float32)
+    if fp8 == "bf8":
+        v32 = np.where(np.abs(v32) < np.float32(2.0**-14), np.copysign(np.float32(0), v32), v32)
+    return v32
+
+
+def _ftz32(x: np.ndarray) -> np.ndarray:
+    return np.where(np.abs(x) < np.float32(2.0**-126), np.copysign(np.float32(0), x), x)
+
+
+def tdpfp8ps(
+    c: Any, a: Any, b: Any, instruction: str = "tdpbf8ps", k: int | None = None
+) -> np.ndarray:
+    """A GEMM on AMX-FP8 (TDPBF8PS, TDPBHF8PS, TDPHBF8PS, TDPHF8PS: :data:`AMX_FP8_INPUTS`)
+    as Bochs computes it: ``c`` (fp32, ``(..., M, N)``) plus ``a @ b`` (FP8 values, ``(..., M,
+    K)`` and ``(..., K, N)``), one instruction per ``k`` elements of K (default
+    :data:`AMX_FP8_K`), the destination kept between them. float32 result; a NaN result is
+    numpy's NaN (its bits are not modelled).
+
+    Per output element and instruction, for each group of four K elements ``4j .. 4j+3``: the
+    four products rounded to fp32 (exact: FP8 products have at most 8 significant bits and
+    stay in fp32's normal range), ``s0 = p0 + p1`` and ``s1 = p2 + p3`` each rounded, and two
+    fp32 sums from +0 take ``even = even + s0``, ``odd = odd + s1``; after the last group,
+    ``tmp = even + odd`` and ``dest = dest + tmp``. Every step rounded to nearest even whatever
+    MXCSR says, DAZ (the fp32 destination and BF8 subnormal elements read as zeros of their
+    sign; HF8 subnormals kept) and FTZ (signed zeros, tininess after rounding). Published:
+    Bochs's amx.cc (:data:`BOCHS_COMMIT`); no AMX-FP8 CPU here. A K not a multiple of 4 is
+    padded with zeros (they change no bit: both sums start from +0).
+
+    >>> d = tdpfp8ps(np.float32([[0.0]]), [[2.0**15, 1.0, 2.0**15, 1.0]], [[1.0]] * 4)
+    >>> float(d[0, 0]) == 2.0**16 + 2                     # (p0 + p1) + (p2 + p3), each exact
+    True
+    """
+    if instruction not in AMX_FP8_INPUTS:
+        raise ValueError(f"instruction must be one of {', '.join(AMX_FP8_INPUTS)}")
+    k = AMX_FP8_K if k is None else int(k)
+    if k < 1 or k % 4:
+        raise ValueError(f"k must be a positive multiple of 4, got {k}")
+    fa, fb = AMX_FP8_INPUTS[instruction]
+    av, bv = _fp8_values(a, fa, "a"), _fp8_values(b, fb, "b")
+    cv = np.asarray(_f32_bits(c, "c").view(np.float32))
+    if av.ndim < 2 or bv.ndim < 2 or av.shape[-1] != bv.shape[-2]:
+        raise ValueError(f"a (..., M, K) and b (..., K, N) must agree on K: {av.shape}, {bv.shape}")
+    K = av.shape[-1]
+    pad = (-K) % 4
+    if pad:
+        av = np.concatenate([av, np.zeros((*av.shape[:-1], pad), np.float32)], axis=-1)
+        bv = np.concatenate([bv, np.zeros((*bv.shape[:-2], pad, bv.shape[-1]), np.float32)], -2)
+    batch = np.broadcast_shapes(av.shape[:-2], bv.shape[:-2])
+    shape = np.broadcast_shapes(cv.shape, (*batch, av.shape[-2], bv.shape[-1]))
+    dest = np.array(np.broadcast_to(_ftz32(cv), shape), dtype=np.float32)
+    with np.errstate(all="ignore"):
+        for k0 in range(0, av.shape[-1], k):
+            even = np.zeros(shape, np.float32)
+            odd = np.zeros(shape, np.float32)
+            for j in range(k0, min(k0 + k, av.shape[-1]), 4):
+                p = [av[..., :, j + i, None] * bv[..., j + i, None, :] for i in range(4)]
+                even = even + (p[0] + p[1])  # float32 arithmetic: IEEE, nearest even
+                odd = odd + (p[2] + p[3])  # (no subnormal can arise before dest + tmp)
+            dest = _ftz32(dest + (even + odd))
+    return dest

@@ -283,13 +283,20 @@ def test_cpu_rows_are_in_the_table_with_evidence():
     rows = [r for r in pl.tensor_core.list() if r["arch"] in ("x86", "arm")]
     assert {r["instruction"] for r in rows} == set(ci.CPU_INSTRUCTIONS)
     x86 = [r for r in rows if r["arch"] == "x86"]
-    assert [r["instruction"] for r in x86] == ["vdpbf16ps", "tdpbf16ps", "tdpfp16ps", "vfmadd231ph"]
+    assert [r["instruction"] for r in x86] == [
+        "vdpbf16ps",
+        "tdpbf16ps",
+        "tdpfp16ps",
+        "vfmadd231ph",
+        "vdpphps",
+    ]
     assert x86[0]["evidence"].startswith("measured: AMD EPYC 9004 (Zen 4")
     assert "Intel Xeon" in x86[0]["evidence"]  # VDPBF16PS: the same bits on both CPUs
     assert x86[1]["evidence"].startswith("measured: Intel Xeon")  # AMX-BF16 (this Xeon)
     assert x86[2]["evidence"].startswith("published: Intel")  # AMX-FP16: no such CPU here
     assert x86[3]["evidence"].startswith("measured: Intel Xeon")  # AVX512-FP16
     assert x86[3]["out_format"] == "fp16" and x86[3]["kind"] == "avx512_fp16"
+    assert x86[4]["evidence"].startswith("published: Bochs")  # AVX10.2: no such CPU here
     assert all(r["evidence"].startswith("published: Arm ARM") for r in rows if r["arch"] == "arm")
     assert pl.tensor_core.list("zen4") == pl.tensor_core.list("x86")
     assert "vdpbf16ps" in {r["instruction"] for r in pl.tensor_core.list("sapphirerapids")}
