@@ -210,6 +210,63 @@ def gemm(
     return restore(_canonical_nan(out, acc.nan_encoding))
 
 
+@functools.lru_cache(maxsize=256)
+def _fma32_route(acc: Accumulator, fa: FloatFormat, fb: FloatFormat, out_fmt: FloatFormat) -> bool:
+    """Whether :func:`gemm` (``backend="auto"``, ``input_rounding="nearest_even"``, no scales,
+    numpy float arrays, the native kernels active) hands this model to the fp32 FMA kernel
+    (``native_backend._fma32_gemm``) first: the chain of checks of :func:`gemm` and
+    ``native_backend.gemm``, decided once per model (all of them depend on the model alone)."""
+    native = _native_backend()
+    try:
+        fa, fb = _input_formats((fa, fb))
+        if max(fa.precision, fb.precision) > _EXACT_PRODUCT_BITS:
+            return False
+        _check_wide_inputs(acc, fa, fb)
+    except ValueError:
+        return False  # (gemm raises it)
+    return bool(
+        native.available()
+        and acc.switch_k is None
+        and native.covers(acc)
+        and reference_only(acc) is None
+        and not native.numpy_is_faster(acc, fa, fb)
+        and acc.input_subnormals != "flush"
+        and acc.fields_3d_default()
+        and not acc.k1_product
+        and acc.order != "exact_block"
+        and acc.addend != "separate"
+        and acc.scales != "in_block"
+        and native.fma32_applies(acc, fa, fb, out_fmt)
+    )
+
+
+def gemm_internal(
+    a: np.ndarray,
+    b: np.ndarray,
+    c: np.ndarray | None,
+    fa: FloatFormat,
+    fb: FloatFormat,
+    acc: Accumulator,
+    out_fmt: FloatFormat,
+) -> np.ndarray:
+    """``gemm(a, b, c, input_format=(fa, fb), accumulator=acc, out_format=out_fmt)`` for callers
+    in this package whose arguments are valid by construction: numpy float32/float64 arrays
+    (not ml_dtypes, not CuPy, shapes already matched), format objects, an
+    :class:`Accumulator`. The same bits as :func:`gemm`: where :func:`_fma32_route` says gemm
+    would run the fp32 FMA kernel, it runs it directly, skipping the per-call resolution of
+    formats and accumulator, the input conversions and the NaN canonicalisation (its results
+    are all finite: a non-finite output makes ``_fma32_gemm`` return None, and the call then
+    goes through :func:`gemm` as before, which reruns the same kernel and goes on to the
+    general path). About 0.1 ms per call of ``precision_lab.torch.simulate``'s GEMMs (39 per
+    step of benchmarks/bench_simulate.py), measured on this project's 2-core Xeon."""
+    if _AUTO_CPU == "native" and native_kernels.active() and _fma32_route(acc, fa, fb, out_fmt):
+        out = _native_backend()._fma32_gemm(a, b, c, fa, fb, acc, out_fmt, "nearest_even")
+        if out is not None:
+            return out  # type: ignore[no-any-return]
+    fmt: Any = fa if fa == fb else (fa, fb)
+    return gemm(a, b, c, input_format=fmt, accumulator=acc, out_format=out_fmt)  # type: ignore[no-any-return]
+
+
 @functools.cache
 def _native_backend() -> Any:
     """precision_lab.gemm.native_backend (imported once, on first use)."""

@@ -113,6 +113,7 @@ from ..core.rounding import check_options, is_stochastic
 from ..core.rounding import round_to as _round_to
 from ..gemm import Accumulator, gemm
 from ..gemm.recipes import _check_accumulator
+from ..gemm.reference import gemm_internal
 from ..quant.recipes import RECIPES, Recipe, get_recipe
 from ..scaling.fp8 import DelayedScaling, scale_from_amax
 from ..training.policy import POLICIES, LayerPrecision, Policy, get_policy
@@ -174,6 +175,12 @@ def _pl_gemm(
     a32 = a.detach().to(torch.float32)
     b32 = b.detach().to(torch.float32)
     c32 = None if c is None else c.detach().to(torch.float32)
+    if not kw and a32.device.type == b32.device.type == "cpu" and (c32 is None or c32.is_cpu):
+        # float32 CPU tensors as numpy views, formats and accumulator already resolved: the
+        # package's internal entry (pl.gemm's bits, without its per-call checks)
+        cn = None if c32 is None else c32.numpy()
+        r = gemm_internal(a32.numpy(), b32.numpy(), cn, fa, fb, acc, _FP32)
+        return torch.from_numpy(r)
     r = gemm(a32, b32, c32, input_format=fmt, accumulator=acc, out_format="fp32", **kw)
     return torch.as_tensor(r).to(torch.float32)
 
