@@ -96,6 +96,7 @@ True
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import math
 import weakref
@@ -294,12 +295,19 @@ class _GemmFn(torch.autograd.Function):
         return da, db, dc, None, None, None, None
 
 
+@functools.lru_cache(maxsize=32)
+def _pairwise_accumulator(fmt: FloatFormat) -> Accumulator:
+    """``Accumulator(fmt, order="pairwise")``, built (and validated) once per format: a frozen
+    model, shared by every bias gradient."""
+    return Accumulator(fmt, order="pairwise")
+
+
 def _bias_grad(gs: torch.Tensor, c_shape: torch.Size, spec: GemmSpec) -> torch.Tensor:
     """The gradient of a bias of shape ``c_shape`` (``(N,)`` or broadcastable): the sum of the
     stored gradient ``gs`` (..., M, N) over every broadcast dimension, as one ``pl.gemm`` of a
     ones row with the gradient rows, pairwise in FP32 (``reductions``) or the gradient format."""
     fmt = _FP32 if spec.fp32_reductions else spec.gradient
-    acc = Accumulator(fmt, order="pairwise")
+    acc = _pairwise_accumulator(fmt)
     m, n = gs.shape[-2], gs.shape[-1]
     if len(c_shape) == 1 and c_shape[0] == n:  # a Linear bias: sum over the rows
         rows = gs.reshape(-1, n)
