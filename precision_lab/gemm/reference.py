@@ -210,6 +210,127 @@ def gemm(
     return restore(_canonical_nan(out, acc.nan_encoding))
 
 
+@functools.lru_cache(maxsize=256)
+def _fma32_route(acc: Accumulator, fa: FloatFormat, fb: FloatFormat, out_fmt: FloatFormat) -> bool:
+    """Whether :func:`gemm` (``backend="auto"``, ``input_rounding="nearest_even"``, no scales,
+    numpy float arrays, the native kernels active) hands this model to the fp32 FMA kernel
+    (``native_backend._fma32_gemm``) first: the chain of checks of :func:`gemm` and
+    ``native_backend.gemm``, decided once per model (all of them depend on the model alone)."""
+    native = _native_backend()
+    try:
+        fa, fb = _input_formats((fa, fb))
+        if max(fa.precision, fb.precision) > _EXACT_PRODUCT_BITS:
+            return False
+        _check_wide_inputs(acc, fa, fb)
+    except ValueError:
+        return False  # (gemm raises it)
+    return bool(
+        native.available()
+        and acc.switch_k is None
+        and native.covers(acc)
+        and reference_only(acc) is None
+        and not native.numpy_is_faster(acc, fa, fb)
+        and acc.input_subnormals != "flush"
+        and acc.fields_3d_default()
+        and not acc.k1_product
+        and acc.order != "exact_block"
+        and acc.addend != "separate"
+        and acc.scales != "in_block"
+        and native.fma32_applies(acc, fa, fb, out_fmt)
+    )
+
+
+def gemm_internal(
+    a: np.ndarray,
+    b: np.ndarray,
+    c: np.ndarray | None,
+    fa: FloatFormat,
+    fb: FloatFormat,
+    acc: Accumulator,
+    out_fmt: FloatFormat,
+) -> np.ndarray:
+    """``gemm(a, b, c, input_format=(fa, fb), accumulator=acc, out_format=out_fmt)`` for callers
+    in this package whose arguments are valid by construction: numpy float32/float64 arrays
+    (not ml_dtypes, not CuPy, shapes already matched), format objects, an
+    :class:`Accumulator`. The same bits as :func:`gemm`: where :func:`_fma32_route` says gemm
+    would run the fp32 FMA kernel, it runs it directly, skipping the per-call resolution of
+    formats and accumulator, the input conversions and the NaN canonicalisation (its results
+    are all finite: a non-finite output makes ``_fma32_gemm`` return None, and the call then
+    goes through :func:`gemm` as before, which reruns the same kernel and goes on to the
+    general path). Saves 30 us (8 x 8 x 8: pl.gemm 52 us, this 23 us) to 0.1 ms per call of
+    ``precision_lab.torch.simulate``'s GEMMs (39 per step of benchmarks/bench_simulate.py),
+    measured on this project's 2-core Xeon."""
+    if _AUTO_CPU == "native" and native_kernels.active() and _fma32_route(acc, fa, fb, out_fmt):
+        native = _native_backend()
+        out = None
+        if c is not None:
+            ab = _bias_as_k_term(a, b, c, fa, fb, out_fmt)
+            if ab is not None:
+                out = native._fma32_gemm(*ab, None, _FP32, _FP32, acc, out_fmt, "nearest_even")
+        if out is None:
+            out = native._fma32_gemm(a, b, c, fa, fb, acc, out_fmt, "nearest_even")
+        if out is not None:
+            return out  # type: ignore[no-any-return]
+    fmt: Any = fa if fa == fb else (fa, fb)
+    return gemm(a, b, c, input_format=fmt, accumulator=acc, out_format=out_fmt)  # type: ignore[no-any-return]
+
+
+#: outputs of at least this many elements take a bias as a K term (:func:`_bias_as_k_term`)
+_BIAS_TERM_OUTPUTS = 1 << 15
+
+
+def _bias_as_k_term(
+    a: np.ndarray,
+    b: np.ndarray,
+    c: np.ndarray,
+    fa: FloatFormat,
+    fb: FloatFormat,
+    out_fmt: FloatFormat,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """A bias ``c`` of a 2-D float32 GEMM on the fp32 FMA kernel (a row ``(N,)``/``(1, N)`` or
+    a column ``(M, 1)``), folded into the operands as one more K step in front:
+    ``[1 | a] @ [c ; b]`` (a column: ``[c | a] @ [1 ; b]``), so that the kernel runs without
+    ``c``; or None (not such a case: fp32 inputs and output only).
+
+    The same bits: the model's chain starts at ``s = c`` (c rounded to fp32, which a float32
+    value is already) and adds ``a[i, k] * b[k, j]`` in k order, each step one float32 FMA; the
+    folded GEMM starts at ``+0`` and its first step is ``+0 + 1 * c = c`` exactly, except for
+    ``c = -0`` (the sum gives +0): declined when ``c`` holds a -0. A non-finite ``c`` leaves
+    the output non-finite and the caller goes to :func:`gemm`, as before. Why: the fp32 FMA
+    kernel runs 1.5 to 2x slower with a ``c`` than without on large outputs (512 x 128 x 512:
+    1.21 ms with c, 0.62 ms folded, 0.58 ms without c, one worker, this project's Xeon);
+    outputs down to 512 x 96 gained (0.19 -> 0.16 ms); smaller ones, below
+    ``_BIAS_TERM_OUTPUTS``, were not measured and keep ``c``.
+    Other input formats would need the inputs rounded here, in Python: a bench_simulate step
+    under mixed_bfloat16 then took 37.1 ms against 35.7 ms without the fold (median of 25
+    interleaved), so they keep ``c``; float32: 32.3 against 33.1 ms.
+    """
+    if a.ndim != 2 or b.ndim != 2 or not (out_fmt == fa == fb == _FP32):
+        return None
+    if not (a.dtype == b.dtype == c.dtype == np.float32):
+        return None
+    (m, k), n = a.shape, b.shape[1]
+    if k == 0 or b.shape[0] != k or m * n < _BIAS_TERM_OUTPUTS:
+        return None
+    row = c.shape in ((n,), (1, n))
+    if not row and c.shape != (m, 1):
+        return None
+    cv = c.reshape(-1)
+    if bool(np.any(np.signbit(cv) & (cv == 0))):
+        return None
+    A = np.empty((m, k + 1), np.float32)
+    B = np.empty((k + 1, n), np.float32)
+    A[:, 1:] = a  # (fp32 inputs: on their grid as they are)
+    B[1:] = b
+    if row:
+        A[:, 0] = 1.0
+        B[0] = cv
+    else:
+        A[:, 0] = cv
+        B[0] = 1.0
+    return A, B
+
+
 @functools.cache
 def _native_backend() -> Any:
     """precision_lab.gemm.native_backend (imported once, on first use)."""

@@ -1,0 +1,124 @@
+"""reference.gemm_internal (the package's own GEMM entry, used by precision_lab.torch.simulate)
+gives the numpy reference's bits, also where it folds a bias into the operands as one more K
+step (reference._bias_as_k_term): compared bit for bit with ``gemm(backend="numpy")``, with
+the signs of zero, subnormals, infinities, NaN and values that overflow the input format."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+
+import precision_lab as pl
+
+native_kernels = importlib.import_module("precision_lab.backends.native.kernels")
+reference = importlib.import_module("precision_lab.gemm.reference")
+
+pytestmark = pytest.mark.skipif(
+    not native_kernels.available(), reason="precision_lab.backends._native_kernels is not built"
+)
+F = pl.get_format
+
+
+def bits(x: np.ndarray) -> np.ndarray:
+    # NaN compared as one pattern (the numpy reference canonicalises; the sign carries nothing)
+    x = np.where(np.isnan(x), np.float32(np.nan), x).astype(np.float32)
+    return x.view(np.uint32)
+
+
+def operands(
+    rng: np.random.Generator, m: int, k: int, n: int, special: bool
+) -> tuple[np.ndarray, ...]:
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    if special:  # subnormals, signed zeros, exact cancellation
+        a[0, :] = np.float32(2.0**-140)
+        a[1, :] = -0.0
+        b[:, 0] = -0.0
+        a[2, 0], b[0, 1] = np.float32(3.0), np.float32(-3.0)
+    return a, b
+
+
+FORMATS = [("fp32", "fp32"), ("bf16", "bf16"), ("fp16", "fp16"), ("e4m3", "e4m3"), ("bf16", "fp32")]
+
+
+@pytest.mark.parametrize(("fa", "fb"), FORMATS)
+@pytest.mark.parametrize("where", ["row", "row2d", "column"])
+@pytest.mark.parametrize("special", [False, True])
+def test_bias_folded_matches_the_reference(fa: str, fb: str, where: str, special: bool) -> None:
+    rng = np.random.default_rng(abs(hash((fa, fb, where, special))) % 2**32)
+    m, k, n = 256, 40, 160  # (m * n above _BIAS_TERM_OUTPUTS: the fold runs)
+    a, b = operands(rng, m, k, n, special)
+    shape = {"row": (n,), "row2d": (1, n), "column": (m, 1)}[where]
+    c = rng.standard_normal(shape).astype(np.float32)
+    if special:
+        c.reshape(-1)[:3] = [2.0**-130, 1e-45, -(2.0**-126)]
+    fa_, fb_ = F(fa), F(fb)
+    acc = pl.Accumulator()
+    assert reference._fma32_route(acc, fa_, fb_, F("fp32"))
+    folded = reference._bias_as_k_term(a, b, c, fa_, fb_, F("fp32"))
+    assert (folded is not None) == (fa == fb == "fp32")  # (fp32 inputs alone are folded)
+    got = reference.gemm_internal(a, b, c, fa_, fb_, acc, F("fp32"))
+    fmt = fa if fa == fb else (fa, fb)
+    want = pl.gemm(a, b, c, input_format=fmt, accumulator=acc, backend="numpy")
+    assert got.dtype == want.dtype == np.float32
+    np.testing.assert_array_equal(bits(got), bits(want))
+
+
+@pytest.mark.parametrize(
+    "poison", ["negative_zero_c", "inf_c", "nan_c", "nan_a", "overflow_a", "overflow_sum"]
+)
+def test_declined_and_non_finite_cases_keep_the_reference_bits(poison: str) -> None:
+    rng = np.random.default_rng(7)
+    m, k, n = 256, 24, 160
+    a, b = operands(rng, m, k, n, special=False)
+    c = rng.standard_normal(n).astype(np.float32)
+    fmt = F("fp32")
+    if poison == "negative_zero_c":  # +0 + 1 * -0 would be +0: the fold declines
+        c[5] = -0.0
+        a[:, :] = 0.0
+        b[:, 5] = -1.0  # every product of column 5 is -0: the sums stay -0
+        assert reference._bias_as_k_term(a, b, c, fmt, fmt, F("fp32")) is None
+    elif poison == "inf_c":
+        c[3] = np.inf
+    elif poison == "nan_c":
+        c[3] = np.nan
+    elif poison == "nan_a":
+        a[4, 2] = np.nan
+    elif poison == "overflow_a":  # a product beyond float32's range
+        a[4, 2] = np.float32(3.4e38)
+    else:  # a finite sum that overflows float32
+        a[6, :], b[:, 7] = np.float32(1e30), np.float32(1e30)
+    got = reference.gemm_internal(a, b, c, fmt, fmt, pl.Accumulator(), F("fp32"))
+    want = pl.gemm(a, b, c, input_format=fmt, accumulator=pl.Accumulator(), backend="numpy")
+    np.testing.assert_array_equal(bits(got), bits(want))
+    if poison == "negative_zero_c":
+        assert np.signbit(got[:, 5]).all() and (got[:, 5] == 0).all()  # -0 + (-0) = -0
+
+
+def test_without_bias_and_batched_match_the_reference() -> None:
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((3, 33, 17)).astype(np.float32)
+    b = rng.standard_normal((3, 17, 9)).astype(np.float32)
+    fmt = F("fp16")
+    got = reference.gemm_internal(a, b, None, fmt, fmt, pl.Accumulator(), F("fp32"))
+    want = pl.gemm(a, b, input_format=fmt, backend="numpy")
+    np.testing.assert_array_equal(bits(got), bits(want))
+    # transposed views (the backward's operands) and a bias too small to fold
+    at = np.ascontiguousarray(a[0].T).T
+    c = rng.standard_normal(9).astype(np.float32)
+    got = reference.gemm_internal(at, b[0], c, fmt, fmt, pl.Accumulator(), F("fp32"))
+    want = pl.gemm(at, b[0], c, input_format=fmt, backend="numpy")
+    np.testing.assert_array_equal(bits(got), bits(want))
+
+
+def test_models_off_the_fma32_route_go_through_gemm() -> None:
+    rng = np.random.default_rng(5)
+    a, b = operands(rng, 64, 16, 32, special=False)
+    c = rng.standard_normal(32).astype(np.float32)
+    acc = pl.Accumulator("fp32", order="pairwise")
+    assert not reference._fma32_route(acc, F("bf16"), F("bf16"), F("fp32"))
+    got = reference.gemm_internal(a, b, c, F("bf16"), F("bf16"), acc, F("fp32"))
+    want = pl.gemm(a, b, c, input_format="bf16", accumulator=acc, backend="numpy")
+    np.testing.assert_array_equal(bits(got), bits(want))
