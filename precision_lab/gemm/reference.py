@@ -252,7 +252,7 @@ def gemm_internal(
     """``gemm(a, b, c, input_format=(fa, fb), accumulator=acc, out_format=out_fmt)`` for callers
     in this package whose arguments are valid by construction: numpy float32/float64 arrays
     (not ml_dtypes, not CuPy, shapes already matched), format objects, an
-    :class:`Accumulator`. The same bits as :func:`gemm`: where :func:`_fma32_route` says gemm
+    :class:`Accumulator`. The same bits as :func:`gemm`: where ``_fma32_route`` says gemm
     would run the fp32 FMA kernel, it runs it directly, skipping the per-call resolution of
     formats and accumulator, the input conversions and the NaN canonicalisation (its results
     are all finite: a non-finite output makes ``_fma32_gemm`` return None, and the call then
@@ -275,7 +275,7 @@ def gemm_internal(
     return gemm(a, b, c, input_format=fmt, accumulator=acc, out_format=out_fmt)  # type: ignore[no-any-return]
 
 
-#: outputs of at least this many elements take a bias as a K term (:func:`_bias_as_k_term`)
+#: outputs of at least this many elements take a bias as a K term (``_bias_as_k_term``)
 _BIAS_TERM_OUTPUTS = 1 << 15
 
 
