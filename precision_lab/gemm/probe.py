@@ -939,6 +939,13 @@ def probe_gemm(
                 f"({dist[0][0] // 2} of {nleaves * (nleaves - 1) // 2} pairs differ); "
                 f"measured: {_shorten(tree_txt)}"
             )
+            twos = [j for j in range(1, kp) if sizes[0, j] == 2]
+            if len(twos) == 1 and twos[0] >= 2 and 2 * twos[0] > kp:
+                evidence["tree"] += (
+                    f"; the first product meets product {twos[0]} first: {twos[0]} lanes, "
+                    f"which the probe reads with max_k >= {2 * twos[0]} (two products a lane; "
+                    "torch.sum has 32)"
+                )
 
     # 2-5. per structure: targeted measurements, then candidates (6: special values below)
     rand_calls = _random_battery(lab, rng, fin, fout, kp)

@@ -303,3 +303,11 @@ def test_a_vector_cleanup_loop_a_joined_tail_and_a_small_k_kernel_are_recovered(
     assert got.long_kernel is not None and got.long_kernel.lane_vector == 4, str(res)
     assert got.long_kernel.lane_tail == "separate_first" and got.long_kernel.block == 4, str(res)
     assert fresh_same(fn, got, (1, 2, 3, 4, 5, 7, 9, 17, 21, 33, 63, 64, 65, 100, 131, 257))
+
+
+def test_lanes_too_wide_for_max_k_are_named_with_the_max_k_that_reads_them() -> None:
+    fn = hidden(A("fp32", lanes=16, lane_combine="pairwise"))
+    with use_workers(1):
+        res = pl.probe_gemm(fn, input_format="fp32", max_k=20, cases=64)
+    assert res.failed == "summation tree", str(res)
+    assert "16 lanes, which the probe reads with max_k >= 32" in res.evidence["tree"]
