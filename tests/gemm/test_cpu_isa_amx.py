@@ -25,15 +25,12 @@ reports) (``cpu_instructions.MEASURED_ON``).
 from __future__ import annotations
 
 import ctypes
-import os
-import platform
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cpu_harness import MXCSR_DEFAULT, MXCSR_ODD, build, cpu_flags
+from cpu_harness import ptr as _p
 
 import precision_lab as pl
 from precision_lab.gemm import cpu_instructions as ci
@@ -41,9 +38,6 @@ from precision_lab.gemm import cpu_instructions as ci
 SOURCE = Path(__file__).parent / "cpu_isa" / "x86_amx.cpp"
 #: at least this many output elements (the issue's bar)
 N_MIN = 10_000_000
-MXCSR_DEFAULT = 0x1F80
-#: round toward zero, FTZ, DAZ
-MXCSR_ODD = 0x1F80 | (3 << 13) | (1 << 15) | (1 << 6)
 _WHY = {
     1: "this CPU has no AMX-TILE and AMX-BF16 (CPUID leaf 7 EDX bits 24 and 22)",
     2: "the OS has not enabled XSAVE (CPUID.1:ECX.OSXSAVE)",
@@ -54,18 +48,7 @@ _WHY = {
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
-    if sys.platform != "linux" or platform.machine() not in ("x86_64", "AMD64"):
-        pytest.skip(f"x86-64 Linux only (this is {sys.platform} {platform.machine()})")
-    cxx = next((shutil.which(c) for c in (os.environ.get("CXX"), "g++", "c++", "clang++")
-                if c and shutil.which(c)), None)  # fmt: skip
-    if cxx is None:
-        pytest.skip("no C++ compiler found (g++, c++, clang++ or $CXX): cannot build the harness")
-    out = tmp_path_factory.mktemp("cpu_isa") / "x86_amx.so"
-    res = subprocess.run([cxx, "-O2", "-shared", "-fPIC", "-o", str(out), str(SOURCE)],
-                         capture_output=True, text=True)  # fmt: skip
-    if res.returncode:
-        pytest.skip(f"the compiler cannot build the AMX harness: {res.stderr[-400:]}")
-    return ctypes.CDLL(str(out))
+    return build(tmp_path_factory, SOURCE, "AMX")
 
 
 @pytest.fixture(scope="module")
@@ -77,21 +60,11 @@ def lib(harness: ctypes.CDLL) -> ctypes.CDLL:
 
 
 def test_the_cpuid_check_agrees_with_the_kernel(harness):
-    flags = set()
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("flags"):
-            flags = set(line.split(":", 1)[1].split())
-            break
-    if not flags:
-        pytest.skip("/proc/cpuinfo has no flags line")
+    flags = cpu_flags()
     if {"amx_tile", "amx_bf16"} <= flags:
         assert harness.pl_amx_status() in (0, 4)  # (4: a kernel that refuses the permission)
     else:
         assert harness.pl_amx_status() == 1
-
-
-def _p(a: np.ndarray) -> ctypes.c_void_p:
-    return ctypes.c_void_p(a.ctypes.data)
 
 
 def hw_amx(h: ctypes.CDLL, c, a, b, k: int, mxcsr: int = MXCSR_DEFAULT) -> np.ndarray:

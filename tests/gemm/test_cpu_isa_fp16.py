@@ -25,15 +25,12 @@ Ran on: Intel Xeon with AMX-BF16 and AVX512-FP16 (CPUID family 6, model 167 as i
 from __future__ import annotations
 
 import ctypes
-import os
-import platform
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cpu_harness import build, cpu_flags
+from cpu_harness import ptr as _p
 
 import precision_lab as pl
 from precision_lab.gemm import cpu_instructions as ci
@@ -50,18 +47,7 @@ def mxcsr(mode: str, ftz: bool = False, daz: bool = False) -> int:
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
-    if sys.platform != "linux" or platform.machine() not in ("x86_64", "AMD64"):
-        pytest.skip(f"x86-64 Linux only (this is {sys.platform} {platform.machine()})")
-    cxx = next((shutil.which(c) for c in (os.environ.get("CXX"), "g++", "c++", "clang++")
-                if c and shutil.which(c)), None)  # fmt: skip
-    if cxx is None:
-        pytest.skip("no C++ compiler found (g++, c++, clang++ or $CXX): cannot build the harness")
-    out = tmp_path_factory.mktemp("cpu_isa") / "x86_fp16.so"
-    res = subprocess.run([cxx, "-O2", "-shared", "-fPIC", "-o", str(out), str(SOURCE)],
-                         capture_output=True, text=True)  # fmt: skip
-    if res.returncode:
-        pytest.skip(f"the compiler cannot build the AVX512-FP16 harness: {res.stderr[-400:]}")
-    return ctypes.CDLL(str(out))
+    return build(tmp_path_factory, SOURCE, "AVX512-FP16")
 
 
 @pytest.fixture(scope="module")
@@ -75,19 +61,9 @@ def lib(harness: ctypes.CDLL) -> ctypes.CDLL:
 
 
 def test_the_cpuid_check_agrees_with_the_kernel(harness):
-    flags = set()
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("flags"):
-            flags = set(line.split(":", 1)[1].split())
-            break
-    if not flags:
-        pytest.skip("/proc/cpuinfo has no flags line")
+    flags = cpu_flags()
     want = {"avx512f", "avx512bw", "avx512vl", "avx512_fp16"} <= flags
     assert bool(harness.pl_has_avx512fp16()) == want
-
-
-def _p(a: np.ndarray) -> ctypes.c_void_p:
-    return ctypes.c_void_p(a.ctypes.data)
 
 
 def _pad(x: np.ndarray, m: int) -> np.ndarray:

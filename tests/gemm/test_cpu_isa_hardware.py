@@ -23,14 +23,12 @@ model 167 as its VM reports): the same bits (``cpu_instructions.MEASURED_ON``).
 from __future__ import annotations
 
 import ctypes
-import os
-import platform
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cpu_harness import MXCSR_DEFAULT, MXCSR_ODD, build, cpu_flags
+from cpu_harness import ptr as _p
 
 import precision_lab as pl
 from precision_lab.gemm import cpu_instructions as ci
@@ -38,34 +36,12 @@ from precision_lab.gemm import cpu_instructions as ci
 SOURCE = Path(__file__).parent / "cpu_isa" / "x86_bf16.cpp"
 #: at least this many inputs per instruction (the issue's bar)
 N_MIN = 10_000_000
-#: MXCSR values: the default (all exceptions masked, RNE) and round toward zero with FTZ and DAZ
-MXCSR_DEFAULT = 0x1F80
-MXCSR_ODD = 0x1F80 | (3 << 13) | (1 << 15) | (1 << 6)
-
-
-def _compiler() -> str | None:
-    import shutil
-
-    for cand in (os.environ.get("CXX"), "g++", "c++", "clang++"):
-        if cand and shutil.which(cand):
-            return shutil.which(cand)
-    return None
 
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
     """The compiled harness (any x86-64 CPU loads it: only its kernels need AVX512-BF16)."""
-    if sys.platform != "linux" or platform.machine() not in ("x86_64", "AMD64"):
-        pytest.skip(f"x86-64 Linux only (this is {sys.platform} {platform.machine()})")
-    cxx = _compiler()
-    if cxx is None:
-        pytest.skip("no C++ compiler found (g++, c++, clang++ or $CXX): cannot build the harness")
-    out = tmp_path_factory.mktemp("cpu_isa") / "x86_bf16.so"
-    cmd = [cxx, "-O2", "-shared", "-fPIC", "-o", str(out), str(SOURCE)]
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    if res.returncode:
-        pytest.skip(f"the compiler cannot build the AVX512-BF16 harness: {res.stderr[-400:]}")
-    return ctypes.CDLL(str(out))
+    return build(tmp_path_factory, SOURCE, "AVX512-BF16")
 
 
 @pytest.fixture(scope="module")
@@ -81,19 +57,9 @@ def lib(harness: ctypes.CDLL) -> ctypes.CDLL:
 
 
 def test_the_cpuid_check_agrees_with_the_kernel(harness):
-    flags = set()
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("flags"):
-            flags = set(line.split(":", 1)[1].split())
-            break
-    if not flags:
-        pytest.skip("/proc/cpuinfo has no flags line")
+    flags = cpu_flags()
     want = {"avx512f", "avx512vl", "avx512_bf16"} <= flags
     assert bool(harness.pl_has_avx512bf16()) == want
-
-
-def _p(a: np.ndarray) -> ctypes.c_void_p:
-    return ctypes.c_void_p(a.ctypes.data)
 
 
 def _pad16(n: int) -> int:
