@@ -1458,18 +1458,10 @@ def _small_k(
     unit = (-1.0 if got.group(2) else 1.0) * 2.0 ** int(got.group(3))
     rows: dict[int, np.ndarray | None] = {}
     for kk in range(2, kp):
-        n = kk + (1 if with_c else 0)
-        cases: list[Case] = []
-        for j in range(1, n):
-            vals = [big if t == 0 else -big if t == j else unit for t in range(n)]
-            prods, c = (vals[:kk], vals[kk]) if with_c else (vals, 0.0)
-            ab = _vectors(prods, fin)
-            if ab is None:
-                return {"_spec": specs[0]}
-            cases.append((ab[0], ab[1], c))
-        q = lab.run_cases("kernel", cases, kk) / unit
-        ok = np.all(np.isfinite(q)) and np.all(q == np.round(q))
-        rows[kk] = n - np.round(q).astype(np.int64) if ok else None
+        row = _first_row(lab, fin, big, unit, kk, with_c)
+        if row is None:  # (M or the unit has no factors in the input format)
+            return {"_spec": specs[0]}
+        rows[kk] = row if isinstance(row, np.ndarray) else None
 
     def kinds(spec: dict[str, Any]) -> dict[int, str]:
         out = {}
@@ -1989,7 +1981,7 @@ def _first_row(
         if with_c and j < k:
             cv = unit
         cases.append((av, bv, cv))
-    q = lab.run_cases("long K", cases, k) / unit
+    q = lab.run_cases("first product's pairs", cases, k) / unit
     if not (np.all(np.isfinite(q)) and np.all(q == np.round(q))):
         return f"the units did not count at K = {k}: K-blocking not measured"
     return n - np.round(q).astype(np.int64)
@@ -2016,19 +2008,16 @@ def _split_size(
     if long_k not in (2 * j0 - 1, 2 * j0) or j0 < 2:
         return cand, ""  # (the pairs at long_k tell the candidates apart)
 
-    def pred(model: Accumulator, k: int) -> np.ndarray:
-        return _lca_row0(_family_tree(_spec_of(model), k, with_c), k + (1 if with_c else 0))[1:]
-
     def status(k: int) -> str | None:
         row = _first_row(lab, fin, big, unit, k, with_c)
         if not isinstance(row, np.ndarray):
             return None
-        if np.array_equal(row, pred(seq, k)):
+        if np.array_equal(row, _row_of(seq, k, with_c)):
             return "chunks"
-        if np.array_equal(row, pred(acc, k)):
+        if np.array_equal(row, _row_of(acc, k, with_c)):
             return "whole"
         if np.array_equal(
-            row, pred(acc.replace(split_k=-(-k // 2), split_combine="sequential"), k)
+            row, _row_of(acc.replace(split_k=-(-k // 2), split_combine="sequential"), k, with_c)
         ):
             return "halves"
         return None
