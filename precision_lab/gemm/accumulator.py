@@ -203,9 +203,14 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
      each reduced by the lane rule below to ``V_j``, and ``t = s0`` (or ``V_0`` without
      ``s0``) takes ``t = t + V_j`` in order (a BLAS K-blocking loop that adds each K-block
      into C). With :attr:`split_balance` ``= u`` the chunks are OpenBLAS's level-3 driver's:
-     of the ``r`` products left, a chunk takes ``S`` when ``r >= 2S``, ``ceil(ceil(r / 2) /
-     u) * u`` when ``S < r < 2S``, else ``r`` (:func:`split_chunks`; measured: numpy 2.4.6's
-     OpenBLAS, float32 64x64, ``K = 1337`` gives blocks of 448, 445, 444: ``u = 1``). With
+     of the ``r`` products left, a chunk takes ``S`` when ``r >= 2S``, ``ceil(h / u) * u``
+     when ``S < r < 2S``, else ``r``, where ``h`` is half of ``r``: ``ceil(r / 2)`` with
+     :attr:`split_half` ``"ceil"`` (OpenBLAS's threaded driver ``level3_thread.c``; measured:
+     numpy 2.4.6's OpenBLAS, float32 64x64 on an Intel Xeon, ``K = 1337`` gives blocks of
+     448, 445, 444: ``u = 1``), ``floor(r / 2)`` with ``"floor"`` (its single-thread driver
+     ``level3.c``, ``u = GEMM_UNROLL_M``; measured: the same numpy, float32 8x8 on an AMD
+     Zen 3, ``K = 641`` gives 320, 160, 161, ``K = 1201`` 320, 320, 280, 281: ``u = 8``;
+     float64 ``K = 600``: 256, 172, 172, ``u = 4``) (:func:`split_chunks`). With
      :attr:`split_equal` ``= e`` the segment is cut into ``m = ceil(n / S)`` equal chunks of
      ``n / m`` where that is a whole multiple of ``e``, else into chunks of ``S`` (oneDNN's
      AMX BF16 brgemm, measured through torch 2.13 on an Intel Xeon with AMX-BF16: ``S = 32``,
@@ -378,6 +383,7 @@ __all__ = [
     "PAIR_ORDERS",
     "SCALE_PLACEMENTS",
     "SPLIT_COMBINES",
+    "SPLIT_HALVES",
     "TININESS_RULES",
     "ZERO_EXPONENT",
     "ZERO_SIGNS",
@@ -405,6 +411,8 @@ LANE_COMBINES = ("sequential", "pairwise", "halving")
 LANE_TAILS = ("lanes", "after", "first", "separate", "separate_first")
 #: how the K-chunks of :attr:`Accumulator.split_k` are combined (spec 3e)
 SPLIT_COMBINES = ("sequential", "pairwise", "halving")
+#: spec 3e: the half of a remainder under twice split_k (split_balance)
+SPLIT_HALVES = ("ceil", "floor")
 #: where a block-FMA unit adds the running accumulator
 ADDENDS = ("in_block", "after_block", "separate")
 #: where scales of block-quantized operands enter (see the spec, 3b)
@@ -506,12 +514,18 @@ def prune_tree(tree: Tree, keep: int) -> Tree | None:
 
 
 def split_chunks(
-    n: int, size: int, balance: int | None = None, equal: int | None = None
+    n: int,
+    size: int,
+    balance: int | None = None,
+    equal: int | None = None,
+    half: str = "ceil",
 ) -> list[int]:
     """Lengths of the K-chunks of spec 3e's sequential split of ``n`` products.
 
     >>> split_chunks(10, 4), split_chunks(1000, 448, 4), split_chunks(66, 32, equal=2)
     ([4, 4, 2], [448, 276, 276], [22, 22, 22])
+    >>> split_chunks(641, 320, 8, half="floor"), split_chunks(641, 320, 1)
+    ([320, 160, 161], [320, 161, 160])
     """
     if equal is not None and n > 0:
         m = -(-n // size)
@@ -523,7 +537,8 @@ def split_chunks(
         if balance is None or left >= 2 * size:
             step = min(size, left)
         elif left > size:
-            step = min(left, -(-((left + 1) // 2) // balance) * balance)
+            h = (left + 1) // 2 if half == "ceil" else left // 2
+            step = min(left, -(-h // balance) * balance)
         else:
             step = left
         out.append(step)
@@ -755,6 +770,9 @@ class Accumulator:
         ``split_combine="sequential"``: a remainder between ``split_k`` and twice it is cut in
         two halves, rounded up to a multiple of this (OpenBLAS: ``GEMM_UNROLL_M``); ``None``:
         chunks of ``split_k``.
+    split_half:
+        With :attr:`split_balance`: the half of that remainder before rounding, ``"ceil"``
+        (OpenBLAS's threaded driver) or ``"floor"`` (its single-thread driver).
     split_equal:
         ``split_combine="sequential"``: ``ceil(K / split_k)`` equal chunks where their length
         is a whole multiple of this, else chunks of ``split_k`` (oneDNN's AMX brgemm: 2).
@@ -819,6 +837,7 @@ class Accumulator:
     split_k: int | None = None
     split_combine: str = "sequential"
     split_balance: int | None = None
+    split_half: str = "ceil"
     split_equal: int | None = None
     k1_product: bool = False
     switch_k: int | None = None
@@ -1070,6 +1089,12 @@ class Accumulator:
             raise ValueError(
                 f"split_balance needs split_k and split_combine='sequential', got split_k="
                 f"{self.split_k}, split_combine={self.split_combine!r}"
+            )
+        if self.split_half not in SPLIT_HALVES:
+            raise ValueError(f"split_half must be one of {SPLIT_HALVES}, got {self.split_half!r}")
+        if self.split_half != "ceil" and self.split_balance is None:
+            raise ValueError(
+                f"split_half={self.split_half!r} needs split_balance (the remainder it halves)"
             )
         put(self, "split_equal", _positive_int(self.split_equal, "split_equal"))
         if self.split_equal is not None and (
@@ -1332,8 +1357,9 @@ class Accumulator:
             bal = (
                 ""
                 if self.split_balance is None
-                else f" (a rest under {2 * self.split_k} halved, to multiples of "
-                f"{self.split_balance})"
+                else f" (a rest under {2 * self.split_k} halved, "
+                + ("rounded down, " if self.split_half == "floor" else "")
+                + f"then up to a multiple of {self.split_balance})"
             )
             if self.split_equal is not None:
                 bal = f" (or equal blocks, multiples of {self.split_equal}, where they fit)"

@@ -41,7 +41,14 @@ from ..core.exact import Rounder
 from ..core.formats import FloatFormat, get_format
 from ..core.rounding import ROUNDING_MODES, _fits_float32, check_rounding, round_to
 from ..core.shapes import broadcast_shapes
-from .accumulator import LANE_TAILS, SPLIT_COMBINES, Accumulator, combine_tree, join_tail
+from .accumulator import (
+    LANE_TAILS,
+    SPLIT_COMBINES,
+    SPLIT_HALVES,
+    Accumulator,
+    combine_tree,
+    join_tail,
+)
 from .reference import (
     _EXACT_PRODUCT_BITS,
     _check_groups,
@@ -78,7 +85,7 @@ _P.update(
         name: 40 + 6 * 9 + i
         for i, name in enumerate(
             "LANES LANE_TAIL LANE_UNROLL SMALL_K SPLIT_K SPLIT_COMBINE SPLIT_BALANCE K1 "
-            "SPLIT_EQUAL LANE_VECTOR LANE_F32 TREE_LEN TREE".split()
+            "SPLIT_EQUAL LANE_VECTOR SPLIT_HALF LANE_F32 TREE_LEN TREE".split()
         )
     }
 )
@@ -285,6 +292,7 @@ def _lanes_params(acc: Accumulator) -> dict[str, int]:
         "K1": int(acc.k1_product),
         "SPLIT_EQUAL": acc.split_equal or 0,
         "LANE_VECTOR": acc.lane_vector or 0,
+        "SPLIT_HALF": SPLIT_HALVES.index(acc.split_half),
         "TREE_LEN": len(_tree_tokens(acc)),
     }
 

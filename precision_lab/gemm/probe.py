@@ -118,6 +118,7 @@ from ..core.formats import FloatFormat, get_format
 from ..core.pool import use_workers
 from .accumulator import (
     LANE_COMBINES,
+    SPLIT_HALVES,
     Accumulator,
     _float_format,
     _format_pair,
@@ -377,22 +378,24 @@ class _Lab:
         self._masks: dict[int, np.ndarray] = {}
         #: the special-value calls (indices), fn's results on them, and how many inputs
         self.special: tuple[list[int], np.ndarray, int] | None = None
+        #: the diagonal places that hold the cases (those whose order is element (0, 0)'s)
+        self.diag: list[int] = list(range(min(self.m, self.n)))
 
     def run_cases(self, label: str, cases: Sequence[Case], k: int) -> np.ndarray:
         """Results of ``fn`` on each case (its own a row and b column), in order."""
-        per = min(self.m, self.n)
+        per = len(self.diag)
         out = np.empty(len(cases))
         for start in range(0, len(cases), per):
             chunk = cases[start : start + per]
             a = np.zeros((self.m, k))
             b = np.zeros((k, self.n))
             c = np.zeros((self.m, self.n))
-            for i, (av, bv, cv) in enumerate(chunk):
+            idx = np.asarray(self.diag[: len(chunk)], dtype=np.intp)
+            for i, (av, bv, cv) in zip(idx, chunk, strict=True):
                 a[i, : len(av)] = av
                 b[: len(bv), i] = bv
                 c[i, i] = cv
             d = self.box(a, b, c)
-            idx = np.arange(len(chunk))
             out[start : start + len(chunk)] = d[idx, idx]
             mask = np.zeros((self.m, self.n), dtype=bool)
             mask[idx, idx] = True
@@ -524,6 +527,7 @@ _LANE_FIELDS = (
     "split_k",
     "split_combine",
     "split_balance",
+    "split_half",
     "split_equal",
 )
 
@@ -586,7 +590,9 @@ def _lane_family_tree(spec: dict[str, Any], k: int, with_c: bool) -> Tree:
         return _chain(c, [_lane_value(ks, spec)])
     if how == "sequential":
         parts, j0 = [], 0
-        for step in split_chunks(k, S, spec.get("split_balance"), spec.get("split_equal")):
+        for step in split_chunks(
+            k, S, spec.get("split_balance"), spec.get("split_equal"), spec.get("split_half", "ceil")
+        ):
             parts.append(_lane_value(ks[j0 : j0 + step], spec))
             j0 += step
         return _chain(c, parts)
@@ -891,6 +897,11 @@ def probe_gemm(
             f"(got {_fins_text(fins)}, inputs in {_dtypes_text(box.in_dtype)})"
         )
 
+    # 0b. one order for every output element?
+    places = None if wide else _position_check(lab, fin, fout, max_k)
+    if places is not None:
+        evidence["places"] = places
+
     # 1. the summation tree (FPRev)
     kp = max_k
     nleaves = kp + (1 if with_c else 0)
@@ -1111,6 +1122,12 @@ def probe_gemm(
             failed = "long K" if wrong_tree else "confirmation"
             chosen = longer
 
+    if places is None and long_k is not None and not wide:
+        places = _position_check(lab, fin, fout, long_k)
+        if places is not None:
+            evidence["places"] = places
+    if places is not None:  # one order per element is what the family has: never reproduced
+        failed, unmeasurable = "places", None
     if not _same(first, box(a0, b0, c0)).all():
         raise ValueError(
             "fn is not deterministic: the first inputs gave a different result at the end of "
@@ -1155,6 +1172,53 @@ def probe_gemm(
     )
 
 
+def _position_check(lab: _Lab, fin: FloatFormat, fout: FloatFormat, k: int) -> str | None:
+    """Whether ``fn`` sums every output element in one order: the same inner products in
+    every row and column (``+M``, ``-M`` and units, three placements), each output compared
+    with element ``(0, 0)``. Where they differ, the cases go only to the diagonal places that
+    agree with ``(0, 0)`` (``lab.diag``), and a sentence names the places that differ
+    (measured: numpy 2.4.6's OpenBLAS float32 on an AMD Zen 3, 24 x 24: rows in blocks of 6,
+    columns in blocks of 8, two orders, the register tiles' edge kernels). ``None`` where
+    every element agrees."""
+    hi = min(2 * fin.emax, fout.emax, 40)
+    lo = max(hi - 64, 2 * (fin.emin - fin.mantissa_bits), fout.emin - fout.mantissa_bits)
+    ua, ma, na = _split(2.0**lo, fin), _split(2.0**hi, fin), _split(-(2.0**hi), fin)
+    if ua is None or ma is None or na is None or hi - lo < 8 or k < 3:
+        return None
+    agree = np.ones((lab.m, lab.n), dtype=bool)
+    for p, j in ((0, 1), (0, k - 1), (1, k // 2)):
+        av, bv = np.full(k, ua[0]), np.full(k, ua[1])
+        av[p], bv[p] = ma
+        av[j], bv[j] = na
+        a = np.tile(av, (lab.m, 1))
+        b = np.tile(bv[:, None], (1, lab.n))
+        d = lab.box(a, b, np.zeros((lab.m, lab.n)))
+        agree &= _same(d, np.full_like(d, d[0, 0]))
+    if agree.all():
+        return None
+    lab.diag = [i for i in range(min(lab.m, lab.n)) if agree[i, i]]
+    rows = [i for i in range(lab.m) if not agree[i].all()]
+    cols = [j for j in range(lab.n) if not agree[:, j].all()]
+    return (
+        f"the same inner products (K = {k}) in every row and column give other sums than at "
+        f"(0, 0) at {int((~agree).sum())} of {agree.size} output places (rows {_ranges(rows)}, "
+        f"columns {_ranges(cols)}): fn sums output elements in different orders by their "
+        f"place (a BLAS kernel's edge tiles); the cases were put at the {len(lab.diag)} "
+        "diagonal places that agree with (0, 0)"
+    )
+
+
+def _ranges(xs: Sequence[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2, 5"``."""
+    out: list[str] = []
+    for x in xs:
+        if out and x == int(out[-1].split("-")[-1]) + 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{x}"
+        else:
+            out.append(str(x))
+    return ", ".join(out)
+
+
 def _shorten(txt: str, limit: int = 400) -> str:
     return txt if len(txt) <= limit else txt[: limit - 5] + " ...)"
 
@@ -1169,6 +1233,9 @@ _FAILED_TEXT = {
     "long K": "the summation tree at K = long_k is none of the model's K-splits (a kernel "
     "that changes with K, beyond the family)",
     "named models": "none reproduces every case",
+    "places": "fn sums different output elements in different orders (BLAS kernels tile the "
+    "output, and edge tiles run other kernels); every model of the family gives each element "
+    "one order: probe a shape whose elements share one kernel, or one element",
 }
 
 
@@ -1567,6 +1634,7 @@ def _attach_below(acc: Accumulator, below: tuple[int, dict[str, Any]] | None) ->
         split_k=None,
         split_combine="sequential",
         split_balance=None,
+        split_half="ceil",
         split_equal=None,
         block=None,
     )
@@ -1730,9 +1798,20 @@ def _structure_at(
         if np.array_equal(row, mine):
             return base, ""
         j0 = int(np.argmax(row != mine)) + 1
+        # the block length: where the pairs depart (a chain), or the leaves under the first
+        # departing pair (lanes: product 1 meets product 0 when its block's lanes combine)
+        sizes = [j0] + [v for v in (int(row[j0 - 1]),) if 1 < v < k and v != j0]
         tries: list[dict[str, Any]] = [
-            {"split_k": j0, "split_combine": how} for how in ("sequential", "halving", "pairwise")
-        ] + [{"split_k": j0, "split_combine": "sequential", "split_balance": 1}]
+            {"split_k": S, "split_combine": how}
+            for S in sizes
+            for how in ("sequential", "halving", "pairwise")
+        ] + [
+            {"split_k": S, "split_combine": "sequential", "split_balance": u, "split_half": h}
+            for S in sizes
+            for u in _BALANCE_UNITS
+            for h in SPLIT_HALVES
+            if u < S
+        ]
         # a halving or pairwise split departs before its block length: try them all
         tries += [
             {"split_k": 2**e, "split_combine": how}
@@ -1746,9 +1825,13 @@ def _structure_at(
             except (ValueError, TypeError):
                 continue
             if np.array_equal(row, _row_of(cand, k, with_c)):
+                txt = ""
                 if extra.get("split_combine") == "sequential" and j0 == extra["split_k"]:
-                    return _split_size(lab, fin, big, unit, base, cand, j0, k, with_c)
-                return cand, ""
+                    cand, txt = _split_size(lab, fin, big, unit, base, cand, j0, k, with_c)
+                if cand.split_balance is not None:
+                    cand, more = _balance_unit(lab, fin, big, unit, cand, row, k, with_c)
+                    txt += more
+                return cand, txt
     return None, ""
 
 
@@ -1834,6 +1917,7 @@ def _long_k_model(
                 split_k=None,
                 split_combine="sequential",
                 split_balance=None,
+                split_half="ceil",
             )
         )
     if isinstance(acc.format, FloatFormat):
@@ -2043,6 +2127,66 @@ def _split_size(
     model = acc.replace(split_k=lo, split_combine="sequential", split_balance=1)
     return model, (
         f"; a remainder is halved, and the least K cut in two is {hi} ({steps} more K measured)"
+    )
+
+
+#: the multiples a balanced K-block is rounded up to (OpenBLAS's GEMM_UNROLL_M)
+_BALANCE_UNITS = (1, 2, 4, 8, 16, 32, 64)
+
+
+def _balance_unit(
+    lab: _Lab,
+    fin: FloatFormat,
+    big: float,
+    unit: float,
+    acc: Accumulator,
+    row: np.ndarray,
+    k: int,
+    with_c: bool,
+) -> tuple[Accumulator, str]:
+    """OpenBLAS's balanced K-blocking (spec 3e's ``split_balance`` ``u`` and ``split_half``):
+    of the unit and half rule (u a power of two to 64, the half rounded up or down) those
+    whose pairs at ``K = k`` are ``row``, told apart at K between ``S`` and ``2S`` where
+    their blocks differ (measured: numpy 2.4.6's OpenBLAS on an AMD Zen 3, single-thread
+    driver: float32 ``u = 8``, float64 ``u = 4``, the half rounded down; its threaded driver
+    on an Intel Xeon: ``u = 1``, rounded up). Returns (model, evidence)."""
+    S = acc.split_k
+    assert S is not None
+    cands = [
+        acc.replace(split_balance=u, split_half=h)
+        for u in _BALANCE_UNITS
+        for h in SPLIT_HALVES
+        if u < S
+    ]
+    cands = [c for c in cands if np.array_equal(row, _row_of(c, k, with_c))]
+    if len(cands) <= 1:
+        return (cands[0] if cands else acc), ""
+    measured: list[int] = []
+    while len(cands) > 1 and len(measured) < 6:
+        best_k, best_groups = 0, 1
+        for kk in range(S + 1, 2 * S):  # the first block is the balanced half
+            groups = len({tuple(split_chunks(kk, S, c.split_balance, None, c.split_half))
+                          for c in cands})  # fmt: skip
+            if groups > best_groups:
+                best_k, best_groups = kk, groups
+            if groups == len(cands):
+                break
+        if not best_k:
+            break
+        got = _first_row(lab, fin, big, unit, best_k, with_c)
+        if not isinstance(got, np.ndarray):
+            break
+        measured.append(best_k)
+        keep = [c for c in cands if np.array_equal(got, _row_of(c, best_k, with_c))]
+        if not keep:
+            break
+        cands = keep
+    c = cands[0]
+    return c, (
+        f"; the rest under {2 * S} halved ({c.split_half}) then rounded up to a multiple of "
+        f"{c.split_balance} (K = {', '.join(map(str, measured))} measured)"
+        if measured
+        else ""
     )
 
 

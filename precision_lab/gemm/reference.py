@@ -885,7 +885,8 @@ class _Model:
         elif acc.split_combine == "sequential":
             t: np.ndarray | None = None
             j0 = k0
-            for step in split_chunks(k1 - k0, S, acc.split_balance, acc.split_equal):
+            chunks = split_chunks(k1 - k0, S, acc.split_balance, acc.split_equal, acc.split_half)
+            for step in chunks:
                 v = self._lanes(ch, j0, j0 + step)
                 t = self._plus(s0, v) if t is None else self._add(t, v, r, 0, exact_hint=False)
                 j0 += step

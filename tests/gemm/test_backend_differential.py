@@ -353,6 +353,8 @@ LANE_FAMILIES: dict[str, list[Row]] = {
     "split-K sequential (balanced) and pairwise, pairwise and blocked lanes": [
         _lane_row("bf16", "fp16", 16, format="fp16", order="pairwise", lanes=2, split_k=12,
                   split_balance=4),
+        _lane_row("bf16", "fp32", 24, format="fp32", lanes=2, lane_tail="first", lane_unroll=8,
+                  split_k=9, split_balance=2, split_half="floor"),
         _lane_row("bf16", "fp32", 12, format="bf16", order="blocked", block=3, lanes=4,
                   split_k=10, split_combine="pairwise"),
         _lane_row("fp16", "fp32", 12, format="fp32", split_k=5, split_combine="sequential"),

@@ -115,13 +115,16 @@ def model_tree(k: int, kw: dict[str, Any], with_c: bool) -> Any:
         m = -(-k // S)  # oneDNN's AMX rule: ceil(k / S) equal blocks where they are multiples of e
         if e is not None and k % m == 0 and (k // m) % e == 0:
             return chain(c + [lane_value(ks[j : j + k // m], kw) for j in range(0, k, k // m)])
-        while left:  # OpenBLAS's level-3 K-blocking as measured: a rest under 2S halved, rounded up
+        # OpenBLAS's level-3 K-blocking as measured: a rest under 2S halved (up: its threaded
+        # driver, down: level3.c), then rounded up to a multiple of u
+        half = (lambda r: r // 2) if kw.get("split_half") == "floor" else (lambda r: (r + 1) // 2)
+        while left:
             step = (
                 S
                 if u is None or left >= 2 * S
                 else left
                 if left <= S
-                else (((left + 1) // 2 + u - 1) // u) * u
+                else ((half(left) + u - 1) // u) * u
             )
             step = min(step, left)
             parts.append(lane_value(ks[k - left : k - left + step], kw))
@@ -196,6 +199,8 @@ MODELS = [
     {"lanes": 4, "lane_tail": "first"},
     {"split_k": 8, "split_balance": 2},
     {"lanes": 2, "split_k": 5, "split_balance": 1},
+    {"lanes": 2, "split_k": 9, "split_balance": 2, "split_half": "floor"},  # K = 13: 9, 2, 2
+    {"split_k": 7, "split_balance": 1, "split_half": "floor"},  # K = 11: 7, 2, 2; 9: 4, 5
     {"lanes": 2, "split_k": 6, "split_equal": 2},  # (K = 8: 4 + 4, K = 13: 6 + 6 + 1)
     # torch.sum's shape, smaller: 2 vectors of 4 lanes, a 1-vector cleanup loop, the scalar
     # tail's sum into the first lane group
@@ -327,6 +332,8 @@ def test_numpy_pairwise_sum_as_a_model() -> None:
         ({"split_k": 8, "split_combine": "tree"}, "split_combine must be one of"),
         ({"small_k": 8}, "small_k needs lanes"),
         ({"split_k": 8, "split_combine": "pairwise", "split_balance": 2}, "split_balance needs"),
+        ({"split_k": 8, "split_half": "floor"}, "split_half='floor' needs split_balance"),
+        ({"split_k": 8, "split_balance": 2, "split_half": "round"}, "split_half must be one of"),
         (
             {"lanes": 4, "order": "block_fma", "block": 4, "align_bits": 24},
             "lanes and split_k need order",

@@ -72,6 +72,43 @@ def test_long_k_finds_openblas_k_blocking() -> None:
     assert fresh_same(fn, res.accumulator, (95, 96, 97, 191, 193, 250, 300))
 
 
+def test_long_k_finds_openblas_single_thread_k_blocking() -> None:
+    """OpenBLAS's level3.c (measured: numpy 2.4.6 float32 8x8 on an AMD Zen 3, blocks of 320,
+    u = 8): a rest under 2S is halved rounded down, then up to a multiple of u; the lanes put
+    the first departure at product 1, so the block length is read off that pair's count."""
+    acc = A("fp32", lanes=2, split_k=80, split_balance=8, split_half="floor")
+    fn = hidden(acc)
+    with use_workers(1):
+        res = pl.probe_gemm(fn, input_format="fp32", max_k=16, cases=128, long_k=300)
+    assert res.accumulator is not None, str(res)
+    assert res.accumulator.replace(zero_sign="ieee") == acc, str(res)
+    assert "halved (floor) then rounded up to a multiple of 8" in res.evidence["long K"]
+    assert fresh_same(fn, res.accumulator, (81, 97, 159, 161, 163, 175, 250, 301, 333))
+
+
+def test_output_places_summed_in_different_orders_are_named() -> None:
+    """A BLAS whose edge tiles run another kernel (numpy's OpenBLAS float32 on an AMD Zen 3):
+    rows 5.. of the output sum sequentially, rows 0-4 in two lanes. One order per element is
+    all the family has, so the verdict is 'outside', naming the places."""
+    lanes, chain = A("fp32", lanes=2), A("fp32")
+
+    def fn(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        top = pl.gemm(a[:5], b, input_format="fp32", accumulator=lanes)
+        rest = pl.gemm(a[5:], b, input_format="fp32", accumulator=chain)
+        return np.concatenate([np.asarray(top), np.asarray(rest)]).astype(np.float32)
+
+    with use_workers(1):
+        res = pl.probe_gemm(fn, input_format="fp32", max_k=16, cases=128)
+    assert res.outcome == "outside" and res.failed == "places", str(res)
+    assert res.accumulator is None
+    assert "(rows 5-7, columns 0-7)" in res.evidence["places"], res.evidence["places"]
+    # the cases went to the places that sum as (0, 0) does: its order was recovered
+    assert "2 interleaved lanes" in res.evidence["tree"], str(res)
+    with use_workers(1):  # a function with one order everywhere is not flagged
+        plain = pl.probe_gemm(hidden(lanes), input_format="fp32", max_k=16, cases=128)
+    assert "places" not in plain.evidence and plain.outcome == "reproduced"
+
+
 def test_long_k_reports_a_split_it_cannot_express() -> None:
     def odd_blocks(a, b):  # chunks of 50, then the rest in chunks of 7: no split the family has
         acc1 = A("fp32")
@@ -126,7 +163,8 @@ def test_cli_probe_sum_finds_lanes(capsys) -> None:
 def test_accumulator_round_trips_through_a_policy_dict() -> None:
     from precision_lab.training.policy import accumulator_from_dict, accumulator_to_dict
 
-    acc = A("fp32", lanes=4, lane_combine=((0, 2), (1, 3)), split_k=64, split_balance=2)
+    acc = A("fp32", lanes=4, lane_combine=((0, 2), (1, 3)), split_k=64, split_balance=2,
+            split_half="floor")  # fmt: skip
     d = json.loads(json.dumps(accumulator_to_dict(acc)))
     assert accumulator_from_dict(d) == acc
 

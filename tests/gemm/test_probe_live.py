@@ -187,6 +187,14 @@ def test_the_recovered_model_reproduces_the_library_on_fresh_shapes(box: Box) ->
         cases=64,
     )
     where = f"[{box.name} on {machine()}]"
+    if res.failed == "places":
+        # BLAS kernels whose edge tiles sum in another order (numpy's OpenBLAS float32 on an
+        # AMD Zen 3): beyond the family, and the claim is checked here on other inputs
+        assert res.outcome == "outside" and res.accumulator is None, f"{where}\n{res}"
+        places = places_that_differ(box, fn)
+        print(f"{where}: {places} of {box.shape[0] * box.shape[1]} places sum in another order")
+        assert places > 0, f"{where}: every place sums alike, yet the probe says 'places'\n{res}"
+        return
     if not box.must_reproduce and res.outcome != "reproduced":
         # an honest "no": the property is named, and the closest model does miss fresh cases
         assert res.accumulator is None and res.failed is not None, f"{where}\n{res}"
@@ -212,6 +220,27 @@ def test_the_recovered_model_reproduces_the_library_on_fresh_shapes(box: Box) ->
     same, total, misses = fprev_same(box, fn, acc, kt)
     print(f"{where}: the order at K = {kt}: {same}/{total} FPRev cases reproduced")
     assert same == total, f"{where} {acc.describe()}: FPRev misses {misses}\n{res}"
+
+
+def places_that_differ(box: Box, fn: Callable[..., Any]) -> int:
+    """Output places whose sum differs from element (0, 0)'s when every row of ``a`` and every
+    column of ``b`` holds the same FPRev inputs (+M, -M among units), at random pairs and K."""
+    rng = np.random.default_rng(RNG_SEED + 2)
+    big, unit = _FPREV[box.input_format]
+    dtype = np.float64 if box.input_format == "fp64" else np.float32
+    m, n = box.shape
+    differ = np.zeros((m, n), dtype=bool)
+    for k in (5, 17, 24, 40, 100):
+        for _ in range(4):
+            p, j = (int(x) for x in rng.choice(k, 2, replace=False))
+            v = np.full(k, unit)
+            v[p] = v[j] = big
+            w = v.copy()
+            v[j] = -big
+            d = np.asarray(fn(np.tile(v, (m, 1)).astype(dtype), np.tile(w[:, None], (1, n))
+                              .astype(dtype)), dtype=np.float64)  # fmt: skip
+            differ |= d != d[0, 0]
+    return int(differ.sum())
 
 
 #: (a = b for +M, a = b for a unit) per input format: products 2**2e

@@ -188,6 +188,7 @@ enum {
   PL_P_K1,                  // k1_product
   PL_P_SPLIT_EQUAL,         // split_equal (0: none): equal chunks where they fit
   PL_P_LANE_VECTOR,         // lane_vector (0: none): the cleanup loop's width
+  PL_P_SPLIT_HALF,          // split_half: 0 ceil(r / 2), 1 floor(r / 2) before split_balance
   PL_P_LANE_F32,            // lanes in float32: fp32 nearest_even, exact float32 inputs (fmaf)
   PL_P_TREE_LEN,            // the lane tree in postfix: tokens >= 0 lane numbers, -m: the
   PL_P_TREE,                // sum of the m values below, left to right (PL_TREE_MAX tokens)
@@ -218,6 +219,7 @@ struct pl_gemm_cfg {
   int lanes, lane_tail, lane_unroll, lane_vector, small_k, split_combine, k1, tree_len;
   int lane_f32;  // every step of the lanes is one IEEE float32 fmaf or addition (kernel_plan)
   pl_i64 split_k, split_balance, split_equal;
+  int split_half;  // 0: ceil(r / 2) (OpenBLAS level3_thread.c), 1: floor(r / 2) (level3.c)
   int tree[PL_TREE_MAX];
   pl_u64 seed_lo, seed_hi;
   pl_rounder acc, blk, prom, scale, prod, out;
@@ -275,6 +277,7 @@ PL_HD_CALL void pl_gemm_load_cfg(pl_gemm_cfg* c, const pl_i64* q) {
   c->split_combine = (int)q[PL_P_SPLIT_COMBINE];
   c->split_balance = q[PL_P_SPLIT_BALANCE];
   c->split_equal = q[PL_P_SPLIT_EQUAL];
+  c->split_half = (int)q[PL_P_SPLIT_HALF];
   c->k1 = (int)q[PL_P_K1];
   c->lane_f32 = (int)q[PL_P_LANE_F32];
   c->tree_len = (int)q[PL_P_TREE_LEN];
@@ -1017,7 +1020,8 @@ PL_HD_CALL double pl_gemm_structured(const pl_gemm_cfg& c, const double* a, pl_i
       pl_i64 step = left < S1 ? left : S1;
       if (c.split_balance && left < 2 * S && left > S) {
         const pl_i64 u = c.split_balance;
-        step = (((left + 1) / 2 + u - 1) / u) * u;
+        const pl_i64 h = c.split_half ? left / 2 : (left + 1) / 2;
+        step = ((h + u - 1) / u) * u;
         step = step < left ? step : left;
       }
       const double v = pl_lanes_value(c, a, as, b, bs, j0, j0 + step, idx);

@@ -6,7 +6,7 @@
 #define PL_NATIVE_KERNELS_H
 
 // entries of the int64 parameter block of pl_gemm.cuh (PL_P_SIZE; checked in kernels.inc)
-#define PL_GEMM_NPARAMS 234
+#define PL_GEMM_NPARAMS 235
 
 // the fp32 FMA GEMM (fma32.inc), also built for AVX-512 on its own
 #define PL_FMA32_DECLS                                                                           \
