@@ -228,7 +228,12 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
      ``pairwise_sum``: ``res += a[i]``); ``"first"``: added one by one to lane 0 after its own
      products, before the lanes are combined (torch's CPU bf16 GEMM); ``"separate"``: summed
      in order in an accumulator of its own from 0, whose value is added to the combined value
-     (OpenBLAS ``sdot``: ``U = 32``); ``"separate_first"``: summed the same way, and its value
+     (OpenBLAS ``sdot``: ``U = 32``; with :attr:`tail_format` ``T`` that sum is in ``T``
+     from ``+0``, its products rounded to :attr:`tail_product_format` where given, the
+     lanes' value is added to it in ``T`` and the result rounded to ``acc``: numpy 2.4.6's
+     ``np.dot`` of float32 vectors, OpenBLAS 0.3.31's Haswell ``sdot`` measured on an AMD
+     Zen 3: 32 fp32 FMA lanes, the ``K mod 32`` tail in a C ``double`` of float products;
+     the numpy reference only); ``"separate_first"``: summed the same way, and its value
      added to the largest subtree of the lane tree that holds lane 0 and only lanes ``= 0 mod
      V`` (``V`` = :attr:`lane_vector`; lane 0 alone without it), before that subtree takes
      part in any other addition (:func:`join_tail`; torch 2.13's ``torch.sum`` of float32,
@@ -749,6 +754,11 @@ class Accumulator:
         are combined: torch bf16), ``"separate"`` (summed apart, then added: OpenBLAS sdot) or
         ``"separate_first"`` (summed apart, then added to the lane tree's first top-level
         child before the top-level combination: torch.sum).
+    tail_format, tail_product_format:
+        ``lane_tail="separate"``: the format the tail is summed in, from ``+0``, and the lanes'
+        value added to it before the result is rounded to :attr:`format` (``None``: the
+        accumulator's); the format each tail product is rounded to first (``None``: exact).
+        OpenBLAS's Haswell ``sdot``: ``"fp64"`` and ``"fp32"`` (numpy reference only).
     lane_unroll:
         The main loop's step (a multiple of ``lanes``; ``None``: ``lanes``): the tail is the
         last ``K mod lane_unroll`` products.
@@ -832,6 +842,8 @@ class Accumulator:
     lane_combine: str | tuple[Any, ...] = "sequential"
     lane_tail: str = "lanes"
     lane_unroll: int | None = None
+    tail_format: str | FloatFormat | None = None
+    tail_product_format: str | FloatFormat | None = None
     lane_vector: int | None = None
     small_k: int | None = None
     split_k: int | None = None
@@ -1107,6 +1119,22 @@ class Accumulator:
                 f"got split_k={self.split_k}, split_combine={self.split_combine!r}, "
                 f"split_balance={self.split_balance}"
             )
+        for name in ("tail_format", "tail_product_format"):
+            if getattr(self, name) is not None:
+                put(self, name, _float_format(getattr(self, name), name))
+        if self.tail_format is not None and (
+            self.lanes is None or self.lane_tail != "separate" or self.stochastic
+        ):
+            raise ValueError(
+                f"tail_format needs lanes, lane_tail='separate' and a deterministic rounding, "
+                f"got lanes={self.lanes}, lane_tail={self.lane_tail!r}, "
+                f"rounding={self.rounding!r}"
+            )
+        if self.tail_product_format is not None and self.tail_format is None:
+            raise ValueError(
+                f"tail_product_format={str(self.tail_product_format)!r} needs tail_format (the "
+                "format the tail is summed in)"
+            )
         if not isinstance(self.k1_product, bool):
             raise ValueError(f"k1_product must be True or False, got {self.k1_product!r}")
         put(self, "lane_unroll", _positive_int(self.lane_unroll, "lane_unroll"))
@@ -1346,7 +1374,19 @@ class Accumulator:
                 "lanes": "",
                 "after": f", the last K mod {u} products added after them",
                 "first": f", the last K mod {u} products added to lane 0",
-                "separate": f", the last K mod {u} products summed apart and added after them",
+                "separate": f", the last K mod {u} products summed apart"
+                + (
+                    f" in {self.tail_format}"
+                    + (
+                        f" (products rounded to {self.tail_product_format})"
+                        if self.tail_product_format is not None
+                        else ""
+                    )
+                    + f", the lanes' value added in {self.tail_format}, then rounded to "
+                    f"{self.format}"
+                    if self.tail_format is not None
+                    else " and added after them"
+                ),
                 "separate_first": f", the last K mod {u} products summed apart and added to "
                 + (f"the lanes = 0 mod {u}" if self.lane_vector else "lane 0")
                 + " before the lanes are combined",
@@ -1400,7 +1440,8 @@ class Accumulator:
 def reference_only(acc: Accumulator) -> str | None:
     """Why the general kernels (CuPy's, the native per-element ones) do not compute ``acc``
     (None: every backend does): only Kahan summation (``order="compensated"``), a C type
-    apart from the output's (``c_format``), the CPU instructions' rules of spec 3c/3d
+    apart from the output's (``c_format``), a lane tail in its own format (``tail_format``),
+    the CPU instructions' rules of spec 3c/3d
     (``input_subnormals="flush_signed"``, ``pair_order="odd_first"``,
     ``tininess="after_rounding"``) and ``k1_product`` with a stochastic ``rounding`` (spec
     3f) are the numpy reference's alone. Every other model is the general kernels'
@@ -1418,6 +1459,8 @@ def reference_only(acc: Accumulator) -> str | None:
         return f"order={acc.order!r}"
     if acc.c_format is not None:
         return f"c_format={str(acc.c_format)!r}"
+    if acc.tail_format is not None:
+        return f"tail_format={str(acc.tail_format)!r}"
     for name in ("input_subnormals", "pair_order", "tininess"):  # (spec 3c, 3d)
         value = getattr(acc, name)
         if value in ("flush_signed", "flush_signed_c", "odd_first", "after_rounding"):

@@ -1636,6 +1636,8 @@ def _attach_below(acc: Accumulator, below: tuple[int, dict[str, Any]] | None) ->
         split_balance=None,
         split_half="ceil",
         split_equal=None,
+        tail_format=None,
+        tail_product_format=None,
         block=None,
     )
     return small.replace(switch_k=s, long_kernel=acc)
@@ -1918,6 +1920,8 @@ def _long_k_model(
                 split_combine="sequential",
                 split_balance=None,
                 split_half="ceil",
+                tail_format=None,
+                tail_product_format=None,
             )
         )
     if isinstance(acc.format, FloatFormat):
@@ -2455,6 +2459,13 @@ def _candidates(
                                     continue
                                 seen.add(acc)
                                 yield acc
+                                if kw.get("lane_tail") == "separate" and pf is None:
+                                    # the tail in a C double of float products (OpenBLAS
+                                    # sdot): exact or rounded products
+                                    for tpf in (fmt, None):
+                                        yield acc.replace(
+                                            tail_format=_FP64, tail_product_format=tpf
+                                        )
                                 if spec["order"] == "blocked":
                                     # the same tree: a sequential sum promoted every block
                                     # into a wider accumulator (DeepSeek-V3's FP8 GEMM)

@@ -716,6 +716,13 @@ class _Model:
             if acc.product_format is None
             else rounder(acc.product_format, acc.product_rounding)
         )
+        #: spec 3e, a separate lane tail in a format of its own (OpenBLAS sdot: double)
+        self.r_tail = None if acc.tail_format is None else rounder(acc.tail_format, acc.rounding)
+        self.r_tail_product = (
+            None
+            if acc.tail_product_format is None
+            else rounder(acc.tail_product_format, "nearest_even")
+        )
         self.out_rounder = rounder(out_fmt, acc.out_rounding)
         self.stochastic = acc.stochastic
         self.kblock = kblock
@@ -955,6 +962,8 @@ class _Model:
         if values:
             tree = prune_tree(combine_tree(acc.lane_combine, L), len(values))
             t = self._tree(tree, values)
+        if tail and tail_rule == "separate" and self.r_tail is not None:
+            return self._wide_tail(ch, tail, t)
         if tail and tail_rule == "separate":
             v = self._ordered(self._gather(ch, tail), 0, len(tail), None)
             t = v if t is None else self._add(t, v, self.r_acc, 0, exact_hint=False)
@@ -965,6 +974,27 @@ class _Model:
                 t = self._add(z, p, self.r_acc, 0, exact_hint=False)
         assert t is not None
         return t
+
+    def _wide_tail(self, ch: _Chunk, tail: list[int], lanes: np.ndarray | None) -> np.ndarray:
+        """Spec 3e's ``tail_format``: the tail summed in its own format from ``+0`` (products
+        rounded to ``tail_product_format`` first), the lanes' value added to it there, the
+        result rounded to the accumulator (OpenBLAS sdot: ``double dot += x[i] * y[i]``)."""
+        assert self.r_tail is not None
+        s: np.ndarray | None = None
+        for k in tail:
+            p = ch.A[:, :, k, None] * ch.B[:, None, k, :]
+            if self.r_tail_product is not None:
+                p = self.r_tail_product.round(p)
+            if ch.Araw is not None and ch.Braw is not None:  # IEEE products of inf/NaN inputs
+                with np.errstate(invalid="ignore"):
+                    raw = ch.Araw[:, :, k, None] * ch.Braw[:, None, k, :]
+                p = np.where(np.isfinite(raw), p, raw)
+            s = self._add(np.zeros(p.shape) if s is None else s, p, self.r_tail, 0,
+                          exact_hint=False)  # fmt: skip
+        assert s is not None
+        if lanes is not None:
+            s = self._add(lanes, s, self.r_tail, 0, exact_hint=False)
+        return self.r_acc.round(s)
 
     def _tree(self, tree: Any, values: list[np.ndarray]) -> np.ndarray:
         """Evaluate a combination tree (spec 3e): a tuple's children added left to right."""

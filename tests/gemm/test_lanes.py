@@ -392,3 +392,52 @@ def test_k1_product_on_every_backend(backend: str) -> None:
     np.testing.assert_array_equal(
         pl.gemm(a2, b2, accumulator=acc, **kw), pl.gemm(a2, b2, accumulator=plain, **kw)
     )
+
+
+def test_a_tail_in_its_own_format_matches_the_exact_oracle() -> None:
+    """Spec 3e's ``tail_format``: OpenBLAS's Haswell sdot (measured on an AMD Zen 3 through
+    numpy 2.4.6's ``np.dot``): lanes of fp32 FMAs combined by a tree, the last ``K mod U``
+    products rounded to fp32 and summed in a double from +0, the lanes' value added to it in
+    double, the result rounded to fp32. The oracle rounds each step with ``fr_round``; an
+    fp32 tail (no ``tail_format``) differs on some inputs, so the field is seen."""
+    f32, f64 = pl.get_format("fp32"), pl.get_format("fp64")
+    tree = ((0, 2), (1, 3))
+    acc = pl.Accumulator("fp32", lanes=4, lane_combine=tree, lane_tail="separate",
+                         lane_unroll=8, tail_format="fp64", tail_product_format="fp32")  # fmt: skip
+    differ = 0
+    for k in (1, 3, 7, 8, 9, 15, 16, 23, 40):
+        a = RNG.standard_normal((3, k)).astype(np.float32).astype(np.float64)
+        b = RNG.standard_normal((k, 2)).astype(np.float32).astype(np.float64)
+        a[0] *= 2.0 ** RNG.integers(-20, 21, k)  # wide exponents: the double tail keeps bits
+        got = np.asarray(pl.gemm(a, b, input_format="fp32", accumulator=acc), np.float64)
+        plain = np.asarray(
+            pl.gemm(a, b, input_format="fp32",
+                    accumulator=acc.replace(tail_format=None, tail_product_format=None)),
+            np.float64,
+        )  # fmt: skip
+        differ += int((plain != got).sum())
+        for i in range(3):
+            for j in range(2):
+                p = [Fraction(a[i, t]) * Fraction(b[t, j]) for t in range(k)]
+                full = k - k % 8
+                lanes: list[Fraction | None] = [None] * 4
+                for t in range(full):
+                    prev = lanes[t % 4] or Fraction(0)
+                    lanes[t % 4] = fr_round(prev + p[t], f32)
+                value: Fraction | None = None
+                if full:
+                    l0, l1, l2, l3 = (x or Fraction(0) for x in lanes)
+                    value = fr_round(fr_round(l0 + l2, f32) + fr_round(l1 + l3, f32), f32)
+                if k > full:
+                    s = Fraction(0)
+                    for t in range(full, k):
+                        s = fr_round(s + fr_round(p[t], f32), f64)
+                    value = fr_round(s if value is None else fr_round(value + s, f64), f32)
+                assert value is not None
+                assert got[i, j] == float(value), f"K={k} ({i}, {j})"
+    assert differ > 0
+    assert reference_only(acc) == "tail_format='fp64'"
+    with pytest.raises(ValueError, match="tail_format needs lanes, lane_tail='separate'"):
+        pl.Accumulator("fp32", lanes=4, tail_format="fp64")
+    with pytest.raises(ValueError, match="tail_product_format='fp32' needs tail_format"):
+        pl.Accumulator("fp32", lanes=4, lane_tail="separate", tail_product_format="fp32")

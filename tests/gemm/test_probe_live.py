@@ -89,6 +89,13 @@ def np_sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.sum(a[:, None, :] * np.ascontiguousarray(b.T)[None, :, :], axis=-1)
 
 
+def np_dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """np.dot of contiguous 1-D float32 vectors (OpenBLAS ``sdot``), one per output element."""
+    bt = np.ascontiguousarray(b.T)
+    return np.array([[np.dot(a[i], bt[j]) for j in range(len(bt))] for i in range(len(a))],
+                    dtype=a.dtype)  # fmt: skip
+
+
 def torch_matmul(dtype: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     torch = _torch()
     dt = getattr(torch, dtype)
@@ -131,6 +138,9 @@ BOXES = [
     Box("numpy fp32 matmul 16x48", lambda: np_matmul, "fp32", None, (16, 48), 24, 1337, False),
     Box("numpy float64 matmul 8x8", lambda: np_matmul, "fp64", None, (8, 8), 24, 600),
     Box("numpy float32 np.sum", lambda: np_sum, "fp32", None, (8, 8), 24, 1000),
+    # OpenBLAS's sdot is a kernel per CPU: on an AMD Zen 3 (Haswell kernel) 32 fp32 FMA lanes
+    # and a tail in a C double (reproduced); SkylakeX's (Zen 4) is outside the family
+    Box("numpy float32 np.dot 1-D", lambda: np_dot, "fp32", None, (4, 4), 64, 1000, False),
     Box("torch fp32 matmul 8x8", lambda: torch_matmul("float32"), "fp32", None, (8, 8), 24, 600),
     # oneDNN's 16-bit kernels change with the CPU: on an Intel Xeon with AMX-BF16 the bf16
     # kernel past K = 64 is TDPBF16PS tiles in K-blocks that depend on K's divisors (beyond
