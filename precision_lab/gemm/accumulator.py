@@ -174,8 +174,11 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
    ``input_subnormals="flush_signed"`` (x86 DAZ, Arm FPCR.FIZ): they become a zero of their
    own sign (``-0`` for a negative subnormal), which decides the sign of a zero product and of
    a zero sum. ``"flush_signed_c"``: only ``c`` is (x86 AMX-FP16: DAZ on the fp32 operands,
-   while fp16 subnormal inputs convert exactly to normal fp32 numbers). Numpy reference only
-   (:func:`reference_only`).
+   while fp16 subnormal inputs convert exactly to normal fp32 numbers).
+   ``"flush_signed_fp16"``: a and b pass through fp16 under DAZ, so an input below fp16's
+   smallest normal (``2**-14``) becomes a zero of its sign, and ``c`` is flushed as by
+   ``"flush_signed"`` (x86 AMX-FP8, Bochs: E5M2 subnormals are fp16 subnormals and flush, E4M3
+   subnormals are fp16 normals and stay). Numpy reference only (:func:`reference_only`).
 
 3d. CPU dot-product instructions (numpy reference only, :func:`reference_only`).
    :attr:`pair_order` ``"odd_first"``: the products are taken in pairs ``(2i, 2i + 1)`` and
@@ -221,7 +224,11 @@ rounds an exact intermediate exactly once. ``acc`` is :attr:`Accumulator.format`
      way, and the two values added; a range of at most ``S`` is reduced by the lane rule
      (numpy's ``pairwise_sum``: ``S = 128``, ``L = 8``); then ``s0 + T``.
    * Lanes (``lanes = L``) of a range of ``n`` products, ``n >= small_k`` (default: always):
-     with ``lane_tail="lanes"`` product ``i`` goes to lane ``i mod L``. Otherwise the main
+     with ``lane_tail="lanes"`` product ``i`` goes to lane ``i mod L`` (with :attr:`lane_run`
+     ``= R``, ``order="sequential"``, numpy reference only: run ``r``, the products ``rR ..
+     min(rR + R, n) - 1``, goes to lane ``r mod L``; each run is summed left to right from its
+     first product, then added to its lane: x86 AMX-FP8's TDP*8PS, ``R = 2``, whose lanes add
+     pair sums ``p0 + p1``, ``p2 + p3``, published in Bochs's ``amx.cc``). Otherwise the main
      loop takes the first ``f = n - n mod U`` products (``U`` = :attr:`lane_unroll`, default
      ``L``; a multiple of ``L``), product ``i < f`` in lane ``i mod L``, and the tail ``i >=
      f``: ``"after"``: added one by one, in order, to the combined value (numpy's
@@ -430,7 +437,7 @@ ZERO_SIGNS = ("ieee", "positive")
 #: values of :attr:`Accumulator.nan_encoding` (spec section 5)
 NAN_ENCODINGS = ("quiet", "nvidia")
 #: values of :attr:`Accumulator.input_subnormals` (spec 3c)
-INPUT_SUBNORMAL_MODES = (*SUBNORMAL_MODES, "flush_signed", "flush_signed_c")
+INPUT_SUBNORMAL_MODES = (*SUBNORMAL_MODES, "flush_signed", "flush_signed_c", "flush_signed_fp16")
 #: values of :attr:`Accumulator.pair_order` (spec 3d)
 PAIR_ORDERS = ("natural", "odd_first")
 #: values of :attr:`Accumulator.tininess` (spec 3d)
@@ -754,6 +761,10 @@ class Accumulator:
         are combined: torch bf16), ``"separate"`` (summed apart, then added: OpenBLAS sdot) or
         ``"separate_first"`` (summed apart, then added to the lane tree's first top-level
         child before the top-level combination: torch.sum).
+    lane_run:
+        Products dealt to the lanes in runs of this many (``lane_tail="lanes"``): run ``r``
+        (products ``rR .. rR + R - 1``) goes to lane ``r mod lanes``, summed first (each
+        addition rounded), then added to its lane (x86 AMX-FP8: 2; numpy reference only).
     tail_format, tail_product_format:
         ``lane_tail="separate"``: the format the tail is summed in, from ``+0``, and the lanes'
         value added to it before the result is rounded to :attr:`format` (``None``: the
@@ -842,6 +853,7 @@ class Accumulator:
     lane_combine: str | tuple[Any, ...] = "sequential"
     lane_tail: str = "lanes"
     lane_unroll: int | None = None
+    lane_run: int | None = None
     tail_format: str | FloatFormat | None = None
     tail_product_format: str | FloatFormat | None = None
     lane_vector: int | None = None
@@ -1145,6 +1157,18 @@ class Accumulator:
                 f"lane_unroll must be a multiple of lanes={self.lanes} with lane_tail other than "
                 f"'lanes', got lane_unroll={self.lane_unroll}, lane_tail={self.lane_tail!r}"
             )
+        put(self, "lane_run", _positive_int(self.lane_run, "lane_run"))
+        if self.lane_run is not None and (
+            self.lanes is None
+            or self.lane_tail != "lanes"
+            or self.order != "sequential"
+            or self.small_k is not None
+        ):
+            raise ValueError(
+                f"lane_run needs lanes, lane_tail='lanes', order='sequential' and no small_k, "
+                f"got lanes={self.lanes}, lane_tail={self.lane_tail!r}, order={self.order!r}, "
+                f"small_k={self.small_k}"
+            )
         put(self, "lane_vector", _positive_int(self.lane_vector, "lane_vector"))
         if self.lane_vector is not None and (
             self.lanes is None
@@ -1324,6 +1348,8 @@ class Accumulator:
             txt += ", subnormal inputs flushed to signed zeros"
         elif self.input_subnormals == "flush_signed_c":
             txt += ", a subnormal c flushed to a signed zero"
+        elif self.input_subnormals == "flush_signed_fp16":
+            txt += ", inputs below fp16's normal range and a subnormal c flushed to signed zeros"
         if self.pair_order == "odd_first":
             txt += ", each pair of products odd one first"
         if self.c_format is not None:
@@ -1363,6 +1389,10 @@ class Accumulator:
                 if self.lanes == 1
                 else f" in each of {self.lanes} interleaved lanes (product k in lane k mod "
                 f"{self.lanes}), lanes combined {how}"
+                if self.lane_run is None
+                else f" in each of {self.lanes} lanes fed by runs of {self.lane_run} products "
+                f"(product k in lane (k // {self.lane_run}) mod {self.lanes}, each run summed "
+                f"first), lanes combined {how}"
             )
             if self.lane_vector is not None:
                 u = self.lane_vector
@@ -1441,6 +1471,7 @@ def reference_only(acc: Accumulator) -> str | None:
     """Why the general kernels (CuPy's, the native per-element ones) do not compute ``acc``
     (None: every backend does): only Kahan summation (``order="compensated"``), a C type
     apart from the output's (``c_format``), a lane tail in its own format (``tail_format``),
+    lanes fed by runs of products (``lane_run``),
     the CPU instructions' rules of spec 3c/3d
     (``input_subnormals="flush_signed"``, ``pair_order="odd_first"``,
     ``tininess="after_rounding"``) and ``k1_product`` with a stochastic ``rounding`` (spec
@@ -1463,8 +1494,16 @@ def reference_only(acc: Accumulator) -> str | None:
         return f"tail_format={str(acc.tail_format)!r}"
     for name in ("input_subnormals", "pair_order", "tininess"):  # (spec 3c, 3d)
         value = getattr(acc, name)
-        if value in ("flush_signed", "flush_signed_c", "odd_first", "after_rounding"):
+        if value in (
+            "flush_signed",
+            "flush_signed_c",
+            "flush_signed_fp16",
+            "odd_first",
+            "after_rounding",
+        ):
             return f"{name}={value!r}"
     if acc.k1_product and is_stochastic(check_rounding(acc.rounding)):
         return f"k1_product=True with rounding={acc.rounding!r}"
+    if acc.lane_run is not None:
+        return f"lane_run={acc.lane_run}"
     return None

@@ -8,6 +8,7 @@ mnemonic in lower case, with the variant as its kind after a dot (``"bfdot.ebf1"
     pl.tensor_core("x86", "fp16", instruction="tdpfp16ps")       # AMX-FP16 (or "tdpbf16ps")
     pl.tensor_core("x86", "fp16", instruction="vfmadd231ph")     # AVX512-FP16, fp16 output
     pl.tensor_core("x86", "fp16", instruction="vdpphps")         # AVX10.2 (published: Bochs)
+    pl.tensor_core("x86", "e4m3", instruction="tdphf8ps")        # AMX-FP8 (published: Bochs)
     pl.tensor_core("arm", "bf16", instruction="bfdot")           # FPCR.EBF = 0
     pl.tensor_core("arm", "bf16", instruction="bfmmla.ebf1")     # FEAT_EBF16, FPCR.EBF = 1
     pl.tensor_core("arm", ("e4m3", "e5m2"), instruction="fdot")  # FP8 4-way dot into fp32
@@ -171,13 +172,14 @@ rules on any CPU.
   that``; nearest even, FTZ after rounding, DAZ on the fp32 destination, MXCSR ignored. Bochs
   widens each FP8 element to fp16 and then to fp32 under DAZ, so a BF8 subnormal (an fp16
   subnormal) is read as a zero of its sign while an HF8 subnormal (a normal fp16) is kept;
-  whether the hardware does that is open. Not a row: the Accumulator family has no lanes fed
-  by runs of products (here product ``k`` goes to lane ``(k // 2) mod 2``, each lane a chain
-  of rounded pair sums: ``order="blocked", block=2`` inside ``lanes=2`` would express it if
-  the lane of product ``k`` could be ``(k // 2) mod L``), and for TDPBHF8PS / TDPHBF8PS no
-  ``input_subnormals`` value flushes one input matrix and keeps the other. The rest
-  (``lane_combine="sequential"``, ``split_k=64`` for 16 x 64-byte tiles, RNE, FTZ after
-  rounding, DAZ on ``c``) exists.
+  whether the hardware does that is open. The rows ``pl.tensor_core("x86", ("e5m2",
+  "e4m3"), instruction="tdpbhf8ps")`` (and ``tdpbf8ps``, ``tdphbf8ps``, ``tdphf8ps``) say it
+  as an Accumulator: ``lanes=2`` fed by runs of two products (``lane_run=2``: product ``k``
+  in lane ``(k // 2) mod 2``, each pair summed first), ``lane_combine="sequential"``,
+  ``split_k=64`` (16 x 64-byte tiles) added into ``c`` in turn, ``input_subnormals=
+  "flush_signed_fp16"`` (the inputs through fp16 under DAZ: one rule for all four input
+  pairs), RNE, FTZ after rounding; ``tests/gemm/test_cpu_isa_avx10.py`` holds them to
+  :func:`tdpfp8ps` bit for bit.
 
 >>> import precision_lab as pl
 >>> acc = pl.tensor_core("x86", "bf16", instruction="vdpbf16ps")
@@ -241,6 +243,10 @@ CPU_INSTRUCTIONS = (
     "tdpfp16ps",
     "vfmadd231ph",
     "vdpphps",
+    "tdpbf8ps",
+    "tdpbhf8ps",
+    "tdphbf8ps",
+    "tdphf8ps",
     "bfmmla",
     "bfdot",
     "bfmlal",
@@ -253,7 +259,17 @@ CPU_INSTRUCTIONS = (
 #: instruction that Zen 4 and the AMX Xeons both have); Arm Compute Library / oneDNN on
 #: Neoverse: BFMMLA for bf16, FDOT for FP8)
 CPU_LIBRARY_CHOICE: dict[str, tuple[str, ...]] = {
-    "x86": ("vdpbf16ps", "tdpbf16ps", "tdpfp16ps", "vfmadd231ph", "vdpphps"),
+    "x86": (
+        "vdpbf16ps",
+        "tdpbf16ps",
+        "tdpfp16ps",
+        "vfmadd231ph",
+        "vdpphps",
+        "tdpbf8ps",
+        "tdpbhf8ps",
+        "tdphbf8ps",
+        "tdphf8ps",
+    ),
     "arm": ("bfmmla", "bfdot", "bfmlal", "fdot", "fmlal", "fmlall"),
 }
 ZEN4 = "AMD EPYC 9004 (Zen 4, Genoa)"
@@ -342,6 +358,37 @@ def _vdpbf16ps_acc(out: str) -> Accumulator:
         input_subnormals="flush_signed",
         pair_order="odd_first",
     )
+
+
+def _amx_fp8_acc(out: str) -> Accumulator:
+    """AMX-FP8 TDP*8PS (published: Bochs's amx.cc): per instruction (``AMX_FP8_K`` elements
+    of K) two fp32 sums from +0 fed by pair sums, ``even += p0 + p1``, ``odd += p2 + p3``
+    (``lane_run=2``), then ``even + odd`` added into the destination; RNE, FTZ after rounding,
+    DAZ on the destination, the FP8 inputs through fp16 under DAZ (E5M2 subnormals flushed to
+    signed zeros, E4M3 subnormals kept)."""
+    return Accumulator(
+        "fp32",
+        "nearest_even",
+        subnormals="flush",
+        tininess="after_rounding",
+        input_subnormals="flush_signed_fp16",
+        lanes=2,
+        lane_run=2,
+        lane_combine="sequential",
+        split_k=AMX_FP8_K,
+        split_combine="sequential",
+    )
+
+
+_AMX_FP8_BOCHS = (
+    "published: Bochs (bochs-emu/Bochs {}, cpu/amx.cc {}): per element and instruction "
+    "(64 elements of K: 16 x 64-byte tiles), for each group of four K elements the products "
+    "(exact in fp32), p0 + p1 and p2 + p3 each rounded, added into two fp32 sums from +0 (even, "
+    "odd); then even + odd, and dest + that; RNE, FTZ after rounding, DAZ on the fp32 "
+    "destination, MXCSR ignored; FP8 elements widened to fp16, then to fp32 under DAZ (BF8 "
+    "subnormals flushed to signed zeros, HF8 subnormals kept); no hardware here (no AMX-FP8 "
+    "CPU)"
+)
 
 
 def _vdpphps_acc(out: str) -> Accumulator:
@@ -460,6 +507,11 @@ def cpu_rows() -> list[Row]:
         ("x86", "vfmadd231ph", "avx512_fp16", ["fp16"], ("fp16",), _fma_chain, _AVX512_FP16),
         ("x86", "vdpphps", "avx10_2", ["fp16"], ("fp32",), _vdpphps_acc,
          _VDPPHPS_BOCHS.format(BOCHS_COMMIT)),
+        *[
+            ("x86", name, "amx_fp8", [tuple(FP8_FORMATS[f] for f in pair)], ("fp32",),
+             _amx_fp8_acc, _AMX_FP8_BOCHS.format(BOCHS_COMMIT, name.upper()))
+            for name, pair in AMX_FP8_INPUTS.items()
+        ],
         ("arm", "bfmmla", "ebf0", ["bf16"], ("fp32",), _bf16_ebf0,
          ebf0.format("C8.2.67 BFMMLA (2 pairs per element)")),
         ("arm", "bfmmla", "ebf1", ["bf16"], ("fp32",), _bf16_ebf1,
@@ -989,7 +1041,7 @@ def vcvt2ps2phx(a: Any, b: Any, rounding: str = "nearest_even", daz: bool = Fals
     return _two_sources(vcvtps2phx, a, b, rounding=rounding, daz=daz)
 
 
-# ----- AMX-FP8 (published: Bochs; not a row of the table, see the module docstring) -------------
+# ----- AMX-FP8 (published: Bochs; the rows' independent model) ----------------------------------
 #: the AMX-FP8 instructions: (A tile's format, B tile's format), Intel's names
 AMX_FP8_INPUTS: dict[str, tuple[str, str]] = {
     "tdpbf8ps": ("bf8", "bf8"),

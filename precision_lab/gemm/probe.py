@@ -522,6 +522,7 @@ _LANE_FIELDS = (
     "lane_combine",
     "lane_tail",
     "lane_unroll",
+    "lane_run",
     "lane_vector",
     "small_k",
     "split_k",
@@ -543,6 +544,12 @@ def _lane_value(ks: list[int], spec: dict[str, Any]) -> Tree:
     V = spec.get("lane_vector")  # a cleanup loop into lanes 0 .. V - 1
     full2 = len(ks) - len(ks) % V if V else full
     tail = ks[full2:]
+    R = spec.get("lane_run")
+    if R is not None:  # runs of R products, run r in lane r mod L, each run summed first
+        runs = [_chain(None, ks[j : j + R]) for j in range(0, len(ks), R)]
+        chains = [_chain(None, runs[i::L]) for i in range(min(L, len(runs)))]
+        tree = prune_tree(combine_tree(spec.get("lane_combine", "sequential"), L), len(chains))
+        return _tree_of(tree, chains)
     members = [ks[i:full:L] for i in range(max(min(L, full), min(V or 0, full2 - full)))]
     if rule == "first":
         members = [members[0] + tail, *members[1:]] if members else [tail]
@@ -1629,6 +1636,7 @@ def _attach_below(acc: Accumulator, below: tuple[int, dict[str, Any]] | None) ->
         lane_combine=spec.get("lane_combine", "sequential"),
         lane_tail=spec.get("lane_tail", "lanes"),
         lane_unroll=None,
+        lane_run=None,
         lane_vector=None,
         small_k=None,
         split_k=None,
@@ -1905,7 +1913,8 @@ def _long_k_model(
     beyond). ``None`` where no model the probe tries gives some K's pairs. Returns (model,
     evidence)."""
     bases = [acc]
-    if acc.lanes is not None and acc.order == "sequential":  # each lane in blocks (torch.sum)
+    if acc.lanes is not None and acc.order == "sequential" and acc.lane_run is None:
+        # each lane in blocks (torch.sum)
         bases += [acc.replace(order="blocked", block=b) for b in (4, 8, 16, 32, 64)]
     if acc.lanes is not None:  # a long-K kernel that is one chain
         bases.append(
@@ -1914,6 +1923,7 @@ def _long_k_model(
                 lane_combine="sequential",
                 lane_tail="lanes",
                 lane_unroll=None,
+                lane_run=None,
                 lane_vector=None,
                 small_k=None,
                 split_k=None,

@@ -496,7 +496,11 @@ def _gemm_numpy(
         c64 = round_to(_broadcast_c(c, out_shape).astype(np.float64), c_fmt).astype(np.float64)
     if acc.input_subnormals != "keep":  # spec 3c: subnormal inputs become +0 (or signed 0)
         sig = acc.input_subnormals != "flush"
-        if acc.input_subnormals != "flush_signed_c":  # (x86 AMX-FP16: c alone)
+        if acc.input_subnormals == "flush_signed_fp16":  # (x86 AMX-FP8: via fp16 under DAZ)
+            f16 = get_format("fp16")
+            assert isinstance(f16, FloatFormat)
+            a64, b64 = _flushed(a64, f16, signed=True), _flushed(b64, f16, signed=True)
+        elif acc.input_subnormals != "flush_signed_c":  # (x86 AMX-FP16: c alone)
             a64, b64 = _flushed(a64, fa, signed=sig), _flushed(b64, fb, signed=sig)
         c64 = _flushed(c64, out_fmt, signed=sig)
     if acc.pair_order == "odd_first":  # spec 3d: each pair of products odd one first
@@ -938,6 +942,11 @@ class _Model:
         full2 = n - n % V if V else full
         tail = list(range(k0 + full2, k1))
         values = []
+        if acc.lane_run is not None:  # runs of R products, run r in lane r mod L
+            return self._tree(
+                prune_tree(combine_tree(acc.lane_combine, L), min(L, -(-n // acc.lane_run))),
+                self._run_lanes(ch, k0, k1),
+            )
         for lane in range(max(min(L, full), min(V or 0, full2 - full))):
             ks = list(range(k0 + lane, k0 + full, L))
             if lane == 0 and tail_rule == "first":
@@ -974,6 +983,26 @@ class _Model:
                 t = self._add(z, p, self.r_acc, 0, exact_hint=False)
         assert t is not None
         return t
+
+    def _run_lanes(self, ch: _Chunk, k0: int, k1: int) -> list[np.ndarray]:
+        """Spec 3e's ``lane_run``: each lane from 0 takes the sums of its runs of products
+        (each run summed left to right from its first product)."""
+        acc = self.acc
+        L, R = acc.lanes, acc.lane_run
+        assert L is not None and R is not None
+        starts = list(range(k0, k1, R))
+        values: list[np.ndarray] = []
+        for lane in range(min(L, len(starts))):
+            v: np.ndarray | None = None
+            for j in starts[lane::L]:
+                run = self._product(ch, j)
+                for k in range(j + 1, min(j + R, k1)):
+                    run = self._add(run, self._product(ch, k), self.r_acc, 0, exact_hint=False)
+                v = self._add(np.zeros(run.shape) if v is None else v, run, self.r_acc, 0,
+                              exact_hint=False)  # fmt: skip
+            assert v is not None
+            values.append(v)
+        return values
 
     def _wide_tail(self, ch: _Chunk, tail: list[int], lanes: np.ndarray | None) -> np.ndarray:
         """Spec 3e's ``tail_format``: the tail summed in its own format from ``+0`` (products

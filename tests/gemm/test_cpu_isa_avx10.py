@@ -413,54 +413,39 @@ def test_amx_fp8_subnormals_and_pairs():
         ci.tdpfp8ps(one, [[1.0]], [[1.0]], "tdpbf16ps")
 
 
-def test_amx_fp8_is_not_a_row():
-    # the Accumulator family has no lanes fed by runs of two products (see the module
-    # docstring), so no AMX-FP8 row is claimed
-    rows = {r["instruction"] for r in pl.tensor_core.list("x86")}
-    assert not rows & set(ci.AMX_FP8_INPUTS)
-
-
-def bochs_steps(
-    h: np.ndarray, r: np.ndarray, fp8: str, saturate: bool, half: bool = True
-) -> np.ndarray:
-    """The BIAS conversions as Bochs's integer steps read (bf8.h, hf8.h), for finite inputs:
-    BF8 adds ``r`` to the whole fp16 code and keeps its high byte; HF8 adds ``r >> 1`` to the
-    code for the exponent test and a normal result, and ``r`` scaled to ``2**-8`` of the
-    quantum for a subnormal one (an fp16 subnormal input: ``r << 7`` on its fraction)."""
-    h, r = h.astype(np.int64), r.astype(np.int64)
-    sign = (h >> 15) << 7
-    if fp8 == "bf8":
-        code = (h + r) >> 8
-        if saturate:
-            code = np.where((code & 0x7F) == 0x7C, sign | 0x7B, code)
-        return code.astype(np.uint8)
-    m = h & 0x7FFF
-    e, f = m >> 10, m & 0x3FF
-    s = m + ((r >> 1) if half else r)
-    es, fs = s >> 10, s & 0x3FF
-    over = (es > 23) | ((es == 23) & (fs >= 0x380))
-    sub_in = (f + (r << 7)) >> 15
-    shift_up = np.clip(8 - e, 0, 63)
-    sig = ((f | 0x400) + (r << shift_up)) >> np.clip(9 - e, 0, 63)
-    sub_out = ((sig >> 10) << 3) | ((sig >> 7) & 7)
-    normal = ((es - 8) << 3) | (fs >> 7)
-    code = np.where(e == 0, sub_in, np.where(es <= 8, sub_out, normal))
-    code = np.where(over, 0x7E if saturate else 0x7F, code)
-    return (code | sign).astype(np.uint8)
-
-
-@pytest.mark.parametrize("fp8", ["bf8", "hf8"])
-def test_bochs_integer_steps_are_the_truncation_rule(fp8):
-    # the reading behind the BIAS functions: Bochs's integer steps (r >> 1 on normal HF8
-    # results, r on subnormal ones) are trunc(|x| / q + r / 256) on every finite code and bias
-    h = ALL16[((ALL16 >> 10) & 31) != 31].astype(np.uint16)
-    for sat in (False, True):
-        for r0 in range(0, 256, 64):
-            r = np.repeat(np.arange(r0, r0 + 64), h.size)
-            hh = np.tile(h, 64)
-            assert np.array_equal(bochs_steps(hh, r, fp8, sat), oracle_fp8(hh, fp8, sat, r))
-    # and the comparison can tell: r (not r >> 1) added to a normal HF8 result differs
-    if fp8 == "hf8":
-        r = np.full(h.size, 100)
-        wrong = bochs_steps(h, r, fp8, False, half=False)
-        assert (wrong != oracle_fp8(h, fp8, False, r)).sum() > 1000
+@pytest.mark.parametrize("instruction", list(ci.AMX_FP8_INPUTS))
+def test_amx_fp8_rows_equal_bochs_rule(instruction):
+    """The rows (lanes fed by runs of two products, inputs through fp16 under DAZ) against
+    :func:`tdpfp8ps` bit for bit, on every FP8 code (subnormals, zeros, infinities and NaNs
+    included), K from 1 to three instructions with ragged tails, destinations with subnormals;
+    and against the exact oracle on finite inputs."""
+    fa, fb = (ci.FP8_FORMATS[f] for f in ci.AMX_FP8_INPUTS[instruction])
+    acc = pl.tensor_core("x86", (fa, fb) if fa != fb else fa, instruction=instruction)
+    assert acc.lane_run == 2 and acc.split_k == ci.AMX_FP8_K
+    rng = np.random.default_rng(7 + list(ci.AMX_FP8_INPUTS).index(instruction))
+    for k in (1, 2, 3, 4, 5, 7, 63, 64, 65, 66, 130, 192, 201):
+        a = np.asarray(pl.decode(rng.integers(0, 256, (6, k)), fa), np.float64)
+        b = np.asarray(pl.decode(rng.integers(0, 256, (k, 5)), fb), np.float64)
+        if k % 2:  # finite inputs: most outputs are numbers
+            a[~np.isfinite(a)], b[~np.isfinite(b)] = 0.5, -2.0
+        c = (rng.standard_normal((6, 5)) * 2.0 ** rng.integers(-140, 20, (6, 5))).astype(np.float32)
+        want = ci.tdpfp8ps(c, a, b, instruction=instruction)
+        got = np.asarray(
+            pl.gemm(a, b, c.astype(np.float64), input_format=(fa, fb), accumulator=acc,
+                    out_format="fp32"), np.float32,
+        )  # fmt: skip
+        same_bits = got.view(np.uint32) == want.view(np.uint32)
+        assert (same_bits | (np.isnan(got) & np.isnan(want))).all(), (k, got, want)
+        if k in (5, 65):
+            for i in range(6):
+                for j in range(5):
+                    o = amx_fp8_oracle(
+                        float(c[i, j]), a[i], b[:, j], *ci.AMX_FP8_INPUTS[instruction]
+                    )
+                    assert same(float(got[i, j]), o), (k, i, j)
+    # the runs matter: interleaved single products (lane_run=None) differ somewhere
+    # (p0 + p1 rounds 448**2 + 2**-18 to 448**2; one product per lane keeps the 2**-18)
+    a, b = np.array([[448.0, 2.0**-9, -448.0, 0.0]]), np.array([[448.0], [2.0**-9], [448.0], [0]])
+    x = pl.gemm(a, b, input_format=(fa, fb), accumulator=acc)
+    y = pl.gemm(a, b, input_format=(fa, fb), accumulator=acc.replace(lane_run=None))
+    assert float(np.asarray(x)[0, 0]) == 0.0 and float(np.asarray(y)[0, 0]) == 2.0**-18

@@ -289,6 +289,10 @@ def test_cpu_rows_are_in_the_table_with_evidence():
         "tdpfp16ps",
         "vfmadd231ph",
         "vdpphps",
+        "tdpbf8ps",
+        "tdpbhf8ps",
+        "tdphbf8ps",
+        "tdphf8ps",
     ]
     assert x86[0]["evidence"].startswith("measured: AMD EPYC 9004 (Zen 4")
     assert "Intel Xeon" in x86[0]["evidence"]  # VDPBF16PS: the same bits on both CPUs

@@ -164,7 +164,8 @@ def test_amx_fp16_keeps_fp16_subnormals_and_reads_a_subnormal_c_as_zero():
 
 def test_amx_rows_and_evidence():
     rows = {r["instruction"]: r for r in pl.tensor_core.list("x86")}
-    assert set(rows) == {"vdpbf16ps", "tdpbf16ps", "tdpfp16ps", "vfmadd231ph", "vdpphps"}
+    assert set(rows) == {"vdpbf16ps", "tdpbf16ps", "tdpfp16ps", "vfmadd231ph", "vdpphps",
+                         *ci.AMX_FP8_INPUTS}  # fmt: skip
     ev = rows["tdpfp16ps"]["evidence"]
     assert ev.startswith("published: Intel") and "inferred: K = 32" in ev
     # TDPBF16PS: measured on an AMX Xeon (tests/gemm/test_cpu_isa_amx.py), equal to this oracle
