@@ -320,10 +320,12 @@ def _elements(
     seed: int | None,
     random_bits: int | None,
     pad: bool,
-    codes: bool,
+    codes: bool | str,
     words: np.ndarray | None = None,
 ) -> tuple[np.ndarray, _Layout, _Pass, np.dtype]:
     """Element codes (``codes=True``) or values after scaling back, in x's shape; and the scales.
+    ``codes="values"``: the rounded elements before scaling back where the native kernel runs
+    (a float array), else the codes.
 
     One fused pass over chunks of blocks, on all cores: amax, scales, exact scaling, the core's
     rounding, scaling back, while the chunk is in cache. Stochastic rounding of a padded tensor
@@ -343,8 +345,8 @@ def _elements(
     U, A, B, C = lay.dims
     upc = _units_per_chunk(lay)
     if ext is not None:
-        native = _native_blocks(ext, data, lay, ps, kern, codes)
-        res = (_codes(native, bf.element) if codes else native).reshape(lay.padded)
+        native = _native_blocks(ext, data, lay, ps, kern, bool(codes))
+        res = (_codes(native, bf.element) if codes is True else native).reshape(lay.padded)
         return (res[lay.crop] if lay.needs_pad else res), lay, ps, out_dtype
     out = np.empty(ps.src.shape, dtype=bf.element.code_dtype if codes else out_dtype)
     if not (mode in STOCHASTIC_MODES and lay.needs_pad):

@@ -123,7 +123,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -153,6 +153,7 @@ from .block_layout import (
     _units_per_chunk,
 )
 from .block_passes import (
+    _codes,
     _elements,
     _pow2_fits,
     _prepare,
@@ -218,6 +219,27 @@ class QuantizedBlocks:
     tensor_scale: float = 1.0
     tensor_amax: float | None = None
     four_over_six: np.ndarray | None = None
+    #: the rounded element values (float32, the tensor's shape, read-only; a NaN block's
+    #: elements 0) where the quantizer kept them: :meth:`element_values` returns them, and
+    #: ``codes`` given as :data:`_LAZY` are encoded from them when first read (a GEMM of the
+    #: recipes reads only the values: the encoding and decoding cost 15% of a te_nvfp4 step)
+    _elements: np.ndarray | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.codes is _LAZY:
+            if self._elements is None:
+                raise ValueError("QuantizedBlocks: lazy codes need the element values")
+            object.__delattr__(self, "codes")  # (__getattr__ encodes them when first read)
+
+    def __getattr__(self, name: str) -> Any:
+        """``codes`` of a quantizer that kept the element values, encoded on first use."""
+        elems = self.__dict__.get("_elements")
+        if name != "codes" or elems is None:
+            raise AttributeError(f"'QuantizedBlocks' object has no attribute {name!r}")
+        codes = _codes(elems, self.block_format.element)
+        codes = _pack4(codes) if self.block_format.packed else codes
+        object.__setattr__(self, "codes", codes)
+        return codes
 
     def element_codes(self) -> np.ndarray:
         """Element codes unpacked to one per uint8, in the tensor's shape."""
@@ -231,6 +253,8 @@ class QuantizedBlocks:
 
     def element_values(self) -> np.ndarray:
         """Element values before scaling (float32): ``decode(codes) * 2**element_exponent``."""
+        if self._elements is not None:
+            return self._elements
         bf = self.block_format
         if bf.packed:  # one gather from the values of the 256 bytes (two elements each)
             n = self.shape[-1] if self.shape else 1
@@ -307,15 +331,21 @@ def quantize_blocks(
         if moved is not None:
             return moved
     words = _given_words(rbits, np.shape(x), bf, rounding, seed, random_bits)
+    keep = isinstance(bf.element, FloatFormat) and not bf.element_exponent
     codes, lay, ps, out_dtype = _elements(
         x, bf, axis=axis, rounding=rounding, seed=seed, random_bits=random_bits, pad=pad,
-        codes=True, words=words,
+        codes="values" if keep else True, words=words,
     )  # fmt: skip
-    if bf.packed:
-        codes = _pack4(codes)
     vals = ps.values.reshape(lay.grid)
+    elems = None
+    if codes.dtype.kind == "f":  # the rounded elements: the codes are encoded when first read
+        elems = _kept(codes, nan=bool(np.isnan(vals).any()))  # (NaN scale: a NaN block)
+        codes = _LAZY
+    elif bf.packed:
+        codes = _pack4(codes)
     four = ps.info.get("four_over_six")
     return QuantizedBlocks(
+        _elements=elems,
         codes=codes,
         scale_codes=encode(vals, bf.scale),
         scales=vals,
@@ -370,9 +400,11 @@ def _along_last_axis(
     def back(g: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(np.moveaxis(g, -1, ax))
 
-    codes = back(q.element_codes())
+    elems = None if q._elements is None else _kept(back(q._elements), nan=False)
+    codes = _LAZY if elems is not None else back(q.element_codes())
     return QuantizedBlocks(
-        codes=_pack4(codes) if bf.packed else codes,
+        _elements=elems,
+        codes=_pack4(codes) if bf.packed and elems is None else codes,
         scale_codes=back(q.scale_codes),
         scales=back(q.scales),
         shape=tuple(a.shape),
@@ -424,10 +456,16 @@ def _tiles_as_runs(
     runs = runs.reshape(*lead, r // tr, (c // tc) * tr * tc)
     q = quantize_blocks(runs, replace(bf, block_shape=(tr * tc,)), axis=-1, rounding=rounding,
                         seed=seed, random_bits=random_bits)  # fmt: skip
-    codes = q.element_codes().reshape(*lead, r // tr, c // tc, tr, tc).swapaxes(-3, -2)
-    codes = np.ascontiguousarray(codes.reshape(a.shape))
+
+    def back(g: np.ndarray) -> np.ndarray:
+        g = g.reshape(*lead, r // tr, c // tc, tr, tc).swapaxes(-3, -2)
+        return np.ascontiguousarray(g.reshape(a.shape))
+
+    elems = None if q._elements is None else _kept(back(q._elements), nan=False)
+    codes = _LAZY if elems is not None else back(q.element_codes())
     return QuantizedBlocks(
-        codes=_pack4(codes) if bf.packed else codes,
+        _elements=elems,
+        codes=_pack4(codes) if bf.packed and elems is None else codes,
         scale_codes=q.scale_codes,
         scales=q.scales,
         shape=tuple(a.shape),
@@ -449,6 +487,21 @@ def _byte_values(elem: Any) -> np.ndarray:
     nib = decode(np.arange(16, dtype=np.uint8), elem).astype(np.float32)
     b = np.arange(256)
     out = np.stack([nib[b & 0x0F], nib[b >> 4]], axis=-1)
+    out.flags.writeable = False
+    return out
+
+
+#: ``codes=`` of a :class:`QuantizedBlocks` whose codes are encoded from its element values
+#: when first read
+_LAZY = np.empty(0, dtype=np.uint8)
+
+
+def _kept(q: np.ndarray, nan: bool = True) -> np.ndarray:
+    """Rounded element values as :meth:`QuantizedBlocks.element_values` gives them: float32,
+    a NaN block's elements 0 (code 0), read-only (``nan=False``: ``q`` holds no NaN; a
+    float32 ``q`` is then taken as it is, not copied)."""
+    out = np.where(np.isnan(q), np.float32(0), q) if nan else q
+    out = np.ascontiguousarray(out, dtype=np.float32)
     out.flags.writeable = False
     return out
 
