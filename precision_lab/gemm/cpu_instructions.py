@@ -485,7 +485,7 @@ def cpu_rows() -> list[Row]:
     evidence)`` for ``precision_lab.gemm.tensor_core._add``.
 
     >>> [r[1] for r in cpu_rows()][:6]
-    ['vdpbf16ps', 'tdpbf16ps', 'tdpfp16ps', 'vfmadd231ph', 'vdpphps', 'bfmmla']
+    ['vdpbf16ps', 'tdpbf16ps', 'tdpfp16ps', 'vfmadd231ph', 'vdpphps', 'tdpbf8ps']
     """
     ebf0 = (
         f"{_ARM} {{}}: BFDotAdd with FPCR.EBF = 0 (unfused: products and pair sum rounded, "

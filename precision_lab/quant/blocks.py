@@ -284,6 +284,7 @@ def quantize_blocks(
     random_bits: int | None = None,
     pad: bool = False,
     rbits: Any = None,
+    keep_values: bool = False,
 ) -> QuantizedBlocks:
     """Quantize ``x`` to a block-scaled format: element codes and one scale per block.
 
@@ -312,6 +313,11 @@ def quantize_blocks(
         (x.shape[-1] // 4,)``), so a kernel's stochastic quantization (Transformer Engine's NVFP4,
         which draws them with curand) is reproduced from its own random bits. See
         :func:`nvfp4_rbits_words` for which bits round which element.
+    keep_values:
+        Keep the rounded element values (float elements) and encode ``codes`` only when they are
+        first read: for a consumer of the values alone (:func:`~precision_lab.gemm_blocks`, the
+        recipes' GEMMs), which then skips the encoding and the decoding. The codes are the same;
+        the result's ``__dict__`` lacks ``codes`` until they are read.
 
     Returns
     -------
@@ -325,13 +331,13 @@ def quantize_blocks(
     bf = get_block_format(block_format)
     x, _ = as_input(x)  # the one input conversion (DLPack and array-API arrays: torch tensors)
     if rbits is None:
-        moved = _along_last_axis(x, bf, axis, rounding, seed, random_bits, pad)
+        moved = _along_last_axis(x, bf, axis, rounding, seed, random_bits, pad, keep_values)
         if moved is None:
-            moved = _tiles_as_runs(x, bf, axis, rounding, seed, random_bits, pad)
+            moved = _tiles_as_runs(x, bf, axis, rounding, seed, random_bits, pad, keep_values)
         if moved is not None:
             return moved
     words = _given_words(rbits, np.shape(x), bf, rounding, seed, random_bits)
-    keep = isinstance(bf.element, FloatFormat) and not bf.element_exponent
+    keep = keep_values and isinstance(bf.element, FloatFormat) and not bf.element_exponent
     codes, lay, ps, out_dtype = _elements(
         x, bf, axis=axis, rounding=rounding, seed=seed, random_bits=random_bits, pad=pad,
         codes="values" if keep else True, words=words,
@@ -367,6 +373,7 @@ def _along_last_axis(
     seed: int | None,
     random_bits: int | None,
     pad: bool,
+    keep_values: bool = False,
 ) -> QuantizedBlocks | None:
     """:func:`quantize_blocks` of 1-D blocks along an axis other than the last, under a
     deterministic rounding, as the quantization of ``x`` with that axis moved last, moved back
@@ -395,7 +402,7 @@ def _along_last_axis(
     if mode in STOCHASTIC_MODES or (not pad and a.shape[ax] % bf.block_shape[0]):
         return None
     q = quantize_blocks(np.moveaxis(a, ax, -1), bf, axis=-1, rounding=rounding, seed=seed,
-                        random_bits=random_bits, pad=pad)  # fmt: skip
+                        random_bits=random_bits, pad=pad, keep_values=keep_values)  # fmt: skip
 
     def back(g: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(np.moveaxis(g, -1, ax))
@@ -425,6 +432,7 @@ def _tiles_as_runs(
     seed: int | None,
     random_bits: int | None,
     pad: bool,
+    keep_values: bool = False,
 ) -> QuantizedBlocks | None:
     """:func:`quantize_blocks` of 2-D tiles (``nvfp4_16x16``, ``fp8_128x128``) under a
     deterministic rounding, as 1-D blocks of ``rows * cols`` contiguous elements: each tile's
@@ -455,7 +463,7 @@ def _tiles_as_runs(
     runs = a.reshape(*lead, r // tr, tr, c // tc, tc).swapaxes(-3, -2)
     runs = runs.reshape(*lead, r // tr, (c // tc) * tr * tc)
     q = quantize_blocks(runs, replace(bf, block_shape=(tr * tc,)), axis=-1, rounding=rounding,
-                        seed=seed, random_bits=random_bits)  # fmt: skip
+                        seed=seed, random_bits=random_bits, keep_values=keep_values)  # fmt: skip
 
     def back(g: np.ndarray) -> np.ndarray:
         g = g.reshape(*lead, r // tr, c // tc, tr, tc).swapaxes(-3, -2)

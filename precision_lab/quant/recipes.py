@@ -310,7 +310,8 @@ def quantize_operand(
     arithmetic, float32 result) comes first, along ``axis``, which is zero-padded to a multiple
     of the rotation's size (the result is then longer along ``axis``; rotate the other operand
     of the GEMM alike and the padding adds nothing to the product); then a block format gives
-    :class:`QuantizedBlocks` (``pad=True`` where the axis is not a multiple of the block), an
+    :class:`QuantizedBlocks` (``pad=True`` where the axis is not a multiple of the block;
+    ``keep_values=True``: the GEMMs read the element values, the codes are encoded if read), an
     element format the rounded values (float32 or float64). Stochastic rounding uses ``seed`` too.
 
     >>> import numpy as np
@@ -333,7 +334,8 @@ def quantize_operand(
         return fmt.quantize(a, axis=axis)  # type: ignore[no-any-return]
     sr_seed = seed if is_stochastic(operand.rounding) else None
     if operand.blocked:
-        return quantize_blocks(a, fmt, axis=axis, rounding=operand.rounding, seed=sr_seed, pad=True)
+        return quantize_blocks(a, fmt, axis=axis, rounding=operand.rounding, seed=sr_seed, pad=True,
+                               keep_values=True)  # (codes encoded if read)  # fmt: skip
     return round_to(a, fmt, rounding=operand.rounding, seed=sr_seed)
 
 

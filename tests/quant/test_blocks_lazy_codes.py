@@ -42,18 +42,22 @@ def test_lazy_codes_are_the_eager_ones(fmt: str, axis: int, rounding: str) -> No
     x = (rng.standard_normal((32, 64)) * 2.0 ** rng.integers(-12, 6, (32, 64))).astype(np.float32)
     x[3, :16] = np.nan  # a NaN block (its elements read as 0, its scale NaN)
     seed = 5 if rounding == "stochastic" else None
-    q = pl.quantize_blocks(x, fmt, axis=axis, rounding=rounding, seed=seed)
+    eager = pl.quantize_blocks(x, fmt, axis=axis, rounding=rounding, seed=seed)
+    assert "codes" in vars(eager)  # the default: codes at once (vars(q) rebuilds a q)
+    q = pl.quantize_blocks(x, fmt, axis=axis, rounding=rounding, seed=seed, keep_values=True)
     lazy = "codes" not in vars(q)
     assert lazy == (fmt != "mxint8")
     vals = q.element_values().copy()
     codes = q.codes  # encoded now
     assert "codes" in vars(q) and q.codes is codes  # once
     elem, e = q.block_format.element, q.block_format.element_exponent
+    np.testing.assert_array_equal(codes, eager.codes)
+    np.testing.assert_array_equal(q.scales, eager.scales)
     if not e:  # (MX INT8's codes are integers k of the values k * 2**e: encoded at once)
         np.testing.assert_array_equal(codes, eager_codes(q))
     got = np.asarray(decode(q.element_codes(), elem), np.float32) * np.float32(2.0**e)
     assert np.array_equal(got.view(np.uint32), vals.view(np.uint32))  # -0 kept
-    again = pl.quantize_blocks(x, fmt, axis=axis, rounding=rounding, seed=seed)
+    again = pl.quantize_blocks(x, fmt, axis=axis, rounding=rounding, seed=seed, keep_values=True)
     back = pickle.loads(pickle.dumps(again))  # lazy across pickling
     np.testing.assert_array_equal(back.codes, codes)
     np.testing.assert_array_equal(pl.dequantize_blocks(back), pl.dequantize_blocks(q))
