@@ -236,24 +236,6 @@ CPU_MACHINES: dict[str, str] = {
     "sapphirerapids": "x86",
     "arm": "arm",
 }
-#: the CPU instructions (vendor mnemonics, lower case)
-CPU_INSTRUCTIONS = (
-    "vdpbf16ps",
-    "tdpbf16ps",
-    "tdpfp16ps",
-    "vfmadd231ph",
-    "vdpphps",
-    "tdpbf8ps",
-    "tdpbhf8ps",
-    "tdphbf8ps",
-    "tdphf8ps",
-    "bfmmla",
-    "bfdot",
-    "bfmlal",
-    "fdot",
-    "fmlal",
-    "fmlall",
-)
 #: per architecture, the order in which GEMM libraries prefer them (oneDNN: VDPBF16PS, and
 #: AMX's TDPBF16PS / TDPFP16PS on CPUs that have AMX (the x86 default stays the AVX512-BF16
 #: instruction that Zen 4 and the AMX Xeons both have); Arm Compute Library / oneDNN on
@@ -272,6 +254,8 @@ CPU_LIBRARY_CHOICE: dict[str, tuple[str, ...]] = {
     ),
     "arm": ("bfmmla", "bfdot", "bfmlal", "fdot", "fmlal", "fmlall"),
 }
+#: the CPU instructions (vendor mnemonics, lower case)
+CPU_INSTRUCTIONS = tuple(i for arch in ("x86", "arm") for i in CPU_LIBRARY_CHOICE[arch])
 ZEN4 = "AMD EPYC 9004 (Zen 4, Genoa)"
 INTEL_XEON = (
     "Intel Xeon with AMX-BF16 and AVX512-FP16 (CPUID family 6, model 167 as this VM reports)"

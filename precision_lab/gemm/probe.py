@@ -531,6 +531,8 @@ _LANE_FIELDS = (
     "split_half",
     "split_equal",
 )
+#: a separate lane tail's own format (no part of the tree)
+_TAIL_FIELDS = ("tail_format", "tail_product_format")
 
 
 def _lane_value(ks: list[int], spec: dict[str, Any]) -> Tree:
@@ -1630,22 +1632,12 @@ def _attach_below(acc: Accumulator, below: tuple[int, dict[str, Any]] | None) ->
     if below is None:
         return acc
     s, spec = below
-    small = acc.replace(
+    small = _without_lanes(
+        acc,
         order=spec["order"],
         lanes=spec.get("lanes"),
         lane_combine=spec.get("lane_combine", "sequential"),
         lane_tail=spec.get("lane_tail", "lanes"),
-        lane_unroll=None,
-        lane_run=None,
-        lane_vector=None,
-        small_k=None,
-        split_k=None,
-        split_combine="sequential",
-        split_balance=None,
-        split_half="ceil",
-        split_equal=None,
-        tail_format=None,
-        tail_product_format=None,
         block=None,
     )
     return small.replace(switch_k=s, long_kernel=acc)
@@ -1692,6 +1684,14 @@ def _leaves_iter(t: Tree) -> Iterator[int]:
             stack.extend(x)
         else:
             yield x
+
+
+def _without_lanes(acc: Accumulator, **fields: Any) -> Accumulator:
+    """``acc`` with spec 3e's structure (the lane and split fields, a tail's own format) at
+    their defaults, then ``fields``: one chain, or the structure ``fields`` give."""
+    defaults = Accumulator()
+    plain = {f: getattr(defaults, f) for f in (*_LANE_FIELDS, *_TAIL_FIELDS)}
+    return acc.replace(**{**plain, **fields})
 
 
 def _spec_of(acc: Accumulator) -> dict[str, Any]:
@@ -1917,23 +1917,7 @@ def _long_k_model(
         # each lane in blocks (torch.sum)
         bases += [acc.replace(order="blocked", block=b) for b in (4, 8, 16, 32, 64)]
     if acc.lanes is not None:  # a long-K kernel that is one chain
-        bases.append(
-            acc.replace(
-                lanes=None,
-                lane_combine="sequential",
-                lane_tail="lanes",
-                lane_unroll=None,
-                lane_run=None,
-                lane_vector=None,
-                small_k=None,
-                split_k=None,
-                split_combine="sequential",
-                split_balance=None,
-                split_half="ceil",
-                tail_format=None,
-                tail_product_format=None,
-            )
-        )
+        bases.append(_without_lanes(acc))
     if isinstance(acc.format, FloatFormat):
         bases += _cpu_kernels(fin, acc.format)
     top, more = _structure_at(lab, fin, big, unit, bases, row, long_k, with_c)

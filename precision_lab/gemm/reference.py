@@ -1011,13 +1011,7 @@ class _Model:
         assert self.r_tail is not None
         s: np.ndarray | None = None
         for k in tail:
-            p = ch.A[:, :, k, None] * ch.B[:, None, k, :]
-            if self.r_tail_product is not None:
-                p = self.r_tail_product.round(p)
-            if ch.Araw is not None and ch.Braw is not None:  # IEEE products of inf/NaN inputs
-                with np.errstate(invalid="ignore"):
-                    raw = ch.Araw[:, :, k, None] * ch.Braw[:, None, k, :]
-                p = np.where(np.isfinite(raw), p, raw)
+            p = self._product_in(ch, k, self.r_tail_product)
             s = self._add(np.zeros(p.shape) if s is None else s, p, self.r_tail, 0,
                           exact_hint=False)  # fmt: skip
         assert s is not None
@@ -1048,9 +1042,13 @@ class _Model:
         )
 
     def _product(self, ch: _Chunk, k: int) -> np.ndarray:
+        return self._product_in(ch, k, self.r_product)
+
+    def _product_in(self, ch: _Chunk, k: int, r: Rounder | None) -> np.ndarray:
+        """Product ``k`` rounded by ``r`` (None: exact), infinities and NaNs as IEEE's."""
         p = ch.A[:, :, k, None] * ch.B[:, None, k, :]
-        if self.r_product is not None:
-            p = self.r_product.round(p, self.words(4 * self.K + k, p.shape))
+        if r is not None:
+            p = r.round(p, self.words(4 * self.K + k, p.shape))
         if ch.Araw is not None and ch.Braw is not None:  # IEEE products of inf/NaN inputs
             with np.errstate(invalid="ignore"):
                 raw = ch.Araw[:, :, k, None] * ch.Braw[:, None, k, :]

@@ -407,11 +407,10 @@ def _along_last_axis(
     def back(g: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(np.moveaxis(g, -1, ax))
 
-    elems = None if q._elements is None else _kept(back(q._elements), nan=False)
-    codes = _LAZY if elems is not None else back(q.element_codes())
+    elems, codes = _moved_codes(q, back)
     return QuantizedBlocks(
         _elements=elems,
-        codes=_pack4(codes) if bf.packed and elems is None else codes,
+        codes=codes,
         scale_codes=back(q.scale_codes),
         scales=back(q.scales),
         shape=tuple(a.shape),
@@ -469,11 +468,10 @@ def _tiles_as_runs(
         g = g.reshape(*lead, r // tr, c // tc, tr, tc).swapaxes(-3, -2)
         return np.ascontiguousarray(g.reshape(a.shape))
 
-    elems = None if q._elements is None else _kept(back(q._elements), nan=False)
-    codes = _LAZY if elems is not None else back(q.element_codes())
+    elems, codes = _moved_codes(q, back)
     return QuantizedBlocks(
         _elements=elems,
-        codes=_pack4(codes) if bf.packed and elems is None else codes,
+        codes=codes,
         scale_codes=q.scale_codes,
         scales=q.scales,
         shape=tuple(a.shape),
@@ -512,6 +510,16 @@ def _kept(q: np.ndarray, nan: bool = True) -> np.ndarray:
     out = np.ascontiguousarray(out, dtype=np.float32)
     out.flags.writeable = False
     return out
+
+
+def _moved_codes(q: QuantizedBlocks, back: Any) -> tuple[np.ndarray | None, np.ndarray]:
+    """(kept element values, codes) of ``q`` rearranged by ``back`` into another tensor's
+    layout (the same block format): the kept values moved and the codes left lazy, else the
+    unpacked codes moved and packed again."""
+    if q._elements is not None:
+        return _kept(back(q._elements), nan=False), _LAZY
+    codes = back(q.element_codes())
+    return None, _pack4(codes) if q.block_format.packed else codes
 
 
 def _pack4(codes: np.ndarray) -> np.ndarray:
