@@ -394,6 +394,26 @@ def _elements(
 _RULES = {"floor": 0, "ceil": 1, "amax": 2, "rceil": 4}
 
 
+def _native_in_place(bf: BlockFormat, dtype: np.dtype, mode: str) -> bool:
+    """Whether the native kernel's float32 fast path runs blocks along a leading axis in place
+    (``blocks.inc``'s range32_cols: float32 data, float elements, the rules floor, ceil and rceil
+    or NVFP4's): then quantizing in place beats moving the axis last and back
+    (``blocks._along_last_axis``): a (512, 512) NVFP4 operand along axis 0 took 0.44 ms in
+    place, 1.79 moved; MXFP8 0.37 and 1.68 (an AMD EPYC Zen 3, one thread)."""
+    return (
+        native_kernels.active()
+        and np.dtype(dtype) == np.float32
+        and isinstance(bf.element, FloatFormat)
+        and not bf.element_exponent
+        and mode in ROUNDING_MODES
+        and (
+            bf.scale_rule in ("floor", "ceil", "rceil")
+            if not bf.tensor_scale
+            else bf.scale_bound == float(bf.scale.max)
+        )
+    )
+
+
 def _native_ext(data: np.ndarray, lay: _Layout, bf: BlockFormat, mode: str) -> Any:
     """The kernels extension where it serves this pass (else None): every rounding mode (the
     stochastic ones where x needs no padding: the layout's flat index is then x's), float32 and

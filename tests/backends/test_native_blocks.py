@@ -94,6 +94,28 @@ def test_every_float16_element_matches_numpy(bf):
             assert same(got, on_numpy(fn, x, bf, rounding=mode)), (fn.__name__, mode)
 
 
+@pytest.mark.parametrize("bf", FLOAT_PATH_FORMATS, ids=str)
+def test_every_float16_element_along_a_leading_axis_matches_numpy(bf):
+    """Blocks along axis 0 (side by side in memory: blocks.inc's range32_cols, in place): the
+    numpy passes' bits under every mode, stochastic ones included (the same flat index), and
+    the contiguous blocks' codes and scales, transposed, under the deterministic ones."""
+    bf = pl.get_block_format(bf)
+    flat = every_float16_in_blocks(bf.block_size).reshape(-1, bf.block_size)
+    x = np.ascontiguousarray(flat.T)  # (block, blocks): block j is column j
+    for mode in [*MODES, "stochastic", "stochastic_equal"]:
+        kw = {"axis": 0, "rounding": mode, "seed": 7 if "stochastic" in mode else None}
+        for fn in (pl.round_to_blocks, pl.quantize_blocks):
+            got = fn(x, bf, **kw)
+            assert same(got, on_numpy(fn, x, bf, **kw)), (fn.__name__, mode)
+        if "stochastic" not in mode:
+            q, r = (
+                pl.quantize_blocks(x, bf, axis=0, rounding=mode),
+                pl.quantize_blocks(flat, bf, rounding=mode),
+            )
+            assert np.array_equal(q.element_codes(), r.element_codes().T), mode
+            assert np.array_equal(bits(q.scales), bits(r.scales.T)), mode
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     x=hnp.arrays(

@@ -9,6 +9,9 @@
 #if defined(PL_HAVE_AVX2)
 #include <immintrin.h>
 #define PL_KERNELS_AVX2 1
+// blocks.inc's random words: philox.inc's AVX2 and AVX-512 copies, picked at run time
+#define PL_PHILOX_AVX2 1
+#define PL_PHILOX_AVX512 1
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
 #else
@@ -21,6 +24,7 @@ namespace pl_avx2 {
 #include "fma32.inc"
 #include "blockfma_fast.inc"
 #include "quant.inc"
+#include "philox.inc"
 #include "blocks.inc"
 #include "hadamard.inc"
 }  // namespace pl_avx2

@@ -14,6 +14,7 @@ namespace pl_base {
 #include "fma32.inc"
 #include "blockfma_fast.inc"
 #include "quant.inc"
+#include "philox.inc"  // (the scalar copy only)
 #include "blocks.inc"
 #include "hadamard.inc"
 }  // namespace pl_base
