@@ -166,3 +166,18 @@ def hadamard(
 def hadamard_exact64(
     x: Any, out: Any, flags: Any, n: int, signs: Any, b0: int, b1: int, /
 ) -> None: ...
+def hadamard_exact32(
+    x: Any,
+    out: Any,
+    flags: Any,
+    n: int,
+    C: int,
+    signs: Any,
+    inverse: int,
+    odd: int,
+    c1: float,
+    c2: float,
+    b0: int,
+    b1: int,
+    /,
+) -> None: ...

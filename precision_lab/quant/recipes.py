@@ -35,7 +35,7 @@ from ..core.rounding import check_rounding, is_stochastic, round_to
 from .block_formats import BLOCK_FORMATS, get_block_format
 from .blocks import QuantizedBlocks, quantize_blocks
 from .fine_grained import FINE_GRAINED_FORMATS
-from .hadamard import _check_block, hadamard
+from .hadamard import _check_block, _rotation32
 
 __all__ = [
     "RECIPES",
@@ -320,15 +320,9 @@ def quantize_operand(
     (2, 1)
     """
     a = np.asarray(x)
-    if operand.hadamard is not None:
-        n = operand.hadamard
-        length = a.shape[axis]
-        if length % n:  # zeros to a multiple of the rotation: they add nothing to the product
-            width = [(0, 0)] * a.ndim
-            width[axis] = (0, -length % n)
-            a = np.pad(a, width)
+    if operand.hadamard is not None:  # (zero-padded, exact, float32)
         hs = seed if hadamard_seed is None else hadamard_seed
-        a = hadamard(a, block=operand.hadamard, axis=axis, seed=hs).astype(np.float32)
+        a = _rotation32(a, operand.hadamard, axis, hs)
     fmt = _resolve(operand.format)
     if operand.fine_grained:
         return fmt.quantize(a, axis=axis)  # type: ignore[no-any-return]

@@ -45,6 +45,7 @@ from ..core.formats import FloatFormat
 from ..gemm import Accumulator, gemm
 from ..gemm.recipes import _check_accumulator, recipe_gemm
 from ..quant.blocks import QuantizedBlocks, dequantize_blocks
+from ..quant.hadamard import _rotation32
 from ..quant.hadamard import hadamard as _np_hadamard
 from ..quant.recipes import ROLES, Operand, Recipe, _resolve, get_recipe
 from ..quant.recipes import quantize_operand as _quantize_operand
@@ -198,12 +199,7 @@ def _rotated(a: np.ndarray, op: Operand, axis: int, hseed: int) -> np.ndarray:
     rotates it: padded, exact, float32), or ``a`` itself without one."""
     if op.hadamard is None:
         return a
-    n, length = op.hadamard, a.shape[axis]
-    if length % n:
-        width = [(0, 0)] * a.ndim
-        width[axis] = (0, -length % n)
-        a = np.pad(a, width)
-    return np.asarray(_np_hadamard(a, block=n, axis=axis, seed=hseed).astype(np.float32))
+    return _rotation32(a, op.hadamard, axis, hseed)
 
 
 def _inside(a: np.ndarray, q: Any, y: np.ndarray, op: Operand, axis: int, hseed: int) -> np.ndarray:

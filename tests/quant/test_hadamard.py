@@ -343,3 +343,41 @@ def test_given_signs_equal_the_seeded_ones_and_are_checked() -> None:
     bad[3] = 0.5
     with pytest.raises(ValueError, match=r"signs must be \+1 or -1, got 0\.5 at index 3"):
         hadamard(x, block=32, signs=bad)
+
+
+@pytest.mark.parametrize("backend", ["auto", "numpy"])
+def test_rotation32_is_the_exact_transform_rounded_to_float32(backend: str) -> None:
+    """The recipes' rotation (quant.hadamard._rotation32: one native pass along any axis,
+    padded) gives hadamard(...).astype(float32) bit for bit: blocks along the last and leading
+    axes, partial groups of side-by-side blocks, wide exponent ranges (blocks that the native
+    pass flags and recomputes), zeros, subnormals, inf and NaN, with and without signs."""
+    from precision_lab.quant.hadamard import _rotation32
+
+    rng = np.random.default_rng(11)
+    cases = [((64, 40), 0), ((40, 64), 1), ((3, 48, 13), 1), ((2, 4, 32, 9), -2), ((37, 16), 0)]
+    for shape, axis in cases:
+        for n in (2, 8, 16, 32):
+            for kind in range(3):
+                x = rng.standard_normal(shape) * np.exp2(rng.integers(-20, 20, shape))
+                if kind == 1:  # exponents too far apart for exact float64 butterflies
+                    x = x * np.exp2(rng.integers(-120, 100, shape))
+                if kind == 2:
+                    x.flat[::5] = 0.0
+                    x.flat[1::7] = 1e-42  # float32 subnormals
+                    x.flat[3], x.flat[17] = np.inf, np.nan
+                x = x.astype(np.float32)
+                for seed in (None, 4):
+                    length = shape[axis]
+                    padded = x
+                    if length % n:
+                        width = [(0, 0)] * x.ndim
+                        width[axis] = (0, -length % n)
+                        padded = np.pad(x, width)
+                    with np.errstate(all="ignore"):
+                        want = hadamard(padded, block=n, axis=axis, seed=seed).astype(np.float32)
+                    with pl.use_backend(backend):
+                        got = _rotation32(x, n, axis, seed)
+                    assert got.dtype == np.float32 and got.shape == want.shape
+                    assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (
+                        shape, axis, n, kind, seed,
+                    )  # fmt: skip

@@ -64,7 +64,10 @@
   void k_hadamard(const float* x, float* out, long long n, const float* signs, int inverse,     \
                   float c, long long b0, long long b1);                                        \
   void k_hadamard_exact64(const float* x, double* out, unsigned char* flags, long long n,       \
-                          const double* signs, long long b0, long long b1);
+                          const double* signs, long long b0, long long b1);                    \
+  void k_hadamard_exact32(const float* x, float* out, unsigned char* flags, long long n,        \
+                          long long C, const double* signs, int inverse, int odd, double c1,   \
+                          double c2, long long b0, long long b1);
 
 namespace pl_base {
 PL_KERNEL_DECLS

@@ -31,9 +31,10 @@ struct kernels {
   decltype(&pl_base::k_block_amax) block_amax;
   decltype(&pl_base::k_hadamard) hadamard;
   decltype(&pl_base::k_hadamard_exact64) hadamard_exact64;
+  decltype(&pl_base::k_hadamard_exact32) hadamard_exact32;
   const char* isa;
 };
-kernels KT = {pl_base::k_gemm_rows, pl_base::k_align_exps, pl_base::k_fma64_rows, pl_base::k_exact_block_rows, pl_base::k_pairwise32_rows, pl_base::k_fma32_pack, pl_base::k_fma32_rows, pl_base::k_fma32_tile, pl_base::k_bfma_info, pl_base::k_bfma_pack_b, pl_base::k_bfma_rows, pl_base::k_bfma_grouped_rows, pl_base::k_quantize, pl_base::k_dequantize, pl_base::k_blocks, pl_base::k_block_amax, pl_base::k_hadamard, pl_base::k_hadamard_exact64, "baseline"};
+kernels KT = {pl_base::k_gemm_rows, pl_base::k_align_exps, pl_base::k_fma64_rows, pl_base::k_exact_block_rows, pl_base::k_pairwise32_rows, pl_base::k_fma32_pack, pl_base::k_fma32_rows, pl_base::k_fma32_tile, pl_base::k_bfma_info, pl_base::k_bfma_pack_b, pl_base::k_bfma_rows, pl_base::k_bfma_grouped_rows, pl_base::k_quantize, pl_base::k_dequantize, pl_base::k_blocks, pl_base::k_block_amax, pl_base::k_hadamard, pl_base::k_hadamard_exact64, pl_base::k_hadamard_exact32, "baseline"};
 
 // A C-contiguous buffer of `kind` ('f' float, 'i' integer) and itemsize, or None when allowed.
 struct buf {
@@ -395,6 +396,33 @@ PyObject* py_hadamard_exact64(PyObject*, PyObject* args) {
   PL_END_NATIVE Py_RETURN_NONE;
 }
 
+// hadamard_exact32(x, out, flags, n, C, signs, inverse, odd, c1, c2, b0, b1): blocks b0..b1-1 of
+// x laid out (R, n, C) (block r * C + c: n values C apart), the exact transform rounded to
+// float64 then float32 into out (float32, the same layout), flags as hadamard_exact64
+// (hadamard.inc's k_hadamard_exact32); signs: n float64 values +-1, or None
+PyObject* py_hadamard_exact32(PyObject*, PyObject* args) {
+  PyObject *ox, *oo, *of, *os;
+  long long n, C, b0, b1;
+  int inverse, odd;
+  double c1, c2;
+  if (!PyArg_ParseTuple(args, "OOOLLOiiddLL", &ox, &oo, &of, &n, &C, &os, &inverse, &odd, &c1, &c2,
+                        &b0, &b1))
+    return nullptr;
+  buf x, o, f, s;
+  if (!get_buf(ox, &x, 'f', 4, false, "x", false) || !get_buf(oo, &o, 'f', 4, true, "out", false) ||
+      !get_buf(of, &f, 'i', 1, true, "flags", false) ||
+      !get_buf(os, &s, 'f', 8, false, "signs", true))
+    return nullptr;
+  if (n < 1 || n > 4096 || (n & (n - 1)) || C < 1 || b0 < 0 || b0 > b1 || x.n < b1 * n ||
+      x.n % (n * C) || o.n != x.n || f.n < b1 || b1 > x.n / n || (s.ptr && s.n < n)) {
+    PyErr_SetString(PyExc_ValueError, "hadamard_exact32: buffer sizes do not match");
+    return nullptr;
+  }
+  PL_BEGIN_NATIVE KT.hadamard_exact32((const float*)x.ptr, (float*)o.ptr, (unsigned char*)f.ptr, n,
+                                      C, (const double*)s.ptr, inverse, odd, c1, c2, b0, b1);
+  PL_END_NATIVE Py_RETURN_NONE;
+}
+
 // The int32 options of the block-FMA fast path (blockfma_fast.inc, BF_O_SIZE entries).
 bool get_bfma_opts(PyObject* o, buf* b) {
   if (!get_buf(o, b, 'i', 4, false, "opts", false)) return false;
@@ -663,6 +691,9 @@ PyMethodDef methods[] = {
      "hadamard(x, out, n, signs, inverse, c, b0, b1): blockwise float32 FWHT (hadamard.inc)"},
     {"hadamard_exact64", py_hadamard_exact64, METH_VARARGS,
      "hadamard_exact64(x, out, flags, n, signs, b0, b1): float64 butterflies of float32 blocks"},
+    {"hadamard_exact32", py_hadamard_exact32, METH_VARARGS,
+     "hadamard_exact32(x, out, flags, n, C, signs, inverse, odd, c1, c2, b0, b1): the exact "
+     "transform of float32 blocks (n values C apart) rounded to float64, then float32"},
     {"isa", py_isa, METH_NOARGS, "instruction set of the kernels in use"},
     {nullptr, nullptr, 0, nullptr}};
 
@@ -684,7 +715,7 @@ PyMODINIT_FUNC PyInit__native_kernels(void) {
   const bool no512 = baseline || (want && strcmp(want, "avx2") == 0);
   __builtin_cpu_init();
   if (!baseline && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    KT = {pl_avx2::k_gemm_rows, pl_avx2::k_align_exps, pl_avx2::k_fma64_rows, pl_avx2::k_exact_block_rows, pl_avx2::k_pairwise32_rows, pl_avx2::k_fma32_pack, pl_avx2::k_fma32_rows, pl_avx2::k_fma32_tile, pl_avx2::k_bfma_info, pl_avx2::k_bfma_pack_b, pl_avx2::k_bfma_rows, pl_avx2::k_bfma_grouped_rows, pl_avx2::k_quantize, pl_avx2::k_dequantize, pl_avx2::k_blocks, pl_avx2::k_block_amax, pl_avx2::k_hadamard, pl_avx2::k_hadamard_exact64, "avx2+fma"};
+    KT = {pl_avx2::k_gemm_rows, pl_avx2::k_align_exps, pl_avx2::k_fma64_rows, pl_avx2::k_exact_block_rows, pl_avx2::k_pairwise32_rows, pl_avx2::k_fma32_pack, pl_avx2::k_fma32_rows, pl_avx2::k_fma32_tile, pl_avx2::k_bfma_info, pl_avx2::k_bfma_pack_b, pl_avx2::k_bfma_rows, pl_avx2::k_bfma_grouped_rows, pl_avx2::k_quantize, pl_avx2::k_dequantize, pl_avx2::k_blocks, pl_avx2::k_block_amax, pl_avx2::k_hadamard, pl_avx2::k_hadamard_exact64, pl_avx2::k_hadamard_exact32, "avx2+fma"};
     if (!no512 && __builtin_cpu_supports("avx512f")) {  // (checks the OS saves zmm state too)
       KT.fma32_pack = pl_avx512::k_fma32_pack;
       KT.fma32_rows = pl_avx512::k_fma32_rows;
