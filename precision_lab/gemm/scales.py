@@ -50,7 +50,11 @@ def _one(
     s = np.asarray(scale)
     if s.dtype.kind not in "fiu" or s.dtype == bool:
         raise TypeError(f"{name} must hold real numbers, got an array of {s.dtype}")
-    s = round_to(s.astype(np.float64), "fp32").astype(np.float64)
+    s = s.astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        exact = np.array_equal(s.astype(np.float32), s)  # (block scales: float32 values already)
+    if not exact:
+        s = round_to(s, "fp32").astype(np.float64)
     if not (np.isfinite(s).all() and (s > 0).all()):
         raise ValueError(
             f"{name} must be positive and finite, got values such as "
