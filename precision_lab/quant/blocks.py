@@ -231,10 +231,17 @@ class QuantizedBlocks:
             if self._elements is None:
                 raise ValueError("QuantizedBlocks: lazy codes need the element values")
             object.__delattr__(self, "codes")  # (__getattr__ encodes them when first read)
+        if self.scale_codes is _LAZY:  # (encoded from scales when first read)
+            object.__delattr__(self, "scale_codes")
 
     def __getattr__(self, name: str) -> Any:
-        """``codes`` of a quantizer that kept the element values, encoded on first use."""
+        """``codes`` of a quantizer that kept the element values and ``scale_codes`` given as
+        :data:`_LAZY`, encoded on first use (the recipes' GEMMs read neither)."""
         elems = self.__dict__.get("_elements")
+        if name == "scale_codes" and "scales" in self.__dict__:
+            scale_codes = encode(self.scales, self.block_format.scale)
+            object.__setattr__(self, "scale_codes", scale_codes)
+            return scale_codes
         if name != "codes" or elems is None:
             raise AttributeError(f"'QuantizedBlocks' object has no attribute {name!r}")
         codes = _codes(elems, self.block_format.element)
@@ -354,7 +361,7 @@ def quantize_blocks(
     return QuantizedBlocks(
         _elements=elems,
         codes=codes,
-        scale_codes=encode(vals, bf.scale),
+        scale_codes=_LAZY if elems is not None else encode(vals, bf.scale),
         scales=vals,
         shape=lay.shape,
         block_format=bf,

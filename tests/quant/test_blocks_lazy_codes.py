@@ -1,6 +1,7 @@
 """QuantizedBlocks whose codes are encoded from the quantizer's element values on first read
-(the recipes' GEMMs read only the values): the same codes, values and scales as an eager
-encoding, through every path of quantize_blocks, and after pickling."""
+(the recipes' GEMMs read only the values), and whose scale codes are encoded from the scales on
+first read: the same codes, values and scales as an eager encoding, through every path of
+quantize_blocks, and after pickling."""
 
 from __future__ import annotations
 
@@ -47,8 +48,12 @@ def test_lazy_codes_are_the_eager_ones(fmt: str, axis: int, rounding: str) -> No
     q = pl.quantize_blocks(x, fmt, axis=axis, rounding=rounding, seed=seed, keep_values=True)
     lazy = "codes" not in vars(q)
     assert lazy == (fmt != "mxint8")
+    if (fmt, axis) in (("nvfp4", -1), ("mxfp8_e4m3", -1), ("mxfp4_e2m1", 0)):
+        assert "scale_codes" not in vars(q)  # (in place: the scale codes are lazy too)
     vals = q.element_values().copy()
     codes = q.codes  # encoded now
+    np.testing.assert_array_equal(q.scale_codes, eager.scale_codes)
+    assert "scale_codes" in vars(q) and q.scale_codes is q.scale_codes  # once
     assert "codes" in vars(q) and q.codes is codes  # once
     elem, e = q.block_format.element, q.block_format.element_exponent
     np.testing.assert_array_equal(codes, eager.codes)
@@ -60,6 +65,7 @@ def test_lazy_codes_are_the_eager_ones(fmt: str, axis: int, rounding: str) -> No
     again = pl.quantize_blocks(x, fmt, axis=axis, rounding=rounding, seed=seed, keep_values=True)
     back = pickle.loads(pickle.dumps(again))  # lazy across pickling
     np.testing.assert_array_equal(back.codes, codes)
+    np.testing.assert_array_equal(back.scale_codes, eager.scale_codes)
     np.testing.assert_array_equal(pl.dequantize_blocks(back), pl.dequantize_blocks(q))
     if lazy:  # the kept values are shared: read-only
         with pytest.raises(ValueError, match="read-only"):
