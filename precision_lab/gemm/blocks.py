@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.formats import FloatFormat
+from ..core.formats import FloatFormat, get_format
 from ..core.rounding import (
     round_to,
 )
@@ -187,4 +187,7 @@ def gemm_blocks(
         if token is not None:
             ON_GRID.reset(token)
     with np.errstate(over="ignore"):
-        return round_to(d * alpha, out_format)  # the FP32 epilogue, then the output format
+        y = d * alpha  # the FP32 epilogue (float32 product: one rounding, IEEE overflow)
+        if d.dtype == np.float32 and get_format(out_format) == _float("fp32"):
+            return y  # (round_to fp32 would return it unchanged)
+        return round_to(y, out_format)  # then the output format
