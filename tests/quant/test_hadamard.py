@@ -355,6 +355,7 @@ def test_rotation32_is_the_exact_transform_rounded_to_float32(backend: str) -> N
 
     rng = np.random.default_rng(11)
     cases = [((64, 40), 0), ((40, 64), 1), ((3, 48, 13), 1), ((2, 4, 32, 9), -2), ((37, 16), 0)]
+    cases += [((5, 24), 1), ((7, 2, 40), -1)]  # (groups of fewer than 8 contiguous blocks)
     for shape, axis in cases:
         for n in (2, 8, 16, 32):
             for kind in range(3):
