@@ -70,8 +70,8 @@ def _gemm_operand(q: QuantizedBlocks) -> tuple[np.ndarray, np.ndarray, FloatForm
     """
     vals = q.element_values()
     s = q.scales
-    nan, zero = np.isnan(s), s == 0
-    if nan.any() or zero.any():
+    if not (s > 0).all():  # (scales are never negative: a NaN or a zero is here)
+        nan, zero = np.isnan(s), s == 0
         vals = np.where(_per_element(nan, q), np.nan, vals)
         vals = np.where(_per_element(zero, q), 0.0, vals)
         s = np.where(nan | zero, 1.0, s)

@@ -58,6 +58,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -132,9 +133,17 @@ def random_signs(n: int, seed: int) -> np.ndarray:
     >>> random_signs(8, 0).tolist()
     [1.0, -1.0, -1.0, 1.0, 1.0, 1.0, 1.0, -1.0]
     """
-    key = check_seed(seed)
-    top = random_words(key, int(n)) >> np.uint64(63)
-    return np.where(top == 1, -1.0, 1.0)
+    return _signs(int(n), check_seed(seed)).copy()
+
+
+@functools.lru_cache(maxsize=256)
+def _signs(n: int, key: int) -> np.ndarray:
+    """:func:`random_signs` of a checked seed, kept (read-only): a model's rotations draw the
+    same few vectors every step (random_words cost ~10 us per draw)."""
+    top = random_words(key, n) >> np.uint64(63)
+    signs = np.where(top == 1, -1.0, 1.0)
+    signs.flags.writeable = False
+    return signs
 
 
 def _arith_format(arithmetic: Any) -> FloatFormat | None:
@@ -378,7 +387,7 @@ def _rotation32(x: Any, n: int, axis: int, seed: int | None) -> np.ndarray:
     if ext is None or a.dtype != np.float32 or a.size == 0 or not hasattr(ext, "hadamard_exact32"):
         return np.asarray(hadamard(a, block=n, axis=axis, seed=seed).astype(np.float32))
     n = _check_block(n)
-    signs = None if seed is None else random_signs(n, seed)
+    signs = None if seed is None else _signs(n, check_seed(seed))
     x32 = np.ascontiguousarray(a)
     cols = math.prod(a.shape[axis % a.ndim + 1 :])
     out = np.empty_like(x32)
