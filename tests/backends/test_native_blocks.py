@@ -92,7 +92,8 @@ def test_every_float16_element_matches_numpy(bf):
         for fn in (pl.round_to_blocks, pl.quantize_blocks):
             got = fn(x, bf, rounding=mode)
             assert same(got, on_numpy(fn, x, bf, rounding=mode)), (fn.__name__, mode)
-    # stochastic rounding (one pass per element, elems32_sr, for PL_SR), full and few random bits
+    # stochastic rounding (blocks.inc: elems32, then fix32_sr_low below the normal range), full
+    # and few random bits
     for mode, rbits in (("stochastic", None), ("stochastic", 3), ("stochastic_equal", None)):
         kw = {"rounding": mode, "seed": 2**70 + 3, "random_bits": rbits}
         for fn in (pl.round_to_blocks, pl.quantize_blocks):

@@ -222,7 +222,7 @@ def test_stochastic_rounding_below_the_normal_range_equals_the_numpy_passes(
     name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The native kernel's stochastic rounding of elements below the element format's smallest
-    normal (elems32_sr in blocks.inc: FP4 puts about 40% of a block's values there) against
+    normal (round_mag_sr in blocks.inc: FP4 puts about 40% of a block's values there) against
     the numpy passes, for several random-bit widths, with values at the quantum's multiples
     and halves, tiny values, signed zeros, inf and NaN."""
     rng = np.random.default_rng(17)
