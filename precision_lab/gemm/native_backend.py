@@ -593,6 +593,11 @@ def _promoted_fma32_gemm(
     return np.asarray(out.astype(dtype).reshape(out_shape))
 
 
+def _significands(x: np.ndarray) -> np.ndarray:
+    """The stored significand bits of every value of ``x`` as float64 (uint64, flattened)."""
+    return np.ravel(np.asarray(x, dtype=np.float64)).view(np.uint64) & np.uint64((1 << 52) - 1)
+
+
 def _sig_bits(x: np.ndarray) -> int:
     """The most significant bits of any value of ``x`` (positive normal float64 numbers; float32
     scales), from the bits: 53 less the trailing zeros of the OR of the significands (the
@@ -604,17 +609,14 @@ def _sig_bits(x: np.ndarray) -> int:
     """
     if not x.size:
         return 0
-    bits = np.ravel(np.asarray(x, dtype=np.float64)).view(np.uint64)
-    m = int(np.bitwise_or.reduce(bits & np.uint64((1 << 52) - 1)))
-    m |= 1 << 52
+    m = int(np.bitwise_or.reduce(_significands(x))) | (1 << 52)
     return 53 - ((m & -m).bit_length() - 1)
 
 
 def _pow2_all(x: np.ndarray) -> bool:
     """Whether every value of ``x`` (positive normal float64 numbers) is a power of two: no
     significand bit set."""
-    mant = np.ravel(np.asarray(x, dtype=np.float64)).view(np.uint64) & np.uint64((1 << 52) - 1)
-    return not mant.any()
+    return not _significands(x).any()
 
 
 def _prescaled_segments(

@@ -51,10 +51,15 @@ from .block_layout import (
 
 
 # ----- the passes over the data -----------------------------------------------------------------
+def _data_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype the passes work in for input of ``dtype``: float64 and float32 as they are,
+    every other float type as float32."""
+    return np.dtype(dtype) if dtype in (np.float64, np.float32) else np.dtype(np.float32)
+
+
 def _prepare(x: Any, bf: BlockFormat, axis: Any, pad: bool) -> tuple[np.ndarray, _Layout]:
     a = as_float_array(x)
-    if a.dtype != np.float64 and a.dtype != np.float32:
-        a = a.astype(np.float32)
+    a = a.astype(_data_dtype(a.dtype), copy=False)
     lay = _layout(a.shape, bf, axis, pad)
     if lay.needs_pad:
         data = np.zeros(lay.padded, dtype=a.dtype)

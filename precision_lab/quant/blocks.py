@@ -154,6 +154,7 @@ from .block_layout import (
 )
 from .block_passes import (
     _codes,
+    _data_dtype,
     _elements,
     _native_in_place,
     _pow2_fits,
@@ -410,7 +411,7 @@ def _along_last_axis(
     ax = int(axis) % a.ndim
     if mode in STOCHASTIC_MODES or (not pad and a.shape[ax] % bf.block_shape[0]):
         return None
-    if _native_in_place(bf, a.dtype if a.dtype.itemsize >= 4 else np.dtype(np.float32), mode):
+    if _native_in_place(bf, _data_dtype(a.dtype), mode):
         return None  # (the native kernel runs these blocks in place, faster)
     q = quantize_blocks(np.moveaxis(a, ax, -1), bf, axis=-1, rounding=rounding, seed=seed,
                         random_bits=random_bits, pad=pad, keep_values=keep_values)  # fmt: skip
