@@ -17,7 +17,7 @@ import difflib
 import math
 import re
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from typing import Any, Literal
 
 import numpy as np
@@ -174,7 +174,7 @@ class FloatFormat:
         """Total width in bits."""
         return self.exponent_bits + self.mantissa_bits + int(self.signed)
 
-    @property
+    @cached_property
     def precision(self) -> int:
         """Significand precision in bits, the hidden bit included."""
         return self.mantissa_bits + 1
@@ -204,7 +204,7 @@ class FloatFormat:
         """The code bit that holds the sign (0 for unsigned formats)."""
         return (1 << (self.bits - 1)) if self.signed else 0
 
-    @property
+    @cached_property
     def max_code_magnitude(self) -> int:
         """The largest finite magnitude code (sign bit clear)."""
         e, m = self.exponent_bits, self.mantissa_bits
@@ -220,13 +220,13 @@ class FloatFormat:
         return self.max_code_magnitude + 1 if self.has_inf else -1
 
     # ----- exponents -------------------------------------------------------------------------
-    @property
+    @cached_property
     def emin(self) -> int:
         """Exponent of the smallest normal number."""
         assert self.bias is not None
         return (1 if self.has_zero else 0) - self.bias
 
-    @property
+    @cached_property
     def emax(self) -> int:
         """Exponent of the largest finite number."""
         assert self.bias is not None
@@ -241,7 +241,7 @@ class FloatFormat:
         assert self.bias is not None
         return math.ldexp((1 << m) | frac, exp_field - self.bias - m)
 
-    @property
+    @cached_property
     def max(self) -> float:
         """Largest finite value."""
         return self._magnitude(self.max_code_magnitude)
@@ -253,11 +253,11 @@ class FloatFormat:
             return -self.max
         return 0.0 if self.has_zero else self.smallest_subnormal
 
-    @property
+    @cached_property
     def smallest_normal(self) -> float:
         return math.ldexp(1.0, self.emin)
 
-    @property
+    @cached_property
     def smallest_subnormal(self) -> float:
         """Smallest positive value (the smallest normal when there are no subnormals)."""
         if self.has_subnormals and self.mantissa_bits > 0:
