@@ -4,8 +4,9 @@ Holds :mod:`.formats` (formats as dataclasses and their registry), :mod:`.roundi
 rounding core: ``round_to`` and its numpy reference), :mod:`.codec` (values <-> codes),
 :mod:`.exact` (sums of several terms rounded once from their exact value), :mod:`.random_words`
 (the counter-based Philox words of stochastic rounding), :mod:`.pool` (the worker pool and
-chunking), :mod:`.inputs` (input conversion: ml_dtypes, DLPack and array-API arrays) and
-:mod:`.shapes`; :mod:`.ptx` replays the PTX ``cvt.rs`` conversions from a kernel's random bits.
+chunking), :mod:`.scratch` (per-thread scratch arrays for temporaries), :mod:`.inputs` (input
+conversion: ml_dtypes, DLPack and array-API arrays) and :mod:`.shapes`; :mod:`.ptx` replays the
+PTX ``cvt.rs`` conversions from a kernel's random bits.
 
 May import: nothing else of the package (numpy and ml_dtypes only). The compiled and CuPy
 backends plug in from above: :mod:`precision_lab.backends.dispatch` installs itself as

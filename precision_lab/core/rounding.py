@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import math
 import sys
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -44,6 +43,7 @@ from .formats import FloatFormat, IntFormat, get_format, p3109
 from .inputs import as_input, is_device_array
 from .pool import CHUNK, for_chunks
 from .random_words import check_seed, random_words
+from .scratch import scratch
 
 __all__ = [
     "CORE_ONLY_MODES",
@@ -529,18 +529,12 @@ def _special(p: _Plan, u: np.ndarray, neg: np.ndarray) -> np.ndarray:
     return np.where(is_nan, p.U(p.nan_bits) | nan_sign, big | big_sign)
 
 
-_TLS = threading.local()
 _LITTLE = sys.byteorder == "little"
 
 
 def _scratch(dtype: type, n: int, slot: int = 0) -> np.ndarray:
-    """A per-thread scratch array of at least n elements (chunks reuse it: no malloc per chunk)."""
-    key = (np.dtype(dtype).str, slot)
-    cache = _TLS.__dict__.setdefault("buffers", {})
-    buf = cache.get(key)
-    if buf is None or buf.size < n:
-        buf = cache[key] = np.empty(max(n, CHUNK), dtype=dtype)
-    return buf[:n]
+    """A per-thread scratch array of n elements (chunks reuse it: no malloc per chunk)."""
+    return scratch(dtype, n, ("rounding", slot), least=CHUNK)
 
 
 def _round_float_chunk(

@@ -187,7 +187,9 @@ def gemm_blocks(
         if token is not None:
             ON_GRID.reset(token)
     with np.errstate(over="ignore"):
-        y = d * alpha  # the FP32 epilogue (float32 product: one rounding, IEEE overflow)
+        # the FP32 epilogue (float32 product: one rounding, IEEE overflow), in d's own memory
+        # (a fresh result of gemm: a second array of the output's size cost page faults)
+        y = np.multiply(d, alpha, out=d) if isinstance(d, np.ndarray) else d * alpha
         if d.dtype == np.float32 and get_format(out_format) == _float("fp32"):
             return y  # (round_to fp32 would return it unchanged)
         return round_to(y, out_format)  # then the output format

@@ -79,6 +79,7 @@ from ..core.rounding import (
     is_stochastic,
     round_to,
 )
+from ..core.scratch import scratch
 from .accumulator import Accumulator, reference_only
 from .shapes import gemm_shapes
 
@@ -710,22 +711,28 @@ def _times_block_scales(x: np.ndarray, s: np.ndarray, blk: int, axis: int) -> np
     float32 block scales ``s`` (``(nb, M or 1, nk)``, ``(nb, nk, N or 1)``; a block of ``blk``
     along K), each product one float32 multiplication: through a blocked view where K is
     ``nk * blk`` (no repeated copy of the scales: 2 passes over the operand instead of 3), else
-    with the scales repeated along K.
+    with the scales repeated along K. The result is per-thread scratch memory (key ``axis``,
+    :func:`~precision_lab.core.scratch.scratch`), valid until the next call with that axis in
+    this thread: the GEMM reads it once, and a fresh array cost a page fault per 4 KiB.
 
     >>> x = np.ones((1, 2, 4), np.float32)
     >>> _times_block_scales(x, np.array([[[2.0, 0.5]]], np.float32), 2, 2)[0, 0].tolist()
     [2.0, 2.0, 0.5, 0.5]
     """
     k, nk = x.shape[axis], s.shape[axis]
+    dt = np.result_type(x, s)
+    out = scratch(dt, x.size, ("times_block_scales", axis)).reshape(x.shape)
     if nk == 1:
-        return np.asarray(x * s)
+        return np.multiply(x, s, out=out)
     if nk * blk != k:
-        return np.asarray(x * np.repeat(s, blk, axis=axis).take(np.arange(k), axis=axis))
+        return np.multiply(x, np.repeat(s, blk, axis=axis).take(np.arange(k), axis=axis), out=out)
     if axis == 2:
         nb, m = x.shape[:2]
-        return np.asarray((x.reshape(nb, m, nk, blk) * s[..., None]).reshape(x.shape))
+        np.multiply(x.reshape(nb, m, nk, blk), s[..., None], out=out.reshape(nb, m, nk, blk))
+        return out
     nb, n = x.shape[0], x.shape[2]
-    return np.asarray((x.reshape(nb, nk, blk, n) * s[:, :, None, :]).reshape(x.shape))
+    np.multiply(x.reshape(nb, nk, blk, n), s[:, :, None, :], out=out.reshape(nb, nk, blk, n))
+    return out
 
 
 def _prescaled_bounds(
@@ -892,6 +899,8 @@ def _packed_input(
     det = "nearest_even" if check else _deterministic(mode)  # ("exact": nearest_even's check)
     if det is None:
         return None
+    if fmt == _FP32 and not check:  # every float32 is on fp32's grid: no pass (10% of a GEMM)
+        return x, None
     code = ROUNDING_MODES.index(det)
     return x, np.array([*format_args(fmt), code, int(check)], dtype=np.int32)
 
@@ -1026,7 +1035,7 @@ def _fma32_gemm(
         return D.reshape(out_shape)
     mr, nr = _ext.fma32_tile()
     panels = nb * -(-n // nr)
-    Bp = np.empty(panels * k * nr, dtype=np.float32)
+    Bp = scratch(np.float32, panels * k * nr, "fma32_packed_b")  # (read only in this call)
     workers = _parallel.current_workers() if nb * m * n * k >= _PARALLEL_MACS else 1
     bad: list[int] = []
     if k:

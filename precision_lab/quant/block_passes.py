@@ -8,7 +8,6 @@ the native backend where it covers the case and on numpy otherwise; both give th
 from __future__ import annotations
 
 import math
-import threading
 from typing import Any
 
 import numpy as np
@@ -35,6 +34,7 @@ from ..core.rounding import (
     word_bits,
     working_dtype,
 )
+from ..core.scratch import scratch
 from . import block_layout
 from .block_formats import (
     BlockFormat,
@@ -76,18 +76,10 @@ def _pow2_fits(p: np.ndarray, dtype: np.dtype) -> bool:
     return bool(((fin >= info.smallest_subnormal) & (fin <= info.max)).all())
 
 
-_TLS = threading.local()
-
-
 def _scratch(dtype: np.dtype, shape: tuple[int, ...], slot: int) -> np.ndarray:
     """A per-thread scratch array (chunks reuse it: no allocation and page faults per chunk)."""
     n = math.prod(shape)
-    cache = _TLS.__dict__.setdefault("buffers", {})
-    key = (np.dtype(dtype).str, slot)
-    buf = cache.get(key)
-    if buf is None or buf.size < n:
-        buf = cache[key] = np.empty(max(n, block_layout._CHUNK), dtype=dtype)
-    return buf[:n].reshape(shape)
+    return scratch(dtype, n, ("block_passes", slot), least=block_layout._CHUNK).reshape(shape)
 
 
 class _Pass:
