@@ -8,6 +8,7 @@ state them.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import zlib
 from fractions import Fraction
@@ -811,3 +812,46 @@ def test_any_float32_block_matches_referee(vals, name, rule, mode):
     with np.errstate(over="ignore"):
         want = ref_mx(x, name, rule, mode)[0].astype(got.dtype)
     assert same(got, want)
+
+
+@pytest.mark.parametrize(
+    ("name", "shape", "axis"),
+    [
+        ("mxfp8_e4m3", (3, 96), -1),
+        ("mxfp8_e4m3", (96, 5), 0),
+        ("nvfp4", (2, 4, 48), 1),
+        ("nvfp4", (5, 40), -1),  # (padded: the per-element masks)
+        ("nvfp4_16x16", (32, 48), -1),
+        ("nvfp4_16x16", (2, 48, 32), -1),
+        ("fp8_128x128", (128, 256), -1),
+    ],
+)
+def test_gemm_operand_marks_nan_and_zero_blocks(name, shape, axis):
+    """The GEMM's operand: a NaN block's elements NaN, a zero-scale block's +0 (whatever its
+    saturated elements), scale 1 for both; the blocked-view writes against masks repeated onto
+    every element."""
+    from precision_lab.gemm.blocks import _gemm_operand
+
+    rng = np.random.default_rng(len(name) + len(shape))
+    x = rng.standard_normal(shape).astype(np.float32)
+    q0 = pl.quantize_blocks(x, name, axis=axis, pad=True)
+    grid = q0.scales.shape
+    kind = rng.integers(0, 3, grid)  # 0: as it is, 1: NaN block, 2: zero block
+    kind.flat[:2] = [1, 2]
+    scales = np.where(kind == 1, np.nan, np.where(kind == 2, 0.0, q0.scales))
+    q = dataclasses.replace(q0, scales=scales, codes=q0.codes, scale_codes=q0.scale_codes)
+    vals, s, _ = _gemm_operand(q)
+    bf = q.block_format
+    per = kind
+    for ax, n in (
+        enumerate(bf.block_shape, start=len(shape) - 2)
+        if len(bf.block_shape) == 2
+        else [(q.axis, bf.block_shape[0])]
+    ):
+        per = np.repeat(per, n, axis=ax)
+    per = per[tuple(slice(0, n) for n in q.shape)]
+    ev = q.element_values()
+    want = np.where(per == 1, np.float32(np.nan), np.where(per == 2, np.float32(0), ev))
+    assert vals.dtype == np.float32 and same(vals, want)
+    assert not np.signbit(vals[per == 2]).any()
+    assert np.array_equal(s, np.where(kind > 0, 1.0, q0.scales))
