@@ -62,6 +62,7 @@ import functools
 import itertools
 import math
 import threading
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
@@ -493,7 +494,6 @@ def _promoted_fma32_gemm(
     output rounding: the reference's own rounders, so the bits are the general kernel's (the
     tests of tests/gemm hold every backend to the reference).
     """
-    from .reference import _broadcast_c, _Model
     from .scales import expand_scales
 
     if a.dtype.kind != "f" or b.dtype.kind != "f":
@@ -504,9 +504,71 @@ def _promoted_fma32_gemm(
     sa, sb, kblock = expand_scales(a, b, scale_a, scale_b, scale_block)
     if sa is None or sb is None:
         return None
+    return promoted_fma32_expanded(a, b, c, fa, fb, acc, out_fmt, input_rounding, sa, sb, kblock)
+
+
+@functools.lru_cache(maxsize=64)
+def _promotes_in_float32(acc: Accumulator) -> bool:
+    """Whether ``acc``'s promotion rounds as IEEE float32 addition (:func:`_ieee_float32` of
+    the reference model's promotion rounder, which the seed does not change)."""
+    from ..core.exact import Rounder
+
+    r = Rounder(
+        acc.promote_format,
+        acc.promote_rounding,
+        overflow=acc.overflow,
+        subnormals=acc.subnormals,
+        seed=0,
+        random_bits=acc.random_bits,
+        zero_sign=acc.zero_sign,
+    )
+    return _ieee_float32(r)
+
+
+def promoted_fma32_expanded(
+    a: np.ndarray,
+    b: np.ndarray,
+    c: Any,
+    fa: FloatFormat,
+    fb: FloatFormat,
+    acc: Accumulator,
+    out_fmt: FloatFormat,
+    input_rounding: str,
+    sa: np.ndarray,
+    sb: np.ndarray,
+    kblock: int | None,
+) -> np.ndarray | None:
+    """:func:`_promoted_fma32_gemm` from its scales as :func:`~.scales.expand_scales` returns
+    them (float64 ``(nb, M or 1, nk)`` and ``(nb, nk, N or 1)``, positive, finite, on the fp32
+    grid), ``a`` and ``b`` float arrays with at least one output and K > 0. The reference's
+    model is built only where a result needs it (the output rounding of a format other than
+    fp32, the general promotions): 30 to 70 us a call."""
+    from .reference import _broadcast_c, _Model
+
+    batch, m, k, n = gemm_shapes(a.shape, b.shape)
     _, seg = acc.segments(k, kblock, True)
     nseg = -(-k // seg)
     pad = nseg * seg - k
+    seg_acc = _unpromoted(acc)
+    nb = math.prod(batch)
+    seed = 0 if acc.seed is None else acc.seed
+
+    def model() -> _Model:
+        return _Model(acc, fa, fb, out_fmt, k, kblock, nb * m * n, seed, scaled=True)
+
+    if _promotes_in_float32(acc):
+        if not is_stochastic(seg_acc.out_rounding):  # the kernel adds the segments itself
+            W = _prescaled_segments(
+                a, b, fa, fb, sa, sb, kblock, seg, nseg, pad, seg_acc, input_rounding,
+                fused=(c, out_fmt),
+            )  # fmt: skip
+            if W is not None:
+                return _promoted_out(W, (*batch, m, n), acc, model, out_fmt)
+        pre = _prescaled_segments(
+            a, b, fa, fb, sa, sb, kblock, seg, nseg, pad, seg_acc, input_rounding
+        )
+        if pre is not None:  # P_s * sigma_s straight from the kernel (float32, exact)
+            return _promoted_float32(pre, c, (*batch, m, n), acc, model, out_fmt)
     a3, b3 = a, b
     if pad:
         a3 = np.pad(a, [(0, 0)] * (a.ndim - 1) + [(0, pad)])
@@ -514,23 +576,6 @@ def _promoted_fma32_gemm(
     # (..., M, K) -> (..., nseg, M, seg); (..., K, N) -> (..., nseg, seg, N)
     a_seg = np.moveaxis(a3.reshape(*a3.shape[:-1], nseg, seg), -2, -3)
     b_seg = b3.reshape(*b3.shape[:-2], nseg, seg, n)
-    seg_acc = _unpromoted(acc)
-    nb = math.prod(batch)
-    seed = 0 if acc.seed is None else acc.seed
-    model = _Model(acc, fa, fb, out_fmt, k, kblock, nb * m * n, seed, scaled=True)
-    if _ieee_float32(model.r_promote):
-        if not is_stochastic(seg_acc.out_rounding):  # the kernel adds the segments itself
-            W = _prescaled_segments(
-                a, b, fa, fb, sa, sb, kblock, seg, nseg, pad, seg_acc, input_rounding,
-                fused=(c, out_fmt),
-            )  # fmt: skip
-            if W is not None:
-                return _promoted_out(W, (*batch, m, n), model, out_fmt)
-        pre = _prescaled_segments(
-            a, b, fa, fb, sa, sb, kblock, seg, nseg, pad, seg_acc, input_rounding
-        )
-        if pre is not None:  # P_s * sigma_s straight from the kernel (float32, exact)
-            return _promoted_float32(pre, c, (*batch, m, n), model, out_fmt)
     parts = _fma32_gemm(a_seg, b_seg, None, fa, fb, seg_acc, _FP32, input_rounding)
     if parts is None:
         return None
@@ -545,11 +590,12 @@ def _promoted_fma32_gemm(
         if not np.isfinite(c64).all():
             return None
         W = np.ascontiguousarray(round_to(c64, out_fmt).astype(np.float64)).reshape(nb, m, n)
+    mod = model()
     # the scales of every segment: (nb, nseg, M or 1, N or 1)
     kbs = np.array([0 if kblock is None else (s * seg) // kblock for s in range(nseg)])
     sa_s = sa[:, :, kbs if sa.shape[2] > 1 else np.zeros(nseg, int)]  # (nb, M or 1, nseg)
     sb_s = sb[:, kbs if sb.shape[1] > 1 else np.zeros(nseg, int)]  # (nb, nseg, N or 1)
-    rs, r = model.r_scale, model.r_promote
+    rs, r = mod.r_scale, mod.r_promote
     sig = None
     if _ieee_float32(rs):  # sigma = RN32(sa * sb) is the float32 product (scales are fp32)
         with np.errstate(over="ignore"):
@@ -580,7 +626,7 @@ def _promoted_fma32_gemm(
             continue
         if W32 is not None:
             W = W32.astype(np.float64)
-        W = model._add(W, X[:, s], r, 2 * k + s, exact_hint=False)
+        W = mod._add(W, X[:, s], r, 2 * k + s, exact_hint=False)
         if W32 is not None:
             W32 = W.astype(np.float32)
     if W32 is not None:
@@ -589,7 +635,7 @@ def _promoted_fma32_gemm(
         if out_fmt == _FP32:  # (acc.zero_sign is "ieee": the output rounding keeps W)
             return W32.reshape(out_shape)
         W = W32.astype(np.float64)
-    out = model.out_rounder.round(W, None)
+    out = mod.out_rounder.round(W, None)
     dtype = np.float32 if _fits_float32(out_fmt) else np.float64
     return np.asarray(out.astype(dtype).reshape(out_shape))
 
@@ -809,7 +855,12 @@ def _live_scales(x: np.ndarray, s: np.ndarray, kblock: int | None, which: str) -
 
 
 def _promoted_float32(
-    parts: np.ndarray, c: Any, out_shape: tuple[int, ...], model: Any, out_fmt: FloatFormat
+    parts: np.ndarray,
+    c: Any,
+    out_shape: tuple[int, ...],
+    acc: Accumulator,
+    model: Any,
+    out_fmt: FloatFormat,
 ) -> np.ndarray | None:
     """W = c, then W = fl32(W + X_s) for the float32 numbers ``X_s = parts[:, s]`` (= P_s *
     sigma_s; ``model.r_promote`` is IEEE float32's rounding), then the model's output rounding;
@@ -827,16 +878,21 @@ def _promoted_float32(
             W += parts[:, s]
     if not np.isfinite(W).all():
         return None
-    return _promoted_out(W, out_shape, model, out_fmt)
+    return _promoted_out(W, out_shape, acc, model, out_fmt)
 
 
 def _promoted_out(
-    W: np.ndarray, out_shape: tuple[int, ...], model: Any, out_fmt: FloatFormat
+    W: np.ndarray,
+    out_shape: tuple[int, ...],
+    acc: Accumulator,
+    model: Callable[[], Any],
+    out_fmt: FloatFormat,
 ) -> np.ndarray:
-    """The model's output rounding of the finite float32 wide accumulator ``W``."""
-    if out_fmt == _FP32 and model.acc.zero_sign == "ieee":  # the output rounding keeps W
+    """The output rounding of the finite float32 wide accumulator ``W`` (``model()`` builds the
+    reference's model, whose output rounder serves where the result is not ``W`` itself)."""
+    if out_fmt == _FP32 and acc.zero_sign == "ieee":  # the output rounding keeps W
         return W.reshape(out_shape)
-    out = model.out_rounder.round(W.astype(np.float64), None)
+    out = model().out_rounder.round(W.astype(np.float64), None)
     dtype = np.float32 if _fits_float32(out_fmt) else np.float64
     return np.asarray(out.astype(dtype).reshape(out_shape))
 

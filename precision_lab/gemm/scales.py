@@ -52,7 +52,7 @@ def _one(
         raise TypeError(f"{name} must hold real numbers, got an array of {s.dtype}")
     s = s.astype(np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
-        exact = np.array_equal(s.astype(np.float32), s)  # (block scales: float32 values already)
+        exact = bool((s.astype(np.float32) == s).all())  # (block scales: float32 values already)
     if not exact:
         s = round_to(s, "fp32").astype(np.float64)
     if not (np.isfinite(s).all() and (s > 0).all()):
@@ -85,7 +85,8 @@ def _one(
     if r not in (1, rows):  # blocks of rows
         s = np.repeat(s, block, axis=-2)[..., :rows, :]
     try:
-        s = np.broadcast_to(s, (*batch, s.shape[-2], kx))
+        if s.shape[:-2] != batch:
+            s = np.broadcast_to(s, (*batch, s.shape[-2], kx))
     except ValueError:
         raise ValueError(
             f"{name}: batch shape {s.shape[:-2]} does not broadcast to {batch}"
@@ -113,8 +114,10 @@ def expand_scales(
     sa, ka = _one(1.0 if scale_a is None else scale_a, "scale_a", m, k, blk, batch, "row", 0)
     sb, kbb = _one(1.0 if scale_b is None else scale_b, "scale_b", n, k, blk, batch, "column", 1)
     nk = max(sa.shape[-1], sb.shape[-1])
-    sa = np.broadcast_to(sa, (*batch, sa.shape[-2], nk))
-    sb = np.broadcast_to(sb, (*batch, sb.shape[-2], nk))
+    if sa.shape[-1] != nk:
+        sa = np.broadcast_to(sa, (*batch, sa.shape[-2], nk))
+    if sb.shape[-1] != nk:
+        sb = np.broadcast_to(sb, (*batch, sb.shape[-2], nk))
     nb = math.prod(batch)
     sa = np.ascontiguousarray(sa).reshape(nb, sa.shape[-2], nk)
     sb = np.ascontiguousarray(np.swapaxes(sb, -1, -2)).reshape(nb, nk, sb.shape[-2])
