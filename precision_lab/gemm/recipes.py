@@ -27,7 +27,7 @@ import numpy as np
 
 from ..core.rounding import as_float_array
 from ..quant.blocks import QuantizedBlocks
-from ..quant.recipes import ROLES, Operand, Recipe, get_recipe, quantize_operand
+from ..quant.recipes import ROLES, GemmRole, Operand, Recipe, get_recipe, quantize_operand
 from .accumulator import Accumulator
 from .blocks import gemm_blocks
 from .blockwise import blockwise_gemm
@@ -134,9 +134,21 @@ def recipe_gemm(
             f"a and b do not share the contraction K: a {aa.shape} (..., M, K), b {ba.shape} "
             "(..., K, N)"
         )
+    qa = quantize_operand(aa, gr.a, axis=-1, seed=seed, hadamard_seed=seed)
+    qb = quantize_operand(ba, gr.b, axis=-2, seed=seed + 1, hadamard_seed=seed)
+    return quantized_gemm(qa, qb, gr, accumulator)
+
+
+def quantized_gemm(
+    qa: QuantizedBlocks | np.ndarray,
+    qb: QuantizedBlocks | np.ndarray,
+    gr: GemmRole,
+    accumulator: Accumulator | None = None,
+) -> np.ndarray:
+    """The GEMM of :func:`recipe_gemm` on operands already quantized as role ``gr`` quantizes
+    them (:func:`~precision_lab.quant.recipes.quantize_operand`): what a caller that keeps a
+    quantized operand between GEMMs runs (a weight in forward and input-gradient GEMMs)."""
     oa, ob = gr.a, gr.b
-    qa = quantize_operand(aa, oa, axis=-1, seed=seed, hadamard_seed=seed)
-    qb = quantize_operand(ba, ob, axis=-2, seed=seed + 1, hadamard_seed=seed)
     acc = accumulator if accumulator is not None else _accumulator(gr.gpu, oa)
     if gr.scale_order is not None:  # fine-grained FP8: tile by tile, the peer's scale order
         if not (isinstance(qa, QuantizedBlocks) and isinstance(qb, QuantizedBlocks)):

@@ -543,6 +543,53 @@ def _pack4(codes: np.ndarray) -> np.ndarray:
     return (codes[..., 0::2] | (codes[..., 1::2] << np.uint8(4))).astype(np.uint8)
 
 
+def _transposed_tiles(q: QuantizedBlocks) -> QuantizedBlocks:
+    """The quantization of ``x.swapaxes(-1, -2)`` from ``q``, the quantization of ``x`` in
+    square 2-D tiles (``nvfp4_16x16``, ``fp8_128x128``) under a deterministic rounding: a
+    recipe's weight serves its forward GEMM as ``w.T`` and its input-gradient GEMM as ``w``,
+    quantized once (Transformer Engine keeps one quantized weight for both).
+
+    Tile (i, j) of the transpose holds the elements of tile (j, i), transposed: the same amax,
+    so the same scale (NVFP4's tensor scale comes from the largest amax either way; the 4/6
+    rules compare the same errors), and each element rounded from its value and that scale
+    alone; the ragged tiles at the ends are transposes of each other too. (Stochastic rounding
+    draws an element's random word from its flat index, which the transpose changes: the
+    caller must not pass it.) The element values, scales and 4/6 choices are transposed; the
+    codes are encoded again where read.
+
+    >>> x = np.arange(32 * 16, dtype=np.float32).reshape(32, 16) / 64
+    >>> q = quantize_blocks(x, "nvfp4_16x16")
+    >>> t = _transposed_tiles(q)
+    >>> bool((dequantize_blocks(t) == dequantize_blocks(quantize_blocks(x.T, "nvfp4_16x16"))).all())
+    True
+    """
+    bf = q.block_format
+    if len(bf.block_shape) != 2 or bf.block_shape[0] != bf.block_shape[1] or len(q.shape) < 2:
+        raise ValueError(f"q must be quantized in square 2-D tiles, got {bf} of shape {q.shape}")
+
+    def t(g: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(np.swapaxes(g, -1, -2))
+
+    elems = None if q._elements is None else _kept(t(q._elements), nan=False)
+    codes = _LAZY if elems is not None else None
+    if codes is None:
+        unpacked = t(q.element_codes())
+        codes = _pack4(unpacked) if bf.packed else unpacked
+    return QuantizedBlocks(
+        _elements=elems,
+        codes=codes,
+        scale_codes=t(q.scale_codes) if "scale_codes" in q.__dict__ else _LAZY,
+        scales=t(q.scales),
+        shape=(*q.shape[:-2], q.shape[-1], q.shape[-2]),
+        block_format=bf,
+        axis=q.axis,
+        dtype=q.dtype,
+        tensor_scale=q.tensor_scale,
+        tensor_amax=q.tensor_amax,
+        four_over_six=None if q.four_over_six is None else t(q.four_over_six),
+    )
+
+
 def dequantize_blocks(q: QuantizedBlocks) -> np.ndarray:
     """Values of a :class:`QuantizedBlocks`: element value x block scale (x NVFP4's tensor scale).
 

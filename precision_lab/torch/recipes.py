@@ -42,9 +42,11 @@ import torch
 
 from ..core.codec import decode
 from ..core.formats import FloatFormat
+from ..core.rounding import is_stochastic
 from ..gemm import Accumulator, gemm
-from ..gemm.recipes import _check_accumulator, recipe_gemm
-from ..quant.blocks import QuantizedBlocks, dequantize_blocks
+from ..gemm.recipes import _check_accumulator, quantized_gemm, recipe_gemm
+from ..quant.block_formats import BlockFormat
+from ..quant.blocks import QuantizedBlocks, _transposed_tiles, dequantize_blocks
 from ..quant.hadamard import _rotation32
 from ..quant.hadamard import hadamard as _np_hadamard
 from ..quant.recipes import ROLES, Operand, Recipe, _resolve, get_recipe
@@ -287,6 +289,22 @@ def quantize_operand(
 _BIAS_ACC = Accumulator("fp32", order="pairwise")
 
 
+def _shares_weight(recipe: Recipe) -> bool:
+    """Whether the forward GEMM's second operand, quantized, serves the input-gradient GEMM
+    transposed: both roles quantize it alike, in square 2-D tiles (TE's NVFP4 16 x 16 weight
+    tiles), with a deterministic rounding and no rotation (then the quantization of ``w`` is
+    the transpose of that of ``w.T``: quant.blocks._transposed_tiles, bit for bit). One 2-D
+    quantization less per linear layer and step."""
+    op = recipe.forward.b
+    if op != recipe.dgrad.b or op.hadamard is not None or not op.blocked:
+        return False
+    if is_stochastic(op.rounding):
+        return False
+    bf = _resolve(op.format)
+    square = isinstance(bf, BlockFormat) and len(bf.block_shape) == 2
+    return square and bf.block_shape[0] == bf.block_shape[1]
+
+
 class _RecipeGemmFn(torch.autograd.Function):
     """``a @ b`` (same batch dimensions) under a recipe: forward, dgrad and wgrad roles."""
 
@@ -300,9 +318,16 @@ class _RecipeGemmFn(torch.autograd.Function):
         acc: Accumulator | None,
     ) -> torch.Tensor:
         ctx.save_for_backward(a.detach(), b.detach())
-        ctx.recipe, ctx.seed, ctx.acc = recipe, seed, acc
-        y = recipe_gemm(_numpy(a), _numpy(b), recipe, "forward", seed=seed, accumulator=acc)
-        return _tensor(y, a)
+        ctx.recipe, ctx.seed, ctx.acc, ctx.qb = recipe, seed, acc, None
+        an, bn = _numpy(a), _numpy(b)
+        if not _shares_weight(recipe):
+            y = recipe_gemm(an, bn, recipe, "forward", seed=seed, accumulator=acc)
+            return _tensor(y, a)
+        # quantized once for the forward and the input gradient (recipe_gemm's operands)
+        gr = recipe.forward
+        qa = _quantize_operand(an, gr.a, axis=-1, seed=seed, hadamard_seed=seed)
+        ctx.qb = _quantize_operand(bn, gr.b, axis=-2, seed=seed + 1, hadamard_seed=seed)
+        return _tensor(quantized_gemm(qa, ctx.qb, gr, acc), a)
 
     @staticmethod
     def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
@@ -311,9 +336,14 @@ class _RecipeGemmFn(torch.autograd.Function):
         r, s, acc = ctx.recipe, ctx.seed, ctx.acc
         da = db = None
         if ctx.needs_input_grad[0]:  # dx = dy @ w, with w = b^T
-            bt = np.swapaxes(_numpy(b), -1, -2)
-            da = _tensor(recipe_gemm(gn, bt, r, "dgrad", seed=s + 4, accumulator=acc), a)
-            da = da.to(a.dtype)
+            if ctx.qb is not None:  # the forward's quantized b, transposed (_shares_weight)
+                gr = r.dgrad
+                qa = _quantize_operand(gn, gr.a, axis=-1, seed=s + 4, hadamard_seed=s + 4)
+                d = quantized_gemm(qa, _transposed_tiles(ctx.qb), gr, acc)
+            else:
+                bt = np.swapaxes(_numpy(b), -1, -2)
+                d = recipe_gemm(gn, bt, r, "dgrad", seed=s + 4, accumulator=acc)
+            da = _tensor(d, a).to(a.dtype)
         if ctx.needs_input_grad[1]:  # dw = dy^T @ x, and db = dw^T
             gt = np.swapaxes(gn, -1, -2)
             dw = recipe_gemm(gt, _numpy(a), r, "wgrad", seed=s + 8, accumulator=acc)

@@ -855,3 +855,56 @@ def test_gemm_operand_marks_nan_and_zero_blocks(name, shape, axis):
     assert vals.dtype == np.float32 and same(vals, want)
     assert not np.signbit(vals[per == 2]).any()
     assert np.array_equal(s, np.where(kind > 0, 1.0, q0.scales))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    ("name", "shape"),
+    [
+        ("nvfp4_16x16", (32, 48)),
+        ("nvfp4_16x16", (2, 48, 32)),
+        ("nvfp4_16x16", (40, 24)),  # ragged tiles at both ends
+        ("nvfp4_4over6_16x16", (48, 32)),
+        ("fp8_128x128", (256, 136)),
+    ],
+)
+def test_transposed_tiles_is_the_quantization_of_the_transpose(name, shape, mode):
+    """A weight quantized once serves w.T and w: the transposed tiles (values kept or codes
+    only) equal quantize_blocks of the transposed tensor: codes, scale codes, scales, the 4/6
+    choices, the tensor scale and amax, the dequantized values; NaN, inf and zero tiles too."""
+    from precision_lab.quant.blocks import _transposed_tiles
+
+    if name == "nvfp4_4over6_16x16":
+        bf = dataclasses.replace(
+            pl.get_block_format("nvfp4_16x16"),
+            scale_rule=pl.get_block_format("nvfp4_4over6").scale_rule,
+            tensor_scale_bound=pl.get_block_format("nvfp4_4over6").tensor_scale_bound,
+            name=name,
+        )
+    else:
+        bf = pl.get_block_format(name)
+    rng = np.random.default_rng(len(shape) * 7 + len(mode))
+    x = (rng.standard_normal(shape) * np.exp2(rng.integers(-6, 6, shape))).astype(np.float32)
+    x[..., 1, 2] = np.nan
+    x[..., -1, 0] = np.inf
+    x[..., : bf.block_shape[0], -3:] = 0.0
+    for keep in (True, False):
+        q = pl.quantize_blocks(x, bf, rounding=mode, pad=True, keep_values=keep)
+        got = _transposed_tiles(q)
+        want = pl.quantize_blocks(
+            np.swapaxes(x, -1, -2), bf, rounding=mode, pad=True, keep_values=keep
+        )
+        assert got.shape == want.shape and got.axis == want.axis
+        assert np.array_equal(got.codes, want.codes)
+        assert np.array_equal(got.scale_codes, want.scale_codes)
+        assert same(got.scales, want.scales)
+        assert same(got.element_values(), want.element_values())
+        assert same(pl.dequantize_blocks(got), pl.dequantize_blocks(want))
+        assert got.tensor_scale == want.tensor_scale
+        assert same(got.tensor_amax or 0.0, want.tensor_amax or 0.0)
+        if want.four_over_six is None:
+            assert got.four_over_six is None
+        else:
+            assert np.array_equal(got.four_over_six, want.four_over_six)
+    with pytest.raises(ValueError, match="square 2-D tiles"):
+        _transposed_tiles(pl.quantize_blocks(np.ones((4, 32), np.float32), "nvfp4"))
