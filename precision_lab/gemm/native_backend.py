@@ -504,7 +504,7 @@ def _promoted_fma32_gemm(
     sa, sb, kblock = expand_scales(a, b, scale_a, scale_b, scale_block)
     if sa is None or sb is None:
         return None
-    return promoted_fma32_expanded(a, b, c, fa, fb, acc, out_fmt, input_rounding, sa, sb, kblock)
+    return _promoted_fma32_expanded(a, b, c, fa, fb, acc, out_fmt, input_rounding, sa, sb, kblock)
 
 
 @functools.lru_cache(maxsize=64)
@@ -525,7 +525,7 @@ def _promotes_in_float32(acc: Accumulator) -> bool:
     return _ieee_float32(r)
 
 
-def promoted_fma32_expanded(
+def _promoted_fma32_expanded(
     a: np.ndarray,
     b: np.ndarray,
     c: Any,

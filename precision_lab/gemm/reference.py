@@ -297,7 +297,7 @@ def gemm_scaled_internal(
         batch, m, k, n = gemm_shapes(a.shape, b.shape)
         if k and math.prod(batch) * m * n and a.dtype.kind == "f" and b.dtype.kind == "f":
             sa, sb, kblock = expand_scales(a, b, scale_a, scale_b, scale_block)
-            out = native.promoted_fma32_expanded(
+            out = native._promoted_fma32_expanded(
                 a, b, None, fa, fb, acc, out_fmt, "exact", sa, sb, kblock
             )
             if out is not None:
