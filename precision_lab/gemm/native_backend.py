@@ -1076,7 +1076,13 @@ def _fma32_gemm(
         A = np.swapaxes(a32, -1, -2).reshape(nb, k, m)
     else:
         A = _batched(a32, (*batch, m, k))
-    B = _batched(b32, (*batch, k, n))
+    # likewise a transposed B (a linear layer's weight: the forward GEMM takes w.T), which the
+    # pack reads row by row; a numpy copy of it cost 50-100 us per GEMM (this Zen 3)
+    b_trans = int(_is_transposed(b32, (*batch, k, n)))
+    if b_trans:
+        B = np.swapaxes(b32, -1, -2).reshape(nb, n, k)
+    else:
+        B = _batched(b32, (*batch, k, n))
     C = None
     if c is not None:
         _broadcast_c(c, out_shape)  # (the shape check)
@@ -1101,7 +1107,9 @@ def _fma32_gemm(
         # a small B in the caller (a parallel dispatch costs more), else spread over the pool
         per = panels if panels * k * nr <= _PACKED_B else max(1, panels // (4 * workers))
         for_chunks(
-            panels, lambda lo, hi: bad.append(_ext.fma32_pack(B, Bp, k, n, lo, hi, grid_b)), per
+            panels,
+            lambda lo, hi: bad.append(_ext.fma32_pack(B, Bp, k, n, lo, hi, grid_b, b_trans)),
+            per,
         )
         if any(bad):
             return None  # (an input off its grid)

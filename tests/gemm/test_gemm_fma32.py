@@ -379,3 +379,24 @@ def test_float32_inputs_are_put_on_the_grid_in_every_mode(fmt, mode):
     check(a, b, fmt=fmt, input_rounding=mode, expect_fast=False)
     if mode == "exact":
         assert fast(a, b, fmt=fmt, rounding=mode) is not None
+
+
+@pytest.mark.parametrize("fmt", ["fp32", "bf16", "fp16", "e4m3"])
+@pytest.mark.parametrize(("k", "n"), [(1, 1), (37, 16), (64, 45), (130, 3)])
+def test_transposed_b_is_packed_as_it_is(fmt, k, n):
+    """A B given as the transpose of a C-contiguous array (a weight's w.T) is packed from its
+    rows (``b_trans``: no numpy copy): the numpy reference's bits, for every input rounding and
+    ``"exact"``, one and two workers, batched, with a bias."""
+    rng = np.random.default_rng(k * 100 + n)
+    a = rng.standard_normal((2, 13, k)).astype(np.float32)
+    w = (rng.standard_normal((2, n, k)) * 4).astype(np.float32)
+    b = np.swapaxes(w, -1, -2)  # (2, k, n), the transposed view
+    assert native_backend._is_transposed(b, (2, k, n)) or min(k, n) < 2
+    c = rng.standard_normal((13, n)).astype(np.float32)
+    for workers in (1, 2):
+        with use_workers(workers):
+            check(a, b, c, fmt=fmt)
+            check(a, b, fmt=fmt, input_rounding="up")
+            on = pl.round_to(b, fmt)  # (exact: on the grid; off it, the general path raises)
+            check(pl.round_to(a, fmt), np.swapaxes(np.ascontiguousarray(np.swapaxes(on, -1, -2)),
+                  -1, -2), fmt=fmt, input_rounding="exact")  # fmt: skip

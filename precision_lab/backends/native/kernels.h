@@ -11,7 +11,7 @@
 // the fp32 FMA GEMM (fma32.inc), also built for AVX-512 on its own
 #define PL_FMA32_DECLS                                                                           \
   long long k_fma32_pack(const float* B, float* Bp, long long K, long long N, long long q0,    \
-                         long long q1, const int* grid);                                        \
+                         long long q1, const int* grid, int b_trans);                           \
   long long k_fma32_rows(const long long* params, const float* A, const float* Bp,             \
                          const float* C, void* D, int f32, int same_out, long long r0,          \
                          long long r1, const int* grid, long long seg, int a_trans);            \

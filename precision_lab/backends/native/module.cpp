@@ -172,13 +172,16 @@ PyObject* py_gemm_fma32(PyObject*, PyObject* args) {
   PL_END_NATIVE return PyLong_FromLongLong(bad);
 }
 
-// fma32_pack(B, Bp, K, N, q0, q1, grid=None) -> inputs off the grid (with check): panels
-// q0..q1-1 of B (nb x K x N float32, put on its grid as it is packed) into Bp, which holds
-// nb * ceil(N / NR) panels of K x NR floats (NR: fma32_tile()[1]).
+// fma32_pack(B, Bp, K, N, q0, q1, grid=None, b_trans=0) -> inputs off the grid (with check):
+// panels q0..q1-1 of B (nb x K x N float32, or with b_trans its transpose nb x N x K, put on its
+// grid as it is packed) into Bp, which holds nb * ceil(N / NR) panels of K x NR floats (NR:
+// fma32_tile()[1]).
 PyObject* py_fma32_pack(PyObject*, PyObject* args) {
   PyObject *ob, *op, *og = Py_None;
   long long K, N, q0, q1;
-  if (!PyArg_ParseTuple(args, "OOLLLL|O", &ob, &op, &K, &N, &q0, &q1, &og)) return nullptr;
+  int b_trans = 0;
+  if (!PyArg_ParseTuple(args, "OOLLLL|Oi", &ob, &op, &K, &N, &q0, &q1, &og, &b_trans))
+    return nullptr;
   buf b, bp, g;
   if (!get_buf(ob, &b, 'f', 4, false, "B", false) || !get_buf(op, &bp, 'f', 4, true, "Bp", false) ||
       !get_grid(og, &g, "grid"))
@@ -191,7 +194,7 @@ PyObject* py_fma32_pack(PyObject*, PyObject* args) {
   }
   long long miss;
   PL_BEGIN_NATIVE miss = KT.fma32_pack((const float*)b.ptr, (float*)bp.ptr, K, N, q0, q1,
-                                       (const int*)g.ptr);
+                                       (const int*)g.ptr, b_trans);
   PL_END_NATIVE return PyLong_FromLongLong(miss);
 }
 
@@ -666,7 +669,7 @@ PyMethodDef methods[] = {
      "gemm_fma32(params, A, Bp, C, D, same_out, r0, r1, grid_a=None, seg=0, a_trans=0) -> "
      "non-finite count"},
     {"fma32_pack", py_fma32_pack, METH_VARARGS,
-     "fma32_pack(B, Bp, K, N, q0, q1, grid=None) -> inputs off the grid"},
+     "fma32_pack(B, Bp, K, N, q0, q1, grid=None, b_trans=0) -> inputs off the grid"},
     {"fma32_tile", py_fma32_tile, METH_NOARGS, "(MR, NR) of the fp32 FMA kernel"},
     {"bfma_info", py_bfma_info, METH_VARARGS, "bfma_info(params, opts) -> (MR, NR, units)"},
     {"fma64_rows", py_fma64_rows, METH_VARARGS, "fma64_rows(A, B, C, D, M, N, K, r0, r1)"},
