@@ -210,12 +210,10 @@ def gemm(
     return restore(_canonical_nan(out, acc.nan_encoding))
 
 
-@functools.lru_cache(maxsize=256)
-def _fma32_route(acc: Accumulator, fa: FloatFormat, fb: FloatFormat, out_fmt: FloatFormat) -> bool:
-    """Whether :func:`gemm` (``backend="auto"``, ``input_rounding="nearest_even"``, no scales,
-    numpy float arrays, the native kernels active) hands this model to the fp32 FMA kernel
-    (``native_backend._fma32_gemm``) first: the chain of checks of :func:`gemm` and
-    ``native_backend.gemm``, decided once per model (all of them depend on the model alone)."""
+def _native_general(acc: Accumulator, fa: FloatFormat, fb: FloatFormat) -> bool:
+    """The checks of :func:`gemm` (``backend="auto"``, numpy float arrays, the native kernels
+    active) and of ``native_backend.gemm`` before its fp32 FMA paths, which depend on the model
+    alone: whether gemm reaches those paths (or raises, False: gemm raises it itself)."""
     native = _native_backend()
     try:
         fa, fb = _input_formats((fa, fb))
@@ -223,7 +221,7 @@ def _fma32_route(acc: Accumulator, fa: FloatFormat, fb: FloatFormat, out_fmt: Fl
             return False
         _check_wide_inputs(acc, fa, fb)
     except ValueError:
-        return False  # (gemm raises it)
+        return False
     return bool(
         native.available()
         and acc.switch_k is None
@@ -233,10 +231,21 @@ def _fma32_route(acc: Accumulator, fa: FloatFormat, fb: FloatFormat, out_fmt: Fl
         and acc.input_subnormals != "flush"
         and acc.fields_3d_default()
         and not acc.k1_product
+        and acc.scales != "in_block"
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _fma32_route(acc: Accumulator, fa: FloatFormat, fb: FloatFormat, out_fmt: FloatFormat) -> bool:
+    """Whether :func:`gemm` (``backend="auto"``, ``input_rounding="nearest_even"``, no scales,
+    numpy float arrays, the native kernels active) hands this model to the fp32 FMA kernel
+    (``native_backend._fma32_gemm``) first: the chain of checks of :func:`gemm` and
+    ``native_backend.gemm``, decided once per model (all of them depend on the model alone)."""
+    return bool(
+        _native_general(acc, fa, fb)
         and acc.order != "exact_block"
         and acc.addend != "separate"
-        and acc.scales != "in_block"
-        and native.fma32_applies(acc, fa, fb, out_fmt)
+        and _native_backend().fma32_applies(acc, fa, fb, out_fmt)
     )
 
 
@@ -246,27 +255,10 @@ def _promoted_route(
 ) -> bool:
     """Whether :func:`gemm` (``backend="auto"``, scales given, no ``c``, numpy float arrays, the
     native kernels active) hands this model to the fp32 FMA kernel's promoted form
-    (``native_backend._promoted_fma32_gemm``) first: the checks of :func:`gemm` and the
-    dispatch of ``native_backend.gemm`` before it, decided once per model."""
-    native = _native_backend()
-    try:
-        fa, fb = _input_formats((fa, fb))
-        if max(fa.precision, fb.precision) > _EXACT_PRODUCT_BITS:
-            return False
-        _check_wide_inputs(acc, fa, fb)
-    except ValueError:
-        return False  # (gemm raises it)
+    (``native_backend._promoted_fma32_gemm``) first, decided once per model."""
     return bool(
-        native.available()
-        and acc.switch_k is None
-        and native.covers(acc)
-        and reference_only(acc) is None
-        and not native.numpy_is_faster(acc, fa, fb)
-        and acc.input_subnormals != "flush"
-        and acc.fields_3d_default()
-        and not acc.k1_product
-        and acc.scales != "in_block"
-        and native.promoted_fma32_applies(acc, fa, fb, out_fmt)
+        _native_general(acc, fa, fb)
+        and _native_backend().promoted_fma32_applies(acc, fa, fb, out_fmt)
     )
 
 
