@@ -70,24 +70,24 @@ def _with_blocks_set(
     attention probabilities' masked blocks made this 75 us per operand with per-element masks,
     this Zen 3); else with the masks repeated onto the elements."""
     bf, shape = q.block_format, tuple(vals.shape)
+    blocked: tuple[tuple[int, ...], tuple[int, ...]] | None = None  # (view shape, block axes)
     if len(bf.block_shape) == 2 and len(shape) >= 2:
         (tr, tc), (r, c) = bf.block_shape, shape[-2:]
         if r % tr == 0 and c % tc == 0:
-            out = np.array(vals, order="C")
-            view = out.reshape(*shape[:-2], r // tr, tr, c // tc, tc)
-            for mask, value in ((nan, np.nan), (zero, 0.0)):
-                np.copyto(view, np.float32(value), where=mask[..., :, None, :, None])
-            return out
+            blocked = (*shape[:-2], r // tr, tr, c // tc, tc), (len(shape) - 1, len(shape) + 1)
     elif len(bf.block_shape) == 1 and shape:
         ax, blk = q.axis, bf.block_shape[0]
         if shape[ax] % blk == 0:
-            out = np.array(vals, order="C")
-            view = out.reshape(*shape[:ax], shape[ax] // blk, blk, *shape[ax + 1 :])
-            for mask, value in ((nan, np.nan), (zero, 0.0)):
-                np.copyto(view, np.float32(value), where=np.expand_dims(mask, ax + 1))
-            return out
-    vals = np.where(_per_element(nan, q), np.nan, vals)
-    return np.where(_per_element(zero, q), 0.0, vals)
+            blocked = (*shape[:ax], shape[ax] // blk, blk, *shape[ax + 1 :]), (ax + 1,)
+    if blocked is None:
+        vals = np.where(_per_element(nan, q), np.nan, vals)
+        return np.where(_per_element(zero, q), 0.0, vals)
+    view_shape, block_axes = blocked
+    out = np.array(vals, order="C")
+    view = out.reshape(view_shape)
+    for mask, value in ((nan, np.nan), (zero, 0.0)):
+        np.copyto(view, np.float32(value), where=np.expand_dims(mask, block_axes))
+    return out
 
 
 def _gemm_operand(q: QuantizedBlocks) -> tuple[np.ndarray, np.ndarray, FloatFormat]:

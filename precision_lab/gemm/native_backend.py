@@ -511,18 +511,9 @@ def _promoted_fma32_gemm(
 def _promotes_in_float32(acc: Accumulator) -> bool:
     """Whether ``acc``'s promotion rounds as IEEE float32 addition (:func:`_ieee_float32` of
     the reference model's promotion rounder, which the seed does not change)."""
-    from ..core.exact import Rounder
+    from .reference import _acc_rounder
 
-    r = Rounder(
-        acc.promote_format,
-        acc.promote_rounding,
-        overflow=acc.overflow,
-        subnormals=acc.subnormals,
-        seed=0,
-        random_bits=acc.random_bits,
-        zero_sign=acc.zero_sign,
-    )
-    return _ieee_float32(r)
+    return _ieee_float32(_acc_rounder(acc, acc.promote_format, acc.promote_rounding, 0))
 
 
 def _promoted_fma32_expanded(

@@ -729,6 +729,21 @@ class _Chunk:
     Braw: np.ndarray | None = None
 
 
+def _acc_rounder(acc: Accumulator, fmt: FloatFormat | str, mode: str, seed: int) -> Rounder:
+    """The rounder of ``acc``'s model into ``fmt`` with ``mode``: the accumulator's overflow,
+    subnormals, random bits and zero sign (the model's accumulation, promotion, scale and
+    output rounders)."""
+    return Rounder(
+        fmt,
+        mode,
+        overflow=acc.overflow,
+        subnormals=acc.subnormals,
+        seed=seed,
+        random_bits=acc.random_bits,
+        zero_sign=acc.zero_sign,
+    )
+
+
 class _Model:
     """Evaluates one Accumulator model over chunks of the output (numpy reference)."""
 
@@ -751,18 +766,9 @@ class _Model:
         self.seed = seed
         fmt = acc.format
         assert isinstance(fmt, FloatFormat) and isinstance(acc.promote_format, FloatFormat)
-        ov, sub, rb = acc.overflow, acc.subnormals, acc.random_bits
 
         def rounder(f: FloatFormat | str, mode: str) -> Rounder:
-            return Rounder(
-                f,
-                mode,
-                overflow=ov,
-                subnormals=sub,
-                seed=seed,
-                random_bits=rb,
-                zero_sign=acc.zero_sign,
-            )
+            return _acc_rounder(acc, f, mode, seed)
 
         self.r_acc = rounder(fmt, acc.rounding)
         #: spec 3d, tininess after rounding: each accumulation step rounds to the format's

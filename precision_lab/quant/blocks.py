@@ -570,11 +570,7 @@ def _transposed_tiles(q: QuantizedBlocks) -> QuantizedBlocks:
     def t(g: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(np.swapaxes(g, -1, -2))
 
-    elems = None if q._elements is None else _kept(t(q._elements), nan=False)
-    codes = _LAZY if elems is not None else None
-    if codes is None:
-        unpacked = t(q.element_codes())
-        codes = _pack4(unpacked) if bf.packed else unpacked
+    elems, codes = _moved_codes(q, t)
     return QuantizedBlocks(
         _elements=elems,
         codes=codes,
