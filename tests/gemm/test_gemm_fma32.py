@@ -382,7 +382,7 @@ def test_float32_inputs_are_put_on_the_grid_in_every_mode(fmt, mode):
 
 
 @pytest.mark.parametrize("fmt", ["fp32", "bf16", "fp16", "e4m3"])
-@pytest.mark.parametrize(("k", "n"), [(1, 1), (37, 16), (64, 45), (130, 3)])
+@pytest.mark.parametrize(("k", "n"), [(1, 1), (37, 16), (64, 45), (130, 3), (1100, 20)])
 def test_transposed_b_is_packed_as_it_is(fmt, k, n):
     """A B given as the transpose of a C-contiguous array (a weight's w.T) is packed from its
     rows (``b_trans``: no numpy copy): the numpy reference's bits, for every input rounding and
