@@ -36,6 +36,7 @@ def gemm_fma32(
     grid_a: Any = ...,
     seg: int = ...,
     a_trans: int = ...,
+    grid_out: Any = ...,
     /,
 ) -> int: ...
 def fma32_pack(

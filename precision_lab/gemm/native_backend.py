@@ -955,6 +955,19 @@ def _packed_input(
     return x, np.array([*format_args(fmt), code, int(check)], dtype=np.int32)
 
 
+@functools.lru_cache(maxsize=64)
+def _store_grid(fmt: FloatFormat) -> np.ndarray:
+    """The fp32 FMA kernel's ``grid_out`` for a store in ``fmt``: its format, nearest_even, no
+    check (read only: shared between calls).
+
+    >>> _store_grid(get_format("bf16")).tolist()
+    [8, 7, 127, 0, 15, 0, 0]
+    """
+    g = np.array([*format_args(fmt), ROUNDING_MODES.index("nearest_even"), 0], dtype=np.int32)
+    g.flags.writeable = False
+    return g
+
+
 def _is_transposed(x: np.ndarray, shape: tuple[int, ...]) -> bool:
     """Whether ``x`` has ``shape`` (no broadcast) and is the transpose of a C-contiguous array
     in its last two axes (the backward's ``x^T`` of a linear layer): the fp32 FMA kernel packs
@@ -1035,8 +1048,14 @@ def _fma32_gemm(
     out_fmt: FloatFormat,
     input_rounding: str,
     seg: int = 0,
+    store: FloatFormat | None = None,
 ) -> np.ndarray | None:
     """The GEMM on the fp32 FMA kernel (:func:`fma32_applies`), or None: use the general path.
+
+    ``store`` (with ``out_fmt`` fp32): the result then rounded to ``store`` as
+    ``round_to(result, store)`` would (nearest even, IEEE overflow, subnormals kept), by the
+    kernel as it writes each output row (``grid_out``): the rounding of a tensor stored in a
+    lower precision after the GEMM, without a second pass over the output.
 
     ``seg > 0``: the promoted form of :func:`_prescaled_segments` (the kernel's
     ``fma32_tile_seg``): each segment of ``seg`` k's is the FMA chain from +0, and the output
@@ -1105,6 +1124,11 @@ def _fma32_gemm(
         if any(bad):
             return None  # (an input off its grid)
     same_out = int(out_fmt == _FP32 and not is_stochastic(acc.out_rounding))
+    grid_out = None
+    if store is not None and store != _FP32:
+        if not (same_out and out_dtype == np.float32):
+            raise ValueError(f"store needs out_fmt fp32 and a float32 output, got {out_fmt.name}")
+        grid_out = _store_grid(store)
     rows = nb * m
     # (the caller is one of the workers)
     items = _row_items(rows, mr, k, workers)
@@ -1117,7 +1141,9 @@ def _fma32_gemm(
             for r, hi in starts:
                 if stop.is_set():
                     break
-                got = _ext.gemm_fma32(params, A, Bp, C, D, same_out, r, hi, grid_a, seg, a_trans)
+                got = _ext.gemm_fma32(
+                    params, A, Bp, C, D, same_out, r, hi, grid_a, seg, a_trans, grid_out
+                )
                 if got < 0:  # (seg declined)
                     return 1
                 count += got

@@ -309,6 +309,8 @@ def gemm_internal(
     fb: FloatFormat,
     acc: Accumulator,
     out_fmt: FloatFormat,
+    *,
+    store: FloatFormat | None = None,
 ) -> np.ndarray:
     """``gemm(a, b, c, input_format=(fa, fb), accumulator=acc, out_format=out_fmt)`` for callers
     in this package whose arguments are valid by construction: numpy float32/float64 arrays
@@ -320,20 +322,30 @@ def gemm_internal(
     goes through :func:`gemm` as before, which reruns the same kernel and goes on to the
     general path). Saves 30 us (8 x 8 x 8: pl.gemm 52 us, this 23 us) to 0.1 ms per call of
     ``precision_lab.torch.simulate``'s GEMMs (39 per step of benchmarks/bench_simulate.py),
-    measured on this project's 2-core Xeon."""
+    measured on this project's 2-core Xeon.
+
+    ``store`` (``out_fmt`` fp32 only): returns ``round_to(result, store)`` instead, the
+    rounding of a result kept in a lower precision; the fp32 FMA kernel does it as it writes
+    the output (a mixed_float16 step of bench_simulate: 2240 separate roundings of GEMM outputs,
+    3 ms of its 33 ms, AMD EPYC Zen 4)."""
+    if store is not None and out_fmt != _FP32:
+        raise ValueError(f"store needs out_fmt fp32, got {out_fmt.name}")
     if _AUTO_CPU == "native" and native_kernels.active() and _fma32_route(acc, fa, fb, out_fmt):
         native = _native_backend()
         out = None
         if c is not None:
             ab = _bias_as_k_term(a, b, c, fa, fb, out_fmt)
             if ab is not None:
-                out = native._fma32_gemm(*ab, None, _FP32, _FP32, acc, out_fmt, "nearest_even")
+                out = native._fma32_gemm(
+                    *ab, None, _FP32, _FP32, acc, out_fmt, "nearest_even", store=store
+                )
         if out is None:
-            out = native._fma32_gemm(a, b, c, fa, fb, acc, out_fmt, "nearest_even")
+            out = native._fma32_gemm(a, b, c, fa, fb, acc, out_fmt, "nearest_even", store=store)
         if out is not None:
             return out  # type: ignore[no-any-return]
     fmt: Any = fa if fa == fb else (fa, fb)
-    return gemm(a, b, c, input_format=fmt, accumulator=acc, out_format=out_fmt)  # type: ignore[no-any-return]
+    out = gemm(a, b, c, input_format=fmt, accumulator=acc, out_format=out_fmt)
+    return out if store is None else round_to(out, store)  # type: ignore[no-any-return]
 
 
 #: outputs of at least this many elements take a bias as a K term (``_bias_as_k_term``)

@@ -182,7 +182,10 @@ def _pl_gemm(
     c: torch.Tensor | None = None,
     sa: Any = None,
     sb: Any = None,
+    store: FloatFormat | None = None,
 ) -> torch.Tensor:
+    """``c + a @ b`` in FP32 through ``pl.gemm``; with ``store``, then stored in that format
+    (``_store``'s bits; on the CPU without scales the GEMM kernel rounds as it writes)."""
     fmt: Any = fa if fa == fb else (fa, fb)
     kw: dict[str, Any] = {}
     if sa is not None:
@@ -196,10 +199,19 @@ def _pl_gemm(
         # float32 CPU tensors as numpy views, formats and accumulator already resolved: the
         # package's internal entry (pl.gemm's bits, without its per-call checks)
         cn = None if c32 is None else c32.numpy()
-        r = gemm_internal(a32.numpy(), b32.numpy(), cn, fa, fb, acc, _FP32)
-        return torch.from_numpy(r)
+        fused = store if isinstance(store, FloatFormat) else None
+        r = gemm_internal(a32.numpy(), b32.numpy(), cn, fa, fb, acc, _FP32, store=fused)
+        out = torch.from_numpy(r)
+        return out if store is None or fused is not None else _store(out, store)
     r = gemm(a32, b32, c32, input_format=fmt, accumulator=acc, out_format="fp32", **kw)
-    return torch.as_tensor(r).to(torch.float32)
+    out = torch.as_tensor(r).to(torch.float32)
+    return out if store is None else _store(out, store)
+
+
+def _gemm_shape(a: torch.Tensor, b: torch.Tensor) -> torch.Size:
+    """The shape of ``a @ b`` (batch dimensions broadcast)."""
+    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return torch.Size((*batch, a.shape[-2], b.shape[-1]))
 
 
 def _sum_to_shape(g: torch.Tensor, shape: torch.Size) -> torch.Tensor:
@@ -262,13 +274,13 @@ class _GemmFn(torch.autograd.Function):
     ) -> torch.Tensor:
         qa, sa = (a, None) if ops is None else ops(a, spec.fa, (key, "a"), update)
         qb, sb = (b, None) if ops is None else ops(b, spec.fb, (key, "b"), update)
-        out = _pl_gemm(qa, qb, spec.fa, spec.fb, spec.accumulator, c, sa, sb)
+        out = _pl_gemm(qa, qb, spec.fa, spec.fb, spec.accumulator, c, sa, sb, spec.activation)
         ctx.save_for_backward(qa.detach(), qb.detach())
         ctx.scales = (sa, sb)
         ctx.spec, ctx.ops, ctx.key = spec, ops, key
         ctx.shapes = (a.shape, b.shape, None if c is None else c.shape)
         ctx.dtypes = (a.dtype, b.dtype, None if c is None else c.dtype)
-        return _store(out, spec.activation)
+        return out
 
     @staticmethod
     def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
@@ -281,15 +293,20 @@ class _GemmFn(torch.autograd.Function):
         sa_shape, sb_shape, c_shape = ctx.shapes
         da = db = dc = None
         if ctx.needs_input_grad[0]:
-            da = _pl_gemm(
-                qg, qb.transpose(-1, -2), spec.backward, spec.fb, spec.accumulator, sa=sg, sb=sb
-            )
-            da = _store(_sum_to_shape(da, sa_shape), spec.gradient).to(ctx.dtypes[0])
+            bt = qb.transpose(-1, -2)
+            # (stored by the GEMM where no broadcast dimension is summed away after it)
+            st = spec.gradient if _gemm_shape(qg, bt) == sa_shape else None
+            da = _pl_gemm(qg, bt, spec.backward, spec.fb, spec.accumulator, sa=sg, sb=sb, store=st)
+            if st is None:
+                da = _store(_sum_to_shape(da, sa_shape), spec.gradient)
+            da = da.to(ctx.dtypes[0])
         if ctx.needs_input_grad[1]:
-            db = _pl_gemm(
-                qa.transpose(-1, -2), qg, spec.fa, spec.backward, spec.accumulator, sa=sa, sb=sg
-            )
-            db = _store(_sum_to_shape(db, sb_shape), spec.gradient).to(ctx.dtypes[1])
+            at = qa.transpose(-1, -2)
+            st = spec.gradient if _gemm_shape(at, qg) == sb_shape else None
+            db = _pl_gemm(at, qg, spec.fa, spec.backward, spec.accumulator, sa=sa, sb=sg, store=st)
+            if st is None:
+                db = _store(_sum_to_shape(db, sb_shape), spec.gradient)
+            db = db.to(ctx.dtypes[1])
         if c_shape is not None and ctx.needs_input_grad[2]:
             dc = _bias_grad(gs, c_shape, spec).to(ctx.dtypes[2])
         return da, db, dc, None, None, None, None

@@ -122,3 +122,49 @@ def test_models_off_the_fma32_route_go_through_gemm() -> None:
     got = reference.gemm_internal(a, b, c, F("bf16"), F("bf16"), acc, F("fp32"))
     want = pl.gemm(a, b, c, input_format="bf16", accumulator=acc, backend="numpy")
     np.testing.assert_array_equal(bits(got), bits(want))
+
+
+STORES = ["fp16", "bf16", "e4m3", "e5m2", "tf32", "fp32"]
+
+
+@pytest.mark.parametrize("store", STORES)
+@pytest.mark.parametrize("case", ["plain", "bias", "folded", "transposed", "batched", "edges"])
+def test_store_is_round_to_of_the_fp32_result(store: str, case: str) -> None:
+    """``store=`` (the fp32 FMA kernel's rounded output rows, ``grid_out``) gives the bits of
+    ``round_to`` applied to the fp32 result of the numpy reference: overflow to inf, subnormals,
+    signed zeros, NaN and inf outputs (the general path), bias added before the rounding."""
+    rng = np.random.default_rng(abs(hash((store, case))) % 2**32)
+    m, k, n = (256, 24, 160) if case == "folded" else (37, 19, 23)
+    a, b = operands(rng, m, k, n, special=case == "edges")
+    c = rng.standard_normal(n).astype(np.float32) if case in ("bias", "folded") else None
+    if case == "transposed":
+        a = np.ascontiguousarray(a.T).T
+    if case == "batched":
+        a = rng.standard_normal((3, m, k)).astype(np.float32)
+        b = rng.standard_normal((3, k, n)).astype(np.float32)
+    if case == "edges":  # outputs past fp16/e4m3/e5m2's max, below their subnormals, inf, NaN
+        a[3, :] *= np.float32(3e4)
+        a[4, :] *= np.float32(2.0**-20)
+        a[5, 0] = np.inf
+        a[6, 0] = np.nan
+    fmt, acc = F(store), pl.Accumulator()
+    got = reference.gemm_internal(a, b, c, F("fp32"), F("fp32"), acc, F("fp32"), store=fmt)
+    fp32 = pl.gemm(a, b, c, input_format="fp32", accumulator=acc, backend="numpy")
+    want = pl.round_to(fp32, fmt)
+    assert got.dtype == np.float32 and got.shape == want.shape
+    np.testing.assert_array_equal(bits(got), bits(want))
+    if case == "edges" and store in ("fp16", "e4m3"):
+        # (the cases are reached: e4m3 overflows to NaN, it has no infinity)
+        assert not np.isfinite(got[3]).all() and (got[4] == 0).any()
+
+
+def test_store_needs_an_fp32_output() -> None:
+    a = np.ones((2, 2), np.float32)
+    with pytest.raises(ValueError, match="store needs out_fmt fp32"):
+        reference.gemm_internal(
+            a, a, None, F("fp32"), F("fp32"), pl.Accumulator(), F("bf16"), store=F("fp16")
+        )
+    params = np.zeros(300, np.int64)
+    grid = np.array([5, 10, 15, 0, 15, 2, 0], np.int32)  # (mode 2: toward_zero)
+    with pytest.raises(ValueError, match="grid_out needs mode 0"):
+        native_kernels.ext.gemm_fma32(params, a, a, None, a, 1, 0, 0, None, 0, 0, grid)

@@ -14,7 +14,8 @@
                          long long q1, const int* grid, int b_trans);                           \
   long long k_fma32_rows(const long long* params, const float* A, const float* Bp,             \
                          const float* C, void* D, int f32, int same_out, long long r0,          \
-                         long long r1, const int* grid, long long seg, int a_trans);            \
+                         long long r1, const int* grid, long long seg, int a_trans,             \
+                         const int* grid_out);                                                  \
   int k_fma32_tile(int which);                                                                 \
   void k_fma64_rows(const double* A, const double* B, const double* C, double* D, long long M, \
                     long long N, long long K, long long r0, long long r1);                    \

@@ -129,25 +129,31 @@ bool get_grid(PyObject* o, buf* g, const char* name) {
   return true;
 }
 
-// gemm_fma32(params, A, Bp, C, D, same_out, r0, r1, grid_a=None, seg=0) -> non-finite count
-// (plus the inputs off the grid with check): fp32 sequential nearest-even (fma32.inc) on float32 A
-// (put on its grid as it is packed), packed B (fma32_pack) and C (or None). seg > 0: each segment
-// of seg k's summed from +0, then added to the output in float32 (fma32_tile_seg); -1 where the
-// kernel does not take that seg (above its K block). a_trans: A is given transposed, (NB x K x M)
-// row-major.
+// gemm_fma32(params, A, Bp, C, D, same_out, r0, r1, grid_a=None, seg=0, a_trans=0,
+// grid_out=None) -> non-finite count (plus the inputs off the grid with check): fp32 sequential
+// nearest-even (fma32.inc) on float32 A (put on its grid as it is packed), packed B (fma32_pack)
+// and C (or None). seg > 0: each segment of seg k's summed from +0, then added to the output in
+// float32 (fma32_tile_seg); -1 where the kernel does not take that seg (above its K block).
+// a_trans: A is given transposed, (NB x K x M) row-major. grid_out (same_out, float32 D, mode
+// nearest_even, no check): each output stored rounded onto that grid.
 PyObject* py_gemm_fma32(PyObject*, PyObject* args) {
-  PyObject *op, *oa, *ob, *oc, *od, *og = Py_None;
+  PyObject *op, *oa, *ob, *oc, *od, *og = Py_None, *ogo = Py_None;
   int same_out;
   long long r0, r1, seg = 0;
   int a_trans = 0;
-  if (!PyArg_ParseTuple(args, "OOOOOiLL|OLi", &op, &oa, &ob, &oc, &od, &same_out, &r0, &r1, &og,
-                        &seg, &a_trans))
+  if (!PyArg_ParseTuple(args, "OOOOOiLL|OLiO", &op, &oa, &ob, &oc, &od, &same_out, &r0, &r1, &og,
+                        &seg, &a_trans, &ogo))
     return nullptr;
-  buf p, a, b, c, d, g;
+  buf p, a, b, c, d, g, go;
   if (!get_buf(op, &p, 'i', 8, false, "params", false) || !get_buf(oa, &a, 'f', 4, false, "A", false) ||
       !get_buf(ob, &b, 'f', 4, false, "Bp", false) || !get_buf(oc, &c, 'f', 4, false, "C", true) ||
-      !get_grid(og, &g, "grid_a"))
+      !get_grid(og, &g, "grid_a") || !get_grid(ogo, &go, "grid_out"))
     return nullptr;
+  if (go.ptr && (((const int*)go.ptr)[5] != 0 || ((const int*)go.ptr)[6] != 0 || !same_out)) {
+    PyErr_SetString(PyExc_ValueError,
+                    "gemm_fma32: grid_out needs mode 0 (nearest_even), no check and same_out");
+    return nullptr;
+  }
   if (PyObject_GetBuffer(od, &d.v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) != 0)
     return nullptr;
   d.held = true;
@@ -160,7 +166,7 @@ PyObject* py_gemm_fma32(PyObject*, PyObject* args) {
   const long long nr = KT.fma32_tile(1), npan = (N + nr - 1) / nr;
   if (r0 < 0 || r1 > NB * M || r0 > r1 || a.n < NB * M * K || b.n < NB * npan * K * nr ||
       d.v.len / d.v.itemsize < NB * M * N || (c.ptr && c.n < NB * M * N) ||
-      !(d.v.itemsize == 4 || d.v.itemsize == 8)) {
+      !(d.v.itemsize == 4 || d.v.itemsize == 8) || (go.ptr && d.v.itemsize != 4)) {
     PyErr_SetString(PyExc_ValueError, "gemm_fma32: buffer sizes do not match params / row range");
     return nullptr;
   }
@@ -168,7 +174,8 @@ PyObject* py_gemm_fma32(PyObject*, PyObject* args) {
   long long bad;
   PL_BEGIN_NATIVE bad = KT.fma32_rows(q, (const float*)a.ptr, (const float*)b.ptr,
                                              (const float*)c.ptr, d.v.buf, f32, same_out, r0, r1,
-                                             (const int*)g.ptr, seg, a_trans);
+                                             (const int*)g.ptr, seg, a_trans,
+                                             (const int*)go.ptr);
   PL_END_NATIVE return PyLong_FromLongLong(bad);
 }
 
@@ -666,7 +673,8 @@ PyObject* py_isa(PyObject*, PyObject*) { return PyUnicode_FromString(KT.isa); }
 PyMethodDef methods[] = {
     {"gemm", py_gemm, METH_VARARGS, "gemm(params, A, B, C, SA, SB, EA, EB, D, r0, r1, flags, B32)"},
     {"gemm_fma32", py_gemm_fma32, METH_VARARGS,
-     "gemm_fma32(params, A, Bp, C, D, same_out, r0, r1, grid_a=None, seg=0, a_trans=0) -> "
+     "gemm_fma32(params, A, Bp, C, D, same_out, r0, r1, grid_a=None, seg=0, a_trans=0, "
+     "grid_out=None) -> "
      "non-finite count"},
     {"fma32_pack", py_fma32_pack, METH_VARARGS,
      "fma32_pack(B, Bp, K, N, q0, q1, grid=None, b_trans=0) -> inputs off the grid"},
