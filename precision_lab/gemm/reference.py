@@ -345,7 +345,7 @@ def gemm_internal(
             return out  # type: ignore[no-any-return]
     fmt: Any = fa if fa == fb else (fa, fb)
     out = gemm(a, b, c, input_format=fmt, accumulator=acc, out_format=out_fmt)
-    return out if store is None else round_to(out, store)  # type: ignore[no-any-return]
+    return out if store is None or store == _FP32 else round_to(out, store)  # type: ignore[no-any-return]
 
 
 #: outputs of at least this many elements take a bias as a K term (``_bias_as_k_term``)
