@@ -124,7 +124,15 @@ def test_models_off_the_fma32_route_go_through_gemm() -> None:
     np.testing.assert_array_equal(bits(got), bits(want))
 
 
-STORES = ["fp16", "bf16", "e4m3", "e5m2", "tf32", "fp32"]
+STORES = ["fp16", "bf16", "e4m3", "e5m2", "tf32", "fp32", "e4m3fnuz", "e5m2fnuz", "e2m1", "e8m0"]
+# (a custom format without subnormals, and P3109's: the kernel's header fallback for each)
+STORES += ["nosub", "p3109_k8p3se"]
+
+
+def _store_format(name: str) -> pl.FloatFormat:
+    if name == "nosub":
+        return pl.FloatFormat(5, 4, 15, has_subnormals=False, name="e5m4_nosub")
+    return F(name)  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize("store", STORES)
@@ -147,7 +155,7 @@ def test_store_is_round_to_of_the_fp32_result(store: str, case: str) -> None:
         a[4, :] *= np.float32(2.0**-20)
         a[5, 0] = np.inf
         a[6, 0] = np.nan
-    fmt, acc = F(store), pl.Accumulator()
+    fmt, acc = _store_format(store), pl.Accumulator()
     got = reference.gemm_internal(a, b, c, F("fp32"), F("fp32"), acc, F("fp32"), store=fmt)
     fp32 = pl.gemm(a, b, c, input_format="fp32", accumulator=acc, backend="numpy")
     want = pl.round_to(fp32, fmt)
