@@ -276,6 +276,36 @@ def test_emulated_matmul_equals_pl_gemm_on_any_operands(m, k, n, fmt, acc, data)
     assert _bits_equal(tb.grad, db)
 
 
+@pytest.mark.parametrize("which", ["b", "a"])
+def test_broadcast_operand_gradients_are_summed_then_stored(which):
+    """A batched a @ b whose other operand is broadcast over the batch: the broadcast operand's
+    gradient is the FP32 sum over the batch (torch's sum of the per-entry pl.gemm results) stored
+    once; the batched operand's gradient is stored as its GEMM writes it (the same bits as
+    storing pl.gemm's FP32 result)."""
+    rng = np.random.default_rng(11)
+    f, accumulator = pl.get_format("bf16"), pl.Accumulator()
+    spec = GemmSpec(f, f, f, f, f, accumulator)
+    a = rng.standard_normal((3, 5, 7) if which == "b" else (5, 7)).astype(np.float32)
+    b = rng.standard_normal((7, 4) if which == "b" else (3, 7, 4)).astype(np.float32)
+    g = rng.standard_normal((3, 5, 4)).astype(np.float32)
+    ta = torch.from_numpy(a.copy()).requires_grad_(True)
+    tb = torch.from_numpy(b.copy()).requires_grad_(True)
+    plt.emulated_matmul(ta, tb, spec=spec).backward(torch.from_numpy(g))
+    gs = _store(g, f)
+    ab = [np.broadcast_to(a, (3, 5, 7))[i] for i in range(3)]
+    bb = [np.broadcast_to(b, (3, 7, 4))[i] for i in range(3)]
+    da = np.stack([pl.gemm(gs[i], bb[i].T, input_format=f, accumulator=accumulator)
+                   for i in range(3)])  # fmt: skip
+    db = np.stack([pl.gemm(ab[i].T, gs[i], input_format=f, accumulator=accumulator)
+                   for i in range(3)])  # fmt: skip
+    if which == "b":
+        want_a, want_b = _store(da, f), _store(torch.from_numpy(db).sum(0).numpy(), f)
+    else:
+        want_a, want_b = _store(torch.from_numpy(da).sum(0).numpy(), f), _store(db, f)
+    assert _bits_equal(ta.grad, want_a)
+    assert _bits_equal(tb.grad, want_b)
+
+
 # ----- issue 31 item 10: no GEMM runs silently in FP32; integer GEMMs untouched; variables -------
 _V = torch.tensor([0.3, -1.7, 2.2, 0.9])
 _M = torch.tensor([[1.1, 0.2, -0.5, 3.0], [0.7, -2.0, 0.25, 1.3], [0.1, 0.9, -1.4, 2.2]])
