@@ -295,23 +295,35 @@ class _GemmFn(torch.autograd.Function):
         sa_shape, sb_shape, c_shape = ctx.shapes
         da = db = dc = None
         if ctx.needs_input_grad[0]:
-            bt = qb.transpose(-1, -2)
-            # (stored by the GEMM where no broadcast dimension is summed away after it)
-            st = spec.gradient if _gemm_shape(qg, bt) == sa_shape else None
-            da = _pl_gemm(qg, bt, spec.backward, spec.fb, spec.accumulator, sa=sg, sb=sb, store=st)
-            if st is None:
-                da = _store(_sum_to_shape(da, sa_shape), spec.gradient)
+            da = _grad_gemm(
+                qg, qb.transpose(-1, -2), spec.backward, spec.fb, sg, sb, sa_shape, spec
+            )
             da = da.to(ctx.dtypes[0])
         if ctx.needs_input_grad[1]:
-            at = qa.transpose(-1, -2)
-            st = spec.gradient if _gemm_shape(at, qg) == sb_shape else None
-            db = _pl_gemm(at, qg, spec.fa, spec.backward, spec.accumulator, sa=sa, sb=sg, store=st)
-            if st is None:
-                db = _store(_sum_to_shape(db, sb_shape), spec.gradient)
+            db = _grad_gemm(
+                qa.transpose(-1, -2), qg, spec.fa, spec.backward, sa, sg, sb_shape, spec
+            )
             db = db.to(ctx.dtypes[1])
         if c_shape is not None and ctx.needs_input_grad[2]:
             dc = _bias_grad(gs, c_shape, spec).to(ctx.dtypes[2])
         return da, db, dc, None, None, None, None
+
+
+def _grad_gemm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    fa: FloatFormat,
+    fb: FloatFormat,
+    sa: Any,
+    sb: Any,
+    shape: torch.Size,
+    spec: GemmSpec,
+) -> torch.Tensor:
+    """An operand's gradient ``a @ b`` of ``shape``, stored in the gradient format: by the GEMM
+    as it writes it, or after the sum over the dimensions its operand was broadcast along."""
+    st = spec.gradient if _gemm_shape(a, b) == shape else None
+    g = _pl_gemm(a, b, fa, fb, spec.accumulator, sa=sa, sb=sb, store=st)
+    return g if st is not None else _store(_sum_to_shape(g, shape), spec.gradient)
 
 
 @functools.lru_cache(maxsize=32)
