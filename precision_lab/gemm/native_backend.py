@@ -1052,10 +1052,10 @@ def _fma32_gemm(
 ) -> np.ndarray | None:
     """The GEMM on the fp32 FMA kernel (:func:`fma32_applies`), or None: use the general path.
 
-    ``store`` (with ``out_fmt`` fp32): the result then rounded to ``store`` as
-    ``round_to(result, store)`` would (nearest even, IEEE overflow, subnormals kept), by the
-    kernel as it writes each output row (``grid_out``): the rounding of a tensor stored in a
-    lower precision after the GEMM, without a second pass over the output.
+    ``store``: the result then rounded to ``store`` as ``round_to(result, store)`` would
+    (nearest even, IEEE overflow, subnormals kept); with a float32 ``out_fmt`` stored as it is
+    (fp32), by the kernel as it writes each panel of outputs (``grid_out``): the rounding of a
+    tensor kept in a lower precision after the GEMM, without a second pass over the output.
 
     ``seg > 0``: the promoted form of :func:`_prescaled_segments` (the kernel's
     ``fma32_tile_seg``): each segment of ``seg`` k's is the FMA chain from +0, and the output
@@ -1124,11 +1124,8 @@ def _fma32_gemm(
         if any(bad):
             return None  # (an input off its grid)
     same_out = int(out_fmt == _FP32 and not is_stochastic(acc.out_rounding))
-    grid_out = None
-    if store is not None and store != _FP32:
-        if not (same_out and out_dtype == np.float32):
-            raise ValueError(f"store needs out_fmt fp32 and a float32 output, got {out_fmt.name}")
-        grid_out = _store_grid(store)
+    fused = store is not None and store != _FP32 and same_out and out_dtype == np.float32
+    grid_out = _store_grid(store) if fused else None
     rows = nb * m
     # (the caller is one of the workers)
     items = _row_items(rows, mr, k, workers)
@@ -1153,7 +1150,11 @@ def _fma32_gemm(
         return count
 
     bad += _parallel.run_together(*([worker] * min(workers, len(items))))
-    return None if any(bad) else D.reshape(out_shape)
+    if any(bad):
+        return None
+    if store is not None and store != _FP32 and not fused:
+        D = round_to(D, store)
+    return D.reshape(out_shape)
 
 
 # ----- the block-FMA fast path (backends/native/blockfma_fast.inc) --------------------------------

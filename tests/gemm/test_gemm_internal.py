@@ -166,6 +166,23 @@ def test_store_is_round_to_of_the_fp32_result(store: str, case: str) -> None:
         assert not np.isfinite(got[3]).all() and (got[4] == 0).any()
 
 
+@pytest.mark.parametrize("k", [0, 30])
+def test_store_where_the_kernel_cannot_round_the_output(k: int) -> None:
+    """An accumulator whose output rounding is stochastic (the kernel converts each output
+    itself) and a GEMM without K (the output is the bias): the store still rounds once."""
+    rng = np.random.default_rng(k)
+    a = rng.standard_normal((40, k)).astype(np.float32)
+    b = rng.standard_normal((k, 20)).astype(np.float32)
+    c = (rng.standard_normal(20) * 1e5).astype(np.float32)
+    acc = pl.Accumulator(out_rounding="stochastic", seed=3)
+    fp32 = F("fp32")
+    got = reference.gemm_internal(a, b, c, fp32, fp32, acc, fp32, store=F("bf16"))
+    want = pl.round_to(
+        pl.gemm(a, b, c, input_format=fp32, accumulator=acc, backend="numpy"), "bf16"
+    )
+    np.testing.assert_array_equal(bits(got), bits(want))
+
+
 def test_store_needs_an_fp32_output() -> None:
     a = np.ones((2, 2), np.float32)
     with pytest.raises(ValueError, match="store needs out_fmt fp32"):
