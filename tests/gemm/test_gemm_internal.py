@@ -9,6 +9,9 @@ import importlib
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 
 import precision_lab as pl
 
@@ -193,3 +196,28 @@ def test_store_needs_an_fp32_output() -> None:
     grid = np.array([5, 10, 15, 0, 15, 2, 0], np.int32)  # (mode 2: toward_zero)
     with pytest.raises(ValueError, match="grid_out needs mode 0"):
         native_kernels.ext.gemm_fma32(params, a, a, None, a, 1, 0, 0, None, 0, 0, grid)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    m=st.integers(1, 9),
+    k=st.integers(0, 40),
+    n=st.integers(1, 40),
+    store=st.sampled_from(STORES),
+    bias=st.booleans(),
+    data=st.data(),
+)
+def test_store_on_any_operands(m: int, k: int, n: int, store: str, bias: bool, data) -> None:
+    """Any float32 operands (random bit patterns: huge, tiny, subnormal, inf, NaN): the stored
+    GEMM is round_to of the numpy reference's FP32 result, bit for bit (NaN as one pattern)."""
+    vals = st.floats(width=32, allow_nan=True, allow_infinity=True)
+    a = data.draw(arrays(np.float32, (m, k), elements=vals))
+    b = data.draw(arrays(np.float32, (k, n), elements=vals))
+    c = data.draw(arrays(np.float32, (n,), elements=vals)) if bias else None
+    fmt, acc, fp32 = _store_format(store), pl.Accumulator(), F("fp32")
+    with np.errstate(all="ignore"):
+        got = reference.gemm_internal(a, b, c, fp32, fp32, acc, fp32, store=fmt)
+        want = pl.round_to(
+            pl.gemm(a, b, c, input_format=fp32, accumulator=acc, backend="numpy"), fmt
+        )
+    np.testing.assert_array_equal(bits(got), bits(want))
