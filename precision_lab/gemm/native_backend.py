@@ -1052,9 +1052,9 @@ def _fma32_gemm(
 ) -> np.ndarray | None:
     """The GEMM on the fp32 FMA kernel (:func:`fma32_applies`), or None: use the general path.
 
-    ``store``: the result then rounded to ``store`` as ``round_to(result, store)`` would
-    (nearest even, IEEE overflow, subnormals kept); with a float32 ``out_fmt`` stored as it is
-    (fp32), by the kernel as it writes each panel of outputs (``grid_out``): the rounding of a
+    ``store`` (not fp32): the result then rounded to ``store`` as ``round_to(result, store)``
+    would (nearest even, IEEE overflow, subnormals kept); with a float32 ``out_fmt`` stored as it
+    is (fp32), by the kernel as it writes each panel of outputs (``grid_out``): the rounding of a
     tensor kept in a lower precision after the GEMM, without a second pass over the output.
 
     ``seg > 0``: the promoted form of :func:`_prescaled_segments` (the kernel's
@@ -1124,7 +1124,7 @@ def _fma32_gemm(
         if any(bad):
             return None  # (an input off its grid)
     same_out = int(out_fmt == _FP32 and not is_stochastic(acc.out_rounding))
-    fused = store is not None and store != _FP32 and same_out and out_dtype == np.float32
+    fused = store is not None and same_out and out_dtype == np.float32
     grid_out = _store_grid(store) if fused else None
     rows = nb * m
     # (the caller is one of the workers)
@@ -1152,7 +1152,7 @@ def _fma32_gemm(
     bad += _parallel.run_together(*([worker] * min(workers, len(items))))
     if any(bad):
         return None
-    if store is not None and store != _FP32 and not fused:
+    if store is not None and not fused:
         D = round_to(D, store)
     return D.reshape(out_shape)
 

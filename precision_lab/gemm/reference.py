@@ -330,6 +330,8 @@ def gemm_internal(
     3 ms of its 33 ms, AMD EPYC Zen 4)."""
     if store is not None and out_fmt != _FP32:
         raise ValueError(f"store needs out_fmt fp32, got {out_fmt.name}")
+    if store == _FP32:  # (every fp32 result is on fp32's grid)
+        store = None
     if _AUTO_CPU == "native" and native_kernels.active() and _fma32_route(acc, fa, fb, out_fmt):
         native = _native_backend()
         out = None
@@ -345,7 +347,7 @@ def gemm_internal(
             return out  # type: ignore[no-any-return]
     fmt: Any = fa if fa == fb else (fa, fb)
     out = gemm(a, b, c, input_format=fmt, accumulator=acc, out_format=out_fmt)
-    return out if store is None or store == _FP32 else round_to(out, store)  # type: ignore[no-any-return]
+    return out if store is None else round_to(out, store)  # type: ignore[no-any-return]
 
 
 #: outputs of at least this many elements take a bias as a K term (``_bias_as_k_term``)
