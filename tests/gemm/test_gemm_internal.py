@@ -221,3 +221,19 @@ def test_store_on_any_operands(m: int, k: int, n: int, store: str, bias: bool, d
             pl.gemm(a, b, c, input_format=fp32, accumulator=acc, backend="numpy"), fmt
         )
     np.testing.assert_array_equal(bits(got), bits(want))
+
+
+@pytest.mark.parametrize("k", [1, 511, 512, 513, 1100, 1537])
+def test_store_over_the_kernels_k_blocks(k: int) -> None:
+    """K from 1 to three of the fp32 FMA kernel's K blocks (512) plus a ragged tail, bf16 and
+    fp16 inputs, a bias: the stored outputs equal round_to of the numpy reference's result."""
+    rng = np.random.default_rng(k)
+    a = rng.standard_normal((13, k)).astype(np.float32)
+    b = rng.standard_normal((k, 37)).astype(np.float32)
+    c = rng.standard_normal(37).astype(np.float32)
+    acc = pl.Accumulator()
+    for fin, store in (("bf16", "bf16"), ("fp16", "fp16"), ("fp32", "e4m3")):
+        f = F(fin)
+        got = reference.gemm_internal(a, b, c, f, f, acc, F("fp32"), store=F(store))
+        fp32 = pl.gemm(a, b, c, input_format=fin, accumulator=acc, backend="numpy")
+        np.testing.assert_array_equal(bits(got), bits(pl.round_to(fp32, store)))
